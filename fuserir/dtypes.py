@@ -1,0 +1,98 @@
+"""Element types of fusion tensors and the promotion rules between them.
+
+A DataType knows its byte size and its host (numpy) type; bf16 on the host is
+`ml_dtypes.bfloat16`. Promotion follows the usual category order bool < integer < float,
+and within floats the wider type; f16 with bf16 promotes to f32 (neither holds the other).
+"""
+
+from enum import Enum
+
+import ml_dtypes
+import numpy as np
+
+
+class DataType(Enum):
+    f16 = "f16"
+    bf16 = "bf16"
+    f32 = "f32"
+    f64 = "f64"
+    i32 = "i32"
+    i64 = "i64"
+    bool = "bool"
+
+    def __repr__(self):
+        return self.value
+
+    def __str__(self):
+        return self.value
+
+    @property
+    def numpy(self):
+        return _NUMPY[self]
+
+    @property
+    def itemsize(self):
+        return _NUMPY[self].itemsize
+
+    @property
+    def is_float(self):
+        return self in (DataType.f16, DataType.bf16, DataType.f32, DataType.f64)
+
+    @property
+    def is_int(self):
+        return self in (DataType.i32, DataType.i64)
+
+    @property
+    def compute(self):
+        """The type arithmetic on this type is carried out in (f16/bf16 compute in f32)."""
+        return DataType.f32 if self in (DataType.f16, DataType.bf16) else self
+
+
+_NUMPY = {
+    DataType.f16: np.dtype(np.float16),
+    DataType.bf16: np.dtype(ml_dtypes.bfloat16),
+    DataType.f32: np.dtype(np.float32),
+    DataType.f64: np.dtype(np.float64),
+    DataType.i32: np.dtype(np.int32),
+    DataType.i64: np.dtype(np.int64),
+    DataType.bool: np.dtype(np.bool_),
+}
+
+DTYPE_NAMES = tuple(d.value for d in DataType)
+
+
+def from_name(name):
+    """The DataType called `name` ("f16", ...), or None if there is none."""
+    try:
+        return DataType(name)
+    except ValueError:
+        return None
+
+
+def from_numpy(np_dtype):
+    """The DataType of a numpy dtype, or None where fuserir has no such type."""
+    np_dtype = np.dtype(np_dtype)
+    for dtype, host in _NUMPY.items():
+        if host == np_dtype:
+            return dtype
+    return None
+
+
+_RANK = {
+    DataType.bool: 0,
+    DataType.i32: 1,
+    DataType.i64: 2,
+    DataType.f16: 3,
+    DataType.bf16: 3,
+    DataType.f32: 4,
+    DataType.f64: 5,
+}
+
+
+def promote(a, b):
+    """The common type of a binary operation's operands."""
+    if a == b:
+        return a
+    if {a, b} == {DataType.f16, DataType.bf16}:
+        return DataType.f32
+    return a if _RANK[a] > _RANK[b] else b

@@ -1,0 +1,43 @@
+"""Exception types users see.
+
+Every error fuserir raises on bad input is one of these, with a message that names the
+problem and where it is (tensor, axis, DSL line:column). They live in their own module so
+that every layer (IR, DSL, evaluator, later lowering) can raise them without import cycles.
+"""
+
+
+class FuserirError(Exception):
+    """Base class of every error fuserir raises on bad input."""
+
+
+class FusionError(FuserirError):
+    """An ill-formed fusion definition: dtype or shape mismatch, bad axis, wrong arity."""
+
+
+class ScheduleError(FuserirError):
+    """An illegal scheduling transform; the message names the tensor and the axis."""
+
+
+class EvaluationError(FuserirError):
+    """Inputs that do not fit the fusion handed to the reference evaluator."""
+
+
+class DslError(FuserirError):
+    """A syntax or semantic error in DSL text, located as file:line:col with a caret."""
+
+    def __init__(self, message, filename="<string>", line=None, column=None, source_line=None):
+        self.message = message
+        self.filename = filename
+        self.line = line
+        self.column = column
+        self.source_line = source_line
+        super().__init__(self._format())
+
+    def _format(self):
+        if self.line is None:
+            return f"{self.filename}: {self.message}"
+        text = f"{self.filename}:{self.line}:{self.column}: {self.message}"
+        if self.source_line is not None:
+            caret = " " * (max(self.column, 1) - 1) + "^"
+            text += f"\n    {self.source_line}\n    {caret}"
+        return text

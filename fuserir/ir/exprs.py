@@ -1,0 +1,150 @@
+"""Expressions: the operations of a fusion, each writing one tensor.
+
+Every expression knows how its output's root axes correspond to each tensor input's shape
+axes (`root_map`). That correspondence is what compute_at replays transforms along and what
+lowering will index producers by. Matmul is one expression whose output domain is
+[M, N, rK]: a multiply fused with a sum over K, so split-K is an ordinary split + rfactor.
+"""
+
+from .tensor import TensorView
+
+UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu")
+FLOAT_UNARY_OPS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "gelu")
+ARITH_BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum")
+COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
+BINARY_OPS = ARITH_BINARY_OPS + COMPARE_OPS
+REDUCTION_OPS = ("sum", "max")
+LAYOUTS = ("TT", "TN", "NT", "NN")
+
+
+class Expr:
+    op = None
+
+    def __init__(self, inputs, output):
+        self.inputs = list(inputs)
+        self.output = output
+
+    @property
+    def outputs(self):
+        return [self.output]
+
+    @property
+    def tensor_inputs(self):
+        return [v for v in self.inputs if isinstance(v, TensorView)]
+
+    def root_map(self, producer):
+        """{output root axis: producer shape axis} for a tensor input `producer`."""
+        positions = self._input_positions(self.inputs.index(producer))
+        axes = producer.shape_axes
+        return {out_axis: axes[p] for out_axis, p in zip(self.output.root, positions)
+                if p is not None}
+
+    def _input_positions(self, index):
+        """For each output root axis, the position in input `index`'s shape axes (or None)."""
+        return list(range(len(self.output.root)))
+
+    def attributes(self):
+        """The non-operand parameters, as (name, value) pairs, for printing and equality."""
+        return ()
+
+    def __str__(self):
+        args = [str(v) for v in self.inputs] + [f"{k}={v}" for k, v in self.attributes()]
+        return f"{self.output} = {self.op}({', '.join(args)})"
+
+
+class UnaryOp(Expr):
+    def __init__(self, op, x, output, approximate="none"):
+        super().__init__([x], output)
+        self.op = op
+        self.approximate = approximate
+
+    def attributes(self):
+        return (("approximate", self.approximate),) if self.op == "gelu" else ()
+
+
+class BinaryOp(Expr):
+    def __init__(self, op, a, b, output):
+        super().__init__([a, b], output)
+        self.op = op
+
+
+class WhereOp(Expr):
+    op = "where"
+
+    def __init__(self, cond, a, b, output):
+        super().__init__([cond, a, b], output)
+
+
+class CastOp(Expr):
+    op = "cast"
+
+    def __init__(self, x, output):
+        super().__init__([x], output)
+
+    def attributes(self):
+        return (("dtype", self.output.dtype),)
+
+
+class LoadStoreOp(Expr):
+    """A copy (`set`); caches are copies into another memory type. `async_copy` asks for
+    cp.async (global -> shared)."""
+
+    op = "set"
+
+    def __init__(self, x, output, async_copy=False):
+        super().__init__([x], output)
+        self.async_copy = async_copy
+
+    def attributes(self):
+        return (("async_copy", True),) if self.async_copy else ()
+
+
+class BroadcastOp(Expr):
+    op = "broadcast"
+
+    def __init__(self, x, output, flags):
+        super().__init__([x], output)
+        self.flags = tuple(flags)
+
+    def _input_positions(self, index):
+        positions, p = [], 0
+        for is_new in self.flags:
+            positions.append(None if is_new else p)
+            p += 0 if is_new else 1
+        return positions
+
+    def attributes(self):
+        return (("flags", self.flags),)
+
+
+class ReductionOp(Expr):
+    """Reduce `x` over `axes` (positions in x's shape). The output's root keeps the reduced
+    axes as reduction axes; its shape drops them. Accumulates in `accumulate_dtype`."""
+
+    def __init__(self, op, x, output, axes):
+        super().__init__([x], output)
+        self.op = op
+        self.axes = tuple(axes)
+
+    def attributes(self):
+        return (("axes", self.axes),)
+
+
+class MatmulOp(Expr):
+    """out[m, n] = sum_k A[m, k] * B[k, n] in f32, with A and B stored per `layout`:
+    TT A[M,K] B[K,N]; TN A[M,K] B[N,K]; NT A[K,M] B[K,N]; NN A[K,M] B[N,K]."""
+
+    op = "matmul"
+
+    def __init__(self, a, b, output, layout):
+        super().__init__([a, b], output)
+        self.layout = layout
+
+    def _input_positions(self, index):
+        # output root is [M, N, K]
+        if index == 0:
+            return [0, None, 1] if self.layout[0] == "T" else [1, None, 0]
+        return [None, 1, 0] if self.layout[1] == "T" else [None, 0, 1]
+
+    def attributes(self):
+        return (("layout", self.layout),)

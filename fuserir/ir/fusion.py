@@ -1,0 +1,180 @@
+"""Fusion: a dataflow graph of tensor expressions, plus its schedule trace.
+
+The graph is a networkx DiGraph whose nodes are tensors and expressions, with edges
+tensor -> expression (read) and expression -> tensor (write). networkx gives topological
+order, producers and consumers, paths and cycle checks for free; we keep a creation
+serial on each node so every order we hand out is deterministic.
+
+The schedule trace lists every outermost scheduling call made on the fusion's tensors
+(`y.split(1, 128)`, `xs = x.cache_after(shared)`, a scheduler call), so that printing a
+fusion prints its schedule and parsing that text replays it to a structurally equal fusion.
+"""
+
+import contextlib
+import itertools
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from ..errors import FusionError
+from .tensor import TensorView
+
+
+@dataclass
+class TraceEntry:
+    """One recorded scheduling call: `result = target.method(*args, **kwargs)`."""
+
+    target: str            # tensor name, or None for a fusion-level call (a scheduler)
+    method: str
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    result: object = None  # the TensorView a call returns (cache_after, rfactor), else None
+
+
+class Fusion:
+    def __init__(self, name="fusion"):
+        self.name = name
+        self.inputs = []
+        self.outputs = []
+        self.graph = nx.DiGraph()
+        self.trace = []
+        self._serial = itertools.count()
+        self._recording_depth = 0
+
+    # -- building ------------------------------------------------------------------------
+    def _add_node(self, node):
+        if node not in self.graph:
+            self.graph.add_node(node, serial=next(self._serial))
+
+    def add_tensor(self, tv):
+        if any(t.name == tv.name for t in self.tensors):
+            raise FusionError(f"tensor name '{tv.name}' is already used in fusion {self.name}")
+        self._add_node(tv)
+        return tv
+
+    def add_input(self, tv):
+        self.add_tensor(tv)
+        self.inputs.append(tv)
+        return tv
+
+    def new_input(self, name, dtype, dims):
+        """Declare an input tensor `name` of `dtype` with `dims` (ints or symbol names)."""
+        from .iterdomain import IterDomain
+        from .tensor import MemoryType
+        if not name.isidentifier():
+            raise FusionError(f"'{name}' is not a valid tensor name")
+        root = []
+        for d in dims:
+            if isinstance(d, bool) or not isinstance(d, (int, str)):
+                raise FusionError(f"input {name}: dimension {d!r} must be an integer or a name")
+            if isinstance(d, int) and d < 1:
+                raise FusionError(f"input {name}: dimension {d} must be >= 1")
+            root.append(IterDomain(d))
+        return self.add_input(TensorView(self, name, dtype, root, MemoryType.global_))
+
+    def rename(self, tv, name):
+        """Give `tv` the user-visible name `name` (which no other tensor may have)."""
+        if name != tv.name and any(t.name == name for t in self.tensors):
+            raise FusionError(f"tensor name '{name}' is already used in fusion {self.name}")
+        tv.name = name
+        tv.is_named = True
+        return tv
+
+    def add_output(self, tv):
+        if tv.fusion is not self:
+            raise FusionError(f"output {tv.name} belongs to another fusion")
+        if tv in self.outputs:
+            raise FusionError(f"{tv.name} is already an output of fusion {self.name}")
+        if tv.is_input:
+            raise FusionError(f"{tv.name} is a fusion input and cannot also be an output")
+        self.outputs.append(tv)
+        from .tensor import MemoryType
+        tv.memory_type = MemoryType.global_
+        return tv
+
+    def add_expr(self, expr):
+        """Register `expr` as the definition of its output tensor."""
+        self._add_node(expr)
+        for v in expr.tensor_inputs:
+            self.graph.add_edge(v, expr)
+        self._add_node(expr.output)
+        self.graph.add_edge(expr, expr.output)
+        expr.output.definition = expr
+        if not nx.is_directed_acyclic_graph(self.graph):
+            raise FusionError(f"expression {expr} would create a cycle")
+        return expr
+
+    def remove_expr(self, expr):
+        self.graph.remove_node(expr)
+
+    def replace_input(self, expr, old, new):
+        """Make `expr` read `new` where it read `old`."""
+        expr.inputs = [new if v is old else v for v in expr.inputs]
+        if self.graph.has_edge(old, expr):
+            self.graph.remove_edge(old, expr)
+        self.graph.add_edge(new, expr)
+
+    def fresh_name(self, base):
+        """`base` if no tensor has that name yet, else base_1, base_2, ..."""
+        names = {t.name for t in self.tensors}
+        if base not in names:
+            return base
+        for i in itertools.count(1):
+            if f"{base}_{i}" not in names:
+                return f"{base}_{i}"
+
+    # -- queries -------------------------------------------------------------------------
+    def _topological(self):
+        serial = nx.get_node_attributes(self.graph, "serial")
+        return list(nx.lexicographical_topological_sort(self.graph, key=lambda n: serial[n]))
+
+    @property
+    def exprs(self):
+        """Expressions in a deterministic topological order."""
+        return [n for n in self._topological() if not isinstance(n, TensorView)]
+
+    @property
+    def tensors(self):
+        """Tensors in a deterministic topological order (inputs first)."""
+        return [n for n in self._topological() if isinstance(n, TensorView)]
+
+    def tensor(self, name):
+        for t in self.graph.nodes:
+            if isinstance(t, TensorView) and t.name == name:
+                return t
+        raise FusionError(f"fusion {self.name} has no tensor named '{name}'")
+
+    def uses(self, tv):
+        """The expressions that read `tv`, in creation order."""
+        serial = nx.get_node_attributes(self.graph, "serial")
+        return sorted(self.graph.successors(tv), key=lambda e: serial[e])
+
+    def consumers(self, tv):
+        return [e.output for e in self.uses(tv)]
+
+    def producers(self, tv):
+        return [] if tv.definition is None else tv.definition.tensor_inputs
+
+    def depends_on(self, consumer, producer):
+        return consumer is not producer and nx.has_path(self.graph, producer, consumer)
+
+    # -- schedule trace ------------------------------------------------------------------
+    @contextlib.contextmanager
+    def recording(self, target, method, args, kwargs):
+        """Record `method` in the trace if it is the outermost call and succeeds."""
+        entry = TraceEntry(target.name if target is not None else None, method,
+                           tuple(args), dict(kwargs))
+        self._recording_depth += 1
+        try:
+            yield entry
+        finally:
+            self._recording_depth -= 1
+        if self._recording_depth == 0:
+            self.trace.append(entry)
+
+    def __repr__(self):
+        return f"<Fusion {self.name}: {len(self.inputs)} inputs, {len(self.exprs)} exprs>"
+
+    def __str__(self):
+        from ..dsl.printer import print_fusion
+        return print_fusion(self)

@@ -1,0 +1,243 @@
+"""Values of a fusion: TensorView (a tensor and its schedule) and Scalar (a literal).
+
+A TensorView carries three domains, as in nvFuser:
+  root     the axes the defining expression produces (a reduction's reduced axes
+           included, as reduction axes);
+  logical  the tensor's meaning: equal to root, except for an rfactor producer, whose
+           logical domain holds the split pieces of the reduction (some reduced, some kept);
+  loop     what the schedule made of the logical domain: split, merged, reordered,
+           parallelized. Lowering generates one loop per loop axis.
+The scheduling methods below are thin: the algorithms live in fuserir.transforms, and every
+outermost call is recorded in the fusion's replayable schedule trace.
+"""
+
+import functools
+from enum import Enum
+
+from ..dtypes import DataType
+
+
+class MemoryType(Enum):
+    global_ = "global"
+    shared = "shared"
+    local = "local"
+
+    def __str__(self):
+        return self.value
+
+
+def memory_type(value):
+    """A MemoryType from an enum member or its name ("global", "shared", "local")."""
+    if isinstance(value, MemoryType):
+        return value
+    for m in MemoryType:
+        if m.value == value:
+            return m
+    raise ValueError(value)
+
+
+class Val:
+    """Anything an expression reads or writes."""
+
+
+class Scalar(Val):
+    """A literal number; its dtype is the dtype of the tensor operand beside it."""
+
+    def __init__(self, value, dtype):
+        self.value = value
+        self.dtype = dtype
+
+    def __str__(self):
+        if self.dtype is DataType.bool:
+            return "true" if self.value else "false"
+        if self.dtype.is_float:
+            return repr(float(self.value))
+        return str(int(self.value))
+
+
+def _traced(method):
+    """Record the outermost scheduling call on a tensor in its fusion's schedule trace."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self.fusion.recording(self, method.__name__, args, kwargs) as entry:
+            result = method(self, *args, **kwargs)
+            entry.result = result
+        return result
+
+    return wrapper
+
+
+class TensorView(Val):
+    def __init__(self, fusion, name, dtype, root, memory=MemoryType.local, named=True):
+        self.fusion = fusion
+        self.name = name
+        self.dtype = dtype
+        self.root = list(root)
+        self.logical = list(self.root)
+        self.loop = list(self.root)
+        self.memory_type = memory
+        self.is_named = named
+        self.definition = None          # the Expr that writes this tensor (None: input)
+        self.compute_at_pos = None      # None: placed by nobody yet (inlined by default)
+        self.circular_buffer_stages = None
+        self.compute_at_consumer = None  # the tensor whose loops compute_at shares
+
+    # -- shape ---------------------------------------------------------------------------
+    @property
+    def shape_axes(self):
+        """The logical axes that remain in the tensor's shape (reduced axes dropped)."""
+        return [a for a in self.logical if not a.is_reduction]
+
+    @property
+    def shape(self):
+        return [a.extent for a in self.shape_axes]
+
+    @property
+    def rank(self):
+        return len(self.shape_axes)
+
+    @property
+    def ndim(self):
+        """The number of loop axes (what schedule axis numbers index)."""
+        return len(self.loop)
+
+    @property
+    def is_input(self):
+        return self in self.fusion.inputs
+
+    @property
+    def is_output(self):
+        return self in self.fusion.outputs
+
+    def __str__(self):
+        return self.name
+
+    def __repr__(self):
+        dims = ", ".join(str(e) for e in self.shape)
+        return f"<TensorView {self.name}: {self.dtype}[{dims}] {self.memory_type}>"
+
+    def describe(self):
+        """One line: name, type, memory, loop domain (and compute-at position if set)."""
+        dims = ", ".join(str(e) for e in self.shape)
+        loop = " ".join(str(a) for a in self.loop)
+        text = f"{self.name}: {self.dtype}[{dims}] {self.memory_type} loop=[{loop}]"
+        if self.compute_at_pos is not None:
+            text += f" compute_at={self.compute_at_pos}"
+        if self.circular_buffer_stages is not None:
+            text += f" stages={self.circular_buffer_stages}"
+        return text
+
+    # -- arithmetic sugar for the Python builder -------------------------------------------
+    def __add__(self, other):
+        from .. import ops
+        return ops.add(self, other)
+
+    def __radd__(self, other):
+        from .. import ops
+        return ops.add(other, self)
+
+    def __sub__(self, other):
+        from .. import ops
+        return ops.sub(self, other)
+
+    def __rsub__(self, other):
+        from .. import ops
+        return ops.sub(other, self)
+
+    def __mul__(self, other):
+        from .. import ops
+        return ops.mul(self, other)
+
+    def __rmul__(self, other):
+        from .. import ops
+        return ops.mul(other, self)
+
+    def __truediv__(self, other):
+        from .. import ops
+        return ops.div(self, other)
+
+    def __rtruediv__(self, other):
+        from .. import ops
+        return ops.div(other, self)
+
+    def __neg__(self):
+        from .. import ops
+        return ops.neg(self)
+
+    # -- scheduling (see fuserir.transforms for the algorithms) ---------------------------
+    @_traced
+    def split(self, axis, factor, inner=True):
+        """Split loop axis `axis` by `factor` (an int or a named run-time scalar).
+
+        [i{M}, i{N}].split(1, 128)  ->  [i{M}, i{ceildiv(N, 128)}, i{128}]
+        inner=False makes `factor` the extent of the outer piece instead.
+        """
+        from .. import transforms
+        transforms.split(self, axis, factor, inner)
+
+    @_traced
+    def merge(self, axis):
+        """Merge loop axes `axis` and `axis`+1: [i{M}, i{N}].merge(0) -> [i{M*N}]."""
+        from .. import transforms
+        transforms.merge(self, axis)
+
+    @_traced
+    def reorder(self, mapping):
+        """Move loop axes: {old: new}; unnamed axes keep their relative order."""
+        from .. import transforms
+        transforms.reorder(self, mapping)
+
+    @_traced
+    def parallelize(self, axis, ptype):
+        """Bind loop axis `axis` to a block/thread index, or mark it unroll/vectorize/mma."""
+        from .. import transforms
+        transforms.parallelize(self, axis, ptype)
+
+    @_traced
+    def vectorize(self, axis):
+        """Access the innermost, contiguous loop axis as one 1-16 byte vector."""
+        from .. import transforms
+        transforms.vectorize(self, axis)
+
+    @_traced
+    def rfactor(self, axes):
+        """Split a reduction in two: returns the producer that reduces `axes` (partially);
+        this tensor then reduces the remaining reduction axes of the producer's result."""
+        from .. import transforms
+        return transforms.rfactor(self, axes)
+
+    @_traced
+    def cache_after(self, memory_type, async_copy=False):
+        """Insert a copy of this tensor in `memory_type` that all its consumers then read."""
+        from .. import transforms
+        return transforms.cache_after(self, memory_type, async_copy)
+
+    @_traced
+    def cache_before(self, memory_type):
+        """Compute this tensor into a new one in `memory_type`, then copy it here."""
+        from .. import transforms
+        return transforms.cache_before(self, memory_type)
+
+    @_traced
+    def set_memory_type(self, memory_type):
+        from .. import transforms
+        transforms.set_memory_type(self, memory_type)
+
+    @_traced
+    def compute_at(self, consumer, pos):
+        """Compute this tensor inside the first `pos` loops of `consumer` (-1: all)."""
+        from .. import transforms
+        transforms.compute_at(self, consumer, pos)
+
+    @_traced
+    def inline_most(self):
+        """Compute this tensor as deep inside its consumer's loops as is legal."""
+        from .. import transforms
+        transforms.inline_most(self)
+
+    @_traced
+    def circular_buffer(self, stages):
+        """Keep `stages` copies of this tensor so loads run ahead of their use."""
+        from .. import transforms
+        transforms.circular_buffer(self, stages)

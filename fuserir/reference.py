@@ -1,0 +1,283 @@
+"""The reference evaluator: what a fusion means, computed with numpy.
+
+This is the ground truth every backend is tested against. It evaluates expressions in
+topological order on host arrays and ignores loop schedules, except where a schedule
+rewrote the graph: an rfactor producer is evaluated as the partial reduction its logical
+domain describes (the reduction split into pieces, some reduced here, the rest by its
+consumer), so that a schedule can be checked not to change meaning.
+
+Numerics: arithmetic on f16/bf16 is carried out in f32 and rounded to the result type
+after every operation, as generated code does; transcendental functions are computed in
+f64 and rounded once; reductions and matmul accumulate in f64 and round once to their
+output type (a closer answer than any f32 accumulation order). Integer division truncates
+toward zero, as in C.
+"""
+
+import math
+
+import numpy as np
+
+from . import dtypes
+from .dtypes import DataType
+from .errors import EvaluationError
+from .ir import extent as ext
+from .ir.exprs import (BinaryOp, BroadcastOp, CastOp, LoadStoreOp, MatmulOp, ReductionOp,
+                       UnaryOp, WhereOp)
+from .ir.iterdomain import Split, history
+from .ir.tensor import Scalar
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def evaluate(fusion, inputs):
+    """Evaluate `fusion` on `inputs` ({name: array}, plus {name: int} for named run-time
+    scalars such as a split factor); returns {output name: numpy array}."""
+    arrays, env = _bind_inputs(fusion, inputs)
+    values = dict(arrays)
+    for expr in fusion.exprs:
+        values[expr.output] = _evaluate_expr(expr, values, env)
+    return {t.name: values[t] for t in fusion.outputs}
+
+
+def _bind_inputs(fusion, inputs):
+    names = {t.name for t in fusion.inputs}
+    env, arrays = {}, {}
+    for name, value in inputs.items():
+        if name not in names:
+            if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+                env[name] = int(value)
+                continue
+            raise EvaluationError(f"'{name}' is not an input of fusion {fusion.name} (inputs: "
+                                  f"{', '.join(sorted(names))})")
+    for tv in fusion.inputs:
+        if tv.name not in inputs:
+            raise EvaluationError(f"missing input '{tv.name}' of fusion {fusion.name}")
+        array = _to_numpy(inputs[tv.name])
+        have = dtypes.from_numpy(array.dtype)
+        if have is not tv.dtype:
+            raise EvaluationError(f"input {tv.name}: expected {tv.dtype}, got {array.dtype}")
+        if array.ndim != tv.rank:
+            raise EvaluationError(f"input {tv.name}: expected {tv.rank} dimensions, got "
+                                  f"{array.ndim}")
+        for i, (extent, size) in enumerate(zip(tv.shape, array.shape)):
+            if isinstance(extent, int):
+                if extent != size:
+                    raise EvaluationError(f"input {tv.name}: axis {i} must have size "
+                                          f"{extent}, got {size}")
+            elif isinstance(extent, ext.Sym):
+                bound = env.setdefault(extent.name, size)
+                if bound != size:
+                    raise EvaluationError(f"input {tv.name}: axis {i} is {extent.name} = "
+                                          f"{size}, but {extent.name} = {bound} elsewhere")
+        arrays[tv] = array
+    return arrays, env
+
+
+def _to_numpy(value):
+    if hasattr(value, "get") and type(value).__module__.startswith("cupy"):
+        return value.get()
+    if type(value).__module__.startswith("torch"):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _extent(e, env, tv):
+    try:
+        return ext.evaluate(e, env)
+    except KeyError as missing:
+        raise EvaluationError(f"tensor {tv.name}: extent {e} needs a value for "
+                              f"'{missing.args[0]}'; pass it in the inputs") from None
+
+
+# -- expressions ---------------------------------------------------------------------------
+
+
+def _operand(v, values, dtype):
+    """An operand as an array of `dtype`'s compute type."""
+    if isinstance(v, Scalar):
+        return np.asarray(v.value, dtype=dtype.compute.numpy)
+    return values[v].astype(dtype.compute.numpy)
+
+
+def _round(array, dtype):
+    return np.asarray(array).astype(dtype.numpy)
+
+
+def _evaluate_expr(expr, values, env):
+    out = expr.output
+    if isinstance(expr, UnaryOp):
+        return _unary(expr, values)
+    if isinstance(expr, BinaryOp):
+        return _binary(expr, values)
+    if isinstance(expr, WhereOp):
+        cond, a, b = expr.inputs
+        return _round(np.where(values[cond], _operand(a, values, out.dtype),
+                               _operand(b, values, out.dtype)), out.dtype)
+    if isinstance(expr, CastOp):
+        return _cast(values[expr.inputs[0]], out.dtype)
+    if isinstance(expr, LoadStoreOp):
+        return values[expr.inputs[0]].copy()
+    if isinstance(expr, BroadcastOp):
+        x = values[expr.inputs[0]]
+        new_axes = [i for i, is_new in enumerate(expr.flags) if is_new]
+        return np.expand_dims(x, tuple(new_axes)) if new_axes else x.copy()
+    if isinstance(expr, ReductionOp):
+        return _reduction(expr, values, env)
+    if isinstance(expr, MatmulOp):
+        return _matmul(expr, values, env)
+    raise NotImplementedError(type(expr).__name__)  # every Expr subclass is handled above
+
+
+def _cast(x, dtype):
+    if dtype is DataType.bool:
+        return x != 0
+    if dtype.is_int and x.dtype.kind == "f":
+        return np.trunc(x.astype(np.float64)).astype(dtype.numpy)
+    return x.astype(dtype.numpy)
+
+
+def _unary(expr, values):
+    x, out = expr.inputs[0], expr.output
+    op = expr.op
+    if op in ("neg", "abs", "relu"):
+        v = _operand(x, values, out.dtype)
+        result = {"neg": np.negative, "abs": np.abs,
+                  "relu": lambda a: np.maximum(a, np.zeros_like(a))}[op](v)
+        return _round(result, out.dtype)
+    v = values[x].astype(np.float64)
+    with np.errstate(all="ignore"):
+        if op == "exp":
+            result = np.exp(v)
+        elif op == "log":
+            result = np.log(v)
+        elif op == "sqrt":
+            result = np.sqrt(v)
+        elif op == "rsqrt":
+            result = 1.0 / np.sqrt(v)
+        elif op == "tanh":
+            result = np.tanh(v)
+        elif op == "sigmoid":
+            result = 1.0 / (1.0 + np.exp(-v))
+        elif expr.approximate == "tanh":
+            result = 0.5 * v * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v ** 3)))
+        else:
+            result = 0.5 * v * (1.0 + _erf(v / math.sqrt(2.0)).astype(np.float64))
+    return _round(result, out.dtype)
+
+
+def _binary(expr, values):
+    a, b = expr.inputs
+    out = expr.output
+    in_dtype = dtypes.promote(a.dtype, b.dtype)
+    x, y = _operand(a, values, in_dtype), _operand(b, values, in_dtype)
+    op = expr.op
+    with np.errstate(all="ignore"):
+        if op == "div" and in_dtype.is_int:
+            quotient = np.abs(x) // np.where(y == 0, 1, np.abs(y))
+            result = np.where((x < 0) != (y < 0), -quotient, quotient)
+        else:
+            result = {
+                "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+                "maximum": np.maximum, "minimum": np.minimum, "eq": np.equal,
+                "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+                "ge": np.greater_equal,
+            }[op](x, y)
+    return _round(result, out.dtype)
+
+
+# -- reductions: plain, and the partial reduction of an rfactor producer -------------------
+
+
+def _identity(op, np_dtype):
+    if op == "sum":
+        return 0
+    if np_dtype.kind == "f":
+        return -np.inf
+    return np.iinfo(np_dtype).min
+
+
+def _accumulator(dtype):
+    return np.float64 if dtype.is_float else dtype.numpy
+
+
+def _reduction(expr, values, env):
+    x = values[expr.inputs[0]]
+    out = expr.output
+    reduce = np.sum if expr.op == "sum" else np.max
+    acc = x.astype(_accumulator(expr.inputs[0].dtype))
+    if out.logical == out.root:
+        return _round(reduce(acc, axis=tuple(expr.axes)), out.dtype)
+    # rfactor producer: gather the reduction's root indices for each logical piece.
+    gathered, kept, reduced = _gather_pieces(out, acc, env, _identity(expr.op, acc.dtype))
+    return _round(_to_logical_order(out, reduce(gathered, axis=tuple(reduced)), kept),
+                  out.dtype)
+
+
+def _matmul(expr, values, env):
+    a_tv, b_tv = expr.inputs
+    a = values[a_tv].astype(np.float64)
+    b = values[b_tv].astype(np.float64)
+    a = a if expr.layout[0] == "T" else a.T   # [M, K]
+    b = b if expr.layout[1] == "T" else b.T   # [K, N]
+    out = expr.output
+    if out.logical == out.root:
+        return _round(a @ b, out.dtype)
+    pieces = _pieces(out)
+    index, valid = _piece_indices(out, pieces, env)
+    k_index = next(iter(index.values()))
+    a_g = np.where(valid, a[:, k_index], 0.0)           # [M, *pieces]
+    b_g = np.moveaxis(b[k_index, :], -1, 0)             # [N, *pieces]
+    letters = "abcdefghijklmnopqrstuvw"[:len(pieces)]
+    kept = "".join(c for c, p in zip(letters, pieces) if not p.is_reduction)
+    result = np.einsum(f"y{letters},z{letters}->yz{kept}", a_g, b_g)
+    return _round(_to_logical_order(out, result, [p for p in pieces if not p.is_reduction]),
+                  out.dtype)
+
+
+def _pieces(tv):
+    """The logical axes of an rfactor producer that split its reduction (not root axes)."""
+    return [a for a in tv.logical if a not in tv.root]
+
+
+def _piece_indices(tv, pieces, env):
+    """Root indices (per reduction root axis) of every combination of piece indices, and
+    which combinations are in range (non-divisible splits leave some out)."""
+    shape = [_extent(p.extent, env, tv) for p in pieces]
+    grids = np.indices(shape) if shape else np.zeros((0,), dtype=np.int64)
+    index = {p: grids[i] for i, p in enumerate(pieces)}
+    valid = np.ones(shape, dtype=bool)
+    for t in reversed(history(pieces)):
+        if isinstance(t, Split):
+            inner_extent = _extent(t.inner.extent, env, tv)
+            index[t.input] = index[t.outer] * inner_extent + index[t.inner]
+            valid &= index[t.input] < _extent(t.input.extent, env, tv)
+        else:
+            inner_extent = _extent(t.inner.extent, env, tv)
+            index[t.outer] = index[t.output] // inner_extent
+            index[t.inner] = index[t.output] % inner_extent
+    roots = {r: np.where(valid, index[r], 0) for r in tv.root if r in index}
+    return roots, valid
+
+
+def _gather_pieces(tv, acc, env, identity):
+    """Rearrange a reduction's input (shaped like tv.root) into [iteration roots..., pieces...]
+    with out-of-range combinations set to `identity`; returns (array, kept pieces, axes of
+    the array to reduce)."""
+    pieces = _pieces(tv)
+    index, valid = _piece_indices(tv, pieces, env)
+    iteration = [i for i, r in enumerate(tv.root) if not r.is_reduction]
+    reduction = [i for i, r in enumerate(tv.root) if r.is_reduction]
+    moved = np.moveaxis(acc, iteration + reduction, list(range(acc.ndim)))
+    lead = (slice(None),) * len(iteration)
+    gathered = moved[lead + tuple(index[tv.root[i]] for i in reduction)]
+    gathered = np.where(valid, gathered, np.asarray(identity, dtype=acc.dtype))
+    reduced = [len(iteration) + i for i, p in enumerate(pieces) if p.is_reduction]
+    return gathered, [p for p in pieces if not p.is_reduction], reduced
+
+
+def _to_logical_order(tv, array, kept_pieces):
+    """`array` is laid out [iteration roots..., kept pieces...]; permute it into the order of
+    tv's shape axes."""
+    layout = [r for r in tv.root if not r.is_reduction] + kept_pieces
+    return np.transpose(array, [layout.index(a) for a in tv.shape_axes])
+
