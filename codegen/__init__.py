@@ -1,6 +1,9 @@
-"""Code generation: kernel IR becomes CUDA C++ compiled by NVRTC, or runs in the CPU
-interpreter with its race detector.
+"""Code generation: kernel IR becomes CUDA C++ compiled by NVRTC (codegen.cuda,
+codegen.nvrtc, codegen.launch), or runs in the CPU interpreter with its race detector
+(codegen.interp). codegen.compile is the entry point (codegen.executable)."""
 
-Empty until the lowering-core issue lands (codegen.compile, RaceError, HazardError arrive
-there). Nothing here pretends to work before then.
-"""
+from .errors import CompileError, Hazard, HazardError, RaceError
+from .executable import BACKENDS, CompiledKernel, Executable, compile
+
+__all__ = ["BACKENDS", "CompileError", "CompiledKernel", "Executable", "Hazard",
+           "HazardError", "RaceError", "compile"]

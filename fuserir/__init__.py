@@ -6,7 +6,9 @@ The front half lives here: the fusion IR (fuserir.ir), the operation builders
 Lowering to kernel IR is in the `lowering` package, code generation in `codegen`.
 """
 
-from . import ops
+from . import dsl, ops
+from .builder import FusionDefinition
+from .dsl import parse, print_fusion
 from .dtypes import DataType
 from .errors import DslError, EvaluationError, FuserirError, FusionError, ScheduleError
 from .ir import Fusion, IterKind, MemoryType, ParallelType, TensorView
@@ -15,6 +17,7 @@ from .reference import evaluate
 __version__ = "0.1.0"
 
 __all__ = [
-    "DataType", "DslError", "EvaluationError", "FuserirError", "Fusion", "FusionError",
+    "DataType", "DslError", "FusionDefinition", "dsl", "EvaluationError", "FuserirError", "Fusion", "FusionError",
     "IterKind", "MemoryType", "ParallelType", "ScheduleError", "TensorView", "evaluate", "ops",
+    "parse", "print_fusion",
 ]

@@ -8,6 +8,8 @@ cannot hold (2.5 as i32) is an error, never a silent truncation.
 
 import math
 
+import numpy as np
+
 from . import dtypes
 from .dtypes import DataType
 from .errors import FusionError
@@ -45,15 +47,32 @@ def _literal(op, value, dtype, beside):
         return value
     if not isinstance(value, (bool, int, float)):
         raise FusionError(f"{op}: operand {value!r} is neither a tensor nor a number")
+    if isinstance(value, bool) and dtype is not DataType.bool:
+        raise FusionError(f"{op}: literal {'true' if value else 'false'} cannot take the "
+                          f"dtype {dtype} of {beside}; write 1 or 0")
     if dtype is DataType.bool:
         if not isinstance(value, bool) and value not in (0, 1):
             raise FusionError(f"{op}: literal {value} cannot take the dtype bool of {beside}")
         return Scalar(bool(value), dtype)
     if dtype.is_int:
+        info = np.iinfo(dtype.numpy)
         if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
             raise FusionError(f"{op}: literal {value} cannot take the dtype {dtype} of "
                               f"{beside}")
+        if not info.min <= value <= info.max:
+            raise FusionError(f"{op}: literal {value} is out of range for the dtype {dtype} "
+                              f"of {beside}")
         return Scalar(int(value), dtype)
+    if isinstance(value, float) and not math.isfinite(value):
+        return Scalar(value, dtype)  # inf and nan mean what they say
+    with np.errstate(over="ignore"):
+        try:
+            fits = bool(np.isfinite(np.float64(value).astype(dtype.numpy)))
+        except OverflowError:  # an integer beyond even f64
+            fits = False
+    if not fits:
+        raise FusionError(f"{op}: literal {value} is out of range for the dtype {dtype} of "
+                          f"{beside}")
     return Scalar(float(value), dtype)
 
 

@@ -26,33 +26,41 @@ from .ir.exprs import (BinaryOp, BroadcastOp, CastOp, LoadStoreOp, MatmulOp, Red
 from .ir.iterdomain import Split, history
 from .ir.tensor import Scalar
 
-_erf = np.frompyfunc(math.erf, 1, 1)
+_erfc = np.frompyfunc(math.erfc, 1, 1)
 
 
 def evaluate(fusion, inputs):
     """Evaluate `fusion` on `inputs` ({name: array}, plus {name: int} for named run-time
     scalars such as a split factor); returns {output name: numpy array}."""
-    arrays, env = _bind_inputs(fusion, inputs)
+    arrays, env = bind_inputs(fusion, inputs)
     values = dict(arrays)
     for expr in fusion.exprs:
         values[expr.output] = _evaluate_expr(expr, values, env)
     return {t.name: values[t] for t in fusion.outputs}
 
 
-def _bind_inputs(fusion, inputs):
+def bind_inputs(fusion, inputs, convert=None):
+    """Check `inputs` against the fusion's inputs (names, dtypes, ranks, sizes) and bind
+    its size symbols. Returns ({input tensor: array}, {symbol: int}). Arrays are converted
+    with `convert` (default: to numpy); the backends pass their own."""
+    convert = convert or to_numpy
     names = {t.name for t in fusion.inputs}
     env, arrays = {}, {}
+    origin = {}  # symbol -> where its value came from, for error messages
     for name, value in inputs.items():
         if name not in names:
             if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+                if value < 1:
+                    raise EvaluationError(f"run-time scalar '{name}' must be >= 1, got {value}")
                 env[name] = int(value)
+                origin[name] = f"the value passed for {name}"
                 continue
             raise EvaluationError(f"'{name}' is not an input of fusion {fusion.name} (inputs: "
                                   f"{', '.join(sorted(names))})")
     for tv in fusion.inputs:
         if tv.name not in inputs:
             raise EvaluationError(f"missing input '{tv.name}' of fusion {fusion.name}")
-        array = _to_numpy(inputs[tv.name])
+        array = convert(inputs[tv.name])
         have = dtypes.from_numpy(array.dtype)
         if have is not tv.dtype:
             raise EvaluationError(f"input {tv.name}: expected {tv.dtype}, got {array.dtype}")
@@ -66,14 +74,17 @@ def _bind_inputs(fusion, inputs):
                                           f"{extent}, got {size}")
             elif isinstance(extent, ext.Sym):
                 bound = env.setdefault(extent.name, size)
+                origin.setdefault(extent.name, f"input {tv.name} axis {i}")
                 if bound != size:
                     raise EvaluationError(f"input {tv.name}: axis {i} is {extent.name} = "
-                                          f"{size}, but {extent.name} = {bound} elsewhere")
+                                          f"{size}, but {extent.name} = {bound} from "
+                                          f"{origin[extent.name]}")
         arrays[tv] = array
     return arrays, env
 
 
-def _to_numpy(value):
+def to_numpy(value):
+    """A host numpy array from a numpy, CuPy or torch array."""
     if hasattr(value, "get") and type(value).__module__.startswith("cupy"):
         return value.get()
     if type(value).__module__.startswith("torch"):
@@ -93,9 +104,10 @@ def _extent(e, env, tv):
 
 
 def _operand(v, values, dtype):
-    """An operand as an array of `dtype`'s compute type."""
+    """An operand as an array of `dtype`'s compute type (a literal is first rounded to its
+    own dtype, which it takes from the tensor beside it)."""
     if isinstance(v, Scalar):
-        return np.asarray(v.value, dtype=dtype.compute.numpy)
+        return np.asarray(v.value, dtype=v.dtype.numpy).astype(dtype.compute.numpy)
     return values[v].astype(dtype.compute.numpy)
 
 
@@ -161,7 +173,8 @@ def _unary(expr, values):
         elif expr.approximate == "tanh":
             result = 0.5 * v * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v ** 3)))
         else:
-            result = 0.5 * v * (1.0 + _erf(v / math.sqrt(2.0)).astype(np.float64))
+            # 1 + erf(x / sqrt 2) = erfc(-x / sqrt 2), without cancellation for x << 0
+            result = 0.5 * v * _erfc(-v / math.sqrt(2.0)).astype(np.float64)
     return _round(result, out.dtype)
 
 
@@ -206,7 +219,10 @@ def _reduction(expr, values, env):
     reduce = np.sum if expr.op == "sum" else np.max
     acc = x.astype(_accumulator(expr.inputs[0].dtype))
     if out.logical == out.root:
-        return _round(reduce(acc, axis=tuple(expr.axes)), out.dtype)
+        # The root says what is reduced: an rfactor producer whose rfactored axes were not
+        # transformed keeps its other reduction roots as iteration axes.
+        axes = tuple(i for i, r in enumerate(out.root) if r.is_reduction)
+        return _round(reduce(acc, axis=axes), out.dtype)
     # rfactor producer: gather the reduction's root indices for each logical piece.
     gathered, kept, reduced = _gather_pieces(out, acc, env, _identity(expr.op, acc.dtype))
     return _round(_to_logical_order(out, reduce(gathered, axis=tuple(reduced)), kept),
@@ -235,8 +251,9 @@ def _matmul(expr, values, env):
 
 
 def _pieces(tv):
-    """The logical axes of an rfactor producer that split its reduction (not root axes)."""
-    return [a for a in tv.logical if a not in tv.root]
+    """The logical axes of an rfactor producer that come from its reduction: the pieces its
+    schedule split the reduction into, and reduction roots it reduces untransformed."""
+    return [a for a in tv.logical if a not in tv.root or a.is_reduction]
 
 
 def _piece_indices(tv, pieces, env):

@@ -37,11 +37,15 @@ def _not_input(op, tv):
                             f"computed: schedule a cache of it (cache_after) instead")
 
 
+def _placed_producers(tv):
+    """The tensors computed at `tv`: they share its outer loops. Usually direct producers,
+    but a cache_after inserted since may stand between (x computed at y, then x cached)."""
+    return [p for p in tv.fusion.tensors if p.compute_at_consumer is tv and p.compute_at_pos]
+
+
 def _max_producer_pos(tv):
     """The deepest loop position of `tv` that a producer computed at `tv` shares."""
-    positions = [p.compute_at_pos for p in tv.fusion.producers(tv)
-                 if p.compute_at_consumer is tv and p.compute_at_pos]
-    return max(positions, default=0)
+    return max((p.compute_at_pos for p in _placed_producers(tv)), default=0)
 
 
 def _not_shared(op, tv, positions):
@@ -121,6 +125,8 @@ def reorder(tv, mapping):
     moves = {}
     for old, new in mapping.items():
         o, n = _axis("reorder", tv, old), _axis("reorder", tv, new)
+        if o in moves:
+            raise ScheduleError(f"reorder: axis {o} of {tv.name} is moved twice (as {old})")
         if n in moves.values():
             raise ScheduleError(f"reorder: two axes of {tv.name} are moved to position {new}")
         moves[o] = n
@@ -204,6 +210,16 @@ def rfactor(tv, axes):
         raise ScheduleError(f"rfactor: {tv.name} is not defined by a reduction or matmul")
     if tv.logical != tv.root:
         raise ScheduleError(f"rfactor: {tv.name} is already an rfactor producer")
+    # rfactor rebuilds tv's loops and moves its definition: loops already shared through
+    # compute_at (and their loop-only broadcast axes) would be left dangling.
+    if tv.compute_at_consumer is not None:
+        raise ScheduleError(f"rfactor: {tv.name} already shares loops with "
+                            f"{tv.compute_at_consumer.name} through compute_at; rfactor it "
+                            "before compute_at")
+    if _max_producer_pos(tv):
+        raise ScheduleError(f"rfactor: a producer is computed at position "
+                            f"{_max_producer_pos(tv)} of {tv.name}; rfactor {tv.name} before "
+                            "that compute_at")
     if isinstance(axes, int):
         axes = [axes]
     positions = [_axis("rfactor", tv, a) for a in axes]
@@ -296,6 +312,16 @@ def cache_before(tv, memory_type):
     if tv.definition is None:
         raise ScheduleError(f"cache_before: {tv.name} is a fusion input with no definition to "
                             "cache; use cache_after")
+    # (as in nvFuser: the cache takes tv's loops and definition, so placements that share
+    # tv's loops would be left pointing at the wrong tensor)
+    if tv.compute_at_pos:
+        raise ScheduleError(f"cache_before: {tv.name} is computed at "
+                            f"{tv.compute_at_consumer.name} (position {tv.compute_at_pos}); "
+                            "cache it before compute_at")
+    if _max_producer_pos(tv):
+        raise ScheduleError(f"cache_before: a producer is computed at position "
+                            f"{_max_producer_pos(tv)} of {tv.name}; cache {tv.name} before "
+                            "that compute_at")
     fusion = tv.fusion
     expr = tv.definition
     cache = TensorView(fusion, fusion.fresh_name(f"{tv.name}_cache"), tv.dtype, [], mt)
@@ -342,7 +368,9 @@ def compute_at(tv, consumer, pos):
         raise ScheduleError(f"compute_at: position {pos} is past the depth of consumer "
                             f"{consumer.name}, which has {consumer.ndim} loop axes "
                             f"(tensor {tv.name})")
-    # Every tensor on a path from tv to consumer is computed at the same position.
+    # Every tensor on a path from tv to consumer is computed at the same position. Those
+    # in between that no compute_at placed stay unplaced: lowering inlines them as far as
+    # legal, which keeps the shared loops and adds their own inner ones.
     on_path = [t for t in fusion.tensors
                if t is tv or (fusion.depends_on(t, tv) and fusion.depends_on(consumer, t))]
     targets = set(on_path) | {consumer}
@@ -350,7 +378,10 @@ def compute_at(tv, consumer, pos):
         if t is consumer:
             continue
         c = next(c for c in fusion.consumers(t) if c in targets)
-        _replay_at(t, c, p)
+        placed = t.compute_at_pos
+        _replay_keeping_placements(t, c, p, skip=on_path)
+        if t is not tv and placed is None:
+            t.compute_at_pos = None
 
 
 def _replay_at(producer, consumer, pos):
@@ -388,8 +419,10 @@ def _replay_at(producer, consumer, pos):
     leftovers.sort(key=consumer_position)
     used = {axis_map[r] for r in needed if r in root_map}
     free = [a for a in producer.logical if a not in used]
-    kept = [a for a in producer.loop
-            if all(r in free for r in _ancestors_in(a, producer.logical))]
+    # (a loop axis with no logical ancestor is a loop-only broadcast axis of an earlier
+    # compute_at: it exists only to share a consumer loop, so it is not kept)
+    kept = [a for a in producer.loop if _ancestors_in(a, producer.logical)
+            and all(r in free for r in _ancestors_in(a, producer.logical))]
     covered = {r for a in kept for r in _ancestors_in(a, producer.logical)}
     producer.loop = (new_shared + [axis_map[o] for o in leftovers] + kept
                      + [a for a in free if a not in covered])
@@ -413,22 +446,42 @@ def _ancestors_in(axis, domain):
     return [r for i in axis.definition.inputs for r in _ancestors_in(i, domain)]
 
 
+def concrete_loop(tv, i):
+    """The (tensor, position) whose loop tv.loop[i] runs in: inside its compute-at position
+    an axis shares its consumer's loop, recursively."""
+    while tv.compute_at_pos and i < tv.compute_at_pos:
+        tv = tv.compute_at_consumer
+    return tv, i
+
+
 def max_inline_position(tv):
-    """The deepest position `tv` can be computed at in its consumers' loops."""
+    """The deepest position `tv` can be computed at in its consumers' loops.
+
+    It stops before a vectorized or mma axis; where tv has several consumers, after the
+    loops they all share; and for a reduction, before a consumer axis that does not map
+    to one of its iteration axes (a broadcast the consumer resolves), which would recompute
+    the whole reduction in every iteration of that loop.
+    """
     consumers = tv.fusion.consumers(tv)
     if not consumers:
         return 0
     first = consumers[0]
     limit = first.ndim
-    for c in consumers:
+    for i, a in enumerate(first.loop):
+        if a.parallel in (ParallelType.vectorize, ParallelType.mma):
+            limit = min(limit, i)
+    for c in consumers[1:]:
         depth = 0
-        for a, b in zip(c.loop, first.loop):
-            if a.parallel in (ParallelType.vectorize, ParallelType.mma):
-                break
-            if a.extent != b.extent or a.parallel is not b.parallel:
-                break
+        while (depth < min(c.ndim, first.ndim)
+               and concrete_loop(c, depth) == concrete_loop(first, depth)):
             depth += 1
         limit = min(limit, depth)
+    if any(a.is_reduction for a in tv.loop):
+        mapped = set(first.definition.root_map(tv))
+        for i, a in enumerate(first.loop[:limit]):
+            if not all(r in mapped for r in _roots(a)):
+                limit = i
+                break
     return limit
 
 
@@ -447,9 +500,19 @@ def inline_most(target):
     for t in tensors:
         pos = max_inline_position(t)
         if pos > 0:
-            _replay_at(t, t.fusion.consumers(t)[0], pos)
+            _replay_keeping_placements(t, t.fusion.consumers(t)[0], pos)
         else:
             t.compute_at_pos = 0
+
+
+def _replay_keeping_placements(tv, consumer, pos, skip=()):
+    """_replay_at, then put the producers computed at tv (except those in `skip`, which the
+    caller replays itself) back at their positions in tv's new loops: placing tv anew must
+    not leave them sharing loops it no longer has."""
+    placed = [(q, q.compute_at_pos) for q in _placed_producers(tv) if q not in skip]
+    _replay_at(tv, consumer, pos)
+    for q, k in placed:
+        _replay_keeping_placements(q, tv, min(k, tv.ndim))
 
 
 def circular_buffer(tv, stages):

@@ -48,8 +48,18 @@ class Expr:
         return ()
 
     def __str__(self):
-        args = [str(v) for v in self.inputs] + [f"{k}={v}" for k, v in self.attributes()]
+        args = [str(v) for v in self.inputs]
+        args += [f"{k}={_format_attribute(v)}" for k, v in self.attributes()]
         return f"{self.output} = {self.op}({', '.join(args)})"
+
+
+def _format_attribute(value):
+    """An attribute as the DSL writes it: [1, 2], true, f16."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_format_attribute(v) for v in value) + "]"
+    return str(value)
 
 
 class UnaryOp(Expr):

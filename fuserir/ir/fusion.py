@@ -8,9 +8,13 @@ serial on each node so every order we hand out is deterministic.
 The schedule trace lists every outermost scheduling call made on the fusion's tensors
 (`y.split(1, 128)`, `xs = x.cache_after(shared)`, a scheduler call), so that printing a
 fusion prints its schedule and parsing that text replays it to a structurally equal fusion.
+Scheduling rewrites the graph (rfactor, cache_after, cache_before move and insert
+expressions), so the fusion also keeps `definition_exprs`: a copy of every expression
+as it was defined, which is what the printer prints before the trace.
 """
 
 import contextlib
+import copy
 import itertools
 from dataclasses import dataclass, field
 
@@ -24,7 +28,7 @@ from .tensor import TensorView
 class TraceEntry:
     """One recorded scheduling call: `result = target.method(*args, **kwargs)`."""
 
-    target: str            # tensor name, or None for a fusion-level call (a scheduler)
+    target: object         # the TensorView, or None for a fusion-level call (a scheduler)
     method: str
     args: tuple
     kwargs: dict = field(default_factory=dict)
@@ -38,6 +42,7 @@ class Fusion:
         self.outputs = []
         self.graph = nx.DiGraph()
         self.trace = []
+        self.definition_exprs = []  # copies of the expressions as defined, in creation order
         self._serial = itertools.count()
         self._recording_depth = 0
 
@@ -72,12 +77,16 @@ class Fusion:
             root.append(IterDomain(d))
         return self.add_input(TensorView(self, name, dtype, root, MemoryType.global_))
 
-    def rename(self, tv, name):
-        """Give `tv` the user-visible name `name` (which no other tensor may have)."""
+    def rename(self, tv, name, named=True):
+        """Give `tv` the user-visible name `name` (which no other tensor may have).
+
+        named=False renames an intermediate but keeps it unnamed (compared by position, not
+        by name); the DSL parser does so for the names it reads back from printed text.
+        """
         if name != tv.name and any(t.name == name for t in self.tensors):
             raise FusionError(f"tensor name '{name}' is already used in fusion {self.name}")
         tv.name = name
-        tv.is_named = True
+        tv.is_named = named
         return tv
 
     def add_output(self, tv):
@@ -93,7 +102,11 @@ class Fusion:
         return tv
 
     def add_expr(self, expr):
-        """Register `expr` as the definition of its output tensor."""
+        """Register `expr` as the definition of its output tensor.
+
+        Outside scheduling calls this is part of the fusion's definition: a copy goes to
+        `definition_exprs`, which later graph rewrites (rfactor, caches) leave untouched.
+        """
         self._add_node(expr)
         for v in expr.tensor_inputs:
             self.graph.add_edge(v, expr)
@@ -102,6 +115,10 @@ class Fusion:
         expr.output.definition = expr
         if not nx.is_directed_acyclic_graph(self.graph):
             raise FusionError(f"expression {expr} would create a cycle")
+        if self._recording_depth == 0:
+            as_defined = copy.copy(expr)
+            as_defined.inputs = list(expr.inputs)
+            self.definition_exprs.append(as_defined)
         return expr
 
     def remove_expr(self, expr):
@@ -162,8 +179,7 @@ class Fusion:
     @contextlib.contextmanager
     def recording(self, target, method, args, kwargs):
         """Record `method` in the trace if it is the outermost call and succeeds."""
-        entry = TraceEntry(target.name if target is not None else None, method,
-                           tuple(args), dict(kwargs))
+        entry = TraceEntry(target, method, tuple(args), dict(kwargs))
         self._recording_depth += 1
         try:
             yield entry

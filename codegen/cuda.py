@@ -1,0 +1,666 @@
+"""Kernel IR -> CUDA C++ text that NVRTC compiles without a single #include.
+
+`emit_cuda(kernel)` returns one self-contained translation unit: a preamble holding only
+what the kernel uses (type names, 16-bit float structs converted with inline PTX `cvt`,
+math helpers), then the kernel as `extern "C" __global__`.
+
+The ABI, shared with the launcher (codegen.launch) and the interpreter:
+
+    extern "C" __global__ void <kernel.name>(
+        one pointer per TensorParam, in kernel.tensor_params order
+            (`const T* __restrict__` for inputs, `T*` for outputs),
+        every stride Var of every TensorParam, tensor by tensor, axis by axis (elements),
+        every ScalarParam var, in kernel.scalar_params order)
+
+strides and scalars in the kernel's index dtype (i32 = int, i64 = long long). Shared
+buffers live in one dynamic pool, `extern __shared__ unsigned char smem[]`, each at its
+byte_offset, so the launch passes shared_bytes(kernel, scalars) as dynamic shared memory.
+
+Types are spelled as kernel IR spells them (`i32`, `i64`, `f32`, `f64`, `f16`, `bf16`,
+`bool`) through typedefs, so a CUDA line reads like its kernel IR line; each statement
+ends with a `// S12` comment naming the kir statement it came from. Kernel IR is
+explicitly typed and the emitter trusts no implicit C conversion: every operand must
+already have the type its node computes in (a violation is a lowering bug, reported as
+CodegenError naming the expression), and each Cast becomes an explicit C cast or a
+preamble conversion. f16/bf16 never take part in arithmetic; they are converted through
+f32 (exactly) or with round-to-odd where a direct PTX cvt needs sm_90.
+
+Semantics chosen where C leaves a choice: min/max propagate NaN and relu keeps it (as
+numpy's minimum/maximum do; fminf/fmaxf would drop it); `mod` on floats is fmod (the sign
+of the dividend, like C's %); `not` is logical and takes bool only; ceildiv is
+(a + b - 1) / b. NVRTC's default --fmad=true may contract an f32 `a * b + c` into one fma:
+results equal the interpreter's separately rounded ones wherever the product is exact
+(integer-valued data), and are within rounding elsewhere.
+"""
+
+import math
+import re
+
+import numpy as np
+
+from fuserir.dtypes import DataType
+from lowering import kir
+
+from .errors import CodegenError
+
+__all__ = ["emit_cuda", "C_TYPES"]
+
+C_TYPES = {DataType.f16: "f16", DataType.bf16: "bf16", DataType.f32: "f32",
+           DataType.f64: "f64", DataType.i32: "i32", DataType.i64: "i64",
+           DataType.bool: "bool"}
+
+_ARITH = (DataType.i32, DataType.i64, DataType.f32, DataType.f64)
+_FLOAT = (DataType.f32, DataType.f64)
+_INT = (DataType.i32, DataType.i64)
+_HALF = (DataType.f16, DataType.bf16)
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<",
+          "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&",
+          "or": "||"}
+
+# ---------------------------------------------------------------------------------------
+# Preamble: snippets, each included only when the kernel uses it (in this order)
+# ---------------------------------------------------------------------------------------
+
+_SNIPPETS = {}
+_ORDER = []
+
+
+def _snippet(name, text, deps=()):
+    _SNIPPETS[name] = (text.strip("\n"), tuple(deps))
+    _ORDER.append(name)
+
+
+_snippet("types", r"""
+// Element types, named as kernel IR names them.
+typedef int i32;
+typedef long long i64;
+typedef float f32;
+typedef double f64;
+""")
+
+_snippet("f16", r"""
+// f16: IEEE binary16 as a 16-bit struct (no cuda_fp16.h); converted with PTX cvt.
+struct __align__(2) f16 { unsigned short x; };
+__device__ __forceinline__ f32 f16_to_f32(f16 h) {
+  f32 f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.x)); return f;
+}
+__device__ __forceinline__ f16 f32_to_f16(f32 f) {
+  f16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.x) : "f"(f)); return h;
+}
+__device__ __forceinline__ f16 f64_to_f16(f64 d) {
+  f16 h; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h.x) : "d"(d)); return h;
+}
+__device__ __forceinline__ f16 i32_to_f16(i32 v) {
+  f16 h; asm("cvt.rn.f16.s32 %0, %1;" : "=h"(h.x) : "r"(v)); return h;
+}
+__device__ __forceinline__ f16 i64_to_f16(i64 v) {
+  f16 h; asm("cvt.rn.f16.s64 %0, %1;" : "=h"(h.x) : "l"(v)); return h;
+}
+""", deps=("types",))
+
+_snippet("bf16", r"""
+// bf16: bfloat16 as a 16-bit struct; bf16 -> f32 is a shift, f32 -> bf16 a PTX cvt.
+// From f64 and integers, round to odd at f32 first (exact: 24 >= 8 + 2 bits), since
+// cvt.rn.bf16.{f64,s32,s64} needs sm_90.
+struct __align__(2) bf16 { unsigned short x; };
+__device__ __forceinline__ f32 bf16_to_f32(bf16 h) {
+  return __uint_as_float(((unsigned int)h.x) << 16);
+}
+__device__ __forceinline__ bf16 f32_to_bf16(f32 f) {
+  bf16 h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.x) : "f"(f)); return h;
+}
+__device__ __forceinline__ f32 f32_round_odd(f32 truncated, bool exact) {
+  return exact ? truncated : __uint_as_float(__float_as_uint(truncated) | 1u);
+}
+__device__ __forceinline__ bf16 f64_to_bf16(f64 d) {
+  f32 t = __double2float_rz(d); return f32_to_bf16(f32_round_odd(t, (f64)t == d));
+}
+__device__ __forceinline__ bf16 i32_to_bf16(i32 v) {
+  f32 t = __int2float_rz(v); return f32_to_bf16(f32_round_odd(t, (i32)t == v));
+}
+__device__ __forceinline__ bf16 i64_to_bf16(i64 v) {
+  f32 t = __ll2float_rz(v); return f32_to_bf16(f32_round_odd(t, (i64)t == v));
+}
+""", deps=("types",))
+
+_snippet("shfl_f16", r"""
+__device__ __forceinline__ f16 shfl_xor_f16(f16 v, int mask) {
+  f16 r; r.x = (unsigned short)__shfl_xor_sync(0xffffffffu, (unsigned int)v.x, mask);
+  return r;
+}
+""", deps=("f16",))
+
+_snippet("shfl_bf16", r"""
+__device__ __forceinline__ bf16 shfl_xor_bf16(bf16 v, int mask) {
+  bf16 r; r.x = (unsigned short)__shfl_xor_sync(0xffffffffu, (unsigned int)v.x, mask);
+  return r;
+}
+""", deps=("bf16",))
+
+# min/max propagate NaN (as numpy's minimum/maximum do; fminf/fmaxf would drop it).
+for _t in ("i32", "i64", "f32", "f64"):
+    _nan = " || a != a" if _t[0] == "f" else ""
+    _snippet(f"min_{_t}", f"""
+__device__ __forceinline__ {_t} min_{_t}({_t} a, {_t} b) {{ return (a < b{_nan}) ? a : b; }}
+""", deps=("types",))
+    _snippet(f"max_{_t}", f"""
+__device__ __forceinline__ {_t} max_{_t}({_t} a, {_t} b) {{ return (a > b{_nan}) ? a : b; }}
+""", deps=("types",))
+    # relu keeps NaN (x < 0 is false for NaN), as numpy's maximum(x, 0) does.
+    _zero = {"i32": "0", "i64": "0LL", "f32": "0.0f", "f64": "0.0"}[_t]
+    _snippet(f"relu_{_t}", f"""
+__device__ __forceinline__ {_t} relu_{_t}({_t} x) {{ return x < {_zero} ? {_zero} : x; }}
+""", deps=("types",))
+
+_snippet("sigmoid_f32", r"""
+__device__ __forceinline__ f32 sigmoid_f32(f32 x) { return 1.0f / (1.0f + expf(-x)); }
+""", deps=("types",))
+_snippet("sigmoid_f64", r"""
+__device__ __forceinline__ f64 sigmoid_f64(f64 x) { return 1.0 / (1.0 + exp(-x)); }
+""", deps=("types",))
+_snippet("gelu_f32", r"""
+// gelu, erf form: 0.5 x (1 + erf(x / sqrt(2)))
+__device__ __forceinline__ f32 gelu_f32(f32 x) {
+  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+""", deps=("types",))
+_snippet("gelu_f64", r"""
+__device__ __forceinline__ f64 gelu_f64(f64 x) {
+  return 0.5 * x * (1.0 + erf(x * 0.70710678118654752));
+}
+""", deps=("types",))
+_snippet("gelu_tanh_f32", r"""
+// gelu, tanh form: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+__device__ __forceinline__ f32 gelu_tanh_f32(f32 x) {
+  return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+""", deps=("types",))
+_snippet("gelu_tanh_f64", r"""
+__device__ __forceinline__ f64 gelu_tanh_f64(f64 x) {
+  return 0.5 * x * (1.0 + tanh(0.79788456080286536 * (x + 0.044715 * x * x * x)));
+}
+""", deps=("types",))
+
+# Math builtins NVRTC provides without headers, by operand type.
+_MATH = {
+    "exp": ("expf", "exp"), "log": ("logf", "log"), "sqrt": ("sqrtf", "sqrt"),
+    "rsqrt": ("rsqrtf", "rsqrt"), "tanh": ("tanhf", "tanh"), "abs": ("fabsf", "fabs"),
+}
+
+# Names the generated code defines or uses; kernel IR names that collide get a suffix.
+_CPP_KEYWORDS = set("""
+alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
+char32_t class compl concept const consteval constexpr constinit const_cast continue
+co_await co_return co_yield decltype default delete do double dynamic_cast else enum
+explicit export extern false float for friend goto if inline int long mutable namespace new
+noexcept not not_eq nullptr operator or or_eq private protected public register
+reinterpret_cast requires return short signed sizeof static static_assert static_cast struct
+switch template this thread_local throw true try typedef typeid typename union unsigned using
+virtual void volatile wchar_t while xor xor_eq
+threadIdx blockIdx blockDim gridDim warpSize smem main
+""".split())
+_RESERVED = (_CPP_KEYWORDS | set(C_TYPES.values())
+             | {m for pair in _MATH.values() for m in pair}
+             | {"erf", "erff", "fmod", "fmodf", "abs", "llabs", "min", "max"})
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _preamble(needed):
+    closure = []
+
+    def add(name):
+        if name in closure:
+            return
+        for dep in _SNIPPETS[name][1]:
+            add(dep)
+        closure.append(name)
+
+    for name in needed:
+        add(name)
+    return "\n\n".join(_SNIPPETS[n][0] for n in _ORDER if n in closure)
+
+
+def preamble_names():
+    """Every C name a preamble may define (kernel IR names must avoid these)."""
+    names = set()
+    for text, _ in _SNIPPETS.values():
+        names.update(re.findall(r"(\w+)\(", text))
+    return names
+
+
+_RESERVED |= preamble_names()
+
+
+# ---------------------------------------------------------------------------------------
+# Emitter
+# ---------------------------------------------------------------------------------------
+
+
+def emit_cuda(kernel):
+    """CUDA C++ source of `kernel` (a kir.Kernel); see the module docstring for the ABI."""
+    return _Emitter(kernel).run()
+
+
+def _where(expr):
+    try:
+        return kir.format_expr(expr)
+    except Exception:          # noqa: BLE001 - a malformed node still gets a message
+        return type(expr).__name__
+
+
+class _Emitter:
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.needed = {"types"}
+        self.names = {}            # kernel IR name -> C identifier
+        self.taken = set()
+        self.lines = []
+        self.stmt = None           # the statement being emitted (for messages)
+
+    # -- names ---------------------------------------------------------------------------
+    def ident(self, name):
+        if name in self.names:
+            return self.names[name]
+        if not isinstance(name, str) or not _IDENT.match(name):
+            raise self.error(f"{name!r} is not a C identifier")
+        c = name
+        while c in _RESERVED or c in self.taken or c.startswith("__"):
+            c = c.lstrip("_") + "_" if c.startswith("__") else c + "_"
+        self.names[name] = c
+        self.taken.add(c)
+        return c
+
+    def error(self, message):
+        where = ""
+        if self.stmt is not None:
+            try:
+                where = f" in {self.stmt.label}: {kir.format_stmt(self.stmt)}"
+            except Exception:  # noqa: BLE001 - a statement the printer does not know
+                where = f" in {getattr(self.stmt, 'label', '?')}"
+        return CodegenError(f"kernel {self.kernel.name}{where}: {message}")
+
+    def need(self, name):
+        self.needed.add(name)
+
+    # -- driver --------------------------------------------------------------------------
+    def run(self):
+        k = self.kernel
+        if not isinstance(k.name, str) or not _IDENT.match(k.name) or k.name in _RESERVED:
+            raise self.error(f"kernel name {k.name!r} is not a usable C identifier")
+        self.taken.add(k.name)
+        if k.index_dtype not in _INT:
+            raise self.error(f"index dtype must be i32 or i64, got {k.index_dtype}")
+        signature = self.signature()
+        body = []
+        if any(isinstance(s, kir.Allocate) and s.buffer.memory is kir.Memory.shared
+               for s in kir.walk(k.body)):
+            body.append("  // Shared buffers: one dynamic pool; each buffer sits at its "
+                        "byte offset (buffers that overlap alias).")
+            body.append("  extern __shared__ __align__(16) unsigned char smem[];")
+        self.lines = body
+        self.stmts(k.body, 1)
+        self.stmt = None
+        ctype = C_TYPES[k.index_dtype]
+        head = [f"// Kernel {k.name}, generated by fuserir from kernel IR.",
+                "// Self-contained, includes no headers (NVRTC finds none).",
+                f"// Index type {ctype}. Trailing // S<n> comments name kernel IR statements.",
+                ""]
+        return "\n".join(head + [_preamble(self.needed), "", signature]
+                         + self.lines + ["}", ""])
+
+    def signature(self):
+        k = self.kernel
+        ctype = C_TYPES[k.index_dtype]
+        params = []     # (declaration, comment)
+        for p in k.tensor_params:
+            b = p.buffer
+            if b.memory is not kir.Memory.global_:
+                raise self.error(f"tensor parameter {b.name} is in {b.memory.value} memory")
+            t = self.type_of(b.dtype)
+            decl = f"{t}* {self.ident(b.name)}" if p.is_output else \
+                f"const {t}* __restrict__ {self.ident(b.name)}"
+            sizes = ", ".join(_where(s) for s in p.sizes)
+            params.append((decl, f"{'output' if p.is_output else 'input'} "
+                                 f"{b.dtype}[{sizes}]"))
+        for p in k.tensor_params:
+            if len(p.strides) != len(p.sizes):
+                raise self.error(f"tensor {p.buffer.name} has {len(p.sizes)} sizes but "
+                                 f"{len(p.strides)} strides")
+            for axis, s in enumerate(p.strides):
+                self.check_index_var(s, f"stride {axis} of {p.buffer.name}")
+                params.append((f"{ctype} {self.ident(s.name)}",
+                               f"stride of {p.buffer.name} axis {axis} (elements)"))
+        for p in k.scalar_params:
+            self.check_index_var(p.var, "scalar parameter")
+            params.append((f"{ctype} {self.ident(p.var.name)}", "scalar"))
+        if not params:
+            return f'extern "C" __global__ void {k.name}() {{'
+        width = max(len(d) for d, _ in params) + 1
+        lines = [f'extern "C" __global__ void {k.name}(']
+        for i, (decl, comment) in enumerate(params):
+            sep = "," if i + 1 < len(params) else ")"
+            lines.append(f"    {(decl + sep).ljust(width)}  // {comment}")
+        return "\n".join(lines + ["{"])
+
+    def check_index_var(self, var, what):
+        if not isinstance(var, kir.Var):
+            raise self.error(f"{what} must be a Var, got {_where(var)}")
+        if var.dtype is not self.kernel.index_dtype:
+            raise self.error(f"{what} {var.name} is {var.dtype}, the kernel's index dtype "
+                             f"is {self.kernel.index_dtype}")
+
+    def type_of(self, dtype):
+        if dtype not in C_TYPES:
+            raise self.error(f"unknown dtype {dtype!r}")
+        if dtype in _HALF:
+            self.need(dtype.value)
+        return C_TYPES[dtype]
+
+    # -- statements ----------------------------------------------------------------------
+    def emit(self, depth, text, label=None):
+        line = "  " * depth + text
+        if label:
+            line += f"  // {label}"
+        self.lines.append(line)
+
+    def stmts(self, stmts, depth):
+        for s in stmts:
+            self.stmt = s
+            method = getattr(self, f"s_{type(s).__name__}", None)
+            if method is None:
+                raise self.error(f"the CUDA emitter has no rule for {type(s).__name__}")
+            method(s, depth)
+
+    def s_Allocate(self, s, depth):
+        b = s.buffer
+        t = self.type_of(b.dtype)
+        name = self.ident(b.name)
+        what = kir.format_stmt(s)
+        if b.memory is kir.Memory.local:
+            if not isinstance(b.size, kir.Const) or b.size.dtype not in _INT or \
+                    int(b.size.value) <= 0:
+                raise self.error(f"local buffer {b.name} needs a positive constant size")
+            self.emit(depth, f"{t} {name}[{int(b.size.value)}];", f"{s.label}: {what}")
+        elif b.memory is kir.Memory.shared:
+            if b.byte_offset is None:
+                raise self.error(f"shared buffer {b.name} has no byte_offset (the "
+                                 "allocation pass places shared buffers)")
+            if isinstance(b.byte_offset, kir.Const) and \
+                    int(b.byte_offset.value) % b.dtype.itemsize:
+                raise self.error(f"shared buffer {b.name} at byte {b.byte_offset.value} is "
+                                 f"not aligned to its {b.dtype.itemsize}-byte elements")
+            off = self.expr(b.byte_offset)
+            if b.byte_offset.dtype not in _INT:
+                raise self.error(f"byte offset of {b.name} must be an integer")
+            self.emit(depth, f"{t}* {name} = reinterpret_cast<{t}*>(smem + {off});",
+                      f"{s.label}: {what}")
+        else:
+            raise self.error(f"cannot allocate {b.name} in {b.memory.value} memory inside a "
+                             "kernel (global buffers are parameters)")
+
+    def s_Store(self, s, depth):
+        b = s.buffer
+        if s.value.dtype is not b.dtype:
+            raise self.error(f"storing a {s.value.dtype} value into {b.dtype} buffer "
+                             f"{b.name} (lowering must Cast)")
+        self.emit(depth, f"{self.subscript(b, s.index)} = {_bare(self.expr(s.value))};",
+                  s.label)
+
+    def s_ForLoop(self, s, depth):
+        v = s.var
+        if not isinstance(v, kir.Var) or v.dtype not in _INT:
+            raise self.error("a loop variable must be an integer Var")
+        if s.extent.dtype is not v.dtype:
+            raise self.error(f"loop extent {_where(s.extent)} is {s.extent.dtype}, its "
+                             f"variable {v.name} is {v.dtype}")
+        if s.kind not in ("serial", "unroll"):
+            raise self.error(f"unknown loop kind {s.kind!r}")
+        name = self.ident(v.name)
+        ext = self.expr(s.extent)
+        if s.kind == "unroll":
+            self.emit(depth, "#pragma unroll")
+        t = C_TYPES[v.dtype]
+        zero = "0LL" if v.dtype is DataType.i64 else "0"
+        self.emit(depth, f"for ({t} {name} = {zero}; {name} < {ext}; ++{name}) {{", s.label)
+        self.stmts(s.body, depth + 1)
+        self.emit(depth, "}")
+
+    def s_IfThenElse(self, s, depth):
+        if s.cond.dtype is not DataType.bool:
+            raise self.error(f"if condition {_where(s.cond)} is {s.cond.dtype}, not bool")
+        cond = _bare(self.expr(s.cond))
+        self.emit(depth, f"if ({cond}) {{", s.label)
+        self.stmts(s.then_body, depth + 1)
+        if s.else_body:
+            self.stmt = s
+            self.emit(depth, "} else {", s.label)
+            self.stmts(s.else_body, depth + 1)
+        self.emit(depth, "}")
+
+    def s_Barrier(self, s, depth):
+        sid = s.sync_id or "barrier"
+        for reason in s.reasons:
+            self.emit(depth, f"// {sid}: {_comment_safe(str(reason))}")
+        tag = f"{s.label} {s.sync_id}" if s.sync_id else s.label
+        self.emit(depth, "__syncthreads();", tag)
+
+    def s_Comment(self, s, depth):
+        lines = str(s.text).splitlines() or [""]
+        for i, line in enumerate(lines):
+            text = f"// {_comment_safe(line)}".rstrip()
+            self.emit(depth, text + (f"  ({s.label})" if i == len(lines) - 1 else ""))
+
+    # -- expressions ---------------------------------------------------------------------
+    def subscript(self, buffer, index):
+        if index.dtype not in _INT:
+            raise self.error(f"index {_where(index)} of {buffer.name} is {index.dtype}, "
+                             "not an integer")
+        return f"{self.ident(buffer.name)}[{_bare(self.expr(index))}]"
+
+    def expr(self, e):
+        """C text of `e`: an identifier, literal, call, subscript or parenthesized
+        expression, so that it can stand as the operand of any operator."""
+        method = getattr(self, f"e_{type(e).__name__}", None)
+        if method is None:
+            raise self.error(f"the CUDA emitter has no rule for {type(e).__name__}")
+        return method(e)
+
+    def e_Const(self, e):
+        return _literal(e.value, e.dtype, self)
+
+    def e_Var(self, e):
+        return self.ident(e.name)
+
+    def e_Special(self, e):
+        if e.axis not in ("x", "y", "z") or not isinstance(e.kind, kir.SpecialKind):
+            raise self.error(f"bad special {e!r}")
+        if e.dtype not in _INT:
+            raise self.error(f"{e.name} must have an integer dtype, got {e.dtype}")
+        # threadIdx.x is unsigned: the cast keeps index math signed and in the index type
+        return f"({C_TYPES[e.dtype]}){e.kind.value}.{e.axis}"
+
+    def e_Load(self, e):
+        return self.subscript(e.buffer, e.index)
+
+    def e_Select(self, e):
+        if e.cond.dtype is not DataType.bool:
+            raise self.error(f"select condition {_where(e.cond)} is not bool")
+        if e.a.dtype is not e.dtype or e.b.dtype is not e.dtype:
+            raise self.error(f"select {_where(e)} of {e.a.dtype}/{e.b.dtype} values is "
+                             f"typed {e.dtype}")
+        return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
+
+    def e_ShuffleXor(self, e):
+        mask = e.lane_mask
+        if isinstance(mask, bool) or not isinstance(mask, int) or not 0 <= mask < 32:
+            raise self.error(f"shuffle lane mask must be an int in [0, 32), got {mask!r}")
+        v = self.expr(e.value)
+        t = e.dtype
+        if t in (DataType.f32, DataType.f64, DataType.i32, DataType.i64):
+            return f"__shfl_xor_sync(0xffffffffu, {_bare(v)}, {mask})"
+        if t is DataType.bool:
+            return f"(__shfl_xor_sync(0xffffffffu, (i32){v}, {mask}) != 0)"
+        self.need(f"shfl_{t.value}")
+        return f"shfl_xor_{t.value}({_bare(v)}, {mask})"
+
+    def e_UnOp(self, e):
+        op, t, a = e.op, e.dtype, e.a
+        if a.dtype is not t:
+            raise self.error(f"{op} of a {a.dtype} operand is typed {t} (lowering must "
+                             f"Cast): {_where(e)}")
+        x = self.expr(a)
+        if op == "not":
+            if t is not DataType.bool:
+                raise self.error(f"not on {t} (only bool): {_where(e)}")
+            return f"(!{x})"
+        if op in ("neg", "abs", "relu"):
+            if t not in _ARITH:
+                raise self.error(f"{op} on {t}: {_where(e)}")
+            if op == "neg":
+                return f"(-{x})"
+            if op == "abs":
+                if t is DataType.i32:
+                    return f"abs({_bare(x)})"
+                if t is DataType.i64:
+                    return f"llabs({_bare(x)})"
+                return f"{_MATH['abs'][t is DataType.f64]}({_bare(x)})"
+            self.need(f"relu_{t.value}")
+            return f"relu_{t.value}({_bare(x)})"
+        if op not in kir.UNARY_OPS:
+            raise self.error(f"unknown unary op {op!r}")
+        if t not in _FLOAT:
+            raise self.error(f"{op} on {t} (f32 or f64 only; lowering computes f16/bf16 "
+                             f"in f32): {_where(e)}")
+        if op in _MATH:
+            return f"{_MATH[op][t is DataType.f64]}({_bare(x)})"
+        self.need(f"{op}_{t.value}")
+        return f"{op}_{t.value}({_bare(x)})"
+
+    def e_BinOp(self, e):
+        op, t, a, b = e.op, e.dtype, e.a, e.b
+        if op not in kir.BINARY_OPS:
+            raise self.error(f"unknown binary op {op!r}")
+        if a.dtype is not b.dtype:
+            raise self.error(f"{op} of {a.dtype} and {b.dtype} operands (lowering must "
+                             f"Cast): {_where(e)}")
+        operand = a.dtype
+        if op in kir.COMPARISONS or op in ("and", "or"):
+            if t is not DataType.bool:
+                raise self.error(f"{op} must be typed bool, got {t}: {_where(e)}")
+            if op in ("and", "or") and operand is not DataType.bool:
+                raise self.error(f"{op} of {operand} operands (bool only): {_where(e)}")
+            if op in kir.COMPARISONS and operand in _HALF:
+                raise self.error(f"{op} of {operand} operands (compare in f32): {_where(e)}")
+            return f"({self.expr(a)} {_INFIX[op]} {self.expr(b)})"
+        if operand is not t:
+            raise self.error(f"{op} of {operand} operands is typed {t}: {_where(e)}")
+        if t not in _ARITH:
+            raise self.error(f"{op} on {t} (arithmetic is on i32, i64, f32, f64; lowering "
+                             f"computes f16/bf16 in f32): {_where(e)}")
+        x, y = self.expr(a), self.expr(b)
+        if op in ("min", "max"):
+            self.need(f"{op}_{t.value}")
+            return f"{op}_{t.value}({_bare(x)}, {_bare(y)})"
+        if op == "ceildiv":
+            if t not in _INT:
+                raise self.error(f"ceildiv on {t}: {_where(e)}")
+            one = "1LL" if t is DataType.i64 else "1"
+            return f"(({x} + {y} - {one}) / {y})"
+        if op == "mod" and t in _FLOAT:
+            return f"{'fmod' if t is DataType.f64 else 'fmodf'}({_bare(x)}, {_bare(y)})"
+        return f"({x} {_INFIX[op]} {y})"
+
+    def e_Cast(self, e):
+        src, dst = e.a.dtype, e.dtype
+        x = self.expr(e.a)
+        if src is dst:
+            return x
+        self.type_of(src)
+        self.type_of(dst)
+        if src in _HALF:                       # exact in f32, then onwards
+            x = f"{src.value}_to_f32({_bare(x)})"
+            src = DataType.f32
+            if dst is DataType.f32:
+                return x
+        if dst is DataType.bool:
+            zero = {DataType.f32: "0.0f", DataType.f64: "0.0", DataType.i64: "0LL"}.get(
+                src, "0")
+            return f"({x} != {zero})"
+        if dst in _HALF:
+            if src is DataType.bool:
+                return f"f32_to_{dst.value}((f32){x})"
+            return f"{src.value}_to_{dst.value}({_bare(x)})"
+        return f"({C_TYPES[dst]}){x}"      # an operand anywhere but before [ or .
+
+
+def _bare(text):
+    """`text` without one pair of parentheses enclosing all of it (where an expression
+    stands alone: a statement's right-hand side, a subscript, a call argument)."""
+    if not text.startswith("("):
+        return text
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                return text[1:-1] if i == len(text) - 1 else text
+    return text
+
+
+def _comment_safe(text):
+    # A backslash ending a // comment would splice the next source line into it.
+    text = str(text).replace("\r", " ")
+    return text + "." if text.endswith("\\") else text
+
+
+def _literal(value, dtype, emitter):
+    if isinstance(value, np.generic):
+        value = value.item()
+    if dtype is DataType.bool:
+        return "true" if value else "false"
+    if dtype in _INT:
+        v = int(value)
+        bits = 32 if dtype is DataType.i32 else 64
+        if not -(1 << (bits - 1)) <= v < (1 << (bits - 1)):
+            raise emitter.error(f"constant {v} does not fit {dtype}")
+        suffix = "LL" if dtype is DataType.i64 else ""
+        if v == -(1 << (bits - 1)):            # the C literal would not fit its own type
+            return f"(-{-(v + 1)}{suffix} - 1{suffix})"
+        return f"(-{-v}{suffix})" if v < 0 else f"{v}{suffix}"
+    if dtype in _HALF:
+        emitter.type_of(dtype)
+        rounded = float(np.array(value, dtype=dtype.numpy).astype(np.float32))
+        return f"f32_to_{dtype.value}({_float_literal(rounded, DataType.f32)})"
+    if dtype in _FLOAT:
+        v = float(np.array(value, dtype=dtype.numpy))
+        return _float_literal(v, dtype)
+    raise emitter.error(f"constant of unknown dtype {dtype!r}")
+
+
+def _float_literal(v, dtype):
+    f32 = dtype is DataType.f32
+    if math.isnan(v):
+        return "__int_as_float(0x7fffffff)" if f32 else \
+            "__longlong_as_double(0x7fffffffffffffffLL)"
+    if math.isinf(v):
+        pos = "__int_as_float(0x7f800000)" if f32 else \
+            "__longlong_as_double(0x7ff0000000000000LL)"
+        neg = "__int_as_float(0xff800000)" if f32 else \
+            "__longlong_as_double(0xfff0000000000000LL)"
+        return pos if v > 0 else neg
+    if f32:
+        text = np.format_float_positional(np.float32(v), unique=True, trim="0") \
+            if 1e-4 <= abs(v) < 1e7 or v == 0 else \
+            np.format_float_scientific(np.float32(v), unique=True, trim="0")
+    else:
+        text = repr(v)
+    if "." not in text and "e" not in text and "inf" not in text:
+        text += ".0"
+    if "e" in text and "." not in text.split("e")[0]:
+        mant, exp = text.split("e")
+        text = f"{mant}.0e{exp}"
+    text += "f" if f32 else ""
+    return f"({text})" if text.startswith("-") else text

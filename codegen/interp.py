@@ -1,0 +1,1196 @@
+"""The CPU interpreter of kernel IR and its deterministic race detector (a second backend).
+
+`run_kernel(kernel, args, blocks=None)` runs a kir.Kernel on numpy arrays, writing its
+outputs in place, and raises RaceError (after the run, outputs written) listing every
+hazard it saw. DESIGN.md sections 5 and 6 are the specification; this header says how
+this file meets it.
+
+Execution model
+  * All threads of a block run in lockstep, vectorised over thread ids. A statement runs
+    for an *active set* `act`: a sorted array of linear thread ids (x + y*bx + z*bx*by).
+    Every scalar expression evaluates to a numpy array over `act` (or a numpy scalar when
+    it is uniform). Loop variables are uniform (a ForLoop's extent must be the same for
+    every active thread), so no per-thread state lives outside memory.
+  * IfThenElse with a thread-dependent condition runs the then-branch for the threads
+    that take it, then the else-branch for the others. Select and && / || evaluate their
+    operands lazily, as the emitted C does (`c ? a[i] : 0` does not load a[i] where !c).
+  * Blocks are generators run by `schedule` in launch order (x fastest). A block that must
+    wait (a grid-wide semaphore, later) yields a `Wait`; the scheduler resumes the earliest
+    block that can go on; if every remaining block waits, that is a "deadlock" hazard.
+  * Memory: global buffers are the caller's arrays addressed through their strides (the
+    kernel receives strides in elements, like the CUDA ABI); shared memory is one byte
+    array per block, every shared buffer a typed view of it at its byte offset, so aliased
+    buffers really share bytes; local buffers are per-thread arrays [threads, size].
+    Fresh shared bytes are 0xFF and fresh local arrays NaN (floats) / -1 (ints), so a read
+    of never-written memory is visible in the output as well as reported.
+  * Arithmetic: every BinOp/UnOp computes in its node's dtype. f16/bf16 arithmetic is done
+    in f32 and rounded once (exact for + - * /); transcendental functions in f64, rounded
+    to the node's dtype. min/max/relu are spelled as codegen.cuda's preamble spells them
+    (NaN propagates). Integer math wraps like the GPU, / and % truncate toward zero
+    (C), ceildiv is (a + b - 1) / b. Casts follow kir.Cast: float->int truncates
+    (saturating, NaN -> 0, as cvt.rzi does), to bool is != 0, narrowing floats round to
+    nearest even exactly once (f64->bf16 by round-to-odd through f32). Integer division
+    by zero raises InterpError (only active threads, and only selected Select arms, are
+    evaluated, so it is a real bug of the kernel). The interpreter is more lenient than
+    the CUDA emitter about types: a stored value or operand of another dtype is converted
+    with Cast semantics rather than refused.
+
+Race detector (shared memory)
+  Shadow state per *grain* of the pool (the gcd of the shared buffers' element sizes and
+  byte offsets: 4 bytes for an f32-only kernel, 2 once an f16 buffer is there, 1 for a
+  bool buffer or an odd offset; reports are in bytes):
+    w_tid/w_ev/w_epoch  last writer thread, its access event, the epoch of the write
+    w_buf               the buffer (by name) last written: persists across barriers
+    r_tid1/r_tid2       up to two distinct reader threads of the current epoch (two are
+    r_ev1/r_ev2/r_epoch  enough to know whether a reader other than any writer exists)
+  An epoch is the time between two barriers; a Barrier executed by all threads starts a
+  new one. Reads of a Store's index and value are processed (for every active thread)
+  before its write. Reported: RAW, WAR, WAW (also two threads writing one byte in one
+  statement), stale-read (bytes last written through a different buffer name, across
+  barriers too), uninitialized-read (never written in this block), out-of-bounds (any
+  memory), barrier-divergence, shuffle-divergence, deadlock. Hazards are deduplicated by
+  (kind, first program point, second program point) over the whole run; each names the
+  buffer, a byte range (physical pool bytes for shared memory), both program points as
+  "<label>: <statement>", an example pair of threads, the loop iterations of both sides
+  and the block. A Barrier under thread-dependent control flow does not start an epoch
+  (it orders nothing reliably), so the accesses it was meant to order are reported too.
+  Global memory is checked for bounds only (cross-CTA ordering is an extension below).
+  A shared buffer without a byte_offset (before the allocation pass) is placed after the
+  placed ones, 16-byte aligned, so hand-built kernels need not place every buffer.
+
+Extension points (not implemented yet; where each slots in)
+  * cp.async: a statement handler in _COMPOUND/_LEAF records a *pending* write per thread
+    and group (shadow arrays p_tid/p_ev/p_group next to w_*; the data is not written);
+    commit/wait_group handlers retire groups in commit order, landing the data then and
+    turning pending entries into ordinary writes. _shared_read/_shared_write check pending
+    grains first and report "async-pending" (also for the issuing thread's own accesses).
+  * ldmatrix / mma.sync: per-lane handlers over local fragments ([threads, regs] arrays),
+    using the warp grouping of _Block._shuffle (lane = linear id % 32; every lane of each
+    participating warp must be active); ldmatrix's shared reads go through _shared_read
+    with the addresses lanes supply.
+  * cross-CTA release/acquire: a shadow per global element (last writer block, whether it
+    was released by a fence + semaphore store); a semaphore wait handler yields
+    `Wait(stmt, ready)` to the scheduler, and acquire marks the released writes visible;
+    unreleased reads of another block's writes are "cross-cta" hazards.
+"""
+
+import math
+from functools import reduce
+
+import ml_dtypes
+import numpy as np
+
+from codegen.errors import Hazard, RaceError
+from fuserir.dtypes import DataType
+from fuserir.errors import FuserirError
+from lowering import kir
+
+__all__ = ["run_kernel", "InterpError", "Wait", "schedule", "convert"]
+
+
+class InterpError(FuserirError):
+    """A kernel or argument the interpreter cannot run (missing argument, wrong dtype or
+    shape, thread-dependent loop extent, division by zero, unknown statement)."""
+
+
+# ---------------------------------------------------------------------------------------
+# Conversions (kir.Cast semantics) and constants
+# ---------------------------------------------------------------------------------------
+
+_F16 = np.dtype(np.float16)
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_BOOL = np.dtype(np.bool_)
+_HALF = (_F16, _BF16)
+
+
+def _f64_to_bf16(x):
+    """f64 -> bf16 rounded to nearest even exactly once: round to odd into f32 (24 bits
+    >= 8 + 2, so the second rounding is exact), then f32 -> bf16 (ml_dtypes, RNE).
+    (ml_dtypes' own f64 -> bf16 goes through f32 with two RNE roundings.)"""
+    x = np.asarray(x, dtype=_F64)
+    f = x.astype(_F32)
+    over = np.abs(f.astype(_F64)) > np.abs(x)          # RNE went away from zero
+    f = np.where(over, np.nextafter(f, np.float32(0)), f).astype(_F32)
+    inexact = (f.astype(_F64) != x).astype(np.uint32)  # NaN stays NaN with bit 0 set
+    return (f.view(np.uint32) | inexact).view(_F32).astype(_BF16)
+
+
+def _int_to_f64_odd(a):
+    """Integers -> f64 rounded to odd at <= 53 bits (exact up to 2^53), so that a later
+    rounding to bf16 through _f64_to_bf16 rounds the integer exactly once."""
+    a = a.astype(np.int64)
+    f = a.astype(_F64)
+    big = np.abs(f) > 2.0 ** 53
+    if not big.any():
+        return f
+    m = np.where(a < 0, -a, a).view(np.uint64)            # |a| (2^63 for INT64_MIN)
+    shift = np.maximum(np.frexp(m.astype(_F64))[1] - 53, 0).astype(np.uint64)
+    low = m & ((np.uint64(1) << shift) - np.uint64(1))
+    kept = ((m >> shift) | (low != 0).astype(np.uint64)) << shift
+    odd = np.where(a < 0, -kept.astype(_F64), kept.astype(_F64))
+    return np.where(big, odd, f)
+
+
+def _float_to_int(a, nt):
+    """Truncation toward zero, saturating, NaN -> 0 (cvt.rzi.s32/s64 semantics)."""
+    info = np.iinfo(nt)
+    t = np.trunc(a.astype(_F64))
+    nan = np.isnan(t)
+    big = t >= float(info.max) + 1.0        # 2^31 / 2^63, exact in f64
+    small = t < float(info.min)
+    safe = np.where(nan | big | small, 0.0, t).astype(nt)
+    return np.where(big, info.max, np.where(small, info.min, safe)).astype(nt)
+
+
+def convert(value, dtype):
+    """A numpy value (scalar or array) converted to DataType `dtype` as kir.Cast does."""
+    a = np.asarray(value)
+    src = a.dtype
+    nt = dtype.numpy
+    if src == nt:
+        return value
+    if dtype is DataType.bool:
+        r = (a.astype(_F32) if src in _HALF else a) != 0
+    elif src == _BOOL:
+        return convert(a.astype(np.int32), dtype)
+    elif dtype.is_int:
+        r = a.astype(nt) if src.kind in "iu" else _float_to_int(a, nt)
+    elif src.kind in "iu":
+        if nt == _BF16:
+            r = _f64_to_bf16(_int_to_f64_odd(a))
+        elif nt == _F16:
+            r = a.astype(_F64).astype(_F16)
+        else:
+            r = a.astype(nt)
+    elif nt == _BF16:
+        if src == _F64:
+            r = _f64_to_bf16(a)
+        else:
+            r = a.astype(_F32).astype(_BF16)
+    elif nt == _F16 and src == _BF16:
+        r = a.astype(_F32).astype(_F16)
+    else:
+        r = a.astype(nt)                      # widening (exact), f64->f32/f16, f32->f16
+    return r[()] if r.ndim == 0 else r
+
+
+def _const(value, dtype):
+    if dtype is DataType.bool:
+        return np.bool_(bool(value))
+    if dtype.is_int:
+        v = int(value)
+        info = np.iinfo(dtype.numpy)
+        if not info.min <= v <= info.max:
+            raise InterpError(f"constant {value} does not fit {dtype}")
+        return dtype.numpy.type(v)
+    return convert(np.float64(value), dtype)
+
+
+def _truth(v):
+    a = np.asarray(v)
+    if a.dtype != _BOOL:
+        v = convert(v, DataType.bool)
+    return v
+
+
+def _to(v, dtype):
+    return v if v.dtype == dtype.numpy else convert(v, dtype)
+
+
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _gelu(x):
+    # 1 + erf(x / sqrt 2) = erfc(-x / sqrt 2), without cancellation for x << 0
+    return 0.5 * x * np.asarray(_erfc(-x / math.sqrt(2.0)), dtype=_F64)
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+_TRANSCENDENTAL = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "tanh": np.tanh, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "gelu": _gelu, "gelu_tanh": _gelu_tanh,
+}
+
+_COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+            "eq": np.equal, "ne": np.not_equal}
+
+
+def _pick(cond, a, b):
+    r = np.where(cond, a, b)
+    return r[()] if r.ndim == 0 else r
+
+
+# min/max as the CUDA preamble spells them: (a < b || a != a) ? a : b (NaN propagates;
+# min(-0, +0) is the second operand), and relu as x < 0 ? 0 : x (NaN and -0 kept).
+def _min(a, b):
+    return _pick((a < b) | (a != a), a, b)
+
+
+def _max(a, b):
+    return _pick((a > b) | (a != a), a, b)
+
+
+def _relu(x):
+    return _pick(x < 0, x.dtype.type(0), x)
+
+
+_FLOAT_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
+                 "div": np.true_divide, "mod": np.fmod, "min": _min, "max": _max}
+
+_INT_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
+               "min": _min, "max": _max}
+
+
+def c_div(a, b):
+    """Integer division truncating toward zero (C), for numpy integer scalars/arrays."""
+    r = np.fmod(a, b)                  # C remainder: the sign of the dividend
+    return (a - r) // b                # exact division, so floor == trunc
+
+
+# ---------------------------------------------------------------------------------------
+# The block scheduler
+# ---------------------------------------------------------------------------------------
+
+
+class Wait:
+    """What a block coroutine yields when it cannot go on (e.g. a semaphore wait): it is
+    resumed once `ready()` is true. `stmt` is the waiting statement, `what` names what it
+    waits on (a semaphore buffer) for a deadlock report."""
+
+    def __init__(self, stmt, ready, what=""):
+        self.stmt = stmt
+        self.ready = ready
+        self.what = what
+
+
+def schedule(coroutines):
+    """Run (block, generator) pairs, given in launch order, to completion: always resume
+    the earliest block that is not waiting (or whose Wait is ready). With no waits this is
+    block after block in launch order. Returns [(block, Wait)] of the blocks left waiting
+    forever when every remaining block waits (a deadlock), else []."""
+    live = [[block, gen, None] for block, gen in coroutines]
+    while live:
+        for i, entry in enumerate(live):
+            wait = entry[2]
+            if wait is not None and not wait.ready():
+                continue
+            try:
+                entry[2] = next(entry[1])
+            except StopIteration:
+                del live[i]
+            break
+        else:
+            return [(block, wait) for block, _, wait in live]
+    return []
+
+
+# ---------------------------------------------------------------------------------------
+# Kernel-level state: arguments, global memory, shared layout, collected hazards
+# ---------------------------------------------------------------------------------------
+
+
+class _GlobalArg:
+    """A global buffer: a 1-D view over the caller's array memory, from its lowest to its
+    highest element; kernel indices are element offsets from element [0, ..., 0]."""
+
+    def __init__(self, name, array):
+        self.name = name
+        self.array = array
+        self.dtype = array.dtype
+        item = array.itemsize
+        if any(s % item for s in array.strides):
+            raise InterpError(f"argument {name}: strides {array.strides} (bytes) are not "
+                              f"multiples of the element size {item}")
+        self.strides = tuple(s // item for s in array.strides)
+        self.shape = array.shape
+        if array.size == 0:
+            self.lo, self.span, self.flat, self.valid = 0, 0, np.zeros(0, self.dtype), None
+            return
+        self.lo = sum(min(0, (n - 1) * s) for n, s in zip(self.shape, self.strides))
+        hi = sum(max(0, (n - 1) * s) for n, s in zip(self.shape, self.strides))
+        self.span = hi - self.lo + 1
+        corner = tuple(slice(n - 1, n) if s < 0 else slice(0, 1)
+                       for n, s in zip(self.shape, self.strides))
+        first = array[corner] if corner else array[np.newaxis]   # a view, never a copy
+        self.flat = np.lib.stride_tricks.as_strided(first, shape=(self.span,),
+                                                    strides=(item,))
+        self.valid = None
+        if self.span != array.size:    # gaps (or overlaps): mark the real elements
+            self.valid = np.zeros(self.span, dtype=bool)
+            offsets = sum(np.arange(n)[(slice(None),) + (None,) * (len(self.shape) - i - 1)]
+                          * s for i, (n, s) in enumerate(zip(self.shape, self.strides)))
+            self.valid[np.asarray(offsets).ravel() - self.lo] = True
+
+    def positions(self, idx):
+        """Flat positions of element offsets idx (int64 array) and which are in bounds."""
+        pos = idx - self.lo
+        ok = (pos >= 0) & (pos < self.span)
+        if self.valid is not None:
+            ok &= self.valid[np.where(ok, pos, 0)] if self.span else ok
+        return pos, ok
+
+
+class _SharedLayout:
+    """Where a shared buffer lives in the pool (bytes) and its shadow grains."""
+
+    def __init__(self, buffer, offset, size, alloc, bufid, grain):
+        self.buffer = buffer
+        self.name = buffer.name
+        self.dtype = buffer.dtype.numpy
+        self.itemsize = self.dtype.itemsize
+        self.offset = offset
+        self.size = size
+        self.alloc = alloc
+        self.bufid = bufid
+        self.k = max(1, self.itemsize // grain)      # grains per element
+
+
+def _point(stmt):
+    return f"{stmt.label}: {kir.format_stmt(stmt)}"
+
+
+class _Interp:
+    def __init__(self, kernel, args):
+        self.kernel = kernel
+        self.hazards = []
+        self.seen = set()
+        self.consts = {}
+        self.stmts = list(kir.walk(kernel.body))
+        self.sid = {s: i for i, s in enumerate(self.stmts)}
+        self.env = {}
+        self._bind_args(args)
+        uniform = _Evaluator(self)
+        launch = kernel.launch
+        if launch is None or launch.grid is None or launch.block is None:
+            raise InterpError(f"kernel {kernel.name} has no launch configuration")
+        if len(launch.grid) > 3 or len(launch.block) > 3:
+            raise InterpError(f"kernel {kernel.name}: grid and block have at most 3 extents")
+        # missing trailing extents are 1, as in CUDA's dim3
+        self.grid = tuple(self._extent(uniform, e, f"grid.{a}")
+                          for e, a in zip(launch.grid, "xyz")) + (1,) * (3 - len(launch.grid))
+        self.block = tuple(self._extent(uniform, e, f"block.{a}")
+                           for e, a in zip(launch.block, "xyz")) + (1,) * (3 - len(launch.block))
+        self.nthreads = self.block[0] * self.block[1] * self.block[2]
+        if not 1 <= self.nthreads <= 1024:
+            raise InterpError(f"kernel {kernel.name}: block {self.block} has "
+                              f"{self.nthreads} threads (1..1024 allowed)")
+        self._layout_shared(uniform)
+        self._layout_local(uniform)
+        lin = np.arange(self.nthreads, dtype=np.int64)
+        bx, by = self.block[0], self.block[1]
+        self.tid = {"x": lin % bx, "y": (lin // bx) % by, "z": lin // (bx * by)}
+        self.arange = np.arange(self.nthreads * 8, dtype=np.int64)
+
+    # -- arguments ------------------------------------------------------------------
+
+    def _bind_args(self, args):
+        k = self.kernel
+        for p in k.scalar_params:
+            name = p.var.name
+            if name not in args:
+                raise InterpError(f"kernel {k.name}: missing scalar argument {name}")
+            self.env[name] = self._scalar(name, args[name], p.var.dtype)
+        self.globals = {}
+        self.globals_by_name = {}
+        for p in k.tensor_params:
+            b = p.buffer
+            if b.name not in args:
+                raise InterpError(f"kernel {k.name}: missing tensor argument {b.name}")
+            arr = args[b.name]
+            if not isinstance(arr, np.ndarray):
+                raise InterpError(f"argument {b.name}: expected a numpy array, got "
+                                  f"{type(arr).__name__}")
+            if arr.dtype != b.dtype.numpy:
+                raise InterpError(f"argument {b.name}: dtype {arr.dtype} but the kernel "
+                                  f"expects {b.dtype}")
+            if arr.ndim != len(p.sizes):
+                raise InterpError(f"argument {b.name}: {arr.ndim} dimension(s) but the "
+                                  f"kernel expects {len(p.sizes)}")
+            for axis, (size, n) in enumerate(zip(p.sizes, arr.shape)):
+                if isinstance(size, kir.Var):
+                    if size.name not in self.env:
+                        self.env[size.name] = self._scalar(size.name, n, size.dtype)
+                    elif int(self.env[size.name]) != n:
+                        raise InterpError(
+                            f"argument {b.name}: axis {axis} has extent {n} but "
+                            f"{size.name} = {int(self.env[size.name])}")
+                elif isinstance(size, kir.Const) and int(size.value) != n:
+                    raise InterpError(f"argument {b.name}: axis {axis} has extent {n}, "
+                                      f"the kernel expects {int(size.value)}")
+            g = _GlobalArg(b.name, arr)
+            for var, s in zip(p.strides, g.strides):
+                self.env[var.name] = self._scalar(var.name, s, var.dtype)
+            self.globals[b] = g
+            self.globals_by_name[b.name] = g
+
+    @staticmethod
+    def _scalar(name, value, dtype):
+        try:
+            v = int(value)
+            ok = v == value
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise InterpError(f"scalar argument {name} must be an integer, got {value!r}")
+        return _const(v, dtype)
+
+    def _extent(self, uniform, expr, what):
+        v = uniform.uniform(expr, what)
+        if v < 0:
+            raise InterpError(f"kernel {self.kernel.name}: {what} = {v} is negative")
+        return int(v)
+
+    # -- memory layout --------------------------------------------------------------
+
+    def _layout_shared(self, uniform):
+        """The pool: every shared Allocate at its byte offset (unplaced buffers after the
+        placed ones, 16-byte aligned); size = max of offset + bytes."""
+        allocs = [s for s in self.stmts
+                  if isinstance(s, kir.Allocate) and s.buffer.memory is kir.Memory.shared]
+        placed, unplaced = [], []
+        for s in allocs:
+            b = s.buffer
+            size = int(uniform.uniform(b.size, f"the size of {b.name}"))
+            if b.byte_offset is None:
+                unplaced.append((s, size))
+            else:
+                placed.append((s, int(uniform.uniform(b.byte_offset,
+                                                      f"the byte offset of {b.name}")), size))
+        end = max((off + size * s.buffer.dtype.itemsize for s, off, size in placed),
+                  default=0)
+        for s, size in unplaced:
+            end = -(-end // 16) * 16
+            placed.append((s, end, size))
+            end += size * s.buffer.dtype.itemsize
+        self.pool_bytes = end
+        self.grain = reduce(math.gcd, [v for s, off, _ in placed
+                                       for v in (off, s.buffer.dtype.itemsize)], 0) or 1
+        self.ngrains = -(-self.pool_bytes // self.grain)
+        bufids = {}
+        self.shared = {}
+        self.shared_by_name = {}
+        for s, off, size in placed:
+            lay = _SharedLayout(s.buffer, off, size, s,
+                                bufids.setdefault(s.buffer.name, len(bufids)), self.grain)
+            self.shared[s.buffer] = lay
+            self.shared_by_name.setdefault(s.buffer.name, lay)
+        self.bufnames = {i: n for n, i in bufids.items()}
+
+    def _layout_local(self, uniform):
+        self.local_sizes = {}
+        for s in self.stmts:
+            if isinstance(s, kir.Allocate) and s.buffer.memory is kir.Memory.local:
+                b = s.buffer
+                self.local_sizes[b] = int(uniform.uniform(b.size, f"the size of {b.name}"))
+
+    # -- hazards --------------------------------------------------------------------
+
+    def add(self, key, make):
+        """Record a hazard unless (kind, first, second) was seen; `make` builds it."""
+        if key in self.seen:
+            return
+        self.seen.add(key)
+        self.hazards.append(make())
+
+    def coords(self, lin):
+        lin = int(lin)
+        bx, by, _ = self.block
+        return (lin % bx, (lin // bx) % by, lin // (bx * by))
+
+    # -- running --------------------------------------------------------------------
+
+    def run(self, blocks=None):
+        gx, gy, gz = self.grid
+        if blocks is None:
+            order = [(x, y, z) for z in range(gz) for y in range(gy) for x in range(gx)]
+        else:
+            chosen = set()
+            for b in blocks:
+                b = tuple(int(v) for v in (b if isinstance(b, (tuple, list)) else (b,)))
+                b = b + (0,) * (3 - len(b))
+                if len(b) != 3 or not all(0 <= v < n for v, n in zip(b, self.grid)):
+                    raise InterpError(f"block {b} is outside the grid {self.grid}")
+                chosen.add(b)
+            order = sorted(chosen, key=lambda b: (b[2], b[1], b[0]))
+        with np.errstate(all="ignore"):
+            stuck = schedule([(b, self._block(b)) for b in order])
+        for block, wait in stuck:
+            others = [b for b, _ in stuck]
+            self.add(("deadlock", wait.stmt.label, wait.stmt.label), lambda: Hazard(
+                kind="deadlock", buffer=wait.what or "grid", first=_point(wait.stmt),
+                second=_point(wait.stmt), block=block,
+                detail=f"blocks {others} wait forever: every block left is waiting"))
+
+    def _block(self, bidx):
+        blk = _Block(self, bidx)
+        yield from blk.exec_list(self.kernel.body, blk.all)
+
+
+# ---------------------------------------------------------------------------------------
+# Expression evaluation (vectorised over the active threads)
+# ---------------------------------------------------------------------------------------
+
+
+class _Evaluator:
+    """Evaluates scalar expressions; without a block (launch configuration, allocation
+    sizes) only constants, parameters and arithmetic are allowed."""
+
+    def __init__(self, interp):
+        self.interp = interp
+        self.env = interp.env
+        self.stmt = None
+
+    def where(self):
+        return f" in {_point(self.stmt)}" if self.stmt is not None else ""
+
+    def ev(self, e, act):
+        try:
+            f = _EVAL[type(e)]
+        except KeyError:
+            raise InterpError(f"the interpreter cannot evaluate {type(e).__name__}"
+                              f"{self.where()}") from None
+        return f(self, e, act)
+
+    def uniform(self, e, what):
+        if e is None:
+            raise InterpError(f"{what} is not set")
+        v = self.ev(e, None)
+        if np.ndim(v) != 0:
+            raise InterpError(f"{what} is not uniform")
+        return v
+
+    def _const(self, e, act):
+        c = self.interp.consts.get(e)
+        if c is None:
+            c = self.interp.consts[e] = _const(e.value, e.dtype)
+        return c
+
+    def _var(self, e, act):
+        try:
+            return self.env[e.name]
+        except KeyError:
+            raise InterpError(f"unbound variable {e.name}{self.where()}") from None
+
+    def _special(self, e, act):
+        if e.kind is kir.SpecialKind.blockDim:
+            return _const(self.interp.block["xyz".index(e.axis)], e.dtype)
+        if e.kind is kir.SpecialKind.gridDim:
+            return _const(self.interp.grid["xyz".index(e.axis)], e.dtype)
+        raise InterpError(f"{e.name} used outside a block{self.where()}")
+
+    def _binop(self, e, act):
+        op = e.op
+        if op == "and" or op == "or":
+            return self._logical(e, act)
+        a = self.ev(e.a, act)
+        b = self.ev(e.b, act)
+        if op in _COMPARE:
+            if a.dtype in _HALF:
+                a = a.astype(_F32)
+            if b.dtype in _HALF:
+                b = b.astype(_F32)
+            return _COMPARE[op](a, b)
+        dt = e.dtype
+        if dt.is_float:
+            work = DataType.f32 if dt.numpy in _HALF else dt
+            a, b = _to(a, work), _to(b, work)
+            if op not in _FLOAT_BINARY:
+                raise InterpError(f"operator {op} on {dt}{self.where()}")
+            r = _FLOAT_BINARY[op](a, b)
+            return r if work is dt else convert(r, dt)
+        if dt is DataType.bool:
+            ai, bi = _to(a, DataType.i32), _to(b, DataType.i32)
+            return convert(self._int_op(op, ai, bi), dt)
+        return self._int_op(op, _to(a, dt), _to(b, dt))
+
+    def _int_op(self, op, a, b):
+        f = _INT_BINARY.get(op)
+        if f is not None:
+            return f(a, b)
+        if op in ("div", "mod", "ceildiv"):
+            if np.any(b == 0):
+                raise InterpError(f"integer division by zero{self.where()}")
+            if op == "div":
+                return c_div(a, b)
+            if op == "mod":
+                return np.fmod(a, b)
+            return c_div(a + b - b.dtype.type(1), b)
+        raise InterpError(f"unknown operator {op}{self.where()}")
+
+    def _logical(self, e, act):
+        a = _truth(self.ev(e.a, act))
+        is_and = e.op == "and"
+        if np.ndim(a) == 0:
+            if bool(a) != is_and:         # false && ..., true || ...
+                return a
+            return _truth(self.ev(e.b, act))
+        need = a if is_and else ~a        # where the right operand decides
+        if not need.any():
+            return a
+        if need.all():
+            return _truth(self.ev(e.b, act))
+        r = a.copy()
+        r[need] = _truth(self.ev(e.b, act[need]))
+        return r
+
+    def _unop(self, e, act):
+        a = self.ev(e.a, act)
+        op, dt = e.op, e.dtype
+        if op == "not":
+            return convert(np.logical_not(_truth(a)), dt)
+        if op in ("neg", "abs", "relu"):
+            if dt.is_float:
+                work = DataType.f32 if dt.numpy in _HALF else dt
+                x = _to(a, work)
+                if op == "neg":
+                    r = np.negative(x)
+                elif op == "abs":
+                    r = np.abs(x)
+                else:
+                    r = _relu(x)
+                return r if work is dt else convert(r, dt)
+            x = _to(a, dt)
+            if op == "neg":
+                return np.negative(x)
+            if op == "abs":
+                return np.abs(x)
+            return _relu(x)
+        f = _TRANSCENDENTAL.get(op)
+        if f is None:
+            raise InterpError(f"unknown operator {op}{self.where()}")
+        if not dt.is_float:
+            raise InterpError(f"{op} on {dt}{self.where()}")
+        r = f(np.asarray(convert(a, DataType.f64), dtype=_F64))
+        return convert(r, dt)
+
+    def _select(self, e, act):
+        c = _truth(self.ev(e.cond, act))
+        dt = e.dtype
+        if np.ndim(c) == 0:
+            return _to(self.ev(e.a if c else e.b, act), dt)
+        if c.all():
+            return _to(self.ev(e.a, act), dt)
+        if not c.any():
+            return _to(self.ev(e.b, act), dt)
+        out = np.empty(len(act), dtype=dt.numpy)
+        out[c] = _to(self.ev(e.a, act[c]), dt)          # only where taken, as C's ?:
+        out[~c] = _to(self.ev(e.b, act[~c]), dt)
+        return out
+
+    def _cast(self, e, act):
+        return convert(self.ev(e.a, act), e.dtype)
+
+    def _load(self, e, act):
+        raise InterpError(f"load of {e.buffer.name} outside a block{self.where()}")
+
+    def _shuffle(self, e, act):
+        raise InterpError(f"shuffle outside a block{self.where()}")
+
+
+# ---------------------------------------------------------------------------------------
+# A block: its memories, shadow state and statement execution
+# ---------------------------------------------------------------------------------------
+
+_NONE = -1
+
+
+class _Block(_Evaluator):
+    def __init__(self, interp, bidx):
+        super().__init__(interp)
+        self.env = dict(interp.env)
+        self.bidx = bidx
+        self.T = interp.nthreads
+        self.all = np.arange(self.T, dtype=np.int64)
+        self.iters = ()               # ((loop var, value), ...) of the enclosing loops
+        self.divergent = []           # IfThenElse statements that split the active set
+        self.epoch = 0
+        # shared memory and its shadow (see the module docstring)
+        self.pool = np.full(interp.pool_bytes, 0xFF, dtype=np.uint8)
+        self.views = {}
+        n = interp.ngrains
+        self.w_tid = np.full(n, _NONE, np.int32)
+        self.w_ev = np.full(n, _NONE, np.int32)
+        self.w_epoch = np.full(n, _NONE, np.int32)
+        self.w_buf = np.full(n, _NONE, np.int32)
+        self.r_epoch = np.full(n, _NONE, np.int32)
+        self.r_tid1 = np.full(n, _NONE, np.int32)
+        self.r_ev1 = np.full(n, _NONE, np.int32)
+        self.r_tid2 = np.full(n, _NONE, np.int32)
+        self.r_ev2 = np.full(n, _NONE, np.int32)
+        self.stamp = np.zeros(n, np.int64)
+        # access events: (statement, iterations, buffer name); ev_sid: statement ids
+        self.events = []
+        self.ev_sid = np.empty(256, np.int32)
+        self.locals = {}
+        self.specials = {}
+
+    # -- statements -----------------------------------------------------------------
+
+    def exec_list(self, stmts, act):
+        for s in stmts:
+            h = _LEAF.get(type(s))
+            if h is not None:
+                self.stmt = s
+                h(self, s, act)
+                continue
+            h = _COMPOUND.get(type(s))
+            if h is None:
+                raise InterpError(f"the interpreter cannot execute {type(s).__name__} "
+                                  f"({s.label})")
+            self.stmt = s
+            yield from h(self, s, act)
+
+    def _for(self, s, act):
+        ext = self.ev(s.extent, act)
+        if np.ndim(ext) != 0:
+            if not (ext == ext[0]).all():
+                i = int(np.flatnonzero(ext != ext[0])[0])
+                raise InterpError(
+                    f"loop {_point(s)} has a thread-dependent extent: thread "
+                    f"{self.interp.coords(act[0])} runs {int(ext[0])} iterations, thread "
+                    f"{self.interp.coords(act[i])} runs {int(ext[i])} (block {self.bidx})")
+            ext = ext[0]
+        name = s.var.name
+        typ = s.var.dtype.numpy.type
+        saved_env, saved_iters = self.env.get(name), self.iters
+        for i in range(int(ext)):
+            self.env[name] = typ(i)
+            self.iters = saved_iters + ((name, i),)
+            yield from self.exec_list(s.body, act)
+        self.iters = saved_iters
+        if saved_env is None:
+            self.env.pop(name, None)
+        else:
+            self.env[name] = saved_env
+
+    def _if(self, s, act):
+        c = _truth(self.ev(s.cond, act))
+        if np.ndim(c) == 0 or c.all() or not c.any():
+            taken = bool(c) if np.ndim(c) == 0 else bool(c[0])
+            body = s.then_body if taken else s.else_body
+            if body:
+                yield from self.exec_list(body, act)
+            return
+        self.divergent.append(s)
+        if s.then_body:
+            yield from self.exec_list(s.then_body, act[c])
+        if s.else_body:
+            yield from self.exec_list(s.else_body, act[~c])
+        self.divergent.pop()
+
+    def _barrier(self, s, act):
+        if len(act) == self.T:
+            self.epoch += 1
+            return
+        # Thread-dependent control flow: report, and do not start an epoch.
+        cause = self.divergent[-1] if self.divergent else s
+        missing = np.setdiff1d(self.all, act)
+        it = dict(self.iters)
+        self.interp.add(("barrier-divergence", cause.label, s.label), lambda: Hazard(
+            kind="barrier-divergence", buffer="__syncthreads", first=_point(cause),
+            second=_point(s), threads=(self.interp.coords(act[0]),
+                                       self.interp.coords(missing[0])),
+            iterations=(it, it), block=self.bidx,
+            detail=f"{len(act)} of {self.T} threads reach the barrier (thread "
+                   f"{self.interp.coords(missing[0])} does not)"))
+
+    def _allocate(self, s, act):
+        b = s.buffer
+        if b.memory is kir.Memory.local and b not in self.locals:
+            size = self.interp.local_sizes[b]
+            dt = b.dtype.numpy
+            fill = np.nan if dt.kind == "f" or dt == _BF16 else (False if dt == _BOOL else -1)
+            self.locals[b] = np.full((self.T, size), fill, dtype=dt)
+
+    def _comment(self, s, act):
+        pass
+
+    def _store(self, s, act):
+        idx = self.ev(s.index, act)              # every read of the statement first ...
+        val = self.ev(s.value, act)
+        b = s.buffer
+        val = _to(val, b.dtype) if val.dtype != b.dtype.numpy else val
+        n = len(act)
+        idx = self._index(idx, n)
+        if np.ndim(val) == 0:
+            val = np.full(n, val, dtype=b.dtype.numpy)
+        if b.memory is kir.Memory.shared:        # ... then the write
+            lay = self._layout(b)
+            ok = self._check(lay.name, idx, (idx >= 0) & (idx < lay.size), act,
+                             lambda: f"outside {lay.name}[0, {lay.size})", lay)
+            if ok is not None:
+                act, idx, val = act[ok], idx[ok], val[ok]
+            self._shared_write(lay, act, idx)
+            self._view(lay)[idx] = val
+        elif b.memory is kir.Memory.local:
+            arr = self._local(b)
+            ok = self._check(b.name, idx, (idx >= 0) & (idx < arr.shape[1]), act,
+                             f"outside {b.name}[0, {arr.shape[1]})")
+            if ok is not None:
+                act, idx, val = act[ok], idx[ok], val[ok]
+            arr[act, idx] = val
+        else:
+            g = self._global(b)
+            pos, ok = g.positions(idx)
+            ok = self._check(b.name, idx, ok, act, lambda: self._global_oob(g))
+            if ok is not None:
+                pos, val = pos[ok], val[ok]
+            g.flat[pos] = val
+            # cross-CTA: a global shadow (writer block, released?) would be updated here.
+
+    # -- loads and ShuffleXor -------------------------------------------------------
+
+    def _special(self, e, act):
+        key = (e.kind, e.axis, e.dtype)
+        v = self.specials.get(key)
+        if v is None:
+            if e.kind is kir.SpecialKind.threadIdx:
+                v = self.interp.tid[e.axis].astype(e.dtype.numpy)
+            elif e.kind is kir.SpecialKind.blockIdx:
+                v = _const(self.bidx["xyz".index(e.axis)], e.dtype)
+            else:
+                v = super()._special(e, act)
+            self.specials[key] = v
+        if e.kind is kir.SpecialKind.threadIdx and len(act) != self.T:
+            return v[act]
+        return v
+
+    def _load(self, e, act):
+        b = e.buffer
+        n = len(act)
+        idx = self._index(self.ev(e.index, act), n)
+        if b.memory is kir.Memory.shared:
+            lay = self._layout(b)
+            ok = self._check(lay.name, idx, (idx >= 0) & (idx < lay.size), act,
+                             lambda: f"outside {lay.name}[0, {lay.size})", lay)
+            view = self._view(lay)
+            if ok is None:
+                self._shared_read(lay, act, idx)
+                return view[idx]
+            out = np.zeros(n, dtype=lay.dtype)
+            self._shared_read(lay, act[ok], idx[ok])
+            out[ok] = view[idx[ok]]
+            return out
+        if b.memory is kir.Memory.local:
+            arr = self._local(b)
+            ok = self._check(b.name, idx, (idx >= 0) & (idx < arr.shape[1]), act,
+                             f"outside {b.name}[0, {arr.shape[1]})")
+            if ok is None:
+                return arr[act, idx]
+            out = np.zeros(n, dtype=arr.dtype)
+            out[ok] = arr[act[ok], idx[ok]]
+            return out
+        g = self._global(b)
+        pos, ok = g.positions(idx)
+        ok = self._check(b.name, idx, ok, act, lambda: self._global_oob(g))
+        if ok is None:
+            return g.flat[pos]
+        out = np.zeros(n, dtype=g.dtype)
+        out[ok] = g.flat[pos[ok]]
+        return out
+
+    def _shuffle(self, e, act):
+        """__shfl_xor_sync(0xffffffff, v, m): lane l gets lane l ^ m's value. Warps are
+        32 consecutive linear ids; every lane of each participating warp must be active.
+        (ldmatrix / mma.sync per-lane semantics will reuse this warp grouping.)"""
+        v = self.ev(e.value, act)
+        m = int(e.lane_mask)
+        if not 0 <= m < 32:
+            raise InterpError(f"shuffle lane mask {m} is not in 0..31{self.where()}")
+        n = len(act)
+        v = np.full(n, v) if np.ndim(v) == 0 else v
+        full = np.zeros(self.T, dtype=v.dtype)
+        full[act] = v
+        warps = act >> 5
+        counts = np.bincount(warps, minlength=int(warps[-1]) + 1)
+        bad = counts[warps] != 32
+        if bad.any():
+            w = int(warps[np.flatnonzero(bad)[0]])
+            lanes = np.arange(w * 32, w * 32 + 32)
+            inactive = lanes[~np.isin(lanes, act)]
+            cause = self.divergent[-1] if self.divergent else self.stmt
+            it = dict(self.iters)
+            absent = inactive[0] >= self.T
+            missing = (f"lane {inactive[0] - w * 32} does not exist (the block has "
+                       f"{self.T} threads)" if absent else
+                       f"thread {self.interp.coords(inactive[0])} is inactive")
+            self.interp.add(("shuffle-divergence", cause.label, self.stmt.label),
+                            lambda: Hazard(
+                kind="shuffle-divergence", buffer="shfl_xor", first=_point(cause),
+                second=_point(self.stmt),
+                threads=(self.interp.coords(act[np.flatnonzero(warps == w)[0]]),
+                         None if absent else self.interp.coords(inactive[0])),
+                iterations=(it, it), block=self.bidx,
+                detail=f"warp {w} runs shfl_xor(.., {m}) with "
+                       f"{int(counts[w])} of 32 lanes: {missing}"))
+        partner = act ^ m
+        out = full[np.minimum(partner, self.T - 1)]
+        if (partner >= self.T).any():
+            out[partner >= self.T] = 0
+        return out
+
+    # -- helpers --------------------------------------------------------------------
+
+    @staticmethod
+    def _index(idx, n):
+        a = np.asarray(idx)
+        if a.ndim == 0:
+            return np.full(n, int(a), dtype=np.int64)
+        return a.astype(np.int64, copy=False)
+
+    def _layout(self, b):
+        lay = self.interp.shared.get(b) or self.interp.shared_by_name.get(b.name)
+        if lay is None:
+            raise InterpError(f"shared buffer {b.name} has no Allocate{self.where()}")
+        return lay
+
+    def _view(self, lay):
+        v = self.views.get(lay)
+        if v is None:
+            v = self.views[lay] = self.pool[
+                lay.offset:lay.offset + lay.size * lay.itemsize].view(lay.dtype)
+        return v
+
+    def _local(self, b):
+        arr = self.locals.get(b)
+        if arr is None:
+            raise InterpError(f"local buffer {b.name} is used before its Allocate"
+                              f"{self.where()}")
+        return arr
+
+    def _global(self, b):
+        g = self.interp.globals.get(b) or self.interp.globals_by_name.get(b.name)
+        if g is None:
+            raise InterpError(f"global buffer {b.name} is not a kernel parameter"
+                              f"{self.where()}")
+        return g
+
+    @staticmethod
+    def _global_oob(g):
+        return f"not an element of {g.name} (shape {g.shape}, strides {g.strides})"
+
+    def _check(self, name, idx, ok, act, why, lay=None):
+        """None if every index is in bounds; else report the first one out of bounds
+        and return the mask of those in bounds."""
+        if ok.all():
+            return None
+        i = int(np.flatnonzero(~ok)[0])
+        s, it = self.stmt, dict(self.iters)
+        t = self.interp.coords(act[i])
+        bad = int(idx[i])
+        if lay is not None:
+            item = lay.itemsize
+            rng = (lay.offset + bad * item, lay.offset + (bad + 1) * item)
+        else:
+            item = self._buffer_itemsize(name)
+            rng = (bad * item, (bad + 1) * item)
+        nbad = int((~ok).sum())
+        self.interp.add(("out-of-bounds", s.label, s.label), lambda: Hazard(
+            kind="out-of-bounds", buffer=name, first=_point(s), second=_point(s),
+            byte_range=rng, threads=(t, t), iterations=(it, it), block=self.bidx,
+            detail=f"index {bad} is {why() if callable(why) else why} ({nbad} thread(s) "
+                   f"out of bounds: skipped, their loads read 0)"))
+        return ok
+
+    def _buffer_itemsize(self, name):
+        g = self.interp.globals_by_name.get(name)
+        if g is not None:
+            return g.dtype.itemsize
+        for b, arr in self.locals.items():
+            if b.name == name:
+                return arr.itemsize
+        return 1
+
+    # -- the race detector ----------------------------------------------------------
+
+    def _event(self, name):
+        n = len(self.events)
+        if n == len(self.ev_sid):
+            self.ev_sid = np.concatenate([self.ev_sid, np.empty_like(self.ev_sid)])
+        self.ev_sid[n] = self.interp.sid.get(self.stmt, -1)
+        self.events.append((self.stmt, self.iters, name))
+        return n
+
+    def _grains(self, lay, act, idx):
+        """Expand per-thread element accesses into (grain, thread) pairs."""
+        g0 = (lay.offset + idx * lay.itemsize) // self.interp.grain
+        if lay.k == 1:
+            return g0, act
+        g = (g0[:, None] + np.arange(lay.k)).ravel()
+        return g, np.repeat(act, lay.k)
+
+    def _duplicates(self, g):
+        m = len(g)
+        ar = self.interp.arange[:m] if m <= len(self.interp.arange) else np.arange(m)
+        self.stamp[g] = ar
+        return bool((self.stamp[g] != ar).any())
+
+    def _shared_read(self, lay, act, idx):
+        if not len(act):
+            return
+        # cp.async: a read of grains with a pending async write is "async-pending" here.
+        g, t = self._grains(lay, act, idx)
+        e = self._event(lay.name)
+        wb = self.w_buf[g]
+        bad = wb != lay.bufid
+        if bad.any():
+            un = bad & (wb < 0)
+            if un.any():
+                self._report_uninit(lay, un, g, t)
+            st = bad & (wb >= 0)
+            if st.any():
+                self._report("stale-read", st, g, t, lay, self.w_ev[g], self.w_tid[g])
+        raw = (self.w_epoch[g] == self.epoch) & (self.w_tid[g] != t)
+        if raw.any():
+            self._report("RAW", raw, g, t, lay, self.w_ev[g], self.w_tid[g])
+        # merge the readers of this access into the (at most two) readers per grain
+        if self._duplicates(g):
+            order = np.lexsort((t, g))
+            gs, ts = g[order], t[order]
+            start = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]])
+            end = np.r_[start[1:], len(gs)] - 1
+            ug, tmin, tmax = gs[start], ts[start], ts[end]
+        else:
+            ug, tmin, tmax = g, t, t
+        cur = self.r_epoch[ug] == self.epoch
+        o1 = np.where(cur, self.r_tid1[ug], _NONE)
+        o2 = np.where(cur, self.r_tid2[ug], _NONE)
+        n1 = np.where(o1 >= 0, o1, tmin)
+        n2 = np.where(o2 >= 0, o2, np.where(tmin != n1, tmin, np.where(tmax != n1, tmax,
+                                                                         _NONE)))
+        self.r_ev1[ug] = np.where(o1 >= 0, self.r_ev1[ug], e)
+        self.r_ev2[ug] = np.where(o2 >= 0, self.r_ev2[ug], np.where(n2 >= 0, e, _NONE))
+        self.r_tid1[ug] = n1
+        self.r_tid2[ug] = n2
+        self.r_epoch[ug] = self.epoch
+
+    def _shared_write(self, lay, act, idx):
+        if not len(act):
+            return
+        # cp.async: a write over grains with a pending async write is "async-pending".
+        g, t = self._grains(lay, act, idx)
+        e = self._event(lay.name)
+        cur = self.r_epoch[g] == self.epoch
+        if cur.any():
+            r1, r2 = self.r_tid1[g], self.r_tid2[g]
+            c1 = cur & (r1 >= 0) & (r1 != t)
+            c2 = cur & (r2 >= 0) & (r2 != t) & ~c1
+            war = c1 | c2
+            if war.any():
+                self._report("WAR", war, g, t, lay,
+                             np.where(c1, self.r_ev1[g], self.r_ev2[g]), np.where(c1, r1, r2))
+        waw = (self.w_epoch[g] == self.epoch) & (self.w_tid[g] != t)
+        if waw.any():
+            self._report("WAW", waw, g, t, lay, self.w_ev[g], self.w_tid[g])
+        if self._duplicates(g):      # two threads writing one grain in this statement
+            order = np.lexsort((t, g))
+            gs, ts = g[order], t[order]
+            same = (gs[1:] == gs[:-1]) & (ts[1:] != ts[:-1])
+            if same.any():
+                second = order[1:][same]
+                mask = np.zeros(len(g), dtype=bool)
+                mask[second] = True
+                ftid = np.full(len(g), _NONE, dtype=np.int64)
+                ftid[second] = ts[:-1][same]
+                self._report("WAW", mask, g, t, lay, np.full(len(g), e), ftid)
+        self.w_tid[g] = t           # repeated grains: the highest thread wins, as the data
+        self.w_ev[g] = e
+        self.w_epoch[g] = self.epoch
+        self.w_buf[g] = lay.bufid
+
+    def _report(self, kind, mask, g, t, lay, fev, ftid):
+        """One hazard per first statement among the flagged (grain, thread) pairs."""
+        grain = self.interp.grain
+        sel_all = np.flatnonzero(mask)
+        fe = fev[sel_all]
+        fsid = self.ev_sid[fe]
+        for sid in np.unique(fsid):
+            sel = sel_all[fsid == sid]
+            i = int(sel[0])
+            fstmt, fiters, fname = self.events[int(fev[i])]
+            key = (kind, fstmt.label, self.stmt.label)
+            if key in self.interp.seen:
+                continue
+            row = sel[sel // lay.k == i // lay.k]     # the example element's grains
+            lo, hi = int(g[row].min()) * grain, (int(g[row].max()) + 1) * grain
+            span = (int(g[sel].min()) * grain, (int(g[sel].max()) + 1) * grain)
+            nthreads = len(np.unique(t[sel]))
+            buffer = lay.name if fname == lay.name else f"{fname}/{lay.name}"
+            what = {"RAW": "read bytes another thread wrote",
+                    "WAR": "wrote bytes another thread read",
+                    "WAW": "wrote bytes another thread wrote",
+                    "stale-read": f"read through {lay.name} bytes last written through "
+                                  f"{fname}"}[kind]
+            since = "" if kind == "stale-read" else " since the last barrier"
+            detail = (f"{nthreads} thread(s) {what}{since}; bytes [{span[0]}, {span[1]}) "
+                      f"involved")
+            self.interp.add(key, lambda: Hazard(
+                kind=kind, buffer=buffer, first=_point(fstmt), second=_point(self.stmt),
+                byte_range=(lo, hi),
+                threads=(self.interp.coords(ftid[i]), self.interp.coords(t[i])),
+                iterations=(dict(fiters), dict(self.iters)), block=self.bidx,
+                detail=detail))
+
+    def _report_uninit(self, lay, mask, g, t):
+        key = ("uninitialized-read", lay.alloc.label, self.stmt.label)
+        if key in self.interp.seen:
+            return
+        grain = self.interp.grain
+        sel = np.flatnonzero(mask)
+        i = int(sel[0])
+        row = sel[sel // lay.k == i // lay.k]
+        lo, hi = int(g[row].min()) * grain, (int(g[row].max()) + 1) * grain
+        nthreads = len(np.unique(t[sel]))
+        self.interp.add(key, lambda: Hazard(
+            kind="uninitialized-read", buffer=lay.name, first=_point(lay.alloc),
+            second=_point(self.stmt), byte_range=(lo, hi),
+            threads=(None, self.interp.coords(t[i])), iterations=({}, dict(self.iters)),
+            block=self.bidx,
+            detail=f"{nthreads} thread(s) read shared bytes no thread of the block wrote"))
+
+
+_EVAL = {
+    kir.Const: _Evaluator._const, kir.Var: _Evaluator._var,
+    kir.Special: lambda self, e, act: self._special(e, act),
+    kir.BinOp: _Evaluator._binop, kir.UnOp: _Evaluator._unop,
+    kir.Select: _Evaluator._select, kir.Cast: _Evaluator._cast,
+    kir.Load: lambda self, e, act: self._load(e, act),
+    kir.ShuffleXor: lambda self, e, act: self._shuffle(e, act),
+}
+
+# Statement handlers. Leaf statements run to completion; compound ones are generators
+# (they run bodies, and a future wait statement yields a Wait to the scheduler from here).
+# New statements (cp.async copy/commit/wait, ldmatrix, mma, fences, semaphores) register
+# here.
+_LEAF = {
+    kir.Store: _Block._store, kir.Barrier: _Block._barrier,
+    kir.Allocate: _Block._allocate, kir.Comment: _Block._comment,
+}
+_COMPOUND = {kir.ForLoop: _Block._for, kir.IfThenElse: _Block._if}
+
+
+# ---------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------
+
+
+def run_kernel(kernel, args, blocks=None):
+    """Run `kernel` on the CPU.
+
+    args: each TensorParam's buffer name -> numpy array (outputs written in place; any
+    strides, passed to the kernel in elements), each ScalarParam's name -> int. Size
+    variables of tensor parameters that are not scalar parameters are bound from the
+    arrays' shapes. blocks: optional list of block indices (x, y, z) to run (others do
+    not run). Raises RaceError listing every hazard after the run (outputs written),
+    InterpError for what cannot be run at all.
+    """
+    interp = _Interp(kernel, args)
+    interp.run(blocks)
+    if interp.hazards:
+        raise RaceError(interp.hazards, kernel.name)

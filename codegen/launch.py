@@ -1,0 +1,143 @@
+"""Launch a compiled kernel on the GPU through CuPy: the minimal, correct path.
+
+    launch(kernel, cubin, args, stream=None)
+
+`args` maps each TensorParam's buffer name to a CuPy array and each ScalarParam's name to
+an int. Arguments are passed in the ABI order of codegen.cuda (tensor pointers, then
+every tensor's strides in elements, then the scalars, all strides and scalars in the
+kernel's index dtype). Grid and block come from kernel.launch evaluated with the scalars
+(lowering.kir.evaluate_scalar, C integer semantics); the dynamic shared memory is
+lowering.kir.shared_bytes, with the function's opt-in limit raised above 48 KB.
+
+Checked here: every argument is present, arrays are CuPy arrays of the buffer's dtype (a
+bf16 buffer takes a 2-byte integer array holding the bits, since CuPy has no bfloat16),
+their rank and shape match the kernel's sizes, strides are whole elements and fit the
+index type, extents are positive. The full executor (torch/numpy inputs, allocation of
+outputs, size classes) lives elsewhere.
+"""
+
+import hashlib
+
+import numpy as np
+
+from fuserir.dtypes import DataType
+from lowering import kir
+
+__all__ = ["launch", "load_function", "launch_config"]
+
+_STATIC_SHARED_LIMIT = 48 * 1024
+_modules = {}       # (device id, sha256 of cubin) -> cupy Module (kept loaded)
+
+
+def load_function(cubin, name):
+    """The CUDA function `name` of `cubin` (bytes) on the current device, loading the
+    module once per device."""
+    import cupy
+    from cupy.cuda import function
+    device = cupy.cuda.Device().id
+    key = (device, hashlib.sha256(cubin).hexdigest())
+    module = _modules.get(key)
+    if module is None:
+        module = function.Module()
+        module.load(bytes(cubin))
+        _modules[key] = module
+    return module.get_function(name)
+
+
+def launch_config(kernel, scalars):
+    """(grid, block, shared_bytes) of `kernel` for the scalar values `scalars`."""
+    cfg = kernel.launch
+    if cfg is None or cfg.grid is None or cfg.block is None:
+        raise ValueError(f"kernel {kernel.name} has no launch configuration")
+    grid = tuple(_positive(kernel, f"grid.{'xyz'[i]}", kir.evaluate_scalar(e, scalars))
+                 for i, e in enumerate(cfg.grid))
+    block = tuple(_positive(kernel, f"block.{'xyz'[i]}", kir.evaluate_scalar(e, scalars))
+                  for i, e in enumerate(cfg.block))
+    return grid, block, kir.shared_bytes(kernel, scalars)
+
+
+def _positive(kernel, what, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"kernel {kernel.name}: {what} evaluates to {value!r}; launch "
+                         "extents must be positive integers")
+    return value
+
+
+def launch(kernel, cubin, args, stream=None):
+    """Run `kernel` (its compiled `cubin`) once with `args`; asynchronous on `stream`
+    (default: CuPy's current stream)."""
+    import cupy
+    from cupy.cuda import driver
+
+    index_np = kernel.index_dtype.numpy
+    limits = np.iinfo(index_np)
+    scalars = {}
+    for p in kernel.scalar_params:
+        name = p.var.name
+        if name not in args:
+            raise ValueError(f"kernel {kernel.name}: missing scalar argument {name!r}")
+        value = args[name]
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"kernel {kernel.name}: scalar {name} must be an int, got "
+                            f"{type(value).__name__}")
+        value = int(value)
+        if not limits.min <= value <= limits.max:
+            raise ValueError(f"kernel {kernel.name}: scalar {name}={value} does not fit the "
+                             f"index type {kernel.index_dtype}")
+        scalars[name] = value
+
+    pointers, strides = [], []
+    for p in kernel.tensor_params:
+        b = p.buffer
+        if b.name not in args:
+            raise ValueError(f"kernel {kernel.name}: missing tensor argument {b.name!r}")
+        a = args[b.name]
+        if not isinstance(a, cupy.ndarray):
+            raise TypeError(f"kernel {kernel.name}: {b.name} must be a cupy array, got "
+                            f"{type(a).__name__}")
+        if not _dtype_ok(a.dtype, b.dtype):
+            raise TypeError(f"kernel {kernel.name}: {b.name} is {b.dtype}, the array is "
+                            f"{a.dtype}")
+        if a.ndim != len(p.sizes):
+            raise ValueError(f"kernel {kernel.name}: {b.name} has rank {len(p.sizes)}, the "
+                             f"array has shape {a.shape}")
+        for axis, size in enumerate(p.sizes):
+            want = kir.evaluate_scalar(size, scalars)
+            if a.shape[axis] != want:
+                raise ValueError(f"kernel {kernel.name}: {b.name} axis {axis} must have "
+                                 f"extent {kir.format_expr(size)} = {want}, the array has "
+                                 f"shape {a.shape}")
+        for axis, stride in enumerate(a.strides):
+            if stride % a.itemsize:
+                raise ValueError(f"kernel {kernel.name}: {b.name} axis {axis} has stride "
+                                 f"{stride} bytes, not a whole number of {a.itemsize}-byte "
+                                 "elements")
+            elements = stride // a.itemsize
+            if not limits.min <= elements <= limits.max:
+                raise ValueError(f"kernel {kernel.name}: {b.name} stride {elements} does not "
+                                 f"fit the index type {kernel.index_dtype}")
+            strides.append(index_np.type(elements))
+        pointers.append(a)
+
+    grid, block, shared = launch_config(kernel, scalars)
+    func = load_function(cubin, kernel.name)
+    if shared > _STATIC_SHARED_LIMIT:
+        runtime = cupy.cuda.runtime
+        limit = runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                           cupy.cuda.Device().id)
+        if shared > limit:
+            raise ValueError(f"kernel {kernel.name} needs {shared} bytes of shared memory; "
+                             f"this device allows {limit} per block")
+        driver.funcSetAttribute(func.ptr,
+                                driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                shared)
+    values = pointers + strides + [index_np.type(scalars[p.var.name])
+                                   for p in kernel.scalar_params]
+    func(grid, block, tuple(values), shared_mem=shared, stream=stream)
+
+
+def _dtype_ok(array_dtype, dtype):
+    if dtype is DataType.bf16:       # CuPy has no bfloat16: accept the bits
+        return array_dtype in (np.dtype(np.uint16), np.dtype(np.int16)) or \
+            array_dtype == dtype.numpy
+    return array_dtype == dtype.numpy

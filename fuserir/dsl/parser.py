@@ -1,0 +1,507 @@
+"""The DSL parser: text -> Fusion, with the file's schedule blocks applied.
+
+lark turns the text into a syntax tree (grammar.lark, LALR); a lark Interpreter then walks
+that tree top-down and builds each fusion through the same calls a Python user makes:
+Fusion.new_input, the builders of fuserir.ops, Fusion.rename, Fusion.add_output and the
+TensorView scheduling methods. Building through the public API is what makes a parsed
+fusion and a Python-built one identical, and lets the IR's own checks (types, shapes,
+legal transforms) do the validating. The parser adds what only it knows: where. Every
+problem, from a stray character to an illegal split, surfaces as one DslError located at
+file:line:col with the offending line and a caret, never as a traceback from lark or the IR.
+
+The grammar knows no names; this module decides what a name means from where it stands:
+a tensor in an expression, a dtype as cast's second argument, a parallel type as
+parallelize's. Ops and scheduling methods are looked up by name and their parameters read
+from the Python signatures, so the DSL offers exactly what fuserir.ops and TensorView
+offer, under the same keyword names.
+
+Names of the form t<digits> (the names fuserir.ops gives unnamed intermediates) stay
+unnamed when a fusion statement assigns them. The printer writes an unnamed intermediate
+as a statement of its own under that name when nesting cannot express it, and reading the
+text back must give the same fusion, with the intermediate still compared by position.
+"""
+
+import contextlib
+import difflib
+import inspect
+import math
+import pathlib
+import re
+
+from lark import Lark
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
+from lark.visitors import Interpreter, v_args
+
+from .. import dtypes, ops
+from ..errors import DslError, FusionError, ScheduleError
+from ..ir.exprs import BINARY_OPS, LAYOUTS, UNARY_OPS
+from ..ir.fusion import Fusion
+from ..ir.iterdomain import ParallelType
+from ..ir.tensor import MemoryType, TensorView
+
+_LARK = Lark.open("grammar.lark", rel_to=__file__, parser="lalr", propagate_positions=True)
+
+OPS = {name: getattr(ops, name) for name in UNARY_OPS + BINARY_OPS
+       + ("where", "cast", "set", "broadcast", "sum", "max", "matmul")}
+INFIX = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne",
+         "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
+SCHEDULE_METHODS = ("split", "merge", "reorder", "parallelize", "vectorize", "rfactor",
+                    "cache_after", "cache_before", "set_memory_type", "compute_at",
+                    "inline_most", "circular_buffer")
+SCHEDULERS = ("matmul",)
+ANONYMOUS_NAME = re.compile(r"t\d+")  # how fuserir.ops names unnamed tensors
+# Words the grammar gives a meaning of its own: a tensor so named could never be read.
+RESERVED_NAMES = frozenset({"true", "false", "inf", "nan", "output", "fusion", "schedule"})
+
+# The kind of value each parameter of an op or scheduling method takes, by its Python
+# name; a parameter not listed takes an expression (a tensor or a number).
+PARAMETER_KINDS = {
+    "dtype": "dtype", "layout": "layout", "flags": "flags", "axes": "axes",
+    "approximate": "string", "axis": "int", "pos": "int", "stages": "int",
+    "factor": "factor", "inner": "bool", "async_copy": "bool", "mapping": "map",
+    "ptype": "parallel type", "memory_type": "memory type", "consumer": "tensor",
+}
+_CHOICES = {
+    "dtype": (dtypes.DTYPE_NAMES, dtypes.from_name),
+    "layout": (LAYOUTS, str),
+    "parallel type": (tuple(p.value for p in ParallelType), ParallelType),
+    "memory type": (tuple(m.value for m in MemoryType), MemoryType),
+}
+
+
+def parse(text, filename="<string>"):
+    """Parse DSL text: the Fusion it defines, or {name: Fusion} when it defines several."""
+    source = _Source(text, filename)
+    try:
+        tree = _LARK.parse(text)
+    except UnexpectedInput as error:
+        raise source.error(_describe_syntax_error(error),
+                           *_syntax_error_position(error, source)) from None
+    fusions = _Builder(source).build(tree)
+    return next(iter(fusions.values())) if len(fusions) == 1 else fusions
+
+
+def parse_file(path):
+    """Parse the DSL file at `path`; errors name it as their file."""
+    path = pathlib.Path(path)
+    return parse(path.read_text(), filename=str(path))
+
+
+class _Source:
+    """The text being parsed, to locate errors in."""
+
+    def __init__(self, text, filename):
+        self.lines = text.splitlines()
+        self.filename = filename
+
+    def error(self, message, line, column):
+        source_line = self.lines[line - 1] if 0 < line <= len(self.lines) else None
+        return DslError(message, self.filename, line, column, source_line)
+
+
+# -- syntax errors -------------------------------------------------------------------------
+
+_EXPRESSION_START = {"NAME", "INT", "FLOAT", "MINUS", "LPAR", "LSQB", "LBRACE", "STRING",
+                     "INF", "NAN", "TRUE", "FALSE"}
+_OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "COMPARE"}
+_TERMINAL_WORDS = {"NAME": "a name", "INT": "an integer", "FLOAT": "a number",
+                   "STRING": "a string", "COMPARE": "a comparison", "$END": "end of input"}
+
+
+def _describe_syntax_error(error):
+    """One line: what was found, and what could have stood there instead."""
+    if isinstance(error, UnexpectedCharacters):
+        return f"unexpected character '{error.char}'"
+    token = None if isinstance(error, UnexpectedEOF) else error.token
+    if token is None or token.type == "$END":
+        found = "end of input"
+    elif token.type == "NAME":
+        found = f"name '{token}'"
+    elif token.type in ("INT", "FLOAT"):
+        found = f"number {token}"
+    else:
+        found = f"'{token}'"
+    accepts = None if isinstance(error, UnexpectedEOF) else error.accepts  # exact, if known
+    expected = _describe_expected(set(accepts or error.expected))
+    return f"unexpected {found}, expected {expected}" if expected else f"unexpected {found}"
+
+
+def _describe_expected(expected):
+    words = []
+    if {"NAME", "INT", "LPAR", "MINUS"} <= expected:
+        words.append("an expression")
+        expected -= _EXPRESSION_START
+    if {"PLUS", "STAR", "COMPARE"} <= expected:
+        words.append("an operator")
+        expected -= _OPERATORS
+    words += sorted(_TERMINAL_WORDS.get(name) or f"'{_LARK.get_terminal(name).pattern.value}'"
+                    for name in expected)
+    if len(words) <= 1:
+        return "".join(words)
+    return ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _syntax_error_position(error, source):
+    """Where the error is; at the end of the input, just after the last token."""
+    token = getattr(error, "token", None)
+    if token is not None and token.type == "$END" and token.end_line is not None:
+        return token.end_line, token.end_column  # lark gives $END the last token's place
+    line, column = getattr(error, "line", None), getattr(error, "column", None)
+    if not isinstance(line, int) or line < 1:
+        last = source.lines[-1] if source.lines else ""
+        return max(len(source.lines), 1), len(last) + 1
+    return line, column
+
+
+# -- building ------------------------------------------------------------------------------
+
+_rule = v_args(meta=True, inline=True)  # grammar-rule methods get (meta, *children)
+
+
+def _position(node):
+    """(line, column) of a token, a tree or a tree's meta."""
+    meta = getattr(node, "meta", node)
+    return meta.line, meta.column
+
+
+def _suggestion(name, candidates):
+    close = difflib.get_close_matches(str(name), list(candidates), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+_NOT_CONSTANT = object()  # what `constant` makes of an expression that is not a literal
+
+# The constant arguments: kind -> (what the value must be, a test of the value).
+_CONSTANT_KINDS = {
+    "int": ("an integer", _is_int),
+    "factor": ("an integer or the name of a run-time scalar", _is_int),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "string": ("a string", lambda v: isinstance(v, str)),
+    "flags": ("a list of true/false",
+              lambda v: isinstance(v, list) and all(isinstance(f, bool) for f in v)),
+    "axes": ("an integer or a list of integers",
+             lambda v: _is_int(v) or (isinstance(v, list) and all(map(_is_int, v)))),
+    "map": ("a map {old: new} of axis numbers",
+            lambda v: isinstance(v, dict) and all(map(_is_int, [*v, *v.values()]))),
+}
+
+
+class _Builder(Interpreter):
+    """Builds every fusion of a file, then applies the file's schedule blocks in order.
+
+    The methods named after grammar rules are called by lark's Interpreter; those of
+    expressions return the value computed, a TensorView or a Python number.
+    """
+
+    def __init__(self, source):
+        self.source = source
+        self.fusions = {}       # name -> Fusion, in file order
+        self.scopes = {}        # fusion name -> {name: tensor} its statements bound
+        self.fusion = None      # the fusion being built or scheduled
+        self.scope = None       # its scope
+
+    def error(self, message, node):
+        return self.source.error(message, *_position(node))
+
+    @contextlib.contextmanager
+    def located(self, node):
+        """Re-raise the IR's FusionError/ScheduleError as a DslError located at `node`."""
+        try:
+            yield
+        except (FusionError, ScheduleError) as error:
+            raise self.error(str(error), node) from error
+
+    def build(self, tree):
+        # Fusions first: a schedule block may come before the fusion it schedules.
+        for kind, duplicate in (("fusion_block", "duplicate fusion"),
+                                ("schedule_block", "duplicate schedule for")):
+            first_lines = {}
+            for item in tree.children:
+                if item.data != kind:
+                    continue
+                name = item.children[0]
+                if name in first_lines:
+                    raise self.error(f"{duplicate} '{name}' (first at line "
+                                     f"{first_lines[name]})", name)
+                first_lines[name] = name.line
+                self.visit(item)
+        if not self.fusions:
+            raise self.source.error("no fusion defined; expected `fusion NAME(...) { ... }`",
+                                    1, 1)
+        return self.fusions
+
+    # -- fusion blocks ---------------------------------------------------------------------
+    @_rule
+    def fusion_block(self, meta, name, *items):
+        self.fusion = self.fusions[str(name)] = Fusion(str(name))
+        self.scope = self.scopes[str(name)] = {}
+        for item in items:
+            self.visit(item)
+        if not self.fusion.outputs:
+            raise self.error(f"fusion '{name}' has no outputs; add `output NAME`", name)
+
+    def check_not_reserved(self, name):
+        if str(name) in RESERVED_NAMES:
+            raise self.error(f"'{name}' is a reserved word and cannot name a tensor", name)
+
+    @_rule
+    def param(self, meta, name, dtype_name, *dims):
+        self.check_not_reserved(name)
+        if name in self.scope:
+            raise self.error(f"duplicate input '{name}'", name)
+        dtype = self.choice("dtype", dtype_name)
+        shape = [int(d) if d.type == "INT" else str(d) for d in dims]
+        with self.located(name):
+            self.scope[str(name)] = self.fusion.new_input(str(name), dtype, shape)
+
+    @_rule
+    def assign(self, meta, name, expr):
+        if name in self.scope:
+            if self.scope[name].is_input:
+                raise self.error(f"'{name}' is an input of fusion {self.fusion.name} and "
+                                 "cannot be redefined", name)
+            raise self.error(f"duplicate name '{name}'", name)
+        if expr.data == "name":
+            other = expr.children[0]
+            raise self.error(f"'{name} = {other}' would only rename {other}; write "
+                             f"'{name} = set({other})' to copy it", expr)
+        value = self.visit(expr)
+        if not isinstance(value, TensorView):
+            raise self.error(f"'{name}' must be computed from a tensor, not a constant", expr)
+        self.give_name(value, name, named=not ANONYMOUS_NAME.fullmatch(name))
+
+    @_rule
+    def output(self, meta, *names):
+        for name in names:
+            with self.located(name):
+                self.fusion.add_output(self.scoped_tensor(name))
+
+    def give_name(self, tv, name, named):
+        """Rename `tv` and bind it in the scope. An unnamed intermediate nested in an
+        expression that happens to hold the name (t3, say) yields it: its name is no one's."""
+        self.check_not_reserved(name)
+        for other in self.fusion.tensors:
+            if other.name == name and other is not tv:
+                if other.is_named or other in self.scope.values():
+                    raise self.error(f"duplicate name '{name}'", name)
+                self.fusion.rename(other, self.anonymous_name(), named=False)
+        with self.located(name):
+            self.fusion.rename(tv, str(name), named=named)
+        self.scope[str(name)] = tv
+
+    def anonymous_name(self):
+        taken = {t.name for t in self.fusion.tensors}
+        serial = len(taken)
+        while f"t{serial}" in taken:
+            serial += 1
+        return f"t{serial}"
+
+    def scoped_tensor(self, name):
+        """A tensor the fusion's inputs or statements named, by name."""
+        if name not in self.scope:
+            raise self.error(f"unknown tensor '{name}'{_suggestion(name, self.scope)}", name)
+        return self.scope[name]
+
+    # -- expressions -----------------------------------------------------------------------
+    @_rule
+    def name(self, meta, token):
+        return self.scoped_tensor(token)
+
+    @_rule
+    def integer(self, meta, token):
+        return int(token)
+
+    @_rule
+    def real(self, meta, token):
+        return float(token)
+
+    @_rule
+    def inf(self, meta, token):
+        return math.inf
+
+    @_rule
+    def nan(self, meta, token):
+        return math.nan
+
+    @_rule
+    def true(self, meta, token):
+        return True
+
+    @_rule
+    def false(self, meta, token):
+        return False
+
+    @_rule
+    def string(self, meta, token):
+        raise self.error(f"a string ({token}) is not a value; strings are arguments, as in "
+                         "gelu(x, approximate=\"tanh\")", token)
+
+    @_rule
+    def list_literal(self, meta, *items):
+        raise self.error("a list is not a value; lists are arguments, as in "
+                         "sum(x, axes=[1])", meta)
+
+    @_rule
+    def dict_literal(self, meta, *entries):
+        raise self.error("a map is not a value; maps are arguments, as in "
+                         "reorder({0: 1, 1: 0})", meta)
+
+    @_rule
+    def negate(self, meta, minus, operand):
+        value = self.visit(operand)
+        if isinstance(value, TensorView):
+            with self.located(minus):
+                return ops.neg(value)
+        if isinstance(value, bool):
+            raise self.error("true and false cannot be negated", minus)
+        return -value
+
+    @_rule
+    def binary(self, meta, lhs, operator, rhs):
+        a, b = self.visit(lhs), self.visit(rhs)
+        with self.located(operator):
+            return OPS[INFIX[operator]](a, b)
+
+    @_rule
+    def call(self, meta, name, *args):
+        if name not in OPS:
+            raise self.error(f"unknown operation '{name}'{_suggestion(name, OPS)}", name)
+        positional, keywords = self.bind(name, inspect.signature(OPS[name]), args)
+        with self.located(name):
+            return OPS[name](*positional, **keywords)
+
+    # -- arguments -------------------------------------------------------------------------
+    def bind(self, what, signature, args):
+        """Check the argument nodes `args` of `what` against `signature` and convert each
+        to the kind of value its parameter takes; returns (positional, keyword) values."""
+        names = list(signature.parameters)
+        positional = [a for a in args if a.data != "keyword"]
+        keywords = [a for a in args if a.data == "keyword"]
+        for arg in args[len(positional):]:
+            if arg.data != "keyword":
+                raise self.error(f"{what}: positional argument after keyword arguments", arg)
+        if len(positional) > len(names):
+            takes = f"{len(names)} argument{'' if len(names) == 1 else 's'}"
+            listed = f" ({', '.join(names)})" if names else ""
+            raise self.error(f"{what} takes {takes}{listed}, got {len(positional)}",
+                             positional[len(names)])
+        given = dict(zip(names, positional))
+        for key, node in (k.children for k in keywords):
+            if key not in names:
+                raise self.error(f"{what} has no argument '{key}' (its arguments: "
+                                 f"{', '.join(names) or 'none'})", key)
+            if key in given:
+                raise self.error(f"{what} got argument '{key}' twice", key)
+            given[str(key)] = node
+        missing = [f"'{n}'" for n, p in signature.parameters.items()
+                   if n not in given and p.default is p.empty]
+        if missing:
+            plural = "s" if len(missing) > 1 else ""
+            raise self.error(f"{what} is missing argument{plural} {', '.join(missing)}", what)
+        values = {key: self.argument(what, key, node) for key, node in given.items()}
+        return ([values[n] for n in names[:len(positional)]],
+                {str(k.children[0]): values[str(k.children[0])] for k in keywords})
+
+    def argument(self, what, param, node):
+        kind = PARAMETER_KINDS.get(param, "value")
+        if kind == "value":
+            return self.visit(node)
+        if kind == "tensor":
+            return self.named_tensor(self.bare_name(what, param, node, "a tensor name"))
+        if kind in _CHOICES:
+            names = ", ".join(_CHOICES[kind][0])
+            return self.choice(kind, self.bare_name(what, param, node, f"a {kind} ({names})"))
+        if kind == "factor" and node.data == "name":
+            return str(node.children[0])  # a named run-time scalar
+        description, accepts = _CONSTANT_KINDS[kind]
+        value = self.constant(node)
+        if value is _NOT_CONSTANT or not accepts(value):
+            raise self.error(f"{what}: {param} must be {description}", node)
+        return value
+
+    def bare_name(self, what, param, node, description):
+        if node.data != "name":
+            raise self.error(f"{what}: {param} must be {description}", node)
+        return node.children[0]
+
+    def choice(self, kind, name):
+        """The dtype, layout, parallel type or memory type called `name` (a token)."""
+        names, convert = _CHOICES[kind]
+        if name not in names:
+            raise self.error(f"unknown {kind} '{name}'; expected one of {', '.join(names)}",
+                             name)
+        return convert(str(name))
+
+    def constant(self, node):
+        """The value of a literal (a number, true/false, a string, or a list or map of
+        literals), or _NOT_CONSTANT."""
+        kind = node.data
+        if kind in ("integer", "real", "inf", "nan", "true", "false"):
+            return self.visit(node)
+        if kind == "string":
+            return str(node.children[0])[1:-1]
+        if kind == "negate":
+            value = self.constant(node.children[1])
+            return -value if _is_number(value) else _NOT_CONSTANT
+        if kind == "list_literal":
+            items = [self.constant(item) for item in node.children]
+            return _NOT_CONSTANT if _NOT_CONSTANT in items else items
+        if kind == "dict_literal":
+            entries = [(self.constant(k), self.constant(v)) for k, v in
+                       (entry.children for entry in node.children)]
+            if any(_NOT_CONSTANT in entry for entry in entries):
+                return _NOT_CONSTANT
+            return dict(entries)
+        return _NOT_CONSTANT
+
+    # -- schedule blocks -------------------------------------------------------------------
+    @_rule
+    def schedule_block(self, meta, name, *statements):
+        if name not in self.fusions:
+            raise self.error(f"schedule for unknown fusion '{name}'"
+                             f"{_suggestion(name, self.fusions)}", name)
+        self.fusion, self.scope = self.fusions[name], self.scopes[name]
+        for statement in statements:
+            self.visit(statement)
+
+    @_rule
+    def method_call(self, meta, result_name, target, method, *args):
+        tv = self.named_tensor(target)
+        if method not in SCHEDULE_METHODS:
+            raise self.error(f"unknown scheduling method '{method}'"
+                             f"{_suggestion(method, SCHEDULE_METHODS)}", method)
+        bound_method = getattr(tv, method)
+        positional, keywords = self.bind(method, inspect.signature(bound_method), args)
+        with self.located(target):
+            result = bound_method(*positional, **keywords)
+        if result_name is not None:
+            if not isinstance(result, TensorView):
+                raise self.error(f"{method} returns no tensor to name '{result_name}'",
+                                 result_name)
+            self.give_name(result, result_name, named=True)
+
+    def named_tensor(self, name):
+        """A tensor of the fusion, by its current name (schedules name tensors the IR
+        created, such as x_cache, as well as those the fusion's statements named)."""
+        for t in self.fusion.tensors:
+            if t.name == name:
+                return t
+        names = [t.name for t in self.fusion.tensors]
+        raise self.error(f"unknown tensor '{name}' in fusion {self.fusion.name}"
+                         f"{_suggestion(name, names)}", name)
+
+    @_rule
+    def scheduler_call(self, meta, name, *args):
+        if name == "matmul":
+            raise self.error("matmul scheduler is not implemented yet (it arrives with the "
+                             "tensor-core matmul issue)", name)
+        raise self.error(f"unknown scheduler '{name}'; the schedulers are: "
+                         f"{', '.join(SCHEDULERS)}", name)

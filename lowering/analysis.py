@@ -1,0 +1,357 @@
+"""What every lowering pass needs to know about a scheduled fusion, computed once.
+
+* The exact map: which axes of different tensors always take the same index (mapped
+  through an expression's root map, or produced by the same split/merge of exactly mapped
+  axes), as nvFuser's ComputeAtMap. Sync analysis uses it to prove that the thread which
+  writes an element of a shared tensor is the thread that reads it.
+* Concrete loops: the loop a tensor's loop axis runs in. An axis inside a tensor's
+  compute-at position shares its consumer's loop, recursively; every other axis owns one.
+* Parallel extents and the launch configuration: each block/thread index spans the
+  largest extent bound to it; axes bound with a smaller extent are predicated.
+* Index helpers: loop indices -> root indices (replaying splits and merges backwards) and
+  logical indices -> loop indices (forwards), with C integer semantics.
+
+It sits between the fusion IR and the passes so that no pass re-derives these facts.
+"""
+
+from fuserir.dtypes import DataType
+from fuserir.errors import ScheduleError
+from fuserir.ir import extent as ext
+from fuserir.ir.iterdomain import ParallelType, Split, history
+
+from . import kir
+
+THREAD_TYPES = (ParallelType.TIDx, ParallelType.TIDy, ParallelType.TIDz)
+BLOCK_TYPES = (ParallelType.BIDx, ParallelType.BIDy, ParallelType.BIDz)
+LOOP_TYPES = (ParallelType.serial, ParallelType.unroll, ParallelType.vectorize)
+
+
+def _c_div(a, b):
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+_FOLD = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "div": _c_div, "mod": lambda a, b: a - _c_div(a, b) * b,
+    "ceildiv": lambda a, b: -(-a // b), "min": min, "max": max,
+}
+
+
+class UnionFind:
+    def __init__(self):
+        self.parent = {}
+
+    def find(self, x):
+        self.parent.setdefault(x, x)
+        root = x
+        while self.parent[root] is not root:
+            root = self.parent[root]
+        while self.parent[x] is not root:
+            self.parent[x], x = root, self.parent[x]
+        return root
+
+    def union(self, a, b):
+        ra, rb = self.find(a), self.find(b)
+        if ra is rb:
+            return False
+        self.parent[rb] = ra
+        return True
+
+
+def build_exact_map(fusion):
+    """Union-find over every axis of the fusion's tensors (see module docstring)."""
+    uf = UnionFind()
+    transforms = []
+    for tv in fusion.tensors:
+        for a in tv.root + tv.logical + tv.loop:
+            uf.find(a)
+        transforms.extend(history(tv.loop + tv.logical))
+    for expr in fusion.exprs:
+        for producer in expr.tensor_inputs:
+            for c_axis, p_axis in expr.root_map(producer).items():
+                if c_axis.is_broadcast == p_axis.is_broadcast:
+                    uf.union(c_axis, p_axis)
+    changed = True
+    while changed:
+        changed = False
+        seen = {}
+        for t in transforms:
+            params = (t.factor, t.inner_split) if isinstance(t, Split) else ()
+            key = (type(t), params, tuple(id(uf.find(i)) for i in t.inputs))
+            other = seen.setdefault(key, t)
+            if other is not t:
+                for a, b in zip(t.outputs, other.outputs):
+                    changed |= uf.union(a, b)
+    return uf
+
+
+class LoweringContext:
+    """Facts about one scheduled fusion that the passes share (see module docstring)."""
+
+    def __init__(self, fusion, index_dtype=DataType.i32):
+        self.fusion = fusion
+        self.index_dtype = index_dtype
+        self.exact = None            # built by analyze(), once every tensor is placed
+        self.loop_vars = {}          # concrete axis -> kir.Var
+        self.buffers = {}            # tensor -> kir.Buffer
+        self.accumulators = {}       # reduction tensor -> kir.Buffer (local accumulator)
+        self.scratch = {}            # block-reduced tensor -> kir.Buffer (shared partials)
+        self.layouts = {}            # tensor or accumulator buffer -> [(loop position, stride)]
+        self.tensor_params = {}      # tensor -> kir.TensorParam
+        self.scalar_vars = {}        # symbol name -> kir.Var
+        self.store_info = {}         # kir.Store -> StoreInfo (what predicates need)
+
+    def analyze(self):
+        """Compute the exact map and parallel extents of the (now fully placed) fusion."""
+        self.exact = build_exact_map(self.fusion)
+        self._parallel_extents()
+
+    # -- loops ---------------------------------------------------------------------------
+    def concrete(self, tv, i):
+        """(tensor, position) owning the loop that tv.loop[i] runs in."""
+        while tv.compute_at_pos and i < tv.compute_at_pos:
+            tv = tv.compute_at_consumer
+        return tv, i
+
+    def concrete_axis(self, tv, i):
+        owner, j = self.concrete(tv, i)
+        return owner.loop[j]
+
+    def is_loop(self, axis):
+        """Does this (concrete) axis become a for-loop in the kernel?"""
+        if axis.parallel not in LOOP_TYPES:
+            return False
+        return not (axis.is_broadcast or axis.extent == 1)
+
+    def loop_var(self, axis):
+        if axis not in self.loop_vars:
+            self.loop_vars[axis] = kir.Var(f"i{len(self.loop_vars)}", self.index_dtype)
+        return self.loop_vars[axis]
+
+    def loop_index(self, tv, i):
+        """The index of tv.loop[i] inside the kernel: a loop variable, a thread or block
+        index, or 0 for an axis of extent 1."""
+        axis = self.concrete_axis(tv, i)
+        if axis.parallel in THREAD_TYPES or axis.parallel in BLOCK_TYPES:
+            kind = (kir.SpecialKind.threadIdx if axis.parallel in THREAD_TYPES
+                    else kir.SpecialKind.blockIdx)
+            return kir.Special(kind, axis.parallel.value[-1], self.index_dtype)
+        if not self.is_loop(axis):
+            return self.const(0)
+        return self.loop_var(axis)
+
+    # -- index arithmetic ----------------------------------------------------------------
+    def const(self, value):
+        return kir.Const(value, self.index_dtype)
+
+    def extent(self, e):
+        """A fuserir extent as a kernel expression over the scalar parameters."""
+        if isinstance(e, int):
+            return self.const(e)
+        if isinstance(e, ext.Sym):
+            if e.name not in self.scalar_vars:
+                self.scalar_vars[e.name] = kir.Var(e.name, self.index_dtype)
+            return self.scalar_vars[e.name]
+        if isinstance(e, ext.CeilDiv):
+            return self.binop("ceildiv", self.extent(e.numerator), self.extent(e.denominator))
+        return self.binop("mul", self.extent(e.lhs), self.extent(e.rhs))
+
+    def binop(self, op, a, b):
+        """Index arithmetic with the obvious constant folding (x*1, x+0, 0*x, x/1)."""
+        ca = a.value if isinstance(a, kir.Const) else None
+        cb = b.value if isinstance(b, kir.Const) else None
+        if ca is not None and cb is not None and op in _FOLD:
+            return self.const(_FOLD[op](ca, cb))
+        if op == "add" and ca == 0:
+            return b
+        if op in ("add", "sub") and cb == 0:
+            return a
+        if op == "mul" and (ca == 0 or cb == 0):
+            return self.const(0)
+        if op == "mul" and ca == 1:
+            return b
+        if op in ("mul", "div", "ceildiv") and cb == 1:
+            return a
+        if op == "mod" and cb == 1:
+            return self.const(0)
+        if op in ("div", "mod") and ca == 0:
+            return self.const(0)
+        dtype = DataType.bool if op in kir.COMPARISONS + ("and", "or") else self.index_dtype
+        return kir.BinOp(op, a, b, dtype)
+
+    def root_indices(self, tv):
+        """{axis: index} for tv's root and logical axes (and everything between them and
+        the loop axes), from the loop indices, replaying splits and merges backwards.
+        Broadcast axes always have index 0."""
+        index = {a: self.loop_index(tv, i) for i, a in enumerate(tv.loop)}
+        for t in reversed(history(tv.loop)):
+            if isinstance(t, Split):
+                inner = self.extent(t.inner.extent)
+                index[t.input] = self.binop("add", self.binop("mul", index[t.outer], inner),
+                                            index[t.inner])
+            else:
+                inner = self.extent(t.inner.extent)
+                index[t.outer] = self.binop("div", index[t.output], inner)
+                index[t.inner] = self.binop("mod", index[t.output], inner)
+        for a in list(index):
+            if a.is_broadcast:
+                index[a] = self.const(0)
+        return index
+
+    def forward_indices(self, tv, logical_index):
+        """{loop axis: index} of tv given the indices of its logical axes, replaying splits
+        and merges forwards (axes not derived from the logical domain, such as loop-only
+        broadcast axes, have index 0)."""
+        index = dict(logical_index)
+        transforms = history(tv.loop)
+        known = set(tv.root) | set(tv.logical)
+        for t in transforms:
+            for i in t.inputs:
+                if i.definition is None and i not in known:
+                    index.setdefault(i, self.const(0))   # a loop-only broadcast axis
+        for t in transforms:
+            if not all(i in index for i in t.inputs) or all(o in index for o in t.outputs):
+                continue
+            if isinstance(t, Split):
+                inner = self.extent(t.inner.extent)
+                index[t.outer] = self.binop("div", index[t.input], inner)
+                index[t.inner] = self.binop("mod", index[t.input], inner)
+            else:
+                inner = self.extent(t.inner.extent)
+                index[t.output] = self.binop("add", self.binop("mul", index[t.outer], inner),
+                                             index[t.inner])
+        return index
+
+    # -- parallelization -----------------------------------------------------------------
+    def _parallel_extents(self):
+        self.bound = {p: [] for p in THREAD_TYPES + BLOCK_TYPES}
+        for tv in self.fusion.tensors:
+            if tv.is_input:
+                continue
+            for i in range(tv.ndim):
+                axis = self.concrete_axis(tv, i)
+                if axis.parallel in self.bound and axis.extent not in self.bound[axis.parallel]:
+                    self.bound[axis.parallel].append(axis.extent)
+
+    def launch_extent(self, ptype, round_to=1):
+        extents = [self.extent(e) for e in self.bound[ptype]]
+        if not extents:
+            return self.const(1)
+        dim = extents[0]
+        for e in extents[1:]:
+            dim = self.binop("max", dim, e)
+        if round_to > 1:
+            dim = self.binop("mul", self.binop("ceildiv", dim, self.const(round_to)),
+                             self.const(round_to))
+        return dim
+
+    def exact_class(self, axis):
+        """A stable identifier of axis's exact-map class."""
+        return id(self.exact.find(axis))
+
+    def threads_used(self):
+        return [p for p in THREAD_TYPES if self.bound[p]]
+
+    def owner(self, tv, is_write):
+        """AccessInfo.owner of tv's accesses: for each thread type the block uses, the exact
+        class of tv's axis bound to it, which selects the thread of each element. A write
+        where no data axis of tv is bound to it is guarded to thread 0 along it (the
+        predicate pass's redundant-write rule): "zero". A read with no such axis is made by
+        every thread along it: None (owned by no single thread)."""
+        owner = []
+        for p in self.threads_used():
+            cls = "zero" if is_write else None
+            for i in range(tv.ndim):
+                axis = tv.loop[i]
+                if self.concrete_axis(tv, i).parallel is not p or axis.is_broadcast:
+                    continue
+                if axis.is_reduction and is_write:
+                    continue
+                cls = self.exact_class(axis)
+            owner.append((p.value, cls))
+        return tuple(owner)
+
+
+def _bound_class(ctx, tv, ptype, data_only):
+    """(position, exact class) of tv's axis bound to ptype, or None."""
+    for i, axis in enumerate(tv.loop):
+        if ctx.concrete_axis(tv, i).parallel is ptype and not axis.is_broadcast:
+            if data_only and axis.is_reduction:
+                continue
+            return i, ctx.exact_class(axis)
+    return None
+
+
+def _check_private_data(ctx, tv):
+    """A local tensor lives in one thread's registers and a shared one in one block: a
+    consumer must read each element on the thread (block) that holds it."""
+    if tv.is_input or tv.is_output:
+        return
+    private = BLOCK_TYPES + (THREAD_TYPES if tv.memory_type.value == "local" else ())
+    for c in ctx.fusion.consumers(tv):
+        for ptype in private:
+            held = _bound_class(ctx, tv, ptype, data_only=True)
+            if held is None:
+                continue
+            read = _bound_class(ctx, c, ptype, data_only=False)
+            if read is None or read[1] != held[1]:
+                where = "shared memory of one block" if ptype in BLOCK_TYPES and \
+                    tv.memory_type.value == "shared" else f"{tv.memory_type} memory"
+                raise ScheduleError(
+                    f"{c.name} reads {tv.name}, which lives in {where} with axis {held[0]} "
+                    f"bound to {ptype}, but {c.name} does not bind the same axis to {ptype}: "
+                    f"a {'thread' if ptype in THREAD_TYPES else 'block'} would read values "
+                    f"another one holds; bind matching axes, or put {tv.name} in "
+                    f"{'shared' if ptype in THREAD_TYPES else 'global'} memory")
+
+
+class StoreInfo:
+    """What the predicate pass needs to know about a Store: the tensor whose loop nest it
+    sits in, which part of a reduction it is, and whether it writes shared/global memory."""
+
+    def __init__(self, tv, role, root_index, memory):
+        self.tv = tv
+        self.role = role            # "compute", "init", "accumulate", "final"
+        self.root_index = root_index
+        self.memory = memory
+
+
+def check_supported(ctx):
+    """Refuse schedules this lowering does not support yet, with a clear ScheduleError."""
+    for tv in ctx.fusion.tensors:
+        if tv.is_input:
+            continue
+        for i, axis in enumerate(tv.loop):
+            concrete = ctx.concrete_axis(tv, i)
+            if axis.is_reduction and concrete.parallel in BLOCK_TYPES:
+                raise ScheduleError(f"{tv.name}: reduction axis {i} is bound to "
+                                    f"{concrete.parallel}; grid reductions are not supported "
+                                    "yet (rfactor the reduction, or bind a thread index)")
+            if axis.is_reduction and concrete.parallel in (ParallelType.TIDy,
+                                                           ParallelType.TIDz):
+                raise ScheduleError(f"{tv.name}: reduction axis {i} is bound to "
+                                    f"{concrete.parallel}; block reductions are supported "
+                                    "over TIDx only")
+            if axis.parallel is ParallelType.mma:
+                raise ScheduleError(f"{tv.name}: axis {i} is an mma axis; tensor-core "
+                                    "lowering arrives with the matmul issue")
+        if not tv.is_output and tv.memory_type.value == "global":
+            raise ScheduleError(f"{tv.name}: global intermediates need a workspace, which "
+                                "arrives with segmentation; use local or shared memory")
+        _check_private_data(ctx, tv)
+        pos = tv.compute_at_pos or 0
+        for c in ctx.fusion.consumers(tv):
+            loops = {ctx.concrete(c, j) for j in range(c.ndim)}
+            for i in range(pos):
+                if ctx.concrete(tv, i) not in loops:
+                    raise ScheduleError(
+                        f"{tv.name} is computed at position {pos} of "
+                        f"{tv.compute_at_consumer.name}, but its consumer {c.name} does not "
+                        f"run inside loop {i} of it; compute {c.name} inside those loops too "
+                        f"or compute {tv.name} at a lower position")
+        if tv.circular_buffer_stages is not None:
+            raise ScheduleError(f"{tv.name}: circular buffering arrives with the matmul "
+                                "issue's pipelining pass")
+
+

@@ -1,0 +1,621 @@
+"""Kernel IR: what lowering produces and both backends consume.
+
+A Kernel is a statement tree (loops, ifs, allocations, stores, barriers) over typed
+scalar expressions (constants, variables, thread/block indices, loads, arithmetic). It is
+explicitly typed: arithmetic nodes carry the dtype they compute in, and lowering inserts
+every conversion as a Cast, so the CUDA emitter and the interpreter never guess a type.
+Thread- and block-parallel axes are not loops: they are index expressions of
+threadIdx/blockIdx, guarded by predicates where extents differ.
+
+Shared-memory accesses carry an AccessInfo saying which tensor they touch and which
+thread owns each element, so sync insertion and the hazard verifier can reason about
+them; every Barrier carries the reasons it exists.
+
+The text printer at the bottom is what `fuserir dump --stage kernel` shows.
+"""
+
+import itertools
+from dataclasses import dataclass, field
+from enum import Enum
+
+from fuserir.dtypes import DataType
+
+# ---------------------------------------------------------------------------------------
+# Scalar expressions (immutable)
+# ---------------------------------------------------------------------------------------
+
+
+class ScalarExpr:
+    dtype: DataType
+
+    def children(self):
+        return ()
+
+
+@dataclass(frozen=True, eq=False)
+class Const(ScalarExpr):
+    value: object
+    dtype: DataType
+
+
+@dataclass(frozen=True, eq=False)
+class Var(ScalarExpr):
+    """A named scalar: a loop index, a size or stride parameter, a named run-time scalar."""
+
+    name: str
+    dtype: DataType
+
+
+class SpecialKind(Enum):
+    threadIdx = "threadIdx"
+    blockIdx = "blockIdx"
+    blockDim = "blockDim"
+    gridDim = "gridDim"
+
+
+@dataclass(frozen=True, eq=False)
+class Special(ScalarExpr):
+    """threadIdx.x, blockIdx.y, blockDim.z, ... (in the kernel's index dtype)."""
+
+    kind: SpecialKind
+    axis: str            # "x", "y" or "z"
+    dtype: DataType
+
+    @property
+    def name(self):
+        return f"{self.kind.value}.{self.axis}"
+
+
+# Operators of BinOp. Index arithmetic uses C integer semantics (/ and % truncate toward
+# zero); "ceildiv" is (a + b - 1) / b on non-negative operands.
+BINARY_OPS = ("add", "sub", "mul", "div", "mod", "ceildiv", "min", "max",
+              "lt", "le", "gt", "ge", "eq", "ne", "and", "or")
+COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
+UNARY_OPS = ("neg", "abs", "not", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
+             "gelu", "gelu_tanh")
+
+
+@dataclass(frozen=True, eq=False)
+class BinOp(ScalarExpr):
+    """`op` applied to a and b, both of `dtype` (comparisons, and/or yield bool)."""
+
+    op: str
+    a: ScalarExpr
+    b: ScalarExpr
+    dtype: DataType      # the result type
+
+    def children(self):
+        return (self.a, self.b)
+
+
+@dataclass(frozen=True, eq=False)
+class UnOp(ScalarExpr):
+    op: str
+    a: ScalarExpr
+    dtype: DataType
+
+    def children(self):
+        return (self.a,)
+
+
+@dataclass(frozen=True, eq=False)
+class Select(ScalarExpr):
+    cond: ScalarExpr
+    a: ScalarExpr
+    b: ScalarExpr
+    dtype: DataType
+
+    def children(self):
+        return (self.cond, self.a, self.b)
+
+
+@dataclass(frozen=True, eq=False)
+class Cast(ScalarExpr):
+    """Convert a to dtype: float->int truncates toward zero; to bool is != 0; float
+    narrowing rounds to nearest even."""
+
+    a: ScalarExpr
+    dtype: DataType
+
+    def children(self):
+        return (self.a,)
+
+
+@dataclass(frozen=True, eq=False)
+class Load(ScalarExpr):
+    """Element `index` of `buffer` (an element index, not bytes)."""
+
+    buffer: "Buffer"
+    index: ScalarExpr
+    access: "AccessInfo" = None
+
+    @property
+    def dtype(self):
+        return self.buffer.dtype
+
+    def children(self):
+        return (self.index,)
+
+
+@dataclass(frozen=True, eq=False)
+class ShuffleXor(ScalarExpr):
+    """__shfl_xor_sync(0xffffffff, value, lane_mask): the value of lane (lane ^ lane_mask)
+    of the same warp. Warp-collective: all 32 lanes of each warp must execute it."""
+
+    value: ScalarExpr
+    lane_mask: int
+
+    @property
+    def dtype(self):
+        return self.value.dtype
+
+    def children(self):
+        return (self.value,)
+
+
+# ---------------------------------------------------------------------------------------
+# Buffers and parameters
+# ---------------------------------------------------------------------------------------
+
+
+class Memory(Enum):
+    global_ = "global"
+    shared = "shared"
+    local = "local"
+
+
+@dataclass(eq=False)
+class Buffer:
+    """A named array. Global buffers are kernel parameters; shared and local ones are
+    allocated by an Allocate statement. `size` is in elements (an expression; shared
+    buffers with a non-constant size live in dynamic shared memory). `byte_offset` places a
+    shared buffer in the block's shared-memory pool (set by the allocation pass; buffers
+    whose byte ranges overlap alias each other)."""
+
+    name: str
+    dtype: DataType
+    memory: Memory
+    size: ScalarExpr = None
+    byte_offset: ScalarExpr = None
+    tensor: str = None   # the fusion tensor it holds (None: scratch, e.g. for reductions)
+
+
+@dataclass(eq=False)
+class TensorParam:
+    """A global tensor argument: its buffer, and one size and one stride variable per axis
+    (strides in elements). Sizes that are fusion symbols reuse the symbol's ScalarParam."""
+
+    buffer: Buffer
+    sizes: list          # list[ScalarExpr]: Var of a ScalarParam or Const
+    strides: list        # list[Var]
+    is_output: bool = False
+
+
+@dataclass(eq=False)
+class ScalarParam:
+    """A run-time integer argument: a size symbol (M) or a named scalar (splitk)."""
+
+    var: Var
+
+
+# ---------------------------------------------------------------------------------------
+# Access provenance and sync reasons
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AccessInfo:
+    """Who touches which element of a shared buffer.
+
+    owner maps each parallel type the block uses ("TIDx", ...) to an identifier of the
+    axis that selects the thread for an element (an exact-map class of the accessing
+    tensor's domain), or None when the element's thread is not a function of the element
+    (e.g. a write predicated to thread 0 of that axis, or a scratch buffer). Two accesses
+    to the same tensor whose owners are equal and contain no None are made by the same
+    thread for every element, so they need no barrier between them.
+    """
+
+    tensor: str
+    owner: tuple         # tuple of (parallel type name, class id or None), sorted
+
+    def same_thread_as(self, other):
+        return (self.tensor == other.tensor and self.owner == other.owner
+                and all(cls is not None for _, cls in self.owner))
+
+
+class HazardKind(Enum):
+    RAW = "RAW"              # read after another thread's write
+    WAR = "WAR"              # write after another thread's read
+    WAW = "WAW"              # write after another thread's write
+    ASYNC = "async-pending"  # access to bytes an async copy may still be writing
+
+
+@dataclass
+class SyncReason:
+    kind: HazardKind
+    buffers: tuple           # names of the buffers (aliased buffers: all of them)
+    first: "Stmt"            # the statement of the earlier access
+    second: "Stmt"           # the statement of the later access
+    loop_carried: bool = False
+
+    def __str__(self):
+        carried = ", loop-carried" if self.loop_carried else ""
+        return (f"{self.kind.value} on {'/'.join(self.buffers)}: {self.first.label} -> "
+                f"{self.second.label}{carried}")
+
+
+# ---------------------------------------------------------------------------------------
+# Statements
+# ---------------------------------------------------------------------------------------
+
+_labels = itertools.count()
+
+
+class Stmt:
+    """Every statement has a label (S<number>) that dumps and hazard reports cite."""
+
+    def __post_init__(self):
+        if getattr(self, "label", None) is None:
+            self.label = f"S{next(_labels)}"
+
+    def bodies(self):
+        """The statement lists nested in this one."""
+        return ()
+
+
+@dataclass(eq=False)
+class Allocate(Stmt):
+    buffer: Buffer
+    label: str = None
+
+
+@dataclass(eq=False)
+class Store(Stmt):
+    """buffer[index] = value."""
+
+    buffer: Buffer
+    index: ScalarExpr
+    value: ScalarExpr
+    access: AccessInfo = None
+    label: str = None
+
+
+@dataclass(eq=False)
+class ForLoop(Stmt):
+    """for (var = 0; var < extent; ++var) body. kind: "serial" or "unroll"."""
+
+    var: Var
+    extent: ScalarExpr
+    body: list = field(default_factory=list)
+    kind: str = "serial"
+    label: str = None
+
+    def bodies(self):
+        return (self.body,)
+
+
+@dataclass(eq=False)
+class IfThenElse(Stmt):
+    cond: ScalarExpr
+    then_body: list = field(default_factory=list)
+    else_body: list = field(default_factory=list)
+    label: str = None
+
+    def bodies(self):
+        return (self.then_body, self.else_body)
+
+
+@dataclass(eq=False)
+class Barrier(Stmt):
+    """__syncthreads(). `sync_id` is what drop_syncs names (inserted barriers only);
+    `reasons` lists the hazards it orders."""
+
+    sync_id: str = None
+    reasons: list = field(default_factory=list)
+    label: str = None
+
+
+@dataclass(eq=False)
+class Comment(Stmt):
+    text: str = ""
+    label: str = None
+
+
+@dataclass(eq=False)
+class ExprStmt(Stmt):
+    """A fusion expression placed in its loop nest but not yet lowered to loads and stores.
+    It exists only between the loop-nest pass and the indexing pass. `role` says which part
+    of the expression it stands for: "compute" (a pointwise expression), or for a
+    reduction "init", "accumulate", "block_reduce", "final"."""
+
+    tv: object = None
+    role: str = "compute"
+    label: str = None
+
+
+# ---------------------------------------------------------------------------------------
+# Kernel
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class LaunchConfig:
+    """Grid and block extents as expressions over the kernel's scalar parameters."""
+
+    grid: tuple = None       # (x, y, z) ScalarExprs
+    block: tuple = None      # (x, y, z) ScalarExprs
+
+
+@dataclass(eq=False)
+class Kernel:
+    name: str
+    tensor_params: list      # list[TensorParam], inputs first then outputs
+    scalar_params: list      # list[ScalarParam]
+    body: list
+    launch: LaunchConfig
+    index_dtype: DataType = DataType.i32
+
+    @property
+    def params(self):
+        return list(self.tensor_params) + list(self.scalar_params)
+
+
+def walk(stmts):
+    """Every statement of a statement list, depth first, in program order."""
+    for s in stmts:
+        yield s
+        for body in s.bodies():
+            yield from walk(body)
+
+
+def relabel(stmts, prefix="S"):
+    """Number statements S1, S2, ... in program order (dumps read top to bottom)."""
+    for i, s in enumerate(walk(stmts), 1):
+        s.label = f"{prefix}{i}"
+
+
+def walk_expr(expr):
+    yield expr
+    for c in expr.children():
+        yield from walk_expr(c)
+
+
+# ---------------------------------------------------------------------------------------
+# Printer
+# ---------------------------------------------------------------------------------------
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<", "le": "<=",
+          "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
+
+
+def format_expr(e):
+    if isinstance(e, Const):
+        if e.dtype is DataType.bool:
+            return "true" if e.value else "false"
+        return repr(float(e.value)) if e.dtype.is_float else str(int(e.value))
+    if isinstance(e, (Var, Special)):
+        return e.name
+    if isinstance(e, BinOp):
+        if e.op in _INFIX:
+            return f"({format_expr(e.a)} {_INFIX[e.op]} {format_expr(e.b)})"
+        return f"{e.op}({format_expr(e.a)}, {format_expr(e.b)})"
+    if isinstance(e, UnOp):
+        return f"{e.op}({format_expr(e.a)})"
+    if isinstance(e, Select):
+        return f"({format_expr(e.cond)} ? {format_expr(e.a)} : {format_expr(e.b)})"
+    if isinstance(e, Cast):
+        return f"({e.dtype}){format_expr(e.a)}"
+    if isinstance(e, Load):
+        return f"{e.buffer.name}[{format_expr(e.index)}]"
+    if isinstance(e, ShuffleXor):
+        return f"shfl_xor({format_expr(e.value)}, {e.lane_mask})"
+    raise TypeError(type(e).__name__)
+
+
+def format_stmt(s):
+    """One line for a statement (loops and ifs: their header)."""
+    if isinstance(s, Allocate):
+        b = s.buffer
+        where = f" @ byte {format_expr(b.byte_offset)}" if b.byte_offset is not None else ""
+        return f"alloc {b.memory.value} {b.dtype} {b.name}[{format_expr(b.size)}]{where}"
+    if isinstance(s, Store):
+        return f"{s.buffer.name}[{format_expr(s.index)}] = {format_expr(s.value)}"
+    if isinstance(s, ForLoop):
+        unroll = "unroll " if s.kind == "unroll" else ""
+        return f"{unroll}for {s.var.name} in 0..{format_expr(s.extent)}"
+    if isinstance(s, IfThenElse):
+        return f"if {format_expr(s.cond)}"
+    if isinstance(s, Barrier):
+        sid = f" [{s.sync_id}]" if s.sync_id else ""
+        why = "; ".join(str(r) for r in s.reasons)
+        return f"__syncthreads(){sid}" + (f"  // {why}" if why else "")
+    if isinstance(s, Comment):
+        return f"// {s.text}"
+    if isinstance(s, ExprStmt):
+        return f"{s.role} {s.tv.definition}"
+    raise TypeError(type(s).__name__)
+
+
+def format_stmts(stmts, indent=0):
+    lines = []
+    for s in stmts:
+        lines.append(f"{s.label:>5}  {'  ' * indent}{format_stmt(s)}")
+        if isinstance(s, ForLoop):
+            lines.extend(format_stmts(s.body, indent + 1))
+        elif isinstance(s, IfThenElse):
+            lines.extend(format_stmts(s.then_body, indent + 1))
+            if s.else_body:
+                lines.append(f"{'':>5}  {'  ' * indent}else")
+                lines.extend(format_stmts(s.else_body, indent + 1))
+    return lines
+
+
+def format_kernel(kernel):
+    params = [f"{p.buffer.dtype} {p.buffer.name}[{', '.join(format_expr(s) for s in p.sizes)}]"
+              for p in kernel.tensor_params]
+    params += [f"{p.var.dtype} {p.var.name}" for p in kernel.scalar_params]
+    launch = kernel.launch
+    grid = ", ".join(format_expr(e) for e in launch.grid) if launch.grid else "?"
+    block = ", ".join(format_expr(e) for e in launch.block) if launch.block else "?"
+    head = [f"kernel {kernel.name}({', '.join(params)})",
+            f"  grid=({grid}) block=({block}) index={kernel.index_dtype}"]
+    return "\n".join(head + format_stmts(kernel.body)) + "\n"
+
+
+# ---------------------------------------------------------------------------------------
+# Launch-time evaluation (shared by the CUDA launcher and the interpreter)
+# ---------------------------------------------------------------------------------------
+
+_INT_BITS = {DataType.i32: 32, DataType.i64: 64}
+
+
+def _wrap_int(value, dtype):
+    """`value` reduced to the two's-complement range of `dtype` (C on the GPU wraps)."""
+    if dtype is DataType.bool:
+        return bool(value)
+    bits = _INT_BITS[dtype]
+    value = int(value) & ((1 << bits) - 1)
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def _c_div(a, b):
+    """C integer division: the quotient truncates toward zero."""
+    if b == 0:
+        raise ZeroDivisionError("integer division by zero in a launch-time expression")
+    q = abs(a) // abs(b)
+    return -q if (a < 0) != (b < 0) else q
+
+
+def evaluate_scalar(expr, env=None):
+    """The value of a launch-time scalar expression (grid/block extents, shared-memory
+    sizes and offsets, tensor sizes) given `env`, a {name: value} map of the kernel's
+    scalar parameters.
+
+    Integer arithmetic follows C in the node's dtype, exactly as the emitted CUDA computes
+    it: / and % truncate toward zero, ceildiv is (a + b - 1) / b, results wrap to 32 or 64
+    bits. Float nodes compute in their numpy type (f16/bf16 have no arithmetic). Returns a
+    Python int, bool or numpy float. Thread indices, loads and shuffles have no launch-time
+    value: they raise TypeError; a variable missing from `env` raises KeyError.
+    """
+    env = {} if env is None else env
+    if isinstance(expr, Const):
+        if expr.dtype is DataType.bool:
+            return bool(expr.value)
+        if expr.dtype.is_int:
+            return _wrap_int(expr.value, expr.dtype)
+        return expr.dtype.numpy.type(expr.value)
+    if isinstance(expr, Var):
+        if expr.name not in env:
+            raise KeyError(f"no value for scalar {expr.name!r} (have: {sorted(env)})")
+        value = env[expr.name]
+        if expr.dtype.is_int:
+            return _wrap_int(value, expr.dtype)
+        return bool(value) if expr.dtype is DataType.bool else expr.dtype.numpy.type(value)
+    if isinstance(expr, Select):
+        chosen = expr.a if evaluate_scalar(expr.cond, env) else expr.b
+        return evaluate_scalar(chosen, env)
+    if isinstance(expr, Cast):
+        return _eval_cast(evaluate_scalar(expr.a, env), expr.a.dtype, expr.dtype)
+    if isinstance(expr, UnOp):
+        return _eval_unop(expr.op, evaluate_scalar(expr.a, env), expr.dtype)
+    if isinstance(expr, BinOp):
+        if expr.op in ("and", "or"):         # C short-circuits
+            a = bool(evaluate_scalar(expr.a, env))
+            if a == (expr.op == "or"):
+                return a
+            return bool(evaluate_scalar(expr.b, env))
+        return _eval_binop(expr.op, evaluate_scalar(expr.a, env),
+                           evaluate_scalar(expr.b, env), expr.a.dtype, expr.dtype)
+    raise TypeError(f"{type(expr).__name__} {format_expr(expr)} has no launch-time value")
+
+
+def _eval_cast(value, src, dst):
+    import math
+    if dst is DataType.bool:
+        return bool(value != 0)
+    if dst.is_int:
+        if src.is_float:
+            value = float(value)
+            if not math.isfinite(value):
+                raise ValueError(f"cast of {value} to {dst} has no value")
+            value = math.trunc(value)
+        return _wrap_int(value, dst)
+    return dst.numpy.type(value)
+
+
+def _eval_unop(op, a, dtype):
+    import numpy as np
+    if op == "not":
+        return not a
+    if dtype.is_int:
+        if op == "neg":
+            return _wrap_int(-a, dtype)
+        if op == "abs":
+            return _wrap_int(abs(a), dtype)
+        if op == "relu":
+            return max(a, 0)
+        raise TypeError(f"unary {op} on {dtype} has no launch-time value")
+    t = dtype.numpy.type
+    x = t(a)
+    with np.errstate(all="ignore"):
+        table = {
+            "neg": lambda: -x, "abs": lambda: np.abs(x), "exp": lambda: np.exp(x),
+            "log": lambda: np.log(x), "sqrt": lambda: np.sqrt(x),
+            "rsqrt": lambda: t(1) / np.sqrt(x), "tanh": lambda: np.tanh(x),
+            "sigmoid": lambda: t(1) / (t(1) + np.exp(-x)),
+            "relu": lambda: x if not x < 0 else t(0),
+        }
+        if op not in table:
+            raise TypeError(f"unary {op} on {dtype} has no launch-time value")
+        return t(table[op]())
+
+
+def _eval_binop(op, a, b, operand_dtype, dtype):
+    import numpy as np
+    if op in COMPARISONS:
+        return {"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b,
+                "ne": a != b}[op]
+    if dtype.is_int:
+        if op == "add":
+            r = a + b
+        elif op == "sub":
+            r = a - b
+        elif op == "mul":
+            r = a * b
+        elif op == "div":
+            r = _c_div(a, b)
+        elif op == "mod":
+            r = a - b * _c_div(a, b)
+        elif op == "ceildiv":
+            r = _c_div(_wrap_int(a + b - 1, dtype), b)
+        elif op == "min":
+            r = min(a, b)
+        elif op == "max":
+            r = max(a, b)
+        else:
+            raise TypeError(f"binary {op} on {dtype} has no launch-time value")
+        return _wrap_int(r, dtype)
+    t = dtype.numpy.type
+    x, y = t(a), t(b)
+    with np.errstate(all="ignore"):
+        table = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
+                 "div": np.divide, "mod": np.fmod, "min": np.minimum, "max": np.maximum}
+        if op not in table:
+            raise TypeError(f"binary {op} on {dtype} has no launch-time value")
+        return t(table[op](x, y))
+
+
+def shared_bytes(kernel, env=None):
+    """Bytes of dynamic shared memory the kernel needs: the end of the furthest shared
+    buffer (byte_offset + size * itemsize, evaluated with the scalar values in `env`),
+    0 when it has none."""
+    end = 0
+    for s in walk(kernel.body):
+        if isinstance(s, Allocate) and s.buffer.memory is Memory.shared:
+            b = s.buffer
+            if b.byte_offset is None:
+                raise ValueError(f"shared buffer {b.name} ({s.label}) has no byte_offset: "
+                                 "the allocation pass places shared buffers")
+            start = evaluate_scalar(b.byte_offset, env)
+            end = max(end, start + evaluate_scalar(b.size, env) * b.dtype.itemsize)
+    return end

@@ -1,0 +1,1 @@
+"""The lowering passes, one per module; lowering.pipeline runs them in order."""

@@ -1,0 +1,104 @@
+"""Pass `allocation`: a buffer for every intermediate tensor and reduction accumulator.
+
+DESIGN.md section 4: a local buffer drops thread and block axes and the axes left of the
+compute-at position (those loops enclose every use); a shared buffer keeps thread axes
+even left of the compute-at position (other threads read them) and drops block axes; a
+global tensor keeps all (inputs and outputs are kernel parameters). Broadcast and
+reduction axes hold no data. The buffer is laid out row-major over the kept loop axes;
+`ctx.layouts` records (loop position, stride) pairs for the indexing pass.
+
+A reduction accumulates in a local buffer of its accumulation type, which keeps only the
+iteration axes that sit inside its reduction loops. A block reduction gets a shared
+scratch buffer of 32 partials (one per warp of a 1024-thread block).
+
+Shared buffers are placed one after another in the block's shared-memory pool at 16-byte
+aligned byte offsets; later passes (and the matmul issue's reuse pass) reason on these
+physical byte ranges. All allocations sit at the top of the kernel.
+"""
+
+from fuserir.errors import ScheduleError
+from fuserir.ir.exprs import MatmulOp, ReductionOp
+from fuserir.ir.tensor import MemoryType
+from fuserir.ops import accumulate_dtype
+
+from .. import kir
+from ..analysis import BLOCK_TYPES, LOOP_TYPES, THREAD_TYPES
+
+SCRATCH_WARPS = 32
+
+
+def _kept_positions(ctx, tv):
+    pos = tv.compute_at_pos or 0
+    kept = []
+    for i, axis in enumerate(tv.loop):
+        if axis.is_reduction or axis.is_broadcast:
+            continue
+        parallel = ctx.concrete_axis(tv, i).parallel
+        if tv.memory_type is MemoryType.shared:
+            if parallel in THREAD_TYPES or (i >= pos and parallel not in BLOCK_TYPES):
+                kept.append(i)
+        elif i >= pos and parallel in LOOP_TYPES:
+            kept.append(i)
+    return kept
+
+
+def _layout(ctx, tv, positions):
+    """Row-major (position, stride) pairs over the kept loop axes, and the element count."""
+    strides, stride = [], ctx.const(1)
+    for i in reversed(positions):
+        strides.append((i, stride))
+        stride = ctx.binop("mul", ctx.extent(tv.loop[i].extent), stride)
+    return list(reversed(strides)), stride
+
+
+def _aligned(ctx, nbytes):
+    return ctx.binop("mul", ctx.binop("ceildiv", nbytes, ctx.const(16)), ctx.const(16))
+
+
+def run(ctx, kernel):
+    allocations = []
+    offset = ctx.const(0)
+
+    def place(buffer, layout):
+        nonlocal offset
+        ctx.layouts[buffer] = layout
+        if buffer.memory is kir.Memory.shared:
+            buffer.byte_offset = offset
+            nbytes = ctx.binop("mul", buffer.size, ctx.const(buffer.dtype.itemsize))
+            offset = ctx.binop("add", offset, _aligned(ctx, nbytes))
+        elif not isinstance(buffer.size, kir.Const):
+            raise ScheduleError(
+                f"{buffer.tensor}: a local buffer needs a constant size, but this one holds "
+                f"{kir.format_expr(buffer.size)} elements; compute {buffer.tensor} at a "
+                "deeper position, split its axes by constants, or put it in shared memory")
+        allocations.append(kir.Allocate(buffer))
+
+    block_reduced = {s.tv for s in kir.walk(kernel.body)
+                     if isinstance(s, kir.ExprStmt) and s.role == "block_reduce"}
+    for tv in ctx.fusion.tensors:
+        if tv.is_input or tv.is_output:
+            continue
+        memory = kir.Memory.shared if tv.memory_type is MemoryType.shared else kir.Memory.local
+        layout, size = _layout(ctx, tv, _kept_positions(ctx, tv))
+        buffer = kir.Buffer(tv.name, tv.dtype, memory, size, tensor=tv.name)
+        ctx.buffers[tv] = buffer
+        place(buffer, layout)
+    for tv in ctx.fusion.tensors:
+        if not isinstance(tv.definition, (ReductionOp, MatmulOp)):
+            continue
+        dtype = accumulate_dtype(tv.definition.inputs[0].dtype)
+        first = next(i for i, a in enumerate(tv.loop) if a.is_reduction)
+        inner = [i for i in range(first + 1, tv.ndim)
+                 if not tv.loop[i].is_reduction and not tv.loop[i].is_broadcast
+                 and ctx.concrete_axis(tv, i).parallel in LOOP_TYPES]
+        layout, size = _layout(ctx, tv, inner)
+        acc = kir.Buffer(f"{tv.name}_acc", dtype, kir.Memory.local, size, tensor=None)
+        ctx.accumulators[tv] = acc
+        place(acc, layout)
+        if tv in block_reduced:
+            scratch = kir.Buffer(f"{tv.name}_scratch", dtype, kir.Memory.shared,
+                                 ctx.const(SCRATCH_WARPS), tensor=None)
+            ctx.scratch[tv] = scratch
+            place(scratch, [])
+    kernel.body = allocations + kernel.body
+    return kernel

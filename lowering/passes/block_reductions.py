@@ -1,0 +1,78 @@
+"""Pass `block_reductions`: combine the partials of a reduction bound to TIDx.
+
+After its serial loops every thread holds a partial in its accumulator. The block then
+all-reduces along x, spelled out in kernel IR rather than hidden in a helper, so that sync
+insertion sees (and the interpreter checks) every shared-memory access:
+
+    acc = op(acc, shfl_xor(acc, 16)) ... op(acc, shfl_xor(acc, 1))   # within each warp
+    if (threadIdx.x % 32 == 0) scratch[warp] = acc                   # one partial per warp
+    acc = identity; for w: acc = op(acc, scratch[first warp of my row + w])
+
+Every thread ends with the row's result. blockDim.x is a multiple of 32 (the loop-nest
+pass rounds it up) so warps never straddle rows; threads past the axis extent hold the
+identity. The barriers between the scratch writes and reads (and before the scratch is
+written again in a later iteration) are not emitted here: sync insertion finds them.
+"""
+
+from fuserir.ir.exprs import ReductionOp
+
+from .. import kir
+from .indexing import accumulator_index, combine, identity
+
+WARP = 32
+
+
+def _special(ctx, kind, axis):
+    return kir.Special(kind, axis, ctx.index_dtype)
+
+
+def expand(ctx, part):
+    tv = part.tv
+    expr = tv.definition
+    op = combine(expr.op if isinstance(expr, ReductionOp) else "sum")
+    acc, scratch = ctx.accumulators[tv], ctx.scratch[tv]
+    index = accumulator_index(ctx, tv)
+    T, D = kir.SpecialKind.threadIdx, kir.SpecialKind.blockDim
+    tx, ty, tz = (_special(ctx, T, a) for a in "xyz")
+    dx, dy = _special(ctx, D, "x"), _special(ctx, D, "y")
+    b = ctx.binop
+    warps_per_row = b("div", dx, ctx.const(WARP))
+    row = b("add", b("mul", tz, dy), ty)
+    first_warp = b("mul", row, warps_per_row)
+    my_warp = b("add", first_warp, b("div", tx, ctx.const(WARP)))
+    owner = tuple((p.value, None) for p in ctx.threads_used())
+    access = kir.AccessInfo(scratch.name, owner)
+
+    def partial():
+        return kir.Load(acc, index)
+
+    stmts = [kir.Comment(f"block reduction of {tv.name} over threadIdx.x")]
+    for lane_mask in (16, 8, 4, 2, 1):
+        stmts.append(kir.Store(acc, index, kir.BinOp(op, partial(),
+                                                     kir.ShuffleXor(partial(), lane_mask),
+                                                     acc.dtype)))
+    is_lane0 = b("eq", b("mod", tx, ctx.const(WARP)), ctx.const(0))
+    stmts.append(kir.IfThenElse(is_lane0, [kir.Store(scratch, my_warp, partial(), access)]))
+    stmts.append(kir.Store(acc, index, identity(op, acc.dtype)))
+    w = kir.Var(f"w_{tv.name}", ctx.index_dtype)
+    gathered = kir.Load(scratch, b("add", first_warp, w), access)
+    stmts.append(kir.ForLoop(w, warps_per_row, [
+        kir.Store(acc, index, kir.BinOp(op, partial(), gathered, acc.dtype))]))
+    return stmts
+
+
+def _rewrite(ctx, stmts):
+    out = []
+    for s in stmts:
+        if isinstance(s, kir.ExprStmt) and s.role == "block_reduce":
+            out.extend(expand(ctx, s))
+            continue
+        for body in s.bodies():
+            body[:] = _rewrite(ctx, body)
+        out.append(s)
+    return out
+
+
+def run(ctx, kernel):
+    kernel.body = _rewrite(ctx, kernel.body)
+    return kernel

@@ -1,0 +1,194 @@
+"""Pass `indexing`: every placed expression becomes stores of indexed loads.
+
+The written tensor's element is named by its loop indices: a global tensor is indexed by
+its root indices (loop indices replayed backwards through its splits and merges) times
+its strides; a shared or local buffer by its kept loop indices times the allocation
+layout. A producer is read at the element the consumer's root indices name (through the
+expression's root map; broadcast axes read index 0): globally through its strides, and in
+a buffer by replaying the producer's own transforms forwards to its loop indices. All
+index math is C integer arithmetic in the kernel's index type.
+
+Values are typed explicitly: f16/bf16 operands are converted to f32 before arithmetic and
+the result is rounded to the output type, as the reference evaluator does. A reduction's
+parts become: accumulator = identity; accumulator = op(accumulator, operand); and the
+final store of the accumulator, converted to the output type.
+
+Shared-memory accesses are tagged with AccessInfo (which thread owns each element) for
+sync insertion. Block reductions are left to the next pass.
+"""
+
+import numpy as np
+
+from fuserir import dtypes
+from fuserir.dtypes import DataType
+from fuserir.ir.exprs import (BinaryOp, BroadcastOp, CastOp, LoadStoreOp, MatmulOp,
+                              ReductionOp, UnaryOp, WhereOp)
+from fuserir.ir.tensor import Scalar
+
+from .. import kir
+from ..analysis import StoreInfo
+
+_BINARY_NAMES = {"maximum": "max", "minimum": "min"}
+
+
+def convert(value, dtype):
+    """`value` as `dtype` (16-bit floats convert to each other through f32)."""
+    if value.dtype is dtype:
+        return value
+    halves = (DataType.f16, DataType.bf16)
+    if value.dtype in halves and dtype in halves:
+        value = kir.Cast(value, DataType.f32)
+    return kir.Cast(value, dtype)
+
+
+def identity(op, dtype):
+    if op == "max":
+        if dtype.is_float:
+            return kir.Const(float("-inf"), dtype)
+        return kir.Const(int(np.iinfo(dtype.numpy).min), dtype)
+    return kir.Const(0.0 if dtype.is_float else 0, dtype)
+
+
+def combine(op):
+    return "max" if op == "max" else "add"
+
+
+def _dot(ctx, terms):
+    index = ctx.const(0)
+    for i, stride in terms:
+        index = ctx.binop("add", index, ctx.binop("mul", i, stride))
+    return index
+
+
+def buffer_index(ctx, tv, loop_index):
+    """Index into tv's buffer given {loop axis: index} (the allocation layout)."""
+    buffer = ctx.buffers[tv]
+    return _dot(ctx, [(loop_index[tv.loop[p]], s) for p, s in ctx.layouts[buffer]])
+
+
+def global_index(ctx, tv, logical_index):
+    param = ctx.tensor_params[tv]
+    return _dot(ctx, [(logical_index.get(a, ctx.const(0)), stride)
+                      for a, stride in zip(tv.shape_axes, param.strides)])
+
+
+def accumulator_index(ctx, tv):
+    acc = ctx.accumulators[tv]
+    return _dot(ctx, [(ctx.loop_index(tv, p), s) for p, s in ctx.layouts[acc]])
+
+
+def load(ctx, expr, producer, consumer_index):
+    """Read `producer` at the element the consumer (expr's output) is computing."""
+    consumer = expr.output
+    logical = {p_axis: consumer_index[c_axis]
+               for c_axis, p_axis in expr.root_map(producer).items()}
+    for axis in producer.shape_axes:
+        if axis.is_broadcast or axis not in logical:
+            logical[axis] = ctx.const(0)
+    buffer = ctx.buffers[producer]
+    if buffer.memory is kir.Memory.global_:
+        return kir.Load(buffer, global_index(ctx, producer, logical))
+    index = buffer_index(ctx, producer, ctx.forward_indices(producer, logical))
+    access = None
+    if buffer.memory is kir.Memory.shared:
+        access = kir.AccessInfo(producer.name, ctx.owner(consumer, is_write=False))
+    return kir.Load(buffer, index, access)
+
+
+def _operand(ctx, expr, v, index, dtype):
+    if isinstance(v, Scalar):
+        return kir.Const(v.value, dtype)
+    return convert(load(ctx, expr, v, index), dtype)
+
+
+def pointwise_value(ctx, expr, index):
+    out = expr.output
+    if isinstance(expr, UnaryOp):
+        compute = out.dtype.compute
+        x = _operand(ctx, expr, expr.inputs[0], index, compute)
+        op = "gelu_tanh" if expr.op == "gelu" and expr.approximate == "tanh" else expr.op
+        return convert(kir.UnOp(op, x, compute), out.dtype)
+    if isinstance(expr, BinaryOp):
+        a, b = expr.inputs
+        compute = dtypes.promote(a.dtype, b.dtype).compute
+        x = _operand(ctx, expr, a, index, compute)
+        y = _operand(ctx, expr, b, index, compute)
+        result = DataType.bool if expr.op in kir.COMPARISONS else compute
+        return convert(kir.BinOp(_BINARY_NAMES.get(expr.op, expr.op), x, y, result),
+                       out.dtype)
+    if isinstance(expr, WhereOp):
+        cond, a, b = expr.inputs
+        compute = out.dtype.compute
+        value = kir.Select(_operand(ctx, expr, cond, index, DataType.bool),
+                           _operand(ctx, expr, a, index, compute),
+                           _operand(ctx, expr, b, index, compute), compute)
+        return convert(value, out.dtype)
+    if isinstance(expr, CastOp):
+        return convert(load(ctx, expr, expr.inputs[0], index), out.dtype)
+    if isinstance(expr, (LoadStoreOp, BroadcastOp)):
+        return load(ctx, expr, expr.inputs[0], index)
+    raise NotImplementedError(type(expr).__name__)   # reductions are handled by _reduction
+
+
+def reduction_operand(ctx, expr, index, dtype):
+    if isinstance(expr, MatmulOp):
+        a, b = expr.inputs
+        return kir.BinOp("mul", convert(load(ctx, expr, a, index), dtype),
+                         convert(load(ctx, expr, b, index), dtype), dtype)
+    return convert(load(ctx, expr, expr.inputs[0], index), dtype)
+
+
+def store(ctx, tv, value, index, role):
+    """Write `value` to tv's element named by the root/loop `index`."""
+    buffer = ctx.buffers[tv]
+    if buffer.memory is kir.Memory.global_:
+        target = global_index(ctx, tv, index)
+    else:
+        target = buffer_index(ctx, tv, {a: ctx.loop_index(tv, i) for i, a in enumerate(tv.loop)})
+    access = None
+    if buffer.memory is kir.Memory.shared:
+        access = kir.AccessInfo(tv.name, ctx.owner(tv, is_write=True))
+    s = kir.Store(buffer, target, convert(value, buffer.dtype), access)
+    ctx.store_info[s] = StoreInfo(tv, role, index, buffer.memory)
+    return s
+
+
+def lower_part(ctx, part):
+    tv, role = part.tv, part.role
+    expr = tv.definition
+    index = ctx.root_indices(tv)
+    if role == "compute":
+        return store(ctx, tv, pointwise_value(ctx, expr, index), index, role)
+    acc = ctx.accumulators[tv]
+    acc_index = accumulator_index(ctx, tv)
+    op = combine(expr.op if isinstance(expr, ReductionOp) else "sum")
+    if role == "init":
+        s = kir.Store(acc, acc_index, identity(op, acc.dtype))
+    elif role == "accumulate":
+        operand = reduction_operand(ctx, expr, index, acc.dtype)
+        s = kir.Store(acc, acc_index, kir.BinOp(op, kir.Load(acc, acc_index), operand,
+                                                acc.dtype))
+    else:
+        return store(ctx, tv, kir.Load(acc, acc_index), index, role)
+    ctx.store_info[s] = StoreInfo(tv, role, index, kir.Memory.local)
+    return s
+
+
+def _rewrite(ctx, stmts):
+    out = []
+    for s in stmts:
+        if isinstance(s, kir.ExprStmt) and s.role != "block_reduce":
+            out.append(lower_part(ctx, s))
+            continue
+        if isinstance(s, kir.ForLoop):
+            s.body = _rewrite(ctx, s.body)
+        elif isinstance(s, kir.IfThenElse):
+            s.then_body = _rewrite(ctx, s.then_body)
+            s.else_body = _rewrite(ctx, s.else_body)
+        out.append(s)
+    return out
+
+
+def run(ctx, kernel):
+    kernel.body = _rewrite(ctx, kernel.body)
+    return kernel

@@ -1,0 +1,14 @@
+"""Pass `inline_defaults`: place every tensor that no compute_at placed.
+
+DESIGN.md section 4: intermediates the schedule did not place are inlined as far as
+legal (docs/decisions.md says why the rule keys on placement, not on names). It runs first
+because every later pass reads compute-at positions. It works on lowering's private copy
+of the fusion, never on the user's.
+"""
+
+from fuserir import transforms
+
+
+def run(ctx, kernel):
+    transforms.inline_most(ctx.fusion)
+    return kernel

@@ -1,0 +1,138 @@
+"""Pass `loop_nests`: the kernel skeleton — parameters, launch configuration, loop nests.
+
+Every fusion expression is placed in the loops of its output tensor's loop axes; an axis
+inside the tensor's compute-at position runs in its consumer's loop (lowering.analysis
+`concrete`), so producers land inside the loops they share with consumers. Thread and
+block axes are not loops. A reduction is placed as four parts: its initialisation before
+its first reduction loop, the accumulation inside all its loops, a block reduction where a
+reduction axis is bound to TIDx, and the final store after the loops.
+
+Parts that share a loop are grouped under one ForLoop; sibling groups are ordered by their
+data dependences (a stable topological sort), and a schedule whose loops cannot be ordered
+is refused. The expressions stay as ExprStmt placeholders for the indexing pass.
+"""
+
+import networkx as nx
+
+from fuserir.errors import ScheduleError
+from fuserir.ir.exprs import MatmulOp, ReductionOp
+from fuserir.ir import extent as ext
+from fuserir.ir.iterdomain import ParallelType, Split, history
+
+from .. import kir
+from ..analysis import THREAD_TYPES
+
+
+class Item:
+    """One placed part of an expression: its loop path, and what it reads and writes."""
+
+    def __init__(self, order, tv, role, path, reads, writes):
+        self.order, self.tv, self.role, self.path = order, tv, role, path
+        self.reads, self.writes = set(reads), set(writes)
+
+
+def _items(ctx):
+    items = []
+    for expr in ctx.fusion.exprs:
+        tv = expr.output
+        loops = [ctx.concrete_axis(tv, i) for i in range(tv.ndim)]
+        path = [a for a in loops if ctx.is_loop(a)]
+        inputs = {id(t) for t in expr.tensor_inputs}
+
+        def add(role, p, reads, writes):
+            items.append(Item(len(items), tv, role, p, reads, writes))
+
+        if isinstance(expr, (ReductionOp, MatmulOp)):
+            first = next(i for i, a in enumerate(tv.loop) if a.is_reduction)
+            outer = [a for a in loops[:first] if ctx.is_loop(a)]
+            acc = ("acc", id(tv))
+            add("init", outer, (), {acc})
+            add("accumulate", path, inputs | {acc}, {acc})
+            if any(a.is_reduction and loops[i].parallel in THREAD_TYPES
+                   for i, a in enumerate(tv.loop)):
+                add("block_reduce", outer, {acc}, {acc})
+            add("final", outer, {acc}, {id(tv)})
+        else:
+            add("compute", path, inputs, {id(tv)})
+    return items
+
+
+def _depends(later, earlier):
+    return bool(later.reads & earlier.writes or later.writes & earlier.reads
+                or later.writes & earlier.writes)
+
+
+def _nest(ctx, items, depth):
+    groups = {}
+    for item in items:
+        key = item.path[depth] if len(item.path) > depth else ("part", item.order)
+        groups.setdefault(key, []).append(item)
+    keys = list(groups)
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(len(keys)))
+    for i, ki in enumerate(keys):
+        for j, kj in enumerate(keys):
+            if i != j and any(b.order < a.order and _depends(a, b)
+                              for a in groups[kj] for b in groups[ki]):
+                graph.add_edge(i, j)
+    first = {i: min(it.order for it in groups[k]) for i, k in enumerate(keys)}
+    try:
+        order = list(nx.lexicographical_topological_sort(graph, key=lambda i: first[i]))
+    except nx.NetworkXUnfeasible:
+        names = sorted({it.tv.name for k in keys for it in groups[k]})
+        raise ScheduleError(f"the compute-at positions of {', '.join(names)} interleave "
+                            "their loops so that no order computes every producer before "
+                            "its consumers") from None
+    body = []
+    for i in order:
+        key, members = keys[i], groups[keys[i]]
+        if isinstance(key, tuple):
+            item = members[0]
+            body.append(kir.ExprStmt(tv=item.tv, role=item.role))
+            continue
+        kind = "unroll" if key.parallel in (ParallelType.unroll,
+                                            ParallelType.vectorize) else "serial"
+        body.append(kir.ForLoop(ctx.loop_var(key), ctx.extent(key.extent),
+                                _nest(ctx, members, depth + 1), kind))
+    return body
+
+
+def _params(ctx):
+    tensor_params = []
+    for tv in ctx.fusion.inputs + ctx.fusion.outputs:
+        buffer = kir.Buffer(tv.name, tv.dtype, kir.Memory.global_, tensor=tv.name)
+        ctx.buffers[tv] = buffer
+        sizes = [ctx.extent(e) for e in tv.shape]
+        strides = [kir.Var(f"{tv.name}_stride{i}", ctx.index_dtype) for i in range(tv.rank)]
+        param = kir.TensorParam(buffer, sizes, strides, is_output=tv.is_output)
+        ctx.tensor_params[tv] = param
+        tensor_params.append(param)
+    return tensor_params
+
+
+def _symbols(ctx):
+    """Every size symbol and named split factor of the fusion, in order of appearance:
+    the kernel's scalar parameters (so one kernel serves every size)."""
+    names = []
+    for tv in ctx.fusion.tensors:
+        extents = [a.extent for a in tv.root]
+        extents += [t.factor for t in history(tv.loop + tv.logical) if isinstance(t, Split)]
+        for e in extents:
+            for name in sorted(ext.symbols(e)):
+                if name not in names:
+                    names.append(name)
+    return names
+
+
+def run(ctx, kernel):
+    tensor_params = _params(ctx)
+    body = _nest(ctx, _items(ctx), 0)
+    has_block_reduction = any(isinstance(s, kir.ExprStmt) and s.role == "block_reduce"
+                              for s in kir.walk(body))
+    block = tuple(ctx.launch_extent(p, 32 if (p is ParallelType.TIDx and has_block_reduction)
+                                    else 1) for p in THREAD_TYPES)
+    grid = tuple(ctx.launch_extent(p) for p in (ParallelType.BIDx, ParallelType.BIDy,
+                                                ParallelType.BIDz))
+    scalar_params = [kir.ScalarParam(ctx.extent(ext.Sym(name))) for name in _symbols(ctx)]
+    return kir.Kernel(ctx.fusion.name, tensor_params, scalar_params, body,
+                      kir.LaunchConfig(grid, block), ctx.index_dtype)

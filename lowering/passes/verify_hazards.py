@@ -1,0 +1,37 @@
+"""Pass `verify_hazards`: refuse a kernel that the hazard analysis cannot prove safe.
+
+The last pass. It re-runs the hazard analysis on the final kernel IR, after sync
+insertion and after any barrier the caller dropped (`drop_syncs`), and raises
+codegen.HazardError listing every unordered conflict and every barrier under
+thread-dependent control flow. `verify=False` skips it, so that the interpreter (or the
+GPU) can show what a missing barrier does.
+"""
+
+from ..errors import Hazard, HazardError
+
+from .. import kir
+from ..hazards import divergent_barriers, find_hazards
+
+
+def _point(stmt):
+    return f"{stmt.label}: {kir.format_stmt(stmt)}"
+
+
+def to_hazards(found):
+    hazards = []
+    for f in found:
+        buffers = "/".join(dict.fromkeys((f.first.buffer.name, f.second.buffer.name)))
+        detail = f"loop-carried through loop {f.loop.var.name}" if f.loop is not None else ""
+        hazards.append(Hazard(f.kind.value, buffers, _point(f.first.stmt),
+                              _point(f.second.stmt), detail=detail))
+    return hazards
+
+
+def run(ctx, kernel):
+    hazards = to_hazards(find_hazards(kernel.body))
+    for barrier in divergent_barriers(kernel.body):
+        hazards.append(Hazard("barrier-divergence", "-", _point(barrier), _point(barrier),
+                              detail="a barrier under thread-dependent control flow"))
+    if hazards:
+        raise HazardError(hazards, kernel.name)
+    return kernel

@@ -1,0 +1,107 @@
+"""The whole compiler back half, as one ordered list of passes.
+
+    lower(fusion) copies the fusion (lowering never changes the user's), then runs:
+
+    inline_defaults   place every tensor no compute_at placed (inline as far as legal)
+    validate          refuse what this lowering does not support, with a clear error
+    loop_nests        kernel parameters, launch configuration, loop nests of placed exprs
+    allocation        local/shared buffers and accumulators; shared byte offsets
+    indexing          placed expressions -> stores of indexed loads
+    block_reductions  TIDx reductions -> warp shuffles + shared scratch
+    predicates        bounds, thread-extent and redundant-write guards
+    insert_syncs      barriers for every shared-memory hazard, each with its reasons
+    drop_syncs        (only when asked) remove named barriers, to show what they prevent
+    verify_hazards    refuse a kernel the hazard analysis cannot prove safe
+
+Each pass is `run(ctx, kernel) -> kernel` in lowering/passes/<name>.py. `dump_after`
+collects the kernel IR after any pass, as `fuserir dump --after PASS` shows it.
+"""
+
+import copy
+
+from fuserir.dtypes import DataType
+from fuserir.errors import FuserirError
+
+from . import kir
+from .analysis import LoweringContext, check_supported
+from .passes import (allocation, block_reductions, indexing, inline_defaults, insert_syncs,
+                     loop_nests, predicates, verify_hazards)
+
+
+class LoweringError(FuserirError):
+    """Bad arguments to lowering (an unknown pass or barrier id)."""
+
+
+def _validate(ctx, kernel):
+    ctx.analyze()
+    check_supported(ctx)
+    return kernel
+
+
+def _drop_syncs(ids):
+    def run(ctx, kernel):
+        barriers = {s.sync_id: s for s in kir.walk(kernel.body)
+                    if isinstance(s, kir.Barrier) and s.sync_id}
+        unknown = [i for i in ids if i not in barriers]
+        if unknown:
+            have = ", ".join(barriers) or "none"
+            raise LoweringError(f"drop_syncs: kernel {kernel.name} has no barrier "
+                                f"{', '.join(unknown)} (it has: {have})")
+
+        def strip(stmts):
+            stmts[:] = [s for s in stmts if not (isinstance(s, kir.Barrier)
+                                                  and s.sync_id in ids)]
+            for s in stmts:
+                for body in s.bodies():
+                    strip(body)
+
+        strip(kernel.body)
+        return kernel
+    return run
+
+
+PASSES = (
+    ("inline_defaults", inline_defaults.run),
+    ("validate", _validate),
+    ("loop_nests", loop_nests.run),
+    ("allocation", allocation.run),
+    ("indexing", indexing.run),
+    ("block_reductions", block_reductions.run),
+    ("predicates", predicates.run),
+    ("insert_syncs", insert_syncs.run),
+    ("verify_hazards", verify_hazards.run),
+)
+PASS_NAMES = tuple(name for name, _ in PASSES)
+OPTIONAL = ("insert_syncs", "verify_hazards")   # the passes a caller may disable
+
+
+def lower(fusion, disable_passes=(), drop_syncs=(), verify=True, dump_after=(),
+          stop_after=None, index_dtype=DataType.i32):
+    """Lower a scheduled fusion to one kernel. Returns (kernel, dumps) where dumps maps
+    each pass named in dump_after to the kernel IR text after it. `stop_after` ends the
+    pipeline after the named pass (the kernel is then as that pass left it). Index
+    arithmetic is in `index_dtype` (i32, or i64 for sizes past 2^31 elements)."""
+    names = list(disable_passes) + list(dump_after) + ([stop_after] if stop_after else [])
+    for name in names:
+        if name not in PASS_NAMES:
+            raise LoweringError(f"unknown pass '{name}'; the passes are: "
+                                f"{', '.join(PASS_NAMES)}")
+    for name in disable_passes:
+        if name not in OPTIONAL:
+            raise LoweringError(f"pass '{name}' cannot be disabled (only "
+                                f"{', '.join(OPTIONAL)} can)")
+    ctx = LoweringContext(copy.deepcopy(fusion), index_dtype)
+    kernel, dumps = None, {}
+    for name, run in PASSES:
+        if name == "verify_hazards" and drop_syncs:
+            kernel = _drop_syncs(tuple(drop_syncs))(ctx, kernel)
+        if name in disable_passes or (name == "verify_hazards" and not verify):
+            continue
+        kernel = run(ctx, kernel)
+        if kernel is not None:
+            kir.relabel(kernel.body)
+        if name in dump_after:
+            dumps[name] = kir.format_kernel(kernel) if kernel is not None else str(ctx.fusion)
+        if name == stop_after:
+            break
+    return kernel, dumps

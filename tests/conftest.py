@@ -1,0 +1,284 @@
+"""Shared helpers for the IR-core tests: dtypes, random host arrays, tolerances, and an
+independent model of the split/merge index algebra."""
+
+import zlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from fuserir import DataType
+from fuserir.ir import extent as ext
+from fuserir.ir.iterdomain import Merge, Split
+
+FLOAT_DTYPES = [DataType.f16, DataType.bf16, DataType.f32, DataType.f64]
+INT_DTYPES = [DataType.i32, DataType.i64]
+NUMERIC_DTYPES = FLOAT_DTYPES + INT_DTYPES
+ALL_DTYPES = NUMERIC_DTYPES + [DataType.bool]
+
+HOST = {
+    DataType.f16: np.float16, DataType.bf16: ml_dtypes.bfloat16, DataType.f32: np.float32,
+    DataType.f64: np.float64, DataType.i32: np.int32, DataType.i64: np.int64,
+    DataType.bool: np.bool_,
+}
+
+# Relative tolerance of a result rounded to each float dtype (DESIGN.md section 7).
+RTOL = {DataType.f16: 2.0 ** -10, DataType.bf16: 2.0 ** -7, DataType.f32: 1e-6,
+        DataType.f64: 1e-12}
+
+
+def rtol(dtype):
+    return RTOL.get(dtype, 0.0)
+
+
+def atol(dtype):
+    """Absolute slack for results near zero: the dtype's smallest normal number."""
+    if not dtype.is_float:
+        return 0.0
+    return float(ml_dtypes.finfo(HOST[dtype]).smallest_normal)
+
+
+@pytest.fixture
+def rng(request):
+    """A generator seeded from the test's id: fresh data per test, reproducible runs."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+def random_array(rng, dtype, shape, low=-4.0, high=4.0, away_from_zero=0.0):
+    """Random values of `dtype` in [low, high]; |value| >= away_from_zero where asked."""
+    shape = tuple(shape)
+    if dtype is DataType.bool:
+        return rng.random(shape) < 0.5
+    if dtype.is_int:
+        values = rng.integers(int(np.floor(low)), int(np.ceil(high)) + 1, size=shape)
+        if away_from_zero:
+            values = np.where(np.abs(values) < away_from_zero,
+                              int(np.ceil(away_from_zero)), values)
+        return values.astype(HOST[dtype])
+    values = rng.uniform(low, high, size=shape)
+    if away_from_zero:
+        values = np.where(np.abs(values) < away_from_zero,
+                          np.copysign(away_from_zero, values) * 2, values)
+    return values.astype(HOST[dtype])
+
+
+def as_f64(array):
+    return np.asarray(array).astype(np.float64)
+
+
+def assert_matches(actual, expected, dtype, rtol_=None, atol_=None):
+    """`actual` is a host array of `dtype` shaped like `expected`, equal to it within the
+    rounding of `dtype` (exactly for integers and bool)."""
+    expected = np.asarray(expected)
+    assert isinstance(actual, np.ndarray), type(actual)
+    assert actual.dtype == np.dtype(HOST[dtype]), (actual.dtype, dtype)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    if dtype.is_float:
+        np.testing.assert_allclose(
+            as_f64(actual), as_f64(expected), equal_nan=True,
+            rtol=rtol(dtype) if rtol_ is None else rtol_,
+            atol=atol(dtype) if atol_ is None else atol_)
+    else:
+        np.testing.assert_array_equal(actual, expected.astype(HOST[dtype]))
+
+
+# -- an independent model of the index algebra ---------------------------------------------
+
+
+def _derives_from(axis, domain):
+    if any(axis is d for d in domain):
+        return True
+    d = axis.definition
+    if d is None:
+        return False
+    inputs = [d.input] if isinstance(d, Split) else [d.outer, d.inner]
+    return any(_derives_from(i, domain) for i in inputs)
+
+
+def loop_to_domain(tv, domain=None, env=None):
+    """Map every loop-index tuple of `tv` back to indices of `domain` (default: tv.logical).
+
+    Walks IterDomain.definition with the split/merge formulas (split: in = outer *
+    extent(inner) + inner, valid where < extent(in); merge: outer = o // extent(inner),
+    inner = o % extent(inner)). Loop axes that do not derive from `domain` (loop-only
+    broadcast axes) are left out of the enumeration. Returns (domain extents, a list of
+    index arrays, one per domain axis, over the valid loop tuples).
+    """
+    domain = list(tv.logical if domain is None else domain)
+    env = env or {}
+
+    def extent_of(axis):
+        return ext.evaluate(axis.extent, env)
+
+    loop = [a for a in tv.loop if _derives_from(a, domain)]
+    for a in tv.loop:
+        if not any(a is b for b in loop):
+            assert a.is_broadcast, f"loop axis {a} of {tv.name} does not derive from {domain}"
+
+    # which transform consumes each axis on the way from the domain to the loop
+    consumer = {}
+
+    def walk(axis):
+        d = axis.definition
+        if d is None or any(axis is x for x in domain):
+            return
+        inputs = [d.input] if isinstance(d, Split) else [d.outer, d.inner]
+        for i in inputs:
+            assert id(i) not in consumer or consumer[id(i)] is d, f"{i} is used twice"
+            consumer[id(i)] = d
+            walk(i)
+
+    for a in loop:
+        walk(a)
+
+    shape = [extent_of(a) for a in loop]
+    grid = np.indices(shape).reshape(len(shape), -1) if shape else np.zeros((0, 1), int)
+    value = {id(a): grid[i] for i, a in enumerate(loop)}
+    valid = np.ones(grid.shape[1], dtype=bool)
+
+    def index(axis):
+        nonlocal valid
+        if id(axis) in value:
+            return value[id(axis)]
+        if id(axis) not in consumer:
+            raise AssertionError(f"axis {axis} of {tv.name} is not reachable from its loop")
+        t = consumer[id(axis)]
+        if isinstance(t, Split):
+            v = index(t.outer) * extent_of(t.inner) + index(t.inner)
+            valid = valid & (v < extent_of(axis))
+        elif isinstance(t, Merge):
+            o = index(t.output)
+            inner = extent_of(t.inner)
+            v = o // inner if axis is t.outer else o % inner
+        else:
+            raise AssertionError(f"unknown transform {t}")
+        value[id(axis)] = v
+        return v
+
+    indices = [index(d) for d in domain]
+    return [extent_of(d) for d in domain], [i[valid] for i in indices]
+
+
+def assert_loop_bijection(tv, domain=None, env=None):
+    """The valid loop-index tuples of tv hit every index of `domain` exactly once."""
+    extents, indices = loop_to_domain(tv, domain, env)
+    total = int(np.prod(extents)) if extents else 1
+    flat = (np.ravel_multi_index(indices, extents) if extents
+            else np.zeros(len(indices[0]) if indices else 1, dtype=np.int64))
+    counts = np.bincount(flat, minlength=total)
+    assert len(counts) == total
+    missing = np.flatnonzero(counts == 0)
+    doubled = np.flatnonzero(counts > 1)
+    assert not len(missing) and not len(doubled), (
+        f"{tv.name}: loop {tv.loop} over {extents}: {len(missing)} root indices missed, "
+        f"{len(doubled)} hit more than once")
+
+
+# -- GPU tests (codegen): @pytest.mark.gpu tests skip where no GPU answers -----------------
+# Begin block owned by the CUDA codegen tests; keep it self-contained.
+
+def _fuserir_gpu_count():
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # noqa: BLE001 - no driver, no runtime, no device
+        return 0
+
+
+_FUSERIR_HAS_GPU = None
+
+
+@pytest.fixture(autouse=True)
+def _fuserir_skip_gpu_tests_without_gpu(request):
+    global _FUSERIR_HAS_GPU
+    if request.node.get_closest_marker("gpu") is None:
+        return
+    if _FUSERIR_HAS_GPU is None:
+        _FUSERIR_HAS_GPU = _fuserir_gpu_count() > 0
+    if not _FUSERIR_HAS_GPU:
+        pytest.skip("needs an NVIDIA GPU (cupy.cuda.runtime.getDeviceCount() found none)")
+
+# End block owned by the CUDA codegen tests.
+
+
+# -- statistics that tests report in the session summary ---------------------------------
+import collections  # noqa: E402
+
+STATS = collections.Counter()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not STATS:
+        return
+    terminalreporter.section("fuserir statistics")
+    for key, value in sorted(STATS.items()):
+        terminalreporter.write_line(f"{key}: {value}")
+    kernels = STATS.get("lowering property: kernels")
+    if kernels:
+        fraction = STATS["lowering property: kernels with a barrier"] / kernels
+        terminalreporter.write_line(f"lowering property: fraction needing a barrier: "
+                                    f"{fraction:.2f}")
+
+
+# -- every kernel the suite generates must compile to a cubin with NVRTC ------------------
+KERNEL_SOURCES = {}   # generated CUDA source -> kernel name (deduplicated by source)
+
+
+def pytest_configure(config):
+    import codegen.executable as executable
+    emit = executable.emit_cuda
+
+    def recording_emit(kernel):
+        source = emit(kernel)
+        KERNEL_SOURCES.setdefault(source, kernel.name)
+        return source
+
+    executable.emit_cuda = recording_emit
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus):
+    if not KERNEL_SOURCES or exitstatus not in (0, 1):
+        return
+    from codegen.errors import CompileError
+    from codegen.nvrtc import compile_to_cubin
+    failures = []
+    for source, name in KERNEL_SOURCES.items():
+        try:
+            cubin = compile_to_cubin(source, name)
+            assert cubin[:4] == b"\x7fELF", name
+        except CompileError as error:
+            failures.append(f"{name}: {error}")
+    STATS["generated kernels compiled to cubin by NVRTC"] = len(KERNEL_SOURCES) - len(failures)
+    if failures:
+        STATS["generated kernels NVRTC refused"] = len(failures)
+        print("\n".join(failures))
+        session.exitstatus = 1
+
+
+def assert_placements_consistent(fusion):
+    """Every tensor placed by compute_at shares loops its consumer has: the consumer still
+    uses it, both have the shared loops, and shared loops agree in extent (an axis made
+    from a broadcast, loop-only or not, matches any consumer loop)."""
+    for t in fusion.tensors:
+        pos = t.compute_at_pos
+        if not pos:
+            continue
+        c = t.compute_at_consumer
+        assert c is not None and c in fusion.tensors, f"{t.name} placed at a lost tensor"
+        assert fusion.depends_on(c, t), f"{t.name} is placed at {c.name}, which does not use it"
+        assert pos <= t.ndim and pos <= c.ndim, (
+            f"{t.name} {t.loop} placed at position {pos} of {c.name} {c.loop}")
+        for i in range(pos):
+            a, b = t.loop[i], c.loop[i]
+            assert _from_broadcast(a) or a.extent == b.extent, (
+                f"{t.name} {t.loop} shares loop {i} with {c.name} {c.loop}")
+
+
+def _from_broadcast(axis):
+    """A broadcast axis, or one split or merged from one (it takes any extent it meets)."""
+    if axis.is_broadcast:
+        return True
+    d = axis.definition
+    inputs = [] if d is None else [d.input] if isinstance(d, Split) else [d.outer, d.inner]
+    return any(_from_broadcast(i) for i in inputs)

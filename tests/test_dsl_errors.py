@@ -1,0 +1,245 @@
+"""Every DSL error path: a DslError whose text is `file:line:col: message`, the offending
+line and a caret under the column; never a traceback from lark or the IR."""
+
+import pytest
+
+import fuserir
+from fuserir import DslError, FusionError, ScheduleError
+
+HEADER = "fusion f(x: f32[M, N], b: f32[N]) {\n"
+BODY = HEADER + "  y = relu(x)\n  output y\n}\n"
+
+
+def schedule(*statements):
+    """The fusion BODY followed by a schedule block holding `statements` (line 6 on)."""
+    return BODY + "schedule f {\n" + "".join(f"  {s}\n" for s in statements) + "}\n"
+
+
+def expected_message(text, line, column, message):
+    source_line = text.splitlines()[line - 1]
+    return f"t.fz:{line}:{column}: {message}\n    {source_line}\n    {' ' * (column - 1)}^"
+
+
+def parse_error(text):
+    with pytest.raises(DslError) as caught:
+        fuserir.parse(text, "t.fz")
+    return caught.value
+
+
+def check(text, line, column, message):
+    error = parse_error(text)
+    assert (error.filename, error.line, error.column) == ("t.fz", line, column)
+    assert error.message == message
+    assert str(error) == expected_message(text, line, column, message)
+    return error
+
+
+SYNTAX_ERRORS = [
+    (HEADER + "  y = relu(x, )\n  output y\n}\n", 2, 15,
+     "unexpected ')', expected an expression"),
+    (HEADER + "  y = relu(x))\n  output y\n}\n", 2, 14,
+     "unexpected ')', expected 'output', '}' or a name"),
+    (HEADER + "  y = relu(x) @ 2\n  output y\n}\n", 2, 15, "unexpected character '@'"),
+    (HEADER + "  y = x +* 2\n  output y\n}\n", 2, 10, "unexpected '*', expected an expression"),
+    (HEADER + "  y = relu(x) x\n  output y\n}\n", 3, 3, "unexpected 'output', expected '='"),
+    (HEADER + "  y relu(x)\n  output y\n}\n", 2, 5, "unexpected name 'relu', expected '='"),
+    (HEADER + "  y = sum(x, axes=[1 2])\n  output y\n}\n", 2, 22,
+     "unexpected number 2, expected an operator, ',' or ']'"),
+    (HEADER + "  y = x < y < b\n  output y\n}\n", 2, 13,
+     "unexpected '<', expected '+', '-', 'output', '}' or a name"),
+    ("fusion f(x f32[N]) {\n}\n", 1, 12, "unexpected name 'f32', expected ':'"),
+    ("fusion f(x: f32[N] {\n}\n", 1, 20, "unexpected '{', expected ')' or ','"),
+    ("fusion f(x: f32[N]) {\n  output\n}\n", 3, 1, "unexpected '}', expected a name"),
+    (schedule("y.split(0 4)"), 6, 13, "unexpected number 4, expected an operator, ')' or ','"),
+    (BODY + "schedule f {\n  y.split(0, 4)\n", 6, 16,
+     "unexpected end of input, expected '}' or a name"),
+    ("fusion f(x: f32[N]) {\n  y = relu(x)\n  output y\n", 3, 11,
+     "unexpected end of input, expected ',', 'output', '}' or a name"),
+    ("y = relu(x)\n", 1, 1,
+     "unexpected name 'y', expected 'fusion', 'schedule' or end of input"),
+]
+
+
+@pytest.mark.parametrize("text, line, column, message", SYNTAX_ERRORS)
+def test_syntax_errors_are_one_line_explanations(text, line, column, message):
+    error = check(text, line, column, message)
+    assert error.__cause__ is None and error.__suppress_context__, "no lark traceback"
+
+
+UNKNOWN_NAMES = [
+    (HEADER + "  y = relu(q)\n  output y\n}\n", 2, 12, "unknown tensor 'q'"),
+    (HEADER + "  y = relu(xx)\n  output y\n}\n", 2, 12,
+     "unknown tensor 'xx'; did you mean 'x'?"),
+    (HEADER + "  z = relu(y)\n  y = exp(x)\n  output y\n}\n", 2, 12,
+     "unknown tensor 'y'"),
+    (HEADER + "  y = relux(x)\n  output y\n}\n", 2, 7,
+     "unknown operation 'relux'; did you mean 'relu'?"),
+    (HEADER + "  y = frobnicate(x)\n  output y\n}\n", 2, 7, "unknown operation 'frobnicate'"),
+    ("fusion f(x: f8[N]) {\n  y = relu(x)\n  output y\n}\n", 1, 13,
+     "unknown dtype 'f8'; expected one of f16, bf16, f32, f64, i32, i64, bool"),
+    (HEADER + "  y = cast(x, f8)\n  output y\n}\n", 2, 15,
+     "unknown dtype 'f8'; expected one of f16, bf16, f32, f64, i32, i64, bool"),
+    (HEADER + "  y = cast(x, x + 1)\n  output y\n}\n", 2, 15,
+     "cast: dtype must be a dtype (f16, bf16, f32, f64, i32, i64, bool)"),
+    (HEADER + "  y = matmul(x, x, layout=XY)\n  output y\n}\n", 2, 27,
+     "unknown layout 'XY'; expected one of TT, TN, NT, NN"),
+    (schedule("y.parallelize(0, TIDw)"), 6, 20,
+     "unknown parallel type 'TIDw'; expected one of serial, BIDx, BIDy, BIDz, TIDx, TIDy, "
+     "TIDz, vectorize, unroll, mma"),
+    (schedule("y.parallelize(0, 1)"), 6, 20,
+     "parallelize: ptype must be a parallel type (serial, BIDx, BIDy, BIDz, TIDx, TIDy, "
+     "TIDz, vectorize, unroll, mma)"),
+    (schedule("xs = x.cache_after(sharde)"), 6, 22,
+     "unknown memory type 'sharde'; expected one of global, shared, local"),
+    (schedule("y.splt(0, 4)"), 6, 5, "unknown scheduling method 'splt'; did you mean 'split'?"),
+    (schedule("q.split(0, 4)"), 6, 3, "unknown tensor 'q' in fusion f"),
+    (schedule("y.compute_at(yy, 1)"), 6, 16,
+     "unknown tensor 'yy' in fusion f; did you mean 'y'?"),
+    (schedule("autotune(level=3)"), 6, 3,
+     "unknown scheduler 'autotune'; the schedulers are: matmul"),
+]
+
+
+@pytest.mark.parametrize("text, line, column, message", UNKNOWN_NAMES)
+def test_unknown_names(text, line, column, message):
+    check(text, line, column, message)
+
+
+ARGUMENTS = [
+    (HEADER + "  y = relu(x, x)\n  output y\n}\n", 2, 15, "relu takes 1 argument (x), got 2"),
+    (HEADER + "  y = add(x)\n  output y\n}\n", 2, 7, "add is missing argument 'b'"),
+    (HEADER + "  y = where(x)\n  output y\n}\n", 2, 7, "where is missing arguments 'a', 'b'"),
+    (HEADER + "  y = relu(x, foo=1)\n  output y\n}\n", 2, 15,
+     "relu has no argument 'foo' (its arguments: x)"),
+    (HEADER + "  y = relu(x, x=x)\n  output y\n}\n", 2, 15, "relu got argument 'x' twice"),
+    (HEADER + "  y = relu(x=x, x)\n  output y\n}\n", 2, 17,
+     "relu: positional argument after keyword arguments"),
+    (HEADER + "  y = sum(x, axes=[true])\n  output y\n}\n", 2, 19,
+     "sum: axes must be an integer or a list of integers"),
+    (HEADER + "  y = broadcast(x, [1, 0])\n  output y\n}\n", 2, 20,
+     "broadcast: flags must be a list of true/false"),
+    (HEADER + "  y = gelu(x, approximate=tanh)\n  output y\n}\n", 2, 27,
+     "gelu: approximate must be a string"),
+    (schedule("y.split(0)"), 6, 5, "split is missing argument 'factor'"),
+    (schedule("y.split(0, 4, true, 1)"), 6, 23,
+     "split takes 3 arguments (axis, factor, inner), got 4"),
+    (schedule("y.inline_most(1)"), 6, 17, "inline_most takes 0 arguments, got 1"),
+    (schedule("y.split(0, 4, outer=true)"), 6, 17,
+     "split has no argument 'outer' (its arguments: axis, factor, inner)"),
+    (schedule("y.split(0, 4.5)"), 6, 14,
+     "split: factor must be an integer or the name of a run-time scalar"),
+    (schedule("y.split(x + 1, 4)"), 6, 11, "split: axis must be an integer"),
+    (schedule("y.split(0, 4, inner=1)"), 6, 23, "split: inner must be true or false"),
+    (schedule("y.reorder([1, 0])"), 6, 13,
+     "reorder: mapping must be a map {old: new} of axis numbers"),
+    (schedule("y.compute_at(y + 1, 1)"), 6, 16, "compute_at: consumer must be a tensor name"),
+]
+
+
+@pytest.mark.parametrize("text, line, column, message", ARGUMENTS)
+def test_wrong_arguments(text, line, column, message):
+    check(text, line, column, message)
+
+
+STATEMENTS = [
+    (HEADER + "  true = relu(x)\n  output true\n}\n", 2, 3,
+     "'true' is a reserved word and cannot name a tensor"),
+    ("fusion f(inf: f32[N]) {\n  y = relu(inf)\n  output y\n}\n", 1, 10,
+     "'inf' is a reserved word and cannot name a tensor"),
+    (HEADER + "  y = x + true\n  output y\n}\n", 2, 9,
+     "add: literal true cannot take the dtype f32 of x; write 1 or 0"),
+    (HEADER + "  y = relu(x)\n  y = exp(x)\n  output y\n}\n", 3, 3, "duplicate name 'y'"),
+    (HEADER + "  x = relu(x)\n  output x\n}\n", 2, 3,
+     "'x' is an input of fusion f and cannot be redefined"),
+    ("fusion f(x: f32[N], x: f32[N]) {\n  y = relu(x)\n  output y\n}\n", 1, 21,
+     "duplicate input 'x'"),
+    (HEADER + "  y = x\n  output y\n}\n", 2, 7,
+     "'y = x' would only rename x; write 'y = set(x)' to copy it"),
+    (HEADER + "  y = 2 * 3.5\n  output y\n}\n", 2, 9, "mul: needs at least one tensor operand"),
+    (HEADER + "  y = -3\n  output y\n}\n", 2, 7,
+     "'y' must be computed from a tensor, not a constant"),
+    (HEADER + "  y = -true\n  output y\n}\n", 2, 7, "true and false cannot be negated"),
+    (HEADER + "  y = relu(x) + [1]\n  output y\n}\n", 2, 17,
+     "a list is not a value; lists are arguments, as in sum(x, axes=[1])"),
+    (HEADER + "  y = relu(x) + {0: 1}\n  output y\n}\n", 2, 17,
+     "a map is not a value; maps are arguments, as in reorder({0: 1, 1: 0})"),
+    (HEADER + "  y = relu(x) + \"a\"\n  output y\n}\n", 2, 17,
+     "a string (\"a\") is not a value; strings are arguments, as in "
+     "gelu(x, approximate=\"tanh\")"),
+    (HEADER + "  y = relu(x)\n  output z\n}\n", 3, 10, "unknown tensor 'z'"),
+    (HEADER + "  y = relu(x)\n}\n", 1, 8, "fusion 'f' has no outputs; add `output NAME`"),
+    (BODY + BODY, 5, 8, "duplicate fusion 'f' (first at line 1)"),
+    (BODY + "schedule g {\n}\n", 5, 10, "schedule for unknown fusion 'g'"),
+    (BODY + "schedule ff {\n}\n", 5, 10, "schedule for unknown fusion 'ff'; did you mean 'f'?"),
+    (BODY + "schedule f {\n}\nschedule f {\n}\n", 7, 10,
+     "duplicate schedule for 'f' (first at line 5)"),
+    (schedule("z = y.split(0, 4)"), 6, 3, "split returns no tensor to name 'z'"),
+    (schedule("b = x.cache_after(shared)"), 6, 3, "duplicate name 'b'"),
+    (schedule("matmul(stages=3)"), 6, 3,
+     "matmul scheduler is not implemented yet (it arrives with the tensor-core matmul issue)"),
+    ("# nothing but a comment\n", 1, 1,
+     "no fusion defined; expected `fusion NAME(...) { ... }`"),
+]
+
+
+@pytest.mark.parametrize("text, line, column, message", STATEMENTS)
+def test_statement_errors(text, line, column, message):
+    check(text, line, column, message)
+
+
+def test_empty_text_has_no_line_to_show():
+    error = parse_error("")
+    assert str(error) == "t.fz:1:1: no fusion defined; expected `fusion NAME(...) { ... }`"
+
+
+IR_ERRORS = [
+    (HEADER + "  y = x + b\n  output y\n}\n", 2, 9, FusionError,
+     "add: operand ranks differ (x has 2, b has 1); broadcast the smaller operand first"),
+    ("fusion f(i: i32[N]) {\n  y = i * 2.5\n  output y\n}\n", 2, 9, FusionError,
+     "mul: literal 2.5 cannot take the dtype i32 of i"),
+    (HEADER + "  y = -(x < 1)\n  output y\n}\n", 2, 7, FusionError,
+     "neg: operand t2 is bool; cast it first"),
+    (HEADER + "  y = exp(broadcast(b, [true, true]))\n  output y\n}\n", 2, 11, FusionError,
+     "broadcast: b has 1 axes but the flags keep 0 (one flag per output axis, true = new "
+     "axis)"),
+    (HEADER + "  y = gelu(x, approximate=\"tan\")\n  output y\n}\n", 2, 7, FusionError,
+     "gelu: approximate must be \"none\" or \"tanh\", got 'tan'"),
+    (HEADER + "  y = matmul(x, x)\n  output y\n}\n", 2, 7, FusionError,
+     "matmul: A (x) must be f16 or bf16, got f32"),
+    ("fusion f(x: f32[0]) {\n  y = relu(x)\n  output y\n}\n", 1, 10, FusionError,
+     "input x: dimension 0 must be >= 1"),
+    (HEADER + "  y = relu(x)\n  output y, y\n}\n", 3, 13, FusionError,
+     "y is already an output of fusion f"),
+    (HEADER + "  y = relu(x)\n  output x\n}\n", 3, 10, FusionError,
+     "x is a fusion input and cannot also be an output"),
+    (schedule("y.split(5, 4)"), 6, 3, ScheduleError,
+     "split: axis 5 is out of range for tensor y with 2 loop axes"),
+    (schedule("y.split(-3, 4)"), 6, 3, ScheduleError,
+     "split: axis -3 is out of range for tensor y with 2 loop axes"),
+    (schedule("y.split(0, 0)"), 6, 3, ScheduleError,
+     "split: factor must be >= 1, got 0 (tensor y, axis 0)"),
+    (schedule("x.split(0, 4)"), 6, 3, ScheduleError,
+     "split: x is a fusion input; inputs are read, not computed: schedule a cache of it "
+     "(cache_after) instead"),
+    (schedule("y.compute_at(x, 1)"), 6, 3, ScheduleError,
+     "compute_at: x does not use y, directly or indirectly"),
+    (schedule("xs = x.cache_after(shared)", "xs.compute_at(b, 1)"), 7, 3, ScheduleError,
+     "compute_at: b does not use xs, directly or indirectly"),
+    (schedule("y.vectorize(0)"), 6, 3, ScheduleError,
+     "vectorize: axis 0 is not the innermost loop axis of y (2 loop axes) (tensor y, axis 0)"),
+    (schedule("y.rfactor(1)"), 6, 3, ScheduleError,
+     "rfactor: y is not defined by a reduction or matmul"),
+    (schedule("y.set_memory_type(shared)"), 6, 3, ScheduleError,
+     "set_memory_type: y is a fusion output and stays in global memory"),
+    (schedule("y.circular_buffer(1)"), 6, 3, ScheduleError,
+     "circular_buffer: stages must be an integer >= 2, got 1 (tensor y)"),
+    (schedule("y.parallelize(0, TIDx)", "y.parallelize(1, TIDx)"), 7, 3, ScheduleError,
+     "parallelize: y already binds TIDx to axis 0; each block/thread index binds one axis "
+     "(axis 1)"),
+]
+
+
+@pytest.mark.parametrize("text, line, column, kind, message", IR_ERRORS)
+def test_ir_errors_are_located_at_the_offending_call(text, line, column, kind, message):
+    error = check(text, line, column, message)
+    assert isinstance(error.__cause__, kind) and str(error.__cause__) == message

@@ -1,0 +1,72 @@
+"""Every example parses, evaluates to what plain numpy computes, and round-trips."""
+
+import pathlib
+
+import numpy as np
+import pytest
+
+import fuserir
+from fuserir.ir.equality import first_difference
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+
+
+def load(name):
+    return fuserir.dsl.parse_file(EXAMPLES / name)
+
+
+def exact_matmul(a, b):
+    return a.astype(np.float64) @ b.astype(np.float64)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.fz")))
+def test_example_round_trips(name):
+    fusion = load(name)
+    again = fuserir.parse(fuserir.print_fusion(fusion))
+    assert first_difference(fusion, again) is None
+
+
+@pytest.mark.parametrize("splitk", [1, 3, 5, 13])
+def test_splitk_matmul(splitk, rng):
+    f = load("splitk_matmul.fz")
+    assert [t.name for t in f.tensors] == ["A", "B", "partial", "acc", "out"]
+    assert [str(a) for a in f.tensor("partial").logical] == \
+        ["i{M}", "i{N}", "i{splitk}", "r{ceildiv(K, splitk)}"]
+    k, m, n = 32 * 13, 24, 16
+    a = rng.standard_normal((k, m)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
+    out = fuserir.evaluate(f, {"A": a, "B": b, "splitk": splitk})["out"]
+    assert out.dtype == np.float16
+    exact = exact_matmul(a.T, b)
+    np.testing.assert_allclose(out.astype(np.float64), exact, rtol=2 ** -10, atol=1e-5 * k)
+
+
+def test_bias_relu_matmul(rng):
+    f = load("bias_relu_matmul.fz")
+    a = rng.standard_normal((20, 40)).astype(np.float16)
+    b = rng.standard_normal((40, 12)).astype(np.float16)
+    bias = rng.standard_normal(12).astype(np.float32)
+    out = fuserir.evaluate(f, {"A": a, "B": b, "bias": bias})["out"]
+    exact = np.maximum(exact_matmul(a, b) + bias[None, :], 0)
+    np.testing.assert_allclose(out.astype(np.float64), exact, rtol=2 ** -10, atol=1e-5 * 40)
+
+
+def test_pointwise_chain(rng):
+    import math
+    f = load("pointwise_chain.fz")
+    assert f.tensor("xs").memory_type is fuserir.MemoryType.shared
+    x = rng.standard_normal((5, 300)).astype(np.float32)
+    y = rng.standard_normal((5, 300)).astype(np.float32)
+    out = fuserir.evaluate(f, {"x": x, "y": y})["out"]
+    v = x.astype(np.float64) * 0.5 + y
+    gelu = 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2)))
+    exact = gelu - 1 / (1 + np.exp(-y.astype(np.float64))) / 4
+    np.testing.assert_allclose(out.astype(np.float64), exact, rtol=2 ** -7, atol=1e-6)
+
+
+def test_softmax(rng):
+    f = load("softmax.fz")
+    x = rng.standard_normal((7, 33)).astype(np.float32)
+    out = fuserir.evaluate(f, {"x": x})["out"]
+    e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=1e-6)

@@ -1,0 +1,99 @@
+"""codegen.compile and Executable.run: the contract of DESIGN.md section 3 on the CPU."""
+
+import numpy as np
+import pytest
+
+import codegen
+import codegen.executable as executable
+import fuserir
+from fuserir.dtypes import DataType
+from fuserir.errors import EvaluationError, FuserirError
+
+BIAS_RELU = """
+fusion bias_relu(x: f32[M, N], b: f32[N]) {
+  y = relu(x + broadcast(b, [true, false]))
+  output y
+}
+schedule bias_relu {
+  xs = x.cache_after(shared)
+  y.split(1, 128)
+  y.parallelize(0, BIDx)
+  y.parallelize(2, TIDx)
+  xs.compute_at(y, 2)
+  xs.parallelize(2, TIDx)
+}
+"""
+
+
+@pytest.fixture
+def fusion():
+    return fuserir.parse(BIAS_RELU)
+
+
+def inputs(m=3, n=300, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"x": rng.integers(-9, 9, (m, n)).astype(np.float32),
+            "b": rng.integers(-9, 9, n).astype(np.float32)}
+
+
+def test_compile_needs_no_gpu_and_gives_cuda_source_and_cubin(fusion):
+    exe = codegen.compile(fusion, backend="cuda")
+    (kernel,) = exe.kernels
+    assert "#include" not in kernel.source
+    assert 'extern "C" __global__ void bias_relu(' in kernel.source
+    assert kernel.cubin[:4] == b"\x7fELF"
+
+
+def test_interp_backend_runs_and_matches_reference(fusion):
+    exe = codegen.compile(fusion, backend="interp")
+    assert exe.kernels[0].source        # CUDA text on both backends
+    data = inputs()
+    got = exe.run(data)["y"]
+    np.testing.assert_array_equal(got, fuserir.evaluate(fusion, data)["y"])
+
+
+def test_block_selection_runs_only_chosen_blocks_and_leaves_others_poisoned(fusion):
+    exe = codegen.compile(fusion, backend="interp")
+    data = inputs(m=4)
+    got = exe.run(data, blocks=[(2,)])["y"]
+    want = fuserir.evaluate(fusion, data)["y"]
+    np.testing.assert_array_equal(got[2], want[2])
+    assert np.isnan(got[[0, 1, 3]]).all()
+
+
+def test_sizes_past_32_bit_indexing_use_64_bit_kernels(fusion, monkeypatch):
+    exe = codegen.compile(fusion, backend="interp")
+    monkeypatch.setattr(executable, "INDEX_LIMIT", 100)
+    data = inputs()
+    got = exe.run(data)["y"]
+    assert exe._wide[0].kir.index_dtype is DataType.i64
+    assert "i64" in exe._wide[0].kir_text.splitlines()[1]
+    np.testing.assert_array_equal(got, fuserir.evaluate(fusion, data)["y"])
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"x": np.zeros((3, 4), np.float64), "b": np.zeros(4, np.float32)},
+     "input x: expected f32, got float64"),
+    ({"x": np.zeros((3, 4), np.float32), "b": np.zeros(5, np.float32)},
+     "input b: axis 0 is N = 5, but N = 4 from input x axis 1"),
+    ({"x": np.zeros((3, 4), np.float32)}, "missing input 'b'"),
+])
+def test_run_checks_inputs(fusion, bad, message):
+    exe = codegen.compile(fusion, backend="interp")
+    with pytest.raises(EvaluationError, match=message):
+        exe.run(bad)
+
+
+def test_named_scalar_must_be_given():
+    f = fuserir.dsl.parse_file(str(__import__("pathlib").Path(__file__).parents[1]
+                                   / "examples" / "splitk_matmul.fz"))
+    exe = codegen.compile(f, backend="interp")
+    a = np.ones((8, 4), np.float16)
+    with pytest.raises(EvaluationError, match="needs a value for 'splitk'"):
+        exe.run({"A": a, "B": a})
+
+
+def test_unknown_backend(fusion):
+    with pytest.raises(FuserirError, match="unknown backend 'metal'; expected one of cuda, "
+                                           "interp"):
+        codegen.compile(fusion, backend="metal")

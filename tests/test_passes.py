@@ -1,0 +1,368 @@
+"""Unit tests of each lowering pass: a small scheduled fusion, the kernel IR right after
+the pass (expected text, as `fuserir dump --after PASS` prints it), and structural checks.
+
+TINY: a cache of x in shared memory, computed at y's outer loop with its own 16-thread
+split, read by y's 32-thread split: different thread mappings, so one barrier, placed
+between the two loop nests (as far out as it can go). ROWSUM: a row sum whose inner
+reduction axis is bound to TIDx, so a block reduction through warp shuffles and a shared
+scratch.
+"""
+
+import numpy as np
+import pytest
+
+import codegen
+import fuserir
+from fuserir.errors import ScheduleError
+from lowering import kir
+from lowering.pipeline import PASS_NAMES, LoweringError, lower
+
+TINY = """
+fusion tiny(x: f32[M, N], b: f32[N]) {
+  y = x * 2 + broadcast(b, [true, false])
+  output y
+}
+schedule tiny {
+  xs = x.cache_after(shared)
+  y.split(1, 32)
+  y.parallelize(0, BIDx)
+  y.parallelize(2, TIDx)
+  xs.compute_at(y, 1)
+  xs.split(1, 16)
+  xs.parallelize(2, TIDx)
+}
+"""
+
+ROWSUM = """
+fusion rowsum(x: f32[M, N]) {
+  s = sum(x, axes=[1])
+  output s
+}
+schedule rowsum {
+  s.split(1, 64)
+  s.parallelize(0, BIDx)
+  s.parallelize(2, TIDx)
+}
+"""
+
+
+def after(text, name):
+    kernel, dumps = lower(fuserir.parse(text), dump_after=[name], stop_after=name)
+    return kernel, dumps[name]
+
+
+def test_pipeline_lists_every_pass_in_order():
+    assert PASS_NAMES == ("inline_defaults", "validate", "loop_nests", "allocation",
+                          "indexing", "block_reductions", "predicates", "insert_syncs",
+                          "verify_hazards")
+
+
+def test_inline_defaults_places_unplaced_intermediates_only():
+    kernel, _ = after(TINY, "inline_defaults")
+    fusion = fuserir.parse(TINY)
+    assert fusion.tensor("xs").compute_at_pos == 1
+    lowered, _ = lower(fusion, stop_after="inline_defaults")
+    assert lowered is None    # no kernel yet: the pass works on the fusion
+
+
+def test_loop_nests():
+    _, text = after(TINY, "loop_nests")
+    assert text == """kernel tiny(f32 x[M, N], f32 b[N], f32 y[M, N], i32 M, i32 N)
+  grid=(M, 1, 1) block=(32, 1, 1) index=i32
+   S1  for i0 in 0..ceildiv(N, 16)
+   S2    compute xs = set(x)
+   S3  for i1 in 0..ceildiv(N, 32)
+   S4    compute t3 = broadcast(b, flags=[true, false])
+   S5    compute t2 = mul(xs, 2.0)
+   S6    compute y = add(t2, t3)
+"""
+
+
+def test_allocation():
+    _, text = after(TINY, "allocation")
+    assert text == """kernel tiny(f32 x[M, N], f32 b[N], f32 y[M, N], i32 M, i32 N)
+  grid=(M, 1, 1) block=(32, 1, 1) index=i32
+   S1  alloc local f32 t3[1]
+   S2  alloc shared f32 xs[(ceildiv(N, 16) * 16)] @ byte 0
+   S3  alloc local f32 t2[1]
+   S4  for i0 in 0..ceildiv(N, 16)
+   S5    compute xs = set(x)
+   S6  for i1 in 0..ceildiv(N, 32)
+   S7    compute t3 = broadcast(b, flags=[true, false])
+   S8    compute t2 = mul(xs, 2.0)
+   S9    compute y = add(t2, t3)
+"""
+
+
+def test_indexing():
+    _, text = after(TINY, "indexing")
+    assert text == """kernel tiny(f32 x[M, N], f32 b[N], f32 y[M, N], i32 M, i32 N)
+  grid=(M, 1, 1) block=(32, 1, 1) index=i32
+   S1  alloc local f32 t3[1]
+   S2  alloc shared f32 xs[(ceildiv(N, 16) * 16)] @ byte 0
+   S3  alloc local f32 t2[1]
+   S4  for i0 in 0..ceildiv(N, 16)
+   S5    xs[((i0 * 16) + threadIdx.x)] = x[((blockIdx.x * x_stride0) + (((i0 * 16) + threadIdx.x) * x_stride1))]
+   S6  for i1 in 0..ceildiv(N, 32)
+   S7    t3[0] = b[(((i1 * 32) + threadIdx.x) * b_stride0)]
+   S8    t2[0] = (xs[(((((i1 * 32) + threadIdx.x) / 16) * 16) + (((i1 * 32) + threadIdx.x) % 16))] * 2.0)
+   S9    y[((blockIdx.x * y_stride0) + (((i1 * 32) + threadIdx.x) * y_stride1))] = (t2[0] + t3[0])
+"""
+
+
+def test_predicates():
+    _, text = after(TINY, "predicates")
+    assert text == """kernel tiny(f32 x[M, N], f32 b[N], f32 y[M, N], i32 M, i32 N)
+  grid=(M, 1, 1) block=(32, 1, 1) index=i32
+   S1  alloc local f32 t3[1]
+   S2  alloc shared f32 xs[(ceildiv(N, 16) * 16)] @ byte 0
+   S3  alloc local f32 t2[1]
+   S4  for i0 in 0..ceildiv(N, 16)
+   S5    if ((((i0 * 16) + threadIdx.x) < N) && (threadIdx.x < 16))
+   S6      xs[((i0 * 16) + threadIdx.x)] = x[((blockIdx.x * x_stride0) + (((i0 * 16) + threadIdx.x) * x_stride1))]
+   S7  for i1 in 0..ceildiv(N, 32)
+   S8    if (((i1 * 32) + threadIdx.x) < N)
+   S9      t3[0] = b[(((i1 * 32) + threadIdx.x) * b_stride0)]
+  S10    if (((i1 * 32) + threadIdx.x) < N)
+  S11      t2[0] = (xs[(((((i1 * 32) + threadIdx.x) / 16) * 16) + (((i1 * 32) + threadIdx.x) % 16))] * 2.0)
+  S12    if (((i1 * 32) + threadIdx.x) < N)
+  S13      y[((blockIdx.x * y_stride0) + (((i1 * 32) + threadIdx.x) * y_stride1))] = (t2[0] + t3[0])
+"""
+
+
+def test_insert_syncs_places_one_barrier_between_the_loop_nests():
+    _, text = after(TINY, "insert_syncs")
+    assert text == """kernel tiny(f32 x[M, N], f32 b[N], f32 y[M, N], i32 M, i32 N)
+  grid=(M, 1, 1) block=(32, 1, 1) index=i32
+   S1  alloc local f32 t3[1]
+   S2  alloc shared f32 xs[(ceildiv(N, 16) * 16)] @ byte 0
+   S3  alloc local f32 t2[1]
+   S4  for i0 in 0..ceildiv(N, 16)
+   S5    if ((((i0 * 16) + threadIdx.x) < N) && (threadIdx.x < 16))
+   S6      xs[((i0 * 16) + threadIdx.x)] = x[((blockIdx.x * x_stride0) + (((i0 * 16) + threadIdx.x) * x_stride1))]
+   S7  __syncthreads() [sync1]  // RAW on xs: S6 -> S12
+   S8  for i1 in 0..ceildiv(N, 32)
+   S9    if (((i1 * 32) + threadIdx.x) < N)
+  S10      t3[0] = b[(((i1 * 32) + threadIdx.x) * b_stride0)]
+  S11    if (((i1 * 32) + threadIdx.x) < N)
+  S12      t2[0] = (xs[(((((i1 * 32) + threadIdx.x) / 16) * 16) + (((i1 * 32) + threadIdx.x) % 16))] * 2.0)
+  S13    if (((i1 * 32) + threadIdx.x) < N)
+  S14      y[((blockIdx.x * y_stride0) + (((i1 * 32) + threadIdx.x) * y_stride1))] = (t2[0] + t3[0])
+"""
+
+
+def test_reduction_loop_nests():
+    _, text = after(ROWSUM, "loop_nests")
+    assert text == """kernel rowsum(f32 x[M, N], f32 s[M], i32 M, i32 N)
+  grid=(M, 1, 1) block=(64, 1, 1) index=i32
+   S1  init s = sum(x, axes=[1])
+   S2  for i0 in 0..ceildiv(N, 64)
+   S3    accumulate s = sum(x, axes=[1])
+   S4  block_reduce s = sum(x, axes=[1])
+   S5  final s = sum(x, axes=[1])
+"""
+
+
+def test_block_reductions():
+    _, text = after(ROWSUM, "block_reductions")
+    assert text == """kernel rowsum(f32 x[M, N], f32 s[M], i32 M, i32 N)
+  grid=(M, 1, 1) block=(64, 1, 1) index=i32
+   S1  alloc local f32 s_acc[1]
+   S2  alloc shared f32 s_scratch[32] @ byte 0
+   S3  s_acc[0] = 0.0
+   S4  for i0 in 0..ceildiv(N, 64)
+   S5    s_acc[0] = (s_acc[0] + x[((blockIdx.x * x_stride0) + (((i0 * 64) + threadIdx.x) * x_stride1))])
+   S6  // block reduction of s over threadIdx.x
+   S7  s_acc[0] = (s_acc[0] + shfl_xor(s_acc[0], 16))
+   S8  s_acc[0] = (s_acc[0] + shfl_xor(s_acc[0], 8))
+   S9  s_acc[0] = (s_acc[0] + shfl_xor(s_acc[0], 4))
+  S10  s_acc[0] = (s_acc[0] + shfl_xor(s_acc[0], 2))
+  S11  s_acc[0] = (s_acc[0] + shfl_xor(s_acc[0], 1))
+  S12  if ((threadIdx.x % 32) == 0)
+  S13    s_scratch[((((threadIdx.z * blockDim.y) + threadIdx.y) * (blockDim.x / 32)) + (threadIdx.x / 32))] = s_acc[0]
+  S14  s_acc[0] = 0.0
+  S15  for w_s in 0..(blockDim.x / 32)
+  S16    s_acc[0] = (s_acc[0] + s_scratch[((((threadIdx.z * blockDim.y) + threadIdx.y) * (blockDim.x / 32)) + w_s)])
+  S17  s[(blockIdx.x * s_stride0)] = s_acc[0]
+"""
+
+
+def test_block_reduction_barrier_goes_before_the_gather_loop():
+    _, text = after(ROWSUM, "insert_syncs")
+    assert text == """kernel rowsum(f32 x[M, N], f32 s[M], i32 M, i32 N)
+  grid=(M, 1, 1) block=(64, 1, 1) index=i32
+   S1  alloc local f32 s_acc[1]
+   S2  alloc shared f32 s_scratch[32] @ byte 0
+   S3  s_acc[0] = 0.0
+   S4  for i0 in 0..ceildiv(N, 64)
+   S5    if (((i0 * 64) + threadIdx.x) < N)
+   S6      s_acc[0] = (s_acc[0] + x[((blockIdx.x * x_stride0) + (((i0 * 64) + threadIdx.x) * x_stride1))])
+   S7  // block reduction of s over threadIdx.x
+   S8  s_acc[0] = (s_acc[0] + shfl_xor(s_acc[0], 16))
+   S9  s_acc[0] = (s_acc[0] + shfl_xor(s_acc[0], 8))
+  S10  s_acc[0] = (s_acc[0] + shfl_xor(s_acc[0], 4))
+  S11  s_acc[0] = (s_acc[0] + shfl_xor(s_acc[0], 2))
+  S12  s_acc[0] = (s_acc[0] + shfl_xor(s_acc[0], 1))
+  S13  if ((threadIdx.x % 32) == 0)
+  S14    s_scratch[((((threadIdx.z * blockDim.y) + threadIdx.y) * (blockDim.x / 32)) + (threadIdx.x / 32))] = s_acc[0]
+  S15  s_acc[0] = 0.0
+  S16  __syncthreads() [sync1]  // RAW on s_scratch: S14 -> S18
+  S17  for w_s in 0..(blockDim.x / 32)
+  S18    s_acc[0] = (s_acc[0] + s_scratch[((((threadIdx.z * blockDim.y) + threadIdx.y) * (blockDim.x / 32)) + w_s)])
+  S19  if (threadIdx.x == 0)
+  S20    s[(blockIdx.x * s_stride0)] = s_acc[0]
+"""
+
+
+def stores(kernel):
+    return [s for s in kir.walk(kernel.body) if isinstance(s, kir.Store)]
+
+
+def guarded(kernel):
+    """{store buffer name: condition text} for stores under an if."""
+    out = {}
+    for s in kir.walk(kernel.body):
+        if isinstance(s, kir.IfThenElse):
+            for t in s.then_body:
+                if isinstance(t, kir.Store):
+                    out.setdefault(t.buffer.name, []).append(kir.format_expr(s.cond))
+    return out
+
+
+def test_no_predicate_where_splits_divide_and_extents_match():
+    kernel, _ = after("""
+fusion f(x: f32[8, 64]) {
+  y = relu(x)
+  output y
+}
+schedule f {
+  y.split(1, 32)
+  y.parallelize(0, BIDx)
+  y.parallelize(2, TIDx)
+}""", "predicates")
+    assert guarded(kernel) == {}
+
+
+def test_thread_extent_and_redundant_write_predicates():
+    kernel, _ = after("""
+fusion f(x: f32[8, 64], z: f32[8, 16]) {
+  y = relu(x)
+  w = neg(z)
+  output y, w
+}
+schedule f {
+  y.parallelize(0, BIDx)
+  y.parallelize(1, TIDx)
+  w.parallelize(1, TIDx)
+}""", "predicates")
+    assert guarded(kernel) == {"w": ["((threadIdx.x < 16) && (blockIdx.x == 0))"]}
+
+
+def run_interp(text, inputs):
+    fusion = fuserir.parse(text)
+    exe = codegen.compile(fusion, backend="interp")
+    got = exe.run(inputs)
+    want = fuserir.evaluate(fusion, inputs)
+    return exe, got, want
+
+
+def test_block_reductions_with_several_rows_per_block_match_reference():
+    text = """
+fusion stats(x: f32[M, N]) {
+  s = sum(x, axes=[1])
+  m = max(x, axes=[1])
+  output s, m
+}
+schedule stats {
+  s.split(0, 2)
+  s.split(2, 64)
+  s.parallelize(0, BIDx)
+  s.parallelize(1, TIDy)
+  s.parallelize(3, TIDx)
+  m.split(0, 2)
+  m.split(2, 48)
+  m.parallelize(0, BIDx)
+  m.parallelize(1, TIDy)
+  m.parallelize(3, TIDx)
+}"""
+    x = np.random.default_rng(3).integers(-20, 20, (5, 150)).astype(np.float32)
+    exe, got, want = run_interp(text, {"x": x})
+    np.testing.assert_array_equal(got["s"], want["s"])
+    np.testing.assert_array_equal(got["m"], want["m"])
+    assert exe.kernels[0].kir.launch.block[0].value == 64   # rounded to whole warps
+
+
+def test_block_reduction_inside_a_loop_needs_a_loop_carried_war():
+    text = """
+fusion rows(x: f32[M, N]) {
+  s = sum(x, axes=[1])
+  output s
+}
+schedule rows {
+  s.split(1, 32)
+  s.parallelize(2, TIDx)
+}"""
+    x = np.random.default_rng(4).integers(-20, 20, (3, 70)).astype(np.float32)
+    exe, got, want = run_interp(text, {"x": x})
+    np.testing.assert_array_equal(got["s"], want["s"])
+    reasons = [(r.kind.value, r.loop_carried) for s in kir.walk(exe.kernels[0].kir.body)
+               if isinstance(s, kir.Barrier) for r in s.reasons]
+    assert reasons == [("RAW", False), ("WAR", True)]
+
+
+@pytest.mark.parametrize("schedule, message", [
+    ("s.parallelize(1, BIDy)", "s: reduction axis 1 is bound to BIDy; grid reductions are "
+                               "not supported yet"),
+    ("s.parallelize(1, TIDy)", "s: reduction axis 1 is bound to TIDy; block reductions are "
+                               "supported over TIDx only"),
+    ("xc = x.cache_after(local)\n  xc.parallelize(1, TIDx)\n  xc.compute_at(s, 0)",
+     "s reads xc, which lives in local memory with axis 1 bound to TIDx, but s does not "
+     "bind the same axis to TIDx"),
+    ("xc = x.cache_after(global)\n  xc.compute_at(s, 0)",
+     "xc: global intermediates need a workspace"),
+])
+def test_validate_refuses_unsupported_schedules(schedule, message):
+    text = f"""
+fusion f(x: f32[4, 8]) {{
+  s = sum(x, axes=[1])
+  output s
+}}
+schedule f {{
+  {schedule}
+}}"""
+    with pytest.raises(ScheduleError) as refused:
+        lower(fuserir.parse(text))
+    assert message in str(refused.value)
+
+
+def test_local_buffer_with_a_symbolic_size_is_refused_with_advice():
+    text = """
+fusion f(x: f32[M, N]) {
+  y = relu(x)
+  output y
+}
+schedule f {
+  xc = x.cache_after(local)
+  xc.compute_at(y, 0)
+}"""
+    with pytest.raises(ScheduleError, match=r"xc: a local buffer needs a constant size, but "
+                                            r"this one holds \(M \* N\) elements"):
+        lower(fuserir.parse(text))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"disable_passes": ("indexing",)}, "pass 'indexing' cannot be disabled"),
+    ({"disable_passes": ("nope",)}, "unknown pass 'nope'"),
+    ({"dump_after": ("nope",)}, "unknown pass 'nope'"),
+])
+def test_bad_pipeline_arguments(kwargs, message):
+    with pytest.raises(LoweringError, match=message):
+        lower(fuserir.parse(TINY), **kwargs)
+
+
+def test_lowering_leaves_the_users_fusion_untouched():
+    fusion = fuserir.parse(TINY)
+    before = fuserir.print_fusion(fusion)
+    lower(fusion)
+    assert fuserir.print_fusion(fusion) == before
+    assert [t.compute_at_pos for t in fusion.tensors] == [None, None, None, 1, None, None]
