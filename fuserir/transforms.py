@@ -487,7 +487,9 @@ def max_inline_position(tv):
 
 def inline_most(target):
     """Inline a tensor, or every tensor of a fusion that no compute_at placed, as deep into
-    its consumers' loops as is legal (consumers first, so producers replay final loops)."""
+    its consumers' loops as is legal (consumers first, so producers replay final loops).
+    Inlining replaces the loops it shares with the consumer's: schedule the consumer and
+    compute producers at it, as in nvFuser."""
     if isinstance(target, TensorView):
         _not_input("inline_most", target)
         if not target.fusion.consumers(target):

@@ -366,3 +366,28 @@ def test_lowering_leaves_the_users_fusion_untouched():
     lower(fusion)
     assert fuserir.print_fusion(fusion) == before
     assert [t.compute_at_pos for t in fusion.tensors] == [None, None, None, 1, None, None]
+
+
+def test_regression_uneven_split_of_an_inner_piece_is_predicated():
+    # Found by the lowering property under another hypothesis version: rows split 2 ways,
+    # the inner piece (2 rows) split 3 ways unevenly. Guarding only the root index let
+    # thread 0 compute row 2, which thread 1 owns: a RAW race on the shared cache and a
+    # wrong answer. Every uneven split now guards its own input.
+    text = """
+fusion prop(in0: f32[4, 6]) {
+  t1 = in0 + in0
+  output t1
+}
+schedule prop {
+  in0_cache = in0.cache_after(shared)
+  t1.split(0, 2, inner=false)
+  t1.split(1, 3, inner=false)
+  t1.split(0, 2, inner=false)
+  t1.split(0, 2, inner=false)
+  t1.parallelize(0, TIDx)
+  in0_cache.compute_at(t1, 1)
+}"""
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    exe, got, want = run_interp(text, {"in0": x})
+    np.testing.assert_array_equal(got["t1"], want["t1"])
+    assert list(guarded(exe.kernels[0].kir).values()) == [["(i2 < 2)"]]

@@ -43,13 +43,14 @@ class Fusion:
         self.graph = nx.DiGraph()
         self.trace = []
         self.definition_exprs = []  # copies of the expressions as defined, in creation order
-        self._serial = itertools.count()
+        self._next_serial = 0  # creation order of graph nodes (an int: fusions deep-copy)
         self._recording_depth = 0
 
     # -- building ------------------------------------------------------------------------
     def _add_node(self, node):
         if node not in self.graph:
-            self.graph.add_node(node, serial=next(self._serial))
+            self.graph.add_node(node, serial=self._next_serial)
+            self._next_serial += 1
 
     def add_tensor(self, tv):
         if any(t.name == tv.name for t in self.tensors):

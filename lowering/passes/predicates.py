@@ -1,8 +1,11 @@
 """Pass `predicates`: guard each store that could touch an element it must not.
 
 Three kinds of guard, none where provably unnecessary:
-* bounds: a root index past its extent, possible where a split in its history is not
-  provably divisible (the last tile of a non-divisible split);
+* bounds: the index of an axis that a split divides unevenly (not provably divisible)
+  past that axis's extent: the last tile of the split. This applies to every split in
+  the history, not only splits of root axes: an uneven split of an inner piece makes
+  its iterations overlap the next piece's, so that two threads would compute (and write)
+  one element (nvFuser's non-divisible split predicates);
 * thread extents: an axis bound to a thread/block index whose extent is smaller than the
   launch dimension (one index type bound to different extents in different tensors, or
   blockDim.x rounded up to whole warps for a block reduction);
@@ -25,19 +28,6 @@ def _divisible(split):
     return isinstance(e, int) and isinstance(f, int) and e % f == 0
 
 
-def _needs_bound(tv, root):
-    for t in history(tv.loop):
-        if isinstance(t, Split) and not _divisible(t) and root in _roots(t.input):
-            return True
-    return False
-
-
-def _roots(axis):
-    if axis.definition is None:
-        return {axis}
-    return set().union(*(_roots(i) for i in axis.definition.inputs))
-
-
 def _special(ctx, ptype):
     kind = kir.SpecialKind.threadIdx if ptype in THREAD_TYPES else kir.SpecialKind.blockIdx
     return kir.Special(kind, ptype.value[-1], ctx.index_dtype)
@@ -46,10 +36,15 @@ def _special(ctx, ptype):
 def conditions(ctx, info, launch):
     tv, role = info.tv, info.role
     conds = []
-    roots = tv.root if role == "accumulate" else [r for r in tv.root if not r.is_reduction]
-    for r in roots:
-        if not r.is_broadcast and _needs_bound(tv, r):
-            conds.append(ctx.binop("lt", info.root_index[r], ctx.extent(r.extent)))
+    for t in history(tv.loop):
+        split_axis = t.input if isinstance(t, Split) else None
+        if split_axis is None or _divisible(t) or split_axis.is_broadcast:
+            continue
+        if split_axis.is_reduction and role != "accumulate":
+            continue
+        cond = ctx.binop("lt", info.root_index[split_axis], ctx.extent(split_axis.extent))
+        if all(kir.format_expr(cond) != kir.format_expr(c) for c in conds):
+            conds.append(cond)
     bound_here = set()
     for i, axis in enumerate(tv.loop):
         ptype = ctx.concrete_axis(tv, i).parallel
