@@ -70,3 +70,19 @@ def test_softmax(rng):
     out = fuserir.evaluate(f, {"x": x})["out"]
     e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
     np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=1e-6)
+
+
+def test_main_job_demo_runs_and_shows_every_barrier_with_its_reason():
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, str(EXAMPLES / "demo.py")], capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "sync1 (S" in out and "sync2 (S" in out
+    assert "RAW on As: threads read bytes that other threads wrote" in out
+    assert "WAR on Bs: threads overwrite bytes that other threads read, across loop " \
+           "iterations" in out
+    assert "mismatches vs float64 (rtol 2^-10, atol 1e-5*K): 0;" in out
+    assert out.count("the verifier refuses the kernel") == 2
+    assert out.count("the interpreter sees it") == 2

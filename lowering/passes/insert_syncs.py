@@ -74,6 +74,10 @@ def run(ctx, kernel):
     for n, barrier in enumerate(barriers, 1):
         barrier.sync_id = f"sync{n}"
         stmts, index = _detach(kernel.body, barrier)
-        barrier.reasons = [f.reason() for f in find_hazards(kernel.body)]
+        reasons = {}
+        for f in find_hazards(kernel.body):
+            reason = f.reason()
+            reasons.setdefault(str(reason), reason)
+        barrier.reasons = list(reasons.values())
         stmts.insert(index, barrier)
     return kernel
