@@ -368,9 +368,15 @@ def compute_at(tv, consumer, pos):
         raise ScheduleError(f"compute_at: position {pos} is past the depth of consumer "
                             f"{consumer.name}, which has {consumer.ndim} loop axes "
                             f"(tensor {tv.name})")
-    # Every tensor on a path from tv to consumer is computed at the same position. Those
-    # in between that no compute_at placed stay unplaced: lowering inlines them as far as
-    # legal, which keeps the shared loops and adds their own inner ones.
+    _place_along_paths(tv, consumer, p)
+
+
+def _place_along_paths(tv, consumer, pos):
+    """Compute tv at `pos` of consumer, a direct or indirect consumer. Every tensor on a
+    path between them is computed at the same position. Those in between that no
+    compute_at placed stay unplaced: lowering inlines them as far as legal, which keeps
+    the shared loops and adds their own inner ones."""
+    fusion = tv.fusion
     on_path = [t for t in fusion.tensors
                if t is tv or (fusion.depends_on(t, tv) and fusion.depends_on(consumer, t))]
     targets = set(on_path) | {consumer}
@@ -379,7 +385,7 @@ def compute_at(tv, consumer, pos):
             continue
         c = next(c for c in fusion.consumers(t) if c in targets)
         placed = t.compute_at_pos
-        _replay_keeping_placements(t, c, p, skip=on_path)
+        _replay_keeping_placements(t, c, pos, skip=on_path)
         if t is not tv and placed is None:
             t.compute_at_pos = None
 
@@ -514,7 +520,8 @@ def _replay_keeping_placements(tv, consumer, pos, skip=()):
     placed = [(q, q.compute_at_pos) for q in _placed_producers(tv) if q not in skip]
     _replay_at(tv, consumer, pos)
     for q, k in placed:
-        _replay_keeping_placements(q, tv, min(k, tv.ndim))
+        if tv.fusion.depends_on(tv, q):
+            _place_along_paths(q, tv, min(k, tv.ndim))
 
 
 def circular_buffer(tv, stages):

@@ -55,3 +55,7 @@ class RaceError(FuserirError):
 
 class HazardError(RaceError):
     """The static verifier could not prove a kernel free of hazards; `.hazards` lists them."""
+
+
+class LoweringError(FuserirError):
+    """Bad arguments to lowering: an unknown pass, or a barrier id that does not exist."""

@@ -20,49 +20,17 @@ collects the kernel IR after any pass, as `fuserir dump --after PASS` shows it.
 import copy
 
 from fuserir.dtypes import DataType
-from fuserir.errors import FuserirError
 
 from . import kir
-from .analysis import LoweringContext, check_supported
+from .analysis import LoweringContext
+from .errors import LoweringError
 from .passes import (allocation, block_reductions, indexing, inline_defaults, insert_syncs,
-                     loop_nests, predicates, verify_hazards)
-
-
-class LoweringError(FuserirError):
-    """Bad arguments to lowering (an unknown pass or barrier id)."""
-
-
-def _validate(ctx, kernel):
-    ctx.analyze()
-    check_supported(ctx)
-    return kernel
-
-
-def _drop_syncs(ids):
-    def run(ctx, kernel):
-        barriers = {s.sync_id: s for s in kir.walk(kernel.body)
-                    if isinstance(s, kir.Barrier) and s.sync_id}
-        unknown = [i for i in ids if i not in barriers]
-        if unknown:
-            have = ", ".join(barriers) or "none"
-            raise LoweringError(f"drop_syncs: kernel {kernel.name} has no barrier "
-                                f"{', '.join(unknown)} (it has: {have})")
-
-        def strip(stmts):
-            stmts[:] = [s for s in stmts if not (isinstance(s, kir.Barrier)
-                                                  and s.sync_id in ids)]
-            for s in stmts:
-                for body in s.bodies():
-                    strip(body)
-
-        strip(kernel.body)
-        return kernel
-    return run
-
+                     loop_nests, predicates, validate, verify_hazards)
+from .passes import drop_syncs as drop_syncs_pass
 
 PASSES = (
     ("inline_defaults", inline_defaults.run),
-    ("validate", _validate),
+    ("validate", validate.run),
     ("loop_nests", loop_nests.run),
     ("allocation", allocation.run),
     ("indexing", indexing.run),
@@ -94,7 +62,7 @@ def lower(fusion, disable_passes=(), drop_syncs=(), verify=True, dump_after=(),
     kernel, dumps = None, {}
     for name, run in PASSES:
         if name == "verify_hazards" and drop_syncs:
-            kernel = _drop_syncs(tuple(drop_syncs))(ctx, kernel)
+            kernel = drop_syncs_pass.run(ctx, kernel, tuple(drop_syncs))
         if name in disable_passes or (name == "verify_hazards" and not verify):
             continue
         kernel = run(ctx, kernel)
