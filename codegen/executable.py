@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fuserir import reference
+from fuserir import reference, stages
 from fuserir.dtypes import DataType
 from fuserir.errors import EvaluationError, FuserirError
 from fuserir.ir import extent as ext
@@ -53,82 +53,159 @@ def _poison(dtype):
 INDEX_LIMIT = 2 ** 31 - 1
 
 
+@dataclass
+class Step:
+    """One kernel of an executable: the (scheduled) fusion it was lowered from, the tensors
+    it reads and writes by name, and its compiled kernel (32-bit indices; a 64-bit build is
+    made on demand)."""
+
+    fusion: object
+    inputs: list
+    outputs: list
+    kernel: CompiledKernel
+    wide: CompiledKernel = None
+
+
 class Executable:
-    def __init__(self, fusion, kernels, backend, options):
+    def __init__(self, fusion, backend, options, plan):
         self.fusion = fusion
-        self.kernels = kernels            # compiled with 32-bit indices
         self.backend = backend
         self._options = options
-        self._wide = None                 # the same kernels with 64-bit indices, on demand
+        self._plan = plan            # (persistent: bool) -> [Step]; see compile()
+        self._steps = {}             # persistent -> [Step]
+        self.steps = self._steps_for(True)
 
-    def _kernels_for(self, env, given):
-        """The 32-bit-index kernels, or 64-bit ones where some tensor spans more elements
-        (or offsets) than an i32 holds."""
-        spans = [max(1, int(np.prod([ext.evaluate(e, env) for e in t.shape])))
-                 for t in self.fusion.tensors if not t.is_input]
-        spans += [_element_span(a) for a in given.values()]
-        if max(spans, default=1) <= INDEX_LIMIT:
-            return self.kernels
-        if self._wide is None:
-            self._wide = _build(self.fusion, self.backend, index_dtype=DataType.i64,
-                                **self._options)
-        return self._wide
+    @property
+    def kernels(self):
+        """Every kernel, in launch order (several where the fusion was segmented)."""
+        return [step.kernel for step in self.steps]
+
+    def _steps_for(self, persistent):
+        if persistent not in self._steps:
+            self._steps[persistent] = self._plan(persistent)
+        return self._steps[persistent]
 
     def _bind(self, inputs):
         """(input arrays by name, symbol values) checked against the fusion."""
+        declared = {t.name: t.dtype for t in self.fusion.inputs}
         host = {k: v for k, v in inputs.items() if not _is_device_array(v)}
-        shapes = {k: _ShapeOnly(v) for k, v in inputs.items() if _is_device_array(v)}
+        shapes = {k: _ShapeOnly(v, declared.get(k)) for k, v in inputs.items()
+                  if _is_device_array(v)}
         arrays, env = reference.bind_inputs(
             self.fusion, {**host, **shapes},
             convert=lambda a: a if isinstance(a, _ShapeOnly) else np.asarray(a))
         return {t.name: inputs[t.name] for t in arrays}, env
 
-    def run(self, inputs, blocks=None):
+    def run(self, inputs, blocks=None, poison=None):
         """Run on `inputs` ({name: array} plus {name: int} for named scalars); returns
-        {output name: array} (numpy for interp, CuPy for cuda). `blocks` (interp only)
-        runs just those blocks (x, y, z); the other blocks' outputs stay poisoned."""
+        {output name: array} (numpy for interp, CuPy for cuda; bf16 on the GPU as its
+        uint16 bits). `blocks` (interp only) runs just those blocks (x, y, z) of every
+        kernel; the other blocks' outputs stay poisoned. `poison` fills outputs with NaN
+        (or an integer sentinel) first, so that an unwritten element shows: the default
+        in the interpreter; on the GPU it costs a write of every output, so ask for it."""
+        poison = self.backend == "interp" if poison is None else poison
         given, env = self._bind(inputs)
-        kernel = self.kernels[0]
-        for p in kernel.kir.scalar_params:
-            if p.var.name not in env:
-                raise EvaluationError(f"kernel {kernel.name} needs a value for "
-                                      f"'{p.var.name}'; pass it in the inputs")
-        shapes = {t.name: [ext.evaluate(e, env) for e in t.shape] for t in self.fusion.outputs}
-        kernel = self._kernels_for(env, given)[0]
-        if self.backend == "interp":
-            if blocks is not None:
-                blocks = [tuple(b) + (0,) * (3 - len(b)) for b in blocks]
-            return self._run_interp(kernel, given, env, shapes, blocks)
-        if blocks is not None:
+        for step in self.steps:
+            for p in step.kernel.kir.scalar_params:
+                if p.var.name not in env:
+                    raise EvaluationError(f"kernel {step.kernel.name} needs a value for "
+                                          f"'{p.var.name}'; pass it in the inputs")
+        if blocks is not None and self.backend != "interp":
             raise FuserirError("run(blocks=...) selects blocks in the interpreter only")
-        return self._run_cuda(kernel, given, env, shapes)
+        if blocks is not None:
+            blocks = [tuple(b) + (0,) * (3 - len(b)) for b in blocks]
+        steps = self.steps
+        if self.backend == "cuda" and not self._fits_shared_memory(steps, env):
+            steps = self._steps_for(False)     # a row does not fit: segment the fusion
+        torch_inputs = any(type(v).__module__.startswith("torch") for v in given.values())
+        values = self.prepare_inputs(given)
+        with _stream(torch_inputs and self.backend == "cuda"):
+            for step in steps:
+                kernel = self._kernel_for(step, env, values)
+                outputs = {t.name: self._allocate(t, env, poison)
+                           for t in step.fusion.outputs}
+                args = {**{n: values[n] for n in step.inputs}, **outputs,
+                        **_scalars(kernel, env)}
+                if self.backend == "interp":
+                    from .interp import run_kernel
+                    run_kernel(kernel.kir, args, blocks=blocks)
+                else:
+                    from .launch import launch
+                    launch(kernel.kir, kernel.cubin, args)
+                values.update(outputs)
+        results = {t.name: values[t.name] for t in self.fusion.outputs}
+        if torch_inputs:
+            results = {t.name: _to_torch(results[t.name], t.dtype) for t in self.fusion.outputs}
+        return results
 
-    def _run_interp(self, kernel, given, env, shapes, blocks):
-        from .interp import run_kernel
-        args = {name: reference.to_numpy(a) for name, a in given.items()}
-        outputs = {t.name: np.full(shapes[t.name], _poison(t.dtype), dtype=t.dtype.numpy)
-                   for t in self.fusion.outputs}
-        run_kernel(kernel.kir, {**args, **outputs, **_scalars(kernel, env)}, blocks=blocks)
-        return outputs
+    def _fits_shared_memory(self, steps, env):
+        from .launch import device_shared_limit
+        limit = device_shared_limit()
+        return all(kir.shared_bytes(s.kernel.kir, env) <= limit for s in steps)
 
-    def _run_cuda(self, kernel, given, env, shapes):
+    def _kernel_for(self, step, env, values):
+        """The step's 32-bit-index kernel, or a 64-bit one where some tensor spans more
+        elements (or offsets) than an i32 holds."""
+        spans = [max(1, int(np.prod([ext.evaluate(e, env) for e in t.shape])))
+                 for t in step.fusion.tensors if not t.is_input]
+        spans += [_element_span(values[n]) for n in step.inputs]
+        if max(spans, default=1) <= INDEX_LIMIT:
+            return step.kernel
+        if step.wide is None:
+            step.wide = _build(step.fusion, self.backend, index_dtype=DataType.i64,
+                               **self._options)
+        return step.wide
+
+    def _allocate(self, tv, env, poison):
+        """An output or intermediate (poisoned if asked)."""
+        shape = [ext.evaluate(e, env) for e in tv.shape]
+        if self.backend == "interp":
+            return np.full(shape, _poison(tv.dtype), dtype=tv.dtype.numpy)
         import cupy
+        host_dtype = np.uint16 if tv.dtype is DataType.bf16 else tv.dtype.numpy
+        if not poison:
+            return cupy.empty(shape, dtype=host_dtype)
+        fill = np.array(_poison(tv.dtype), dtype=tv.dtype.numpy).view(host_dtype)
+        return cupy.full(shape, fill, dtype=host_dtype)
 
-        from .launch import launch
+    def prepare_inputs(self, inputs):
+        """Inputs as the backend takes them (device arrays for cuda, host for interp)."""
+        if self.backend == "interp":
+            return {k: reference.to_numpy(v) if hasattr(v, "shape") else v
+                    for k, v in inputs.items()}
+        return {k: _to_device(v) if hasattr(v, "shape") else v for k, v in inputs.items()}
 
-        def device(array):
-            if isinstance(array, np.ndarray) and array.dtype == DataType.bf16.numpy:
-                array = array.view(np.uint16)
-            return cupy.asarray(array)
 
-        args = {name: device(a) for name, a in given.items()}
-        outputs = {}
-        for t in self.fusion.outputs:
-            host_dtype = np.uint16 if t.dtype is DataType.bf16 else t.dtype.numpy
-            fill = np.array(_poison(t.dtype), dtype=t.dtype.numpy).view(host_dtype)
-            outputs[t.name] = cupy.full(shapes[t.name], fill, dtype=host_dtype)
-        launch(kernel.kir, kernel.cubin, {**args, **outputs, **_scalars(kernel, env)})
-        return outputs
+def _stream(on_torch_stream):
+    """Launch on torch's current stream when the inputs are torch tensors (so work stays
+    ordered with the caller's), else on CuPy's current stream."""
+    import contextlib
+    if not on_torch_stream:
+        return contextlib.nullcontext()
+    import cupy
+    import torch
+    return cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+
+
+def _to_torch(array, dtype):
+    """A CuPy result as a torch tensor sharing its memory (bf16 bits viewed as bf16)."""
+    import torch
+    tensor = torch.from_dlpack(array.view(np.int16) if dtype is DataType.bf16 else array)
+    return tensor.view(torch.bfloat16) if dtype is DataType.bf16 else tensor
+
+
+def _to_device(array):
+    """A CuPy array of the same data (bf16, which CuPy lacks, as its uint16 bits); torch
+    tensors are shared through DLPack, not copied."""
+    import cupy
+    if isinstance(array, np.ndarray) and array.dtype == DataType.bf16.numpy:
+        array = array.view(np.uint16)
+    if type(array).__module__.startswith("torch"):
+        import torch
+        if array.dtype == torch.bfloat16:
+            return cupy.from_dlpack(array.view(torch.int16)).view(np.uint16)
+        return cupy.from_dlpack(array)
+    return cupy.asarray(array)
 
 
 def _element_span(array):
@@ -141,12 +218,14 @@ def _element_span(array):
 
 
 class _ShapeOnly:
-    """A device array seen only through its shape and dtype (binding checks no data)."""
+    """A device array seen only through its shape and dtype (binding checks no data). A
+    2-byte integer array stands for a bf16 input (its bits: CuPy has no bfloat16)."""
 
-    def __init__(self, array):
+    def __init__(self, array, declared):
         self.shape = tuple(array.shape)
-        self.dtype = np.dtype(str(array.dtype).replace("torch.", "")) \
-            if not isinstance(array.dtype, np.dtype) else array.dtype
+        name = str(array.dtype).replace("torch.", "")
+        bf16_bits = name in ("uint16", "int16", "bfloat16") and declared is DataType.bf16
+        self.dtype = DataType.bf16.numpy if bf16_bits else np.dtype(name)
         self.ndim = len(self.shape)
 
 
@@ -160,13 +239,29 @@ def _scalars(kernel, env):
 
 
 def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=True):
-    """Lower `fusion` and build it for `backend` (see module docstring)."""
+    """Lower `fusion` and build it for `backend` (see module docstring). A fusion with a
+    schedule becomes one kernel; one without gets automatic schedules
+    (fuserir.scheduler.auto), segmented into several kernels where one cannot do it."""
     if backend not in BACKENDS:
         raise FuserirError(f"unknown backend {backend!r}; expected one of "
                            f"{', '.join(BACKENDS)}")
     options = dict(disable_passes=tuple(disable_passes), drop_syncs=tuple(drop_syncs),
                    verify=verify)
-    return Executable(fusion, _build(fusion, backend, **options), backend, options)
+    stages.env_before_compile(fusion)      # FUSERIR_DUMP (fuserir/stages.py)
+
+    def explicit(persistent):
+        names = [t.name for t in fusion.inputs]
+        outputs = [t.name for t in fusion.outputs]
+        return [Step(fusion, names, outputs, _build(fusion, backend, **options))]
+
+    def automatic(persistent):
+        from .segmentation import plan
+        return [Step(s.fusion, s.inputs, s.outputs, _build(s.fusion, backend, **options))
+                for s in plan(fusion, persistent)]
+
+    exe = Executable(fusion, backend, options, explicit if fusion.trace else automatic)
+    stages.env_after_compile(exe)
+    return exe
 
 
 def _build(fusion, backend, index_dtype=DataType.i32, **options):
@@ -176,4 +271,4 @@ def _build(fusion, backend, index_dtype=DataType.i32, **options):
     if backend == "cuda":
         from .nvrtc import compile_to_cubin
         compiled.cubin = compile_to_cubin(source, kernel.name)
-    return [compiled]
+    return compiled

@@ -44,6 +44,14 @@ def load_function(cubin, name):
     return module.get_function(name)
 
 
+def device_shared_limit():
+    """The most shared memory one block of the current device may opt in to (bytes)."""
+    import cupy
+    runtime = cupy.cuda.runtime
+    return runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                      cupy.cuda.Device().id)
+
+
 def launch_config(kernel, scalars):
     """(grid, block, shared_bytes) of `kernel` for the scalar values `scalars`."""
     cfg = kernel.launch
@@ -122,9 +130,7 @@ def launch(kernel, cubin, args, stream=None):
     grid, block, shared = launch_config(kernel, scalars)
     func = load_function(cubin, kernel.name)
     if shared > _STATIC_SHARED_LIMIT:
-        runtime = cupy.cuda.runtime
-        limit = runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                           cupy.cuda.Device().id)
+        limit = device_shared_limit()
         if shared > limit:
             raise ValueError(f"kernel {kernel.name} needs {shared} bytes of shared memory; "
                              f"this device allows {limit} per block")

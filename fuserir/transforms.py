@@ -518,10 +518,19 @@ def _replay_keeping_placements(tv, consumer, pos, skip=()):
     caller replays itself) back at their positions in tv's new loops: placing tv anew must
     not leave them sharing loops it no longer has."""
     placed = [(q, q.compute_at_pos) for q in _placed_producers(tv) if q not in skip]
+    before = _loop_signature(tv)
     _replay_at(tv, consumer, pos)
+    after = _loop_signature(tv)
     for q, k in placed:
+        if k <= len(after) and before[:k] == after[:k]:
+            continue    # the loops q shares are unchanged: keep q's own schedule
         if tv.fusion.depends_on(tv, q):
             _place_along_paths(q, tv, min(k, tv.ndim))
+
+
+def _loop_signature(tv):
+    """What a producer sharing tv's loops depends on: each loop's extent and binding."""
+    return [(str(a.extent), a.kind, a.parallel) for a in tv.loop]
 
 
 def circular_buffer(tv, stages):

@@ -180,10 +180,29 @@ class LoweringContext:
         dtype = DataType.bool if op in kir.COMPARISONS + ("and", "or") else self.index_dtype
         return kir.BinOp(op, a, b, dtype)
 
+    def inline_target(self, tv):
+        """The tensor whose loops tv runs entirely inside (tv itself unless every loop axis
+        of tv is shared through compute-at with a direct consumer)."""
+        while (tv.compute_at_pos and tv.compute_at_pos == tv.ndim
+               and tv in tv.compute_at_consumer.definition.tensor_inputs):
+            tv = tv.compute_at_consumer
+        return tv
+
     def root_indices(self, tv):
         """{axis: index} for tv's root and logical axes (and everything between them and
-        the loop axes), from the loop indices, replaying splits and merges backwards.
-        Broadcast axes always have index 0."""
+        the loop axes). A fully inlined tensor computes, in each iteration, the element its
+        consumer reads: its consumer's root indices through the root map (so a broadcast
+        merged into a larger loop never indexes past its own extent). Otherwise the loop
+        indices are replayed backwards through tv's splits and merges. Broadcast axes
+        always have index 0."""
+        if self.inline_target(tv) is not tv:
+            consumer = tv.compute_at_consumer
+            outer = self.root_indices(consumer)
+            index = {p: outer[c] for c, p in consumer.definition.root_map(tv).items()}
+            for a in tv.root + tv.logical:
+                if a.is_broadcast or a not in index:
+                    index[a] = self.const(0)
+            return index
         index = {a: self.loop_index(tv, i) for i, a in enumerate(tv.loop)}
         for t in reversed(history(tv.loop)):
             if isinstance(t, Split):
@@ -268,25 +287,31 @@ class LoweringContext:
                     continue
                 if axis.is_reduction and is_write:
                     continue
-                cls = self.exact_class(axis)
+                # An axis inside the compute-at position runs in its consumer's loop: the
+                # thread is that loop's, so the loop's axis identifies it.
+                cls = self.exact_class(self.concrete_axis(tv, i))
             owner.append((p.value, cls))
         return tuple(owner)
 
 
 def _bound_class(ctx, tv, ptype, data_only):
-    """(position, exact class) of tv's axis bound to ptype, or None."""
+    """(position, exact class of the loop) of tv's axis bound to ptype, or None. An axis
+    shared with a consumer through compute-at is identified by the consumer's loop."""
     for i, axis in enumerate(tv.loop):
         if ctx.concrete_axis(tv, i).parallel is ptype and not axis.is_broadcast:
             if data_only and axis.is_reduction:
                 continue
-            return i, ctx.exact_class(axis)
+            return i, ctx.exact_class(ctx.concrete_axis(tv, i))
     return None
 
 
 def _check_private_data(ctx, tv):
     """A local tensor lives in one thread's registers and a shared one in one block: a
     consumer must read each element on the thread (block) that holds it."""
-    if tv.is_input or tv.is_output:
+    if tv.is_input:
+        return
+    if tv.is_output:
+        _check_output_read_back(ctx, tv)
         return
     private = BLOCK_TYPES + (THREAD_TYPES if tv.memory_type.value == "local" else ())
     for c in ctx.fusion.consumers(tv):
@@ -304,6 +329,22 @@ def _check_private_data(ctx, tv):
                     f"a {'thread' if ptype in THREAD_TYPES else 'block'} would read values "
                     f"another one holds; bind matching axes, or put {tv.name} in "
                     f"{'shared' if ptype in THREAD_TYPES else 'global'} memory")
+
+
+def _check_output_read_back(ctx, tv):
+    """An output read again in the same kernel: no barrier orders global memory between
+    threads, so each element must be read by the very thread that wrote it."""
+    used = [p for p in THREAD_TYPES + BLOCK_TYPES if ctx.bound[p]]
+    for c in ctx.fusion.consumers(tv):
+        for ptype in used:
+            held = _bound_class(ctx, tv, ptype, data_only=True)
+            read = _bound_class(ctx, c, ptype, data_only=False)
+            if held is None or read is None or read[1] != held[1]:
+                raise ScheduleError(
+                    f"{c.name} reads the output {tv.name} in the kernel that writes it, from "
+                    f"other threads along {ptype} than wrote it; nothing orders global "
+                    f"memory between them: compute {c.name} in another kernel (automatic "
+                    f"schedules segment here) or bind matching axes")
 
 
 class StoreInfo:

@@ -19,6 +19,7 @@ collects the kernel IR after any pass, as `fuserir dump --after PASS` shows it.
 
 import copy
 
+from fuserir import stages
 from fuserir.dtypes import DataType
 
 from . import kir
@@ -44,11 +45,12 @@ OPTIONAL = ("insert_syncs", "verify_hazards")   # the passes a caller may disabl
 
 
 def lower(fusion, disable_passes=(), drop_syncs=(), verify=True, dump_after=(),
-          stop_after=None, index_dtype=DataType.i32):
+          stop_after=None, index_dtype=DataType.i32, trial=False):
     """Lower a scheduled fusion to one kernel. Returns (kernel, dumps) where dumps maps
     each pass named in dump_after to the kernel IR text after it. `stop_after` ends the
     pipeline after the named pass (the kernel is then as that pass left it). Index
-    arithmetic is in `index_dtype` (i32, or i64 for sizes past 2^31 elements)."""
+    arithmetic is in `index_dtype` (i32, or i64 for sizes past 2^31 elements). `trial`
+    lowerings (segmentation asking whether a segment lowers) print no FUSERIR_DUMP_AFTER."""
     names = list(disable_passes) + list(dump_after) + ([stop_after] if stop_after else [])
     for name in names:
         if name not in PASS_NAMES:
@@ -58,6 +60,9 @@ def lower(fusion, disable_passes=(), drop_syncs=(), verify=True, dump_after=(),
         if name not in OPTIONAL:
             raise LoweringError(f"pass '{name}' cannot be disabled (only "
                                 f"{', '.join(OPTIONAL)} can)")
+    # FUSERIR_DUMP_AFTER (fuserir/stages.py); a trial lowering (segmentation asking "does
+    # this lower?") prints nothing.
+    env_after = () if trial else stages.env_dump_after(PASS_NAMES)
     ctx = LoweringContext(copy.deepcopy(fusion), index_dtype)
     kernel, dumps = None, {}
     for name, run in PASSES:
@@ -70,6 +75,8 @@ def lower(fusion, disable_passes=(), drop_syncs=(), verify=True, dump_after=(),
             kir.relabel(kernel.body)
         if name in dump_after:
             dumps[name] = kir.format_kernel(kernel) if kernel is not None else str(ctx.fusion)
+        if name in env_after:
+            stages.emit_after_pass(name, kernel, ctx.fusion)
         if name == stop_after:
             break
     return kernel, dumps

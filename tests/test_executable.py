@@ -66,8 +66,9 @@ def test_sizes_past_32_bit_indexing_use_64_bit_kernels(fusion, monkeypatch):
     monkeypatch.setattr(executable, "INDEX_LIMIT", 100)
     data = inputs()
     got = exe.run(data)["y"]
-    assert exe._wide[0].kir.index_dtype is DataType.i64
-    assert "i64" in exe._wide[0].kir_text.splitlines()[1]
+    wide = exe.steps[0].wide
+    assert wide.kir.index_dtype is DataType.i64
+    assert "i64" in wide.kir_text.splitlines()[1]
     np.testing.assert_array_equal(got, fuserir.evaluate(fusion, data)["y"])
 
 

@@ -43,7 +43,7 @@ def _symbols(fusion):
 
 
 def check_on_gpu(fusion, inputs):
-    gpu = codegen.compile(fusion, backend="cuda").run(inputs)
+    gpu = codegen.compile(fusion, backend="cuda").run(inputs, poison=True)
     cpu = codegen.compile(fusion, backend="interp").run(inputs)
     want = fuserir.evaluate(fusion, inputs)
     for name, value in want.items():
@@ -68,7 +68,7 @@ def test_example_on_gpu(name):
     fusion = fuserir.dsl.parse_file(EXAMPLES / name)
     if name == "pointwise_chain.fz":       # transcendental: compare with a tolerance
         inputs = integer_inputs(fusion, np.random.default_rng())
-        got = codegen.compile(fusion, backend="cuda").run(inputs)["out"].get()
+        got = codegen.compile(fusion, backend="cuda").run(inputs, poison=True)["out"].get()
         want = fuserir.evaluate(fusion, inputs)["out"]
         np.testing.assert_allclose(got.view(want.dtype).astype(np.float64),
                                    want.astype(np.float64), rtol=2 ** -7, atol=1e-6)
@@ -92,3 +92,45 @@ def test_random_schedules_on_gpu():
         check_on_gpu(fusion, inputs)
 
     run()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["add", "bias_relu_bf16", "row_stats", "column_sum",
+                                  "softmax", "layer_norm_like", "matmul_epilogue",
+                                  "two_outputs_sharing", "outputs_of_different_ranks"])
+def test_automatic_schedules_on_gpu(case):
+    import test_schedulers
+    text, sizes, _ = test_schedulers.CASES[case]
+    fusion = fuserir.parse(text)
+    big = {k: v * 7 + 3 for k, v in sizes.items()}
+    inputs = test_schedulers.inputs_for(fusion, big, np.random.default_rng())
+    gpu = codegen.compile(fusion, backend="cuda").run(inputs, poison=True)
+    want = fuserir.evaluate(fusion, inputs)
+    for name, value in want.items():
+        got = gpu[name].get()
+        if value.dtype != got.dtype:
+            got = got.view(value.dtype)
+        np.testing.assert_allclose(got.astype(np.float64), value.astype(np.float64),
+                                   rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.gpu
+def test_torch_tensors_in_and_out_on_torchs_stream():
+    torch = pytest.importorskip("torch")
+    import test_schedulers
+    fusion = fuserir.parse(test_schedulers.CASES["softmax"][0])
+    exe = codegen.compile(fusion, backend="cuda")
+    x = torch.randn(33, 1000, device="cuda")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        out = exe.run({"x": x})["out"]
+        want = torch.softmax(x, dim=1)
+    torch.cuda.synchronize()
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-6)
+    bf16 = fuserir.parse(test_schedulers.CASES["bias_relu_bf16"][0])
+    xb = torch.randn(9, 70, device="cuda").to(torch.bfloat16)
+    bb = torch.randn(70, device="cuda").to(torch.bfloat16)
+    got = codegen.compile(bf16, backend="cuda").run({"x": xb, "b": bb})["out"]
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, torch.relu(xb.float() + bb.float()).to(torch.bfloat16))

@@ -28,6 +28,15 @@ def _divisible(split):
     return isinstance(e, int) and isinstance(f, int) and e % f == 0
 
 
+def _free_loop_vars(ctx, expr):
+    loop_vars = {id(v) for v in ctx.loop_vars.values()}
+    return {id(e) for e in kir.walk_expr(expr) if id(e) in loop_vars}
+
+
+def _loop_vars_enclosing(ctx, tv):
+    return {id(ctx.loop_index(tv, i)) for i in range(tv.ndim)}
+
+
 def _special(ctx, ptype):
     kind = kir.SpecialKind.threadIdx if ptype in THREAD_TYPES else kir.SpecialKind.blockIdx
     return kir.Special(kind, ptype.value[-1], ctx.index_dtype)
@@ -36,13 +45,17 @@ def _special(ctx, ptype):
 def conditions(ctx, info, launch):
     tv, role = info.tv, info.role
     conds = []
-    for t in history(tv.loop):
+    # A fully inlined tensor computes what its consumer reads, so the consumer's bounds are
+    # exactly the ones it needs (its own splits may be replays over a larger loop).
+    bounded = ctx.inline_target(tv)
+    index = info.root_index if bounded is tv else ctx.root_indices(bounded)
+    for t in history(bounded.loop):
         split_axis = t.input if isinstance(t, Split) else None
         if split_axis is None or _divisible(t) or split_axis.is_broadcast:
             continue
-        if split_axis.is_reduction and role != "accumulate":
-            continue
-        cond = ctx.binop("lt", info.root_index[split_axis], ctx.extent(split_axis.extent))
+        if split_axis.is_reduction and bounded is tv and role != "accumulate":
+            continue     # a reduction's init and final store sit outside its reduction loops
+        cond = ctx.binop("lt", index[split_axis], ctx.extent(split_axis.extent))
         if all(kir.format_expr(cond) != kir.format_expr(c) for c in conds):
             conds.append(cond)
     bound_here = set()
@@ -53,9 +66,13 @@ def conditions(ctx, info, launch):
         if role != "accumulate" and axis.is_reduction:
             continue
         bound_here.add(ptype)
-        extent = ctx.extent(axis.extent)
+        extent = ctx.extent(ctx.concrete_axis(tv, i).extent)   # the loop's extent
         if kir.format_expr(launch[ptype]) != kir.format_expr(extent):
             conds.append(ctx.binop("lt", _special(ctx, ptype), extent))
+    if bounded is not tv:
+        # The consumer's guards on loops this statement does not run inside do not apply.
+        in_scope = {id(v) for v in ctx.loop_vars.values()} & _loop_vars_enclosing(ctx, tv)
+        conds = [c for c in conds if _free_loop_vars(ctx, c) <= in_scope]
     if info.memory is not kir.Memory.local and role != "accumulate":
         used = [p for p in THREAD_TYPES if ctx.bound[p]]
         if info.memory is kir.Memory.global_:

@@ -18,8 +18,14 @@ def _point(stmt):
 
 
 def to_hazards(found):
-    hazards = []
+    """Hazards for a report: one per pair of statements and kind (a conflict that is also
+    loop-carried through enclosing loops is reported once, direct if it is direct)."""
+    hazards, seen = [], set()
     for f in found:
+        key = (id(f.first.stmt), id(f.second.stmt), f.kind)
+        if key in seen:
+            continue
+        seen.add(key)
         buffers = "/".join(dict.fromkeys((f.first.buffer.name, f.second.buffer.name)))
         detail = f"loop-carried through loop {f.loop.var.name}" if f.loop is not None else ""
         hazards.append(Hazard(f.kind.value, buffers, _point(f.first.stmt),

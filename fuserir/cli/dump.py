@@ -1,0 +1,139 @@
+"""`fuserir dump`: the IR of one fusion at any stage, and the pass list."""
+
+import json
+import re
+import sys
+
+from .. import stages
+from .common import (UsageError, add_sync_arguments, build, normalize_arch, one_fusion,
+                     sync_options)
+
+
+def add_parser(sub):
+    p = sub.add_parser(
+        "dump", help="print the IR at a stage: fusion, scheduled, kernel, cuda, ptx",
+        description="Print one fusion's IR at a stage. kernel IR shows every barrier with "
+                    "its id and reasons; --after shows it after any pass.")
+    p.add_argument("file", nargs="?", help="a DSL file (.fz)")
+    p.add_argument("--stage", choices=stages.STAGES, default="kernel",
+                   help="what to print (default: kernel)")
+    p.add_argument("--after", metavar="PASS",
+                   help="with --stage kernel: the kernel IR after this pass (default: the "
+                        "last); see --list-passes")
+    p.add_argument("--list-passes", action="store_true",
+                   help="list the lowering passes in order and exit")
+    p.add_argument("--fusion", metavar="NAME", help="the fusion to use (a file of several "
+                   "needs it)")
+    p.add_argument("--arch", help="with --stage ptx: the target, e.g. sm_90 (default: this "
+                   "machine's GPU, else sm_90)")
+    p.add_argument("--json", action="store_true", help="with --list-passes: print JSON")
+    add_sync_arguments(p)
+    p.set_defaults(run=cmd_dump)
+
+
+def pass_table():
+    """[(number or '-', name, one-line summary, note)] of the pipeline in order."""
+    from lowering import pipeline
+    rows = []
+    for number, (name, run) in enumerate(pipeline.PASSES, 1):
+        if name == "verify_hazards":
+            rows.append(("-", "drop_syncs", _summary("lowering.passes.drop_syncs"),
+                         "only with --drop ID,..."))
+        note = "optional: --without " + name if name in pipeline.OPTIONAL else ""
+        rows.append((str(number), name, _summary(run.__module__), note))
+    return rows
+
+
+def _summary(module_name):
+    __import__(module_name)
+    doc = (sys.modules[module_name].__doc__ or "").strip().splitlines()
+    first = doc[0] if doc else ""
+    return re.sub(r"^(Pass|Step) `\w+`:\s*", "", first).rstrip(".")
+
+
+def cmd_dump(args):
+    if args.list_passes:
+        return list_passes(args)
+    if args.file is None:
+        raise UsageError("dump: FILE is required (or --list-passes)")
+    if args.json:
+        raise UsageError("dump: --json goes with --list-passes; dumps are text")
+    from lowering.pipeline import PASS_NAMES, lower
+    if args.after is not None:
+        if args.stage != "kernel":
+            raise UsageError(f"--after goes with --stage kernel, not --stage {args.stage}")
+        if args.after not in PASS_NAMES:
+            raise UsageError(f"--after: unknown pass '{args.after}'; the passes are: "
+                             f"{', '.join(PASS_NAMES)}")
+    if args.arch is not None and args.stage != "ptx":
+        raise UsageError(f"--arch goes with --stage ptx, not --stage {args.stage}")
+    options = sync_options(args)
+    fusion = one_fusion(args.file, args.fusion)
+    arch = normalize_arch(args.arch) if args.stage == "ptx" else None
+    if args.stage == "fusion":
+        text = stages.fusion_text(fusion)
+    elif args.stage == "scheduled" and fusion.trace:
+        text = stages.scheduled_text(fusion)
+    elif args.after in ("inline_defaults", "validate") and fusion.trace:
+        if args.after == "validate":
+            lower(fusion, stop_after="validate")      # what validate refuses, it says
+        text = _before_kernel(fusion, args.after)
+    else:
+        _, units, refused = build(fusion, options)
+        if refused is not None:
+            print(f"fuserir: note: the verifier refuses kernel {refused.kernel_name} "
+                  f"({len(refused.hazards)} hazard(s)); it is shown as lowered without "
+                  "verify_hazards. `fuserir check` lists the hazards.", file=sys.stderr)
+        comment = "//" if args.stage in ("cuda", "ptx") else "#"
+        parts = []
+        for unit in units:
+            text = _unit_text(unit, args.stage, args.after or PASS_NAMES[-1], options, arch)
+            if args.stage == "scheduled":
+                text = f"# automatic schedule ({fusion.name} has none of its own)\n" + text
+            if unit.count > 1:
+                text = f"{comment} ===== {unit.title} =====\n" + text
+            parts.append(text)
+        text = "\n".join(parts)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def _unit_text(unit, stage, after, options, arch):
+    from lowering.pipeline import PASS_NAMES, lower
+    if stage == "scheduled":
+        return stages.scheduled_text(unit.fusion)
+    if stage == "cuda":
+        return unit.compiled.source
+    if stage == "ptx":
+        return stages.ptx_text(unit.compiled.source, unit.compiled.name, arch)
+    if after == PASS_NAMES[-1]:
+        return stages.kernel_text(unit.kernel)
+    if after in ("inline_defaults", "validate"):
+        return _before_kernel(unit.fusion, after)
+    _, dumps = lower(unit.fusion, dump_after=[after], stop_after=after, verify=False,
+                     **options)
+    return dumps[after]
+
+
+def _before_kernel(fusion, after):
+    """Before loop_nests there is no kernel IR: the tensors as lowering placed them."""
+    placed = stages.placed_by_lowering(fusion)
+    lines = [f"# no kernel IR before loop_nests: {fusion.name}'s tensors after pass {after}"]
+    lines += [t.describe() for t in placed.tensors]
+    return "\n".join(lines) + "\n"
+
+
+def list_passes(args):
+    if args.file is not None:
+        raise UsageError("dump --list-passes takes no FILE")
+    rows = pass_table()
+    if args.json:
+        print(json.dumps([{"number": int(n) if n != "-" else None, "name": name,
+                           "summary": summary, "note": note}
+                          for n, name, summary, note in rows], indent=2))
+        return 0
+    width = max(len(r[1]) for r in rows)
+    for number, name, summary, note in rows:
+        tail = f"  ({note})" if note else ""
+        print(f"{number:>2}  {name:<{width}}  {summary}{tail}")
+    return 0

@@ -1,0 +1,253 @@
+"""Automatic schedules for fusions that come without one (nvFuser's pointwise, reduction
+and persistent-normalization schedulers, in miniature).
+
+Each scheduler only calls the public transforms. `schedule_auto(fusion)` picks one by
+what the fusion contains and raises ScheduleError when none fits, so that the caller
+(codegen's segmentation) splits the fusion into kernels that each fit one:
+
+* pointwise: every output is flattened, split into blocks of THREADS threads that each
+  handle UNROLL elements a warp-width apart (so every access is coalesced);
+* reduction and normalization: every tensor is viewed as [iteration, reduction] (the
+  reduced axes merged into one); for an inner reduction one block handles a row, its
+  threads striding the row and combining through a block reduction; a reduction broadcast
+  back into the row (softmax, layer norm) stays in the same block, inputs read by several
+  loop nests are cached in shared memory, and cheap intermediates used by several nests
+  are recomputed rather than stored; for an outer reduction each thread owns an output
+  element and loops over the reduced rows (coalesced across threads);
+* a matmul without the matmul scheduler: one thread per output element, K serial
+  (correct everywhere; the tensor-core scheduler arrives with the matmul issue).
+"""
+
+from ..errors import ScheduleError
+from ..ir.exprs import (BinaryOp, BroadcastOp, CastOp, LoadStoreOp, MatmulOp, ReductionOp,
+                        UnaryOp, WhereOp)
+from ..ir.tensor import MemoryType
+from .. import ops
+
+POINTWISE_THREADS = 128
+UNROLL = 4
+REDUCTION_THREADS = 512
+NORMALIZATION_THREADS = 256
+MATMUL_THREADS = 128
+
+
+def schedule_auto(fusion, persistent=True):
+    """Schedule `fusion` in place; `persistent=False` refuses normalizations (so that the
+    caller segments them, e.g. when a row does not fit in shared memory)."""
+    if fusion.trace:
+        raise ScheduleError(f"fusion {fusion.name} already has a schedule")
+    _consumers_read_a_local_copy_of_outputs(fusion)
+    exprs = fusion.exprs
+    if any(isinstance(e, MatmulOp) for e in exprs):
+        _schedule_matmul(fusion)
+    elif any(isinstance(e, ReductionOp) for e in exprs):
+        _schedule_reduction(fusion, persistent)
+    else:
+        _schedule_pointwise(fusion)
+    return fusion
+
+
+def _consumers_read_a_local_copy_of_outputs(fusion):
+    """An output that other expressions read is computed into a local tensor, stored from
+    there, and read from there: a thread reads its registers, never global memory that
+    another thread of the kernel wrote (nothing would order the two)."""
+    for out in list(fusion.outputs):
+        uses = fusion.uses(out)
+        if uses:
+            local = out.cache_before(MemoryType.local)
+            for use in uses:
+                fusion.replace_input(use, out, local)
+
+
+# -- pointwise -----------------------------------------------------------------------------
+
+
+def _flatten(tv):
+    while tv.ndim > 1:
+        tv.merge(0)
+
+
+def _schedule_pointwise(fusion):
+    shapes = {tuple(str(e) for e in t.shape) for t in fusion.outputs}
+    if len(shapes) > 1:
+        raise ScheduleError(f"pointwise outputs of {fusion.name} differ in shape")
+    _recompute_shared_intermediates(fusion, set())
+    for out in fusion.outputs:
+        if out.ndim == 0:
+            continue
+        _flatten(out)
+        out.split(0, POINTWISE_THREADS)
+        out.split(0, UNROLL)
+        out.parallelize(0, "BIDx")
+        out.parallelize(1, "unroll")
+        out.parallelize(2, "TIDx")
+
+
+# -- reductions and normalizations ---------------------------------------------------------
+
+
+def _reduced_axes(fusion):
+    """The axes (of the full shape) that every reduction of the fusion reduces."""
+    found = set()
+    rank = None
+    for e in fusion.exprs:
+        if isinstance(e, ReductionOp):
+            found.add(tuple(e.axes))
+            rank = e.inputs[0].rank
+    if len(found) != 1:
+        raise ScheduleError(f"the reductions of {fusion.name} reduce different axes")
+    return list(found.pop()), rank
+
+
+def _classify(fusion, axes, rank):
+    """Split the non-input tensors into full-shape ones (including reductions, whose root
+    is full-shape) and reduced-shape ones; anything else does not fit one kernel."""
+    full, reduced = [], []
+    for t in fusion.tensors:
+        if t.is_input:
+            continue
+        if len(t.root) == rank and (t.rank == rank or isinstance(t.definition, ReductionOp)):
+            full.append(t)
+        elif t.rank == rank - len(axes):
+            reduced.append(t)
+        else:
+            raise ScheduleError(f"{t.name} has neither the full nor the reduced shape")
+    for t in full:
+        if isinstance(t.definition, BroadcastOp):
+            flags = [i for i, new in enumerate(t.definition.flags) if new]
+            if flags != axes and set(flags) & set(axes):
+                raise ScheduleError(f"{t.name} broadcasts some but not all reduced axes")
+    return full, reduced
+
+
+def _broadcasts_back(t, axes):
+    """Is t a reduction result broadcast back over the reduced axes?"""
+    return isinstance(t.definition, BroadcastOp) and \
+        [i for i, new in enumerate(t.definition.flags) if new] == axes
+
+
+def _to_rows(tv, axes):
+    """[..] -> [iteration, reduction]: reduced axes moved last and merged, the rest merged."""
+    kept = [i for i in range(tv.ndim) if i not in axes]
+    order = {old: new for new, old in enumerate(kept + axes)}
+    if any(old != new for old, new in order.items()):
+        tv.reorder(order)
+    for _ in range(len(axes) - 1):
+        tv.merge(len(kept))
+    for _ in range(len(kept) - 1):
+        tv.merge(0)
+    return len(kept) > 0
+
+
+def _nests(fusion, tv):
+    """How many consumers of tv are not inlined into one another: each is a loop nest."""
+    return len(fusion.uses(tv))
+
+
+def _recompute_shared_intermediates(fusion, reduced_set):
+    """Give each extra consumer of a cheap full-shape intermediate its own copy of it, so
+    that each loop nest recomputes it instead of storing a row."""
+    changed = True
+    while changed:
+        changed = False
+        for t in reversed(fusion.tensors):
+            if (t.is_input or t.is_output or t in reduced_set
+                    or isinstance(t.definition, (ReductionOp, MatmulOp))
+                    or len(fusion.uses(t)) < 2):
+                continue
+            for use in fusion.uses(t)[1:]:
+                fusion.replace_input(use, t, clone_definition(t))
+            changed = True
+
+
+def clone_definition(tv):
+    """A new tensor computed by the same expression from the same inputs as tv."""
+    expr = tv.definition
+    return apply_like(expr, expr.inputs)
+
+
+def apply_like(expr, inputs):
+    """Build expr's operation again on `inputs` (tensors or scalars), in their fusion."""
+    if isinstance(expr, UnaryOp):
+        if expr.op == "gelu":
+            return ops.gelu(inputs[0], expr.approximate)
+        return ops.UNARY[expr.op](inputs[0])
+    if isinstance(expr, BinaryOp):
+        return ops.BINARY[expr.op](*inputs)
+    if isinstance(expr, WhereOp):
+        return ops.where(*inputs)
+    if isinstance(expr, CastOp):
+        return ops.cast(inputs[0], expr.output.dtype)
+    if isinstance(expr, LoadStoreOp):
+        return ops.set(inputs[0])
+    if isinstance(expr, BroadcastOp):
+        return ops.broadcast(inputs[0], expr.flags)
+    if isinstance(expr, ReductionOp):
+        return ops.REDUCTIONS[expr.op](inputs[0], list(expr.axes))
+    if isinstance(expr, MatmulOp):
+        return ops.matmul(inputs[0], inputs[1], expr.layout)
+    raise ScheduleError(f"cannot rebuild {expr}")
+
+
+def _schedule_reduction(fusion, persistent):
+    axes, rank = _reduced_axes(fusion)
+    inner = axes == list(range(rank - len(axes), rank))
+    full, reduced = _classify(fusion, axes, rank)
+    broadcasts_back = any(_broadcasts_back(t, axes) for t in full)
+    if broadcasts_back and not (inner and persistent):
+        raise ScheduleError(f"{fusion.name} broadcasts a reduction back into its rows: one "
+                            "kernel needs the row in a block (inner, persistent)")
+    if broadcasts_back:
+        _recompute_shared_intermediates(fusion, set(reduced))
+        for x in fusion.inputs:
+            if len(fusion.uses(x)) > 1 and x.rank == rank:
+                x.cache_after(MemoryType.shared)
+        full = [t for t in fusion.tensors if not t.is_input and len(t.root) == rank
+                and (t.rank == rank or isinstance(t.definition, ReductionOp))]
+        reduced = [t for t in fusion.tensors if not t.is_input and t not in full]
+    threads = NORMALIZATION_THREADS if broadcasts_back else REDUCTION_THREADS
+    for t in full:
+        has_rows = _to_rows(t, axes)
+        if inner:
+            t.split(-1, threads)
+            if has_rows:
+                t.parallelize(0, "BIDx")
+            t.parallelize(-1, "TIDx")
+        else:
+            t.split(0, POINTWISE_THREADS)
+            t.parallelize(0, "BIDx")
+            t.parallelize(1, "TIDx")
+    for t in reduced:
+        if t.ndim == 0:
+            continue
+        _flatten(t)
+        if not inner:
+            t.split(0, POINTWISE_THREADS)
+            t.parallelize(1, "TIDx")
+        t.parallelize(0, "BIDx")
+    if broadcasts_back:
+        # Tensors several loop nests read are stored for the whole row, in shared memory.
+        # (A reduction's result is already in every thread after the block reduction.)
+        for t in full:
+            if (not t.is_output and _nests(fusion, t) > 1
+                    and not isinstance(t.definition, ReductionOp)
+                    and t.memory_type is not MemoryType.shared):
+                t.set_memory_type(MemoryType.shared)
+
+
+# -- matmul without the matmul scheduler ---------------------------------------------------
+
+
+def _schedule_matmul(fusion):
+    for e in fusion.exprs:
+        if isinstance(e, ReductionOp):
+            raise ScheduleError(f"{fusion.name} mixes a matmul with other reductions")
+    for t in fusion.tensors:
+        if t.is_input:
+            continue
+        if t.rank != 2:
+            raise ScheduleError(f"{t.name} is not a [M, N] tensor of the matmul epilogue")
+        t.merge(0)
+        t.split(0, MATMUL_THREADS)
+        t.parallelize(0, "BIDx")
+        t.parallelize(1, "TIDx")

@@ -1,0 +1,173 @@
+"""The benchmark scripts (benchmarks/): their pure-Python parts without a GPU (arguments,
+byte counts, statistics, bandwidth arithmetic, table rows, the references against the
+evaluator), and, marked gpu, a --quick run of each script in a subprocess."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fuserir
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import common, pointwise, reduction  # noqa: E402
+
+SCRIPTS = {"pointwise": pointwise, "reduction": reduction}
+
+
+def args_of(module, *argv):
+    return common.parse_args(module.parser(), list(argv), module.SIZES)
+
+
+def test_defaults_quick_and_overrides():
+    full = args_of(pointwise)
+    assert (full.repeat, full.warmup, full.copy_mib, full.elements) == (50, 5, 1024, 1 << 28)
+    assert (full.rows, full.cols, full.json, full.no_torch) == (16384, 16384, None, False)
+    quick = args_of(pointwise, "--quick")
+    assert (quick.repeat, quick.warmup, quick.elements, quick.rows) == (5, 1, 1 << 20, 1024)
+    given = args_of(reduction, "--quick", "--repeat", "7", "--softmax-cols", "96",
+                    "--json", "out.json")
+    assert (given.repeat, given.softmax_rows, given.softmax_cols, given.json) == \
+        (7, 512, 96, "out.json")
+    assert (args_of(reduction).softmax_rows, args_of(reduction).rows) == (8192, 16384)
+
+
+@pytest.mark.parametrize("argv", [["--repeat", "0"], ["--warmup", "-1"],
+                                  ["--elements", "x"]])
+def test_bad_arguments_exit(argv, capsys):
+    with pytest.raises(SystemExit):
+        args_of(pointwise, *argv)
+
+
+def test_select_cases():
+    cases = reduction.cases(args_of(reduction, "--quick"))
+    assert [c.name for c in cases] == ["sum_rows", "sum_cols", "max_rows", "softmax"]
+    assert [c.name for c in common.select(cases, "softmax,sum_rows")] == \
+        ["softmax", "sum_rows"]
+    with pytest.raises(SystemExit, match="unknown case.*nope"):
+        common.select(cases, "nope")
+
+
+def test_fusions_are_unscheduled_and_bytes_are_ideal():
+    m, n, e = 64, 96, 1000
+    cases = {c.name: c for c in pointwise.cases(args_of(
+        pointwise, "--rows", str(m), "--cols", str(n), "--elements", str(e)))}
+    cases.update({c.name: c for c in reduction.cases(args_of(
+        reduction, "--rows", str(m), "--cols", str(n), "--softmax-rows", "8",
+        "--softmax-cols", "32"))})
+    assert all(not c.fusion.trace for c in cases.values())
+    assert cases["add"].nbytes == 3 * 4 * e
+    assert cases["bias_relu"].nbytes == 4 * (2 * m * n + n)
+    assert cases["gelu_bf16"].nbytes == 2 * (2 * m * n + n)
+    assert cases["sum_rows"].nbytes == 4 * (m * n + m)
+    assert cases["sum_cols"].nbytes == 4 * (m * n + n)
+    assert cases["softmax"].nbytes == 4 * 2 * 8 * 32
+    assert cases["gelu_bf16"].dtypes == "bf16"
+    assert cases["add"].target == ("copy", 0.85)
+    assert cases["sum_rows"].target == ("copy", 0.75)
+    assert cases["softmax"].target == ("torch", 1.5)
+
+
+def tiny_cases():
+    return (pointwise.cases(args_of(pointwise, "--rows", "5", "--cols", "40",
+                                    "--elements", "300"))
+            + reduction.cases(args_of(reduction, "--rows", "6", "--cols", "50",
+                                      "--softmax-rows", "4", "--softmax-cols", "33")))
+
+
+@pytest.mark.parametrize("case", tiny_cases(), ids=lambda c: c.name)
+def test_reference_matches_evaluator(case):
+    """Each case's reference (the one checked against the GPU) agrees with fuserir's."""
+    arrays, values = common.make_inputs(np, case, seed=1)
+    host = {t.name: arrays[t.name].view(ml_dtypes.bfloat16) if t.dtype.name == "bf16"
+            else arrays[t.name] for t in case.fusion.inputs}
+    want = fuserir.evaluate(case.fusion, host)
+    got = case.reference(np, values)
+    for t in case.fusion.outputs:
+        np.testing.assert_allclose(np.asarray(got[t.name], np.float64),
+                                   want[t.name].astype(np.float64),
+                                   rtol=case.rtol, atol=case.atol)
+
+
+def test_bf16_rounding_matches_ml_dtypes():
+    x = np.concatenate([np.array([1.0, 1 + 2 ** -8, 1 + 3 * 2 ** -8, -2.5], np.float32),
+                        np.random.default_rng(0).standard_normal(1000).astype(np.float32)])
+    bits = common.bf16_bits(np, x)
+    assert [hex(b) for b in bits[:4]] == ["0x3f80", "0x3f80", "0x3f82", "0xc020"]
+    np.testing.assert_array_equal(bits, x.astype(ml_dtypes.bfloat16).view(np.uint16))
+    np.testing.assert_array_equal(common.bf16_values(np, bits),
+                                  x.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def test_statistics_and_bandwidth():
+    s = common.summarize(range(1, 101))
+    assert s == {"median_us": 50.5, "min_us": 1.0, "p10_us": pytest.approx(10.9),
+                 "p90_us": pytest.approx(90.1), "runs": 100}
+    assert common.gb_per_s(2 * 2 ** 30, 500.0) == pytest.approx(4294.967296)
+    r = {"bytes": 3 * 4 * 2 ** 28, "copy_gbps": 4000.0, "target": ("copy", 0.85),
+         "fuserir": {"median_us": 900.0}, "torch": {"median_us": 800.0}}
+    d = common.derived(r)
+    assert d["gbps"] == pytest.approx(3 * 4 * 2 ** 28 / 900e-6 / 1e9)
+    assert d["copy_fraction"] == pytest.approx(d["gbps"] / 4000.0)
+    assert d["torch_ratio"] == pytest.approx(1.125)
+    assert d["target_met"] is (d["copy_fraction"] >= 0.85)
+    r["target"] = ("torch", 1.5)
+    assert common.derived(r)["target_met"] is True
+    r["torch"] = None
+    assert common.derived(r)["target_met"] is None and common.derived(r)["torch_ratio"] is None
+
+
+def test_table_rows():
+    header = common.TABLE_HEADER.splitlines()
+    assert header[0].startswith("| case | shape |") and header[1] == "|---" * 11 + "|"
+    r = {"case": "add", "shape": "[268435456]", "dtype": "f32", "bytes": 3 * 2 ** 30,
+         "copy_gbps": 4000.0, "target": ("copy", 0.85), "kernels": 1, "ok": True,
+         "max_abs_error": 0.0, "fuserir": {"median_us": 900.0}, "torch": None}
+    cells = [c.strip() for c in common.table_row(r).strip("|").split("|")]
+    assert len(cells) == 11
+    assert cells == ["add", "[268435456]", "f32", "1", "900.0", "3579", "89.5", "n/a", "n/a",
+                     "0", ">= 85% of copy: met"]
+    r.update(torch={"median_us": 450.0}, target=("torch", 1.5), ok=False,
+             max_abs_error=float("nan"))
+    cells = [c.strip() for c in common.table_row(r).strip("|").split("|")]
+    assert cells[7:] == ["450.0", "2.00", "nan (FAIL)", "<= 1.5x torch: missed"]
+    failed = {**r, "fuserir": None, "torch": None, "kernels": None, "max_abs_error": None,
+              "ok": None, "error": "FuserirError: no schedule"}
+    cells = [c.strip() for c in common.table_row(failed).strip("|").split("|")]
+    assert cells[3:] == ["n/a"] * 7 + ["error: FuserirError: no schedule"]
+
+
+def test_no_gpu_exits_with_a_message(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "cupy", None)      # import cupy fails
+    with pytest.raises(SystemExit) as exit_:
+        common.require_gpu()
+    assert exit_.value.code == common.NO_GPU_EXIT
+    assert "needs an NVIDIA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_script_quick_on_gpu(script, tmp_path):
+    out = tmp_path / "out.json"
+    run = subprocess.run([sys.executable, f"benchmarks/{script}.py", "--quick", "--json",
+                          str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "copy bandwidth" in run.stdout and common.TABLE_HEADER in run.stdout
+    report = json.loads(out.read_text())
+    names = [c.name for c in SCRIPTS[script].cases(args_of(SCRIPTS[script], "--quick"))]
+    assert [r["case"] for r in report["results"]] == names
+    for r in report["results"]:
+        assert f"| {r['case']} |" in run.stdout
+        assert r["ok"] and r["fuserir"]["median_us"] > 0, r
+    assert report["copy"]["gbps"] > 0 and report["environment"]["device"]
+
+
+def test_perf_page_has_the_table_header():
+    assert common.TABLE_HEADER in (ROOT / "docs" / "perf.md").read_text()

@@ -1,0 +1,147 @@
+"""Automatic schedules: fusions without a schedule compile and run, in the interpreter,
+equal to the reference; the plan (how many kernels, which scheduler) is what we expect."""
+
+import numpy as np
+import pytest
+
+import codegen
+import fuserir
+from fuserir.errors import ScheduleError
+from fuserir.scheduler.auto import schedule_auto
+from lowering import kir
+
+CASES = {
+    # name: (DSL text, sizes, number of kernels)
+    "add": ("""fusion f(a: f32[N], b: f32[N]) {
+  out = a + b
+  output out
+}""", {"N": 700}, 1),
+    "bias_relu_bf16": ("""fusion f(x: bf16[M, N], b: bf16[N]) {
+  y = relu(cast(x, f32) + cast(broadcast(b, [true, false]), f32))
+  out = cast(y, bf16)
+  output out
+}""", {"M": 5, "N": 70}, 1),
+    "two_outputs_sharing": ("""fusion f(x: f32[M, N]) {
+  t = x * 2
+  a = t + 1
+  b = t - 1
+  output a, b
+}""", {"M": 4, "N": 33}, 1),
+    "row_sum": ("""fusion f(x: f32[M, N]) {
+  s = sum(x, axes=[1])
+  output s
+}""", {"M": 3, "N": 1100}, 1),
+    "row_stats": ("""fusion f(x: f32[M, N]) {
+  s = sum(x, axes=[1])
+  m = max(x * 2, axes=[1])
+  output s, m
+}""", {"M": 3, "N": 600}, 1),
+    "column_sum": ("""fusion f(x: f32[M, N]) {
+  s = sum(x, axes=[0])
+  output s
+}""", {"M": 9, "N": 300}, 1),
+    "sum_all": ("""fusion f(x: i32[M, N]) {
+  s = sum(x, axes=[0, 1])
+  output s
+}""", {"M": 7, "N": 90}, 1),
+    "reduce_then_pointwise": ("""fusion f(x: f32[M, N]) {
+  s = sum(x, axes=[1])
+  out = cast(s * 0.5, f16)
+  output out
+}""", {"M": 4, "N": 300}, 1),
+    "softmax": ("""fusion f(x: f32[M, N]) {
+  m = max(x, axes=[1])
+  e = exp(x - broadcast(m, [false, true]))
+  s = sum(e, axes=[1])
+  out = e / broadcast(s, [false, true])
+  output out
+}""", {"M": 3, "N": 520}, 1),
+    "layer_norm_like": ("""fusion f(x: f32[M, N], w: f32[N]) {
+  mean = sum(x, axes=[1]) / 8
+  d = x - broadcast(mean, [false, true])
+  var = sum(d * d, axes=[1])
+  out = d * broadcast(var, [false, true]) * broadcast(w, [true, false])
+  output out, mean
+}""", {"M": 3, "N": 8}, 1),
+    "outputs_of_different_ranks": ("""fusion f(x: f32[M, N], b: f32[N]) {
+  y = x + broadcast(b, [true, false])
+  z = b * 3
+  output y, z
+}""", {"M": 3, "N": 40}, 2),
+    "matmul_epilogue": ("""fusion f(A: f16[K, M], B: f16[K, N], bias: f32[N]) {
+  acc = matmul(A, B, layout=NT)
+  out = cast(relu(acc + broadcast(bias, [true, false])), f16)
+  output out
+}""", {"M": 20, "N": 12, "K": 37}, 1),
+}
+
+
+def inputs_for(fusion, sizes, rng):
+    out = {}
+    for tv in fusion.inputs:
+        shape = [e if isinstance(e, int) else sizes[str(e)] for e in tv.shape]
+        out[tv.name] = rng.integers(-4, 5, shape).astype(tv.dtype.numpy)
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_unscheduled_fusion_runs_like_the_reference(case):
+    text, sizes, kernels = CASES[case]
+    fusion = fuserir.parse(text)
+    exe = codegen.compile(fusion, backend="interp")
+    assert len(exe.kernels) == kernels, [k.name for k in exe.kernels]
+    data = inputs_for(fusion, sizes, np.random.default_rng(7))
+    got = exe.run(data)
+    want = fuserir.evaluate(fusion, data)
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name].astype(np.float64), value.astype(np.float64),
+                                   rtol=1e-6, atol=1e-6, err_msg=name)
+
+
+def test_user_fusion_is_not_modified_by_automatic_scheduling():
+    fusion = fuserir.parse(CASES["softmax"][0])
+    before = fuserir.print_fusion(fusion)
+    codegen.compile(fusion, backend="interp")
+    assert fuserir.print_fusion(fusion) == before and not fusion.trace
+
+
+def test_inner_reduction_is_one_block_per_row_with_a_block_reduction():
+    fusion = fuserir.parse(CASES["row_sum"][0])
+    kernel = codegen.compile(fusion, backend="interp").kernels[0].kir
+    assert kir.format_expr(kernel.launch.grid[0]) == "M"
+    assert kernel.launch.block[0].value == 512
+    assert any(isinstance(e, kir.ShuffleXor) for s in kir.walk(kernel.body)
+               if isinstance(s, kir.Store) for e in kir.walk_expr(s.value))
+
+
+def test_outer_reduction_has_a_thread_per_output_and_no_barrier():
+    fusion = fuserir.parse(CASES["column_sum"][0])
+    kernel = codegen.compile(fusion, backend="interp").kernels[0].kir
+    assert kir.format_expr(kernel.launch.grid[0]) == "ceildiv(N, 128)"
+    assert not any(isinstance(s, kir.Barrier) for s in kir.walk(kernel.body))
+
+
+def test_softmax_reads_the_row_once_into_shared_memory():
+    fusion = fuserir.parse(CASES["softmax"][0])
+    kernel = codegen.compile(fusion, backend="interp").kernels[0].kir
+    shared = [s.buffer.name for s in kir.walk(kernel.body)
+              if isinstance(s, kir.Allocate) and s.buffer.memory is kir.Memory.shared]
+    assert shared == ["x_cache", "m_scratch", "s_scratch"]
+    global_reads = [e for s in kir.walk(kernel.body) if isinstance(s, kir.Store)
+                    for e in kir.walk_expr(s.value)
+                    if isinstance(e, kir.Load) and e.buffer.name == "x"]
+    assert len(global_reads) == 1
+
+
+def test_pointwise_accesses_are_unrolled_and_coalesced():
+    fusion = fuserir.parse(CASES["add"][0])
+    kernel = codegen.compile(fusion, backend="interp").kernels[0].kir
+    (loop,) = [s for s in kernel.body if isinstance(s, kir.ForLoop)]
+    assert loop.kind == "unroll" and loop.extent.value == 4
+    assert kernel.launch.block[0].value == 128
+
+
+def test_a_fusion_that_already_has_a_schedule_is_not_rescheduled():
+    fusion = fuserir.parse(CASES["add"][0] + "\nschedule f {\n  out.split(0, 64)\n}\n")
+    with pytest.raises(ScheduleError, match="already has a schedule"):
+        schedule_auto(fusion)
