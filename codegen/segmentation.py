@@ -16,6 +16,7 @@ from fuserir.ir.fusion import Fusion
 from fuserir.ir.iterdomain import IterDomain
 from fuserir.ir.tensor import MemoryType, TensorView
 from fuserir.scheduler.auto import apply_like, schedule_auto
+from lowering.analysis import live_tensors
 from lowering.errors import HazardError
 from lowering.pipeline import lower
 
@@ -61,7 +62,8 @@ def _schedulable(fusion, exprs, name, persistent):
 
 def plan(fusion, persistent=True):
     """The segments (scheduled fusions) that together compute `fusion`."""
-    exprs = fusion.exprs
+    live = live_tensors(fusion)
+    exprs = [e for e in fusion.exprs if e.output in live]
     whole = _schedulable(fusion, exprs, fusion.name, persistent)
     if whole is not None:
         return [whole]

@@ -14,7 +14,10 @@
 It sits between the fusion IR and the passes so that no pass re-derives these facts.
 """
 
+import networkx as nx
+
 from fuserir.dtypes import DataType
+from fuserir.ir.tensor import TensorView
 from fuserir.errors import ScheduleError
 from fuserir.ir import extent as ext
 from fuserir.ir.iterdomain import ParallelType, Split, history
@@ -86,6 +89,14 @@ def build_exact_map(fusion):
     return uf
 
 
+def live_tensors(fusion):
+    """The tensors some output depends on (others are dead code: nothing computes them)."""
+    live = set(fusion.outputs)
+    for out in fusion.outputs:
+        live |= {n for n in nx.ancestors(fusion.graph, out) if isinstance(n, TensorView)}
+    return live
+
+
 class LoweringContext:
     """Facts about one scheduled fusion that the passes share (see module docstring)."""
 
@@ -104,6 +115,7 @@ class LoweringContext:
 
     def analyze(self):
         """Compute the exact map and parallel extents of the (now fully placed) fusion."""
+        self.live = live_tensors(self.fusion)
         self.exact = build_exact_map(self.fusion)
         self._parallel_extents()
 
@@ -246,7 +258,7 @@ class LoweringContext:
     def _parallel_extents(self):
         self.bound = {p: [] for p in THREAD_TYPES + BLOCK_TYPES}
         for tv in self.fusion.tensors:
-            if tv.is_input:
+            if tv.is_input or tv not in self.live:
                 continue
             for i in range(tv.ndim):
                 axis = self.concrete_axis(tv, i)
@@ -361,7 +373,7 @@ class StoreInfo:
 def check_supported(ctx):
     """Refuse schedules this lowering does not support yet, with a clear ScheduleError."""
     for tv in ctx.fusion.tensors:
-        if tv.is_input:
+        if tv.is_input or tv not in ctx.live:
             continue
         for i, axis in enumerate(tv.loop):
             concrete = ctx.concrete_axis(tv, i)

@@ -391,3 +391,14 @@ schedule prop {
     exe, got, want = run_interp(text, {"in0": x})
     np.testing.assert_array_equal(got["t1"], want["t1"])
     assert list(guarded(exe.kernels[0].kir).values()) == [["(i2 < 2)"]]
+
+
+def test_dead_code_is_not_computed():
+    text = """
+fusion f(x: f32[M, N]) {
+  unused = exp(x)
+  y = relu(x)
+  output y
+}"""
+    kernel, _ = lower(fuserir.parse(text))
+    assert "unused" not in kir.format_kernel(kernel) and "exp(" not in kir.format_kernel(kernel)

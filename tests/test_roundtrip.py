@@ -254,6 +254,18 @@ def random_fusions(draw):
     """A random DAG of ops over 1-3 inputs, some tensors named, then a random schedule.
     Operands and transform targets are drawn where they are likely to be legal, but the IR
     decides: ops and transforms it refuses are skipped."""
+    f = draw(random_definitions())
+    for _ in range(draw(st.integers(0, 10))):
+        try:
+            random_transform(draw, f)
+        except ScheduleError:
+            pass
+    return f
+
+
+@st.composite
+def random_definitions(draw):
+    """A random DAG of ops over 1-3 inputs, some tensors named, with no schedule."""
     f = Fusion("random")
     for i in range(draw(st.integers(1, 3))):
         if i < 2 and draw(st.booleans()):  # a matmul operand
@@ -277,11 +289,6 @@ def random_fusions(draw):
         f.add_output(out)
         if draw(st.booleans()):
             f.rename(out, f"out{len(f.outputs)}")
-    for _ in range(draw(st.integers(0, 10))):
-        try:
-            random_transform(draw, f)
-        except ScheduleError:
-            pass
     return f
 
 

@@ -76,7 +76,7 @@ def run(ctx, kernel):
     block_reduced = {s.tv for s in kir.walk(kernel.body)
                      if isinstance(s, kir.ExprStmt) and s.role == "block_reduce"}
     for tv in ctx.fusion.tensors:
-        if tv.is_input or tv.is_output:
+        if tv.is_input or tv.is_output or tv not in ctx.live:
             continue
         memory = kir.Memory.shared if tv.memory_type is MemoryType.shared else kir.Memory.local
         layout, size = _layout(ctx, tv, _kept_positions(ctx, tv))
@@ -84,7 +84,7 @@ def run(ctx, kernel):
         ctx.buffers[tv] = buffer
         place(buffer, layout)
     for tv in ctx.fusion.tensors:
-        if not isinstance(tv.definition, (ReductionOp, MatmulOp)):
+        if not isinstance(tv.definition, (ReductionOp, MatmulOp)) or tv not in ctx.live:
             continue
         dtype = accumulate_dtype(tv.definition.inputs[0].dtype)
         first = next(i for i, a in enumerate(tv.loop) if a.is_reduction)

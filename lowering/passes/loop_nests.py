@@ -35,6 +35,8 @@ def _items(ctx):
     items = []
     for expr in ctx.fusion.exprs:
         tv = expr.output
+        if tv not in ctx.live:
+            continue          # dead code: no output depends on it
         loops = [ctx.concrete_axis(tv, i) for i in range(tv.ndim)]
         path = [a for a in loops if ctx.is_loop(a)]
         inputs = {id(t) for t in expr.tensor_inputs}
