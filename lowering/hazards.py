@@ -10,8 +10,15 @@ as having come around the back edge, so a conflict with them is loop-carried. Br
 are analysed separately and their states joined; a loop may also run zero times.
 
 Bytes may overlap when two accesses use the same buffer, or buffers whose constant byte
-ranges in the shared pool intersect (aliasing). (Async copies, pending until the wait that
-retires them, join this model with the pipelining pass.)
+ranges in the shared pool intersect (aliasing).
+
+Async copies (DESIGN.md section 5): a cp.async is a write by its thread that stays pending
+until a cp.async.wait_group retires its group. The state also holds the thread's copies
+not yet committed and the committed groups, oldest first; a commit closes a group, a
+`wait_group n` retires all but the n newest (never the uncommitted), and a retired copy
+becomes an ordinary write (visible to other threads after a barrier). A barrier does not
+retire copies. A pending copy conflicts with every other access to its bytes, by any
+thread, the issuing one included: an async-pending hazard.
 """
 
 from dataclasses import dataclass, replace
@@ -26,6 +33,7 @@ class Access:
     is_write: bool
     info: kir.AccessInfo
     carried: kir.ForLoop = None   # the loop whose back edge this access came around
+    pending: bool = False         # an async copy not yet retired by a wait
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,10 @@ def accesses_of(stmt):
         return [Access(stmt, ld.buffer, False, ld.access) for ld in shared_loads(stmt.cond)]
     if isinstance(stmt, kir.ForLoop):
         return [Access(stmt, ld.buffer, False, ld.access) for ld in shared_loads(stmt.extent)]
+    if isinstance(stmt, kir.LdMatrix):
+        return [Access(stmt, stmt.src, False, stmt.access)]
+    if isinstance(stmt, kir.CpAsync):
+        return [Access(stmt, stmt.dst, True, stmt.access, pending=True)]
     return []
 
 
@@ -95,7 +107,7 @@ def conflict(earlier, later):
 
 
 def _key(a):
-    return (id(a.stmt), id(a.buffer), a.is_write, id(a.carried))
+    return (id(a.stmt), id(a.buffer), a.is_write, id(a.carried), a.pending)
 
 
 def _dedupe(accesses):
@@ -106,43 +118,101 @@ def _may_repeat(loop):
     return not (isinstance(loop.extent, kir.Const) and loop.extent.value <= 1)
 
 
+@dataclass(frozen=True)
+class State:
+    """Accesses not ordered by a barrier, copies not yet committed, committed groups."""
+
+    plain: tuple = ()
+    uncommitted: tuple = ()
+    groups: tuple = ()            # oldest first; each a tuple of Access
+
+    def pending(self):
+        return list(self.uncommitted) + [a for g in self.groups for a in g]
+
+    def map(self, f):
+        return State(tuple(map(f, self.plain)), tuple(map(f, self.uncommitted)),
+                     tuple(tuple(map(f, g)) for g in self.groups))
+
+    def join(self, other):
+        """Either path may have been taken: the union, groups aligned newest to newest."""
+        n = max(len(self.groups), len(other.groups))
+        a = ((),) * (n - len(self.groups)) + self.groups
+        b = ((),) * (n - len(other.groups)) + other.groups
+        return State(tuple(_dedupe(self.plain + other.plain)),
+                     tuple(_dedupe(self.uncommitted + other.uncommitted)),
+                     tuple(tuple(_dedupe(x + y)) for x, y in zip(a, b)))
+
+    def key(self):
+        return (frozenset(map(_key, self.plain)), frozenset(map(_key, self.uncommitted)),
+                tuple(frozenset(map(_key, g)) for g in self.groups))
+
+
 def find_hazards(body):
     """Every unordered conflicting pair of shared-memory accesses, in discovery order."""
     found = {}
 
+    def record(first, second, kind):
+        f = Found(first, second, kind)
+        found.setdefault(f.key(), f)
+
     def check(accesses, state):
         for access in accesses:
-            for pending in state:
-                kind = conflict(pending, access)
+            for earlier in state.plain:
+                kind = conflict(earlier, access)
                 if kind is not None:
-                    f = Found(pending, access, kind)
-                    found.setdefault(f.key(), f)
-            state = state + [access]
+                    record(earlier, access, kind)
+            for copy in state.pending():
+                if may_overlap(copy.buffer, access.buffer):
+                    record(copy, access, kir.HazardKind.ASYNC)
+            if access.pending:
+                state = replace(state, uncommitted=state.uncommitted + (access,))
+            else:
+                state = replace(state, plain=tuple(_dedupe(state.plain + (access,))))
         return state
+
+    def wait(state, n):
+        keep = len(state.groups) - n if n else len(state.groups)
+        retired = [replace(a, pending=False) for g in state.groups[:max(keep, 0)] for a in g]
+        return State(tuple(_dedupe(state.plain + tuple(retired))), state.uncommitted,
+                     state.groups[max(keep, 0):])
 
     def visit(stmts, state):
         for s in stmts:
             if isinstance(s, kir.Barrier):
-                state = []
+                state = replace(state, plain=())
+            elif isinstance(s, kir.CpAsyncCommit):
+                state = State(state.plain, (), state.groups + (state.uncommitted,))
+            elif isinstance(s, kir.CpAsyncWait):
+                state = wait(state, s.n)
             elif isinstance(s, kir.ForLoop):
                 state = check(accesses_of(s), state)
-                inside = {id(x) for x in kir.walk(s.body)}
-                first = visit(s.body, state)
-                after = first
-                if _may_repeat(s):
-                    around = [replace(a, carried=s) if id(a.stmt) in inside and a.carried is None
-                              else a for a in first]
-                    after = [replace(a, carried=None) if a.carried is s else a
-                             for a in visit(s.body, around)]
-                state = _dedupe(state + first + after)
+                state = state.join(_loop(s, state))
             elif isinstance(s, kir.IfThenElse):
                 state = check(accesses_of(s), state)
-                state = _dedupe(visit(s.then_body, state) + visit(s.else_body, state))
+                state = visit(s.then_body, state).join(visit(s.else_body, state))
             else:
-                state = _dedupe(check(accesses_of(s), state))
+                state = check(accesses_of(s), state)
         return state
 
-    visit(body, [])
+    def _loop(loop, entry):
+        """The state after some number (>= 1) of iterations; accesses coming around the back
+        edge are marked as carried by this loop while the body is analysed again."""
+        inside = {id(x) for x in kir.walk(loop.body)}
+
+        def around(a):
+            return replace(a, carried=loop) if id(a.stmt) in inside and a.carried is None \
+                else a
+
+        state = visit(loop.body, entry)
+        if not _may_repeat(loop):
+            return state
+        seen = set()
+        while state.key() not in seen and len(seen) < 4:
+            seen.add(state.key())
+            state = state.join(visit(loop.body, state.map(around)))
+        return state.map(lambda a: replace(a, carried=None) if a.carried is loop else a)
+
+    visit(body, State())
     return list(found.values())
 
 

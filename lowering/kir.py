@@ -321,6 +321,91 @@ class Comment(Stmt):
     label: str = None
 
 
+# -- tensor cores and asynchronous copies (sm_80+) -------------------------------------------
+# Warp-collective or per-thread instructions with fixed PTX semantics (DESIGN.md sections 5,
+# 6 and 10). Fragments live in local buffers: element `index + k` of a fragment buffer is the
+# k-th 16-bit (or 32-bit for f32 accumulators) value the lane holds, registers packed low
+# half first.
+
+
+@dataclass(eq=False)
+class LdMatrix(Stmt):
+    """ldmatrix.sync.aligned.m8n8.x{num}{.trans}.shared.b16: a warp loads `num` 8x8 b16
+    matrices from shared memory. Lane l supplies, through `address` (an element index into
+    `src`, evaluated per lane), the start of row (l % 8) of matrix (l / 8); lanes past
+    8*num supply nothing. Afterwards register i of lane l (elements dst_index + 2i and
+    + 2i + 1 of `dst`) holds row l >> 2, columns 2(l & 3) and 2(l & 3) + 1 of matrix i
+    (with trans: rows 2(l & 3) and 2(l & 3) + 1, column l >> 2)."""
+
+    dst: "Buffer" = None
+    dst_index: ScalarExpr = None
+    src: "Buffer" = None
+    address: ScalarExpr = None
+    num: int = 4
+    trans: bool = False
+    access: AccessInfo = None
+    label: str = None
+
+
+@dataclass(eq=False)
+class Mma(Stmt):
+    """mma.sync.aligned.m16n8k16.row.col.f32.{f16|bf16}.{f16|bf16}.f32: D = A * B + C for
+    one warp. Per lane (g = l >> 2, t = l & 3), from element *_index of each local buffer:
+    A 8 halves a0..a7 = (g, 2t..2t+1), (g+8, 2t..2t+1), (g, 2t+8..2t+9), (g+8, 2t+8..2t+9);
+    B 4 halves = (k 2t..2t+1, n g), (k 2t+8..2t+9, n g); C and D 4 floats =
+    (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1). Inputs are `dtype` (f16 or bf16)."""
+
+    d: "Buffer" = None
+    d_index: ScalarExpr = None
+    a: "Buffer" = None
+    a_index: ScalarExpr = None
+    b: "Buffer" = None
+    b_index: ScalarExpr = None
+    c: "Buffer" = None
+    c_index: ScalarExpr = None
+    dtype: DataType = DataType.f16
+    label: str = None
+
+
+@dataclass(eq=False)
+class CpAsync(Stmt):
+    """cp.async.{ca|cg}.shared.global [dst + dst_index], [src + src_index], nbytes, src_size:
+    copies nbytes (4, 8 or 16; .cg takes 16 only) from global to shared memory, reading
+    src_size bytes (an expression: 0 zero-fills the whole destination, as a predicated-off
+    copy of a pipeline tail does) and filling the rest with zeros. The write stays pending
+    until the issuing thread executes a CpAsyncWait that retires its group."""
+
+    dst: "Buffer" = None
+    dst_index: ScalarExpr = None
+    src: "Buffer" = None
+    src_index: ScalarExpr = None
+    nbytes: int = 16
+    src_size: ScalarExpr = None
+    cache: str = "cg"
+    access: AccessInfo = None
+    label: str = None
+
+
+@dataclass(eq=False)
+class CpAsyncCommit(Stmt):
+    """cp.async.commit_group: the thread's copies issued since the last commit form a group
+    (an empty group is legal, so commits can be unconditional and wait counts static)."""
+
+    label: str = None
+
+
+@dataclass(eq=False)
+class CpAsyncWait(Stmt):
+    """cp.async.wait_group n: wait until at most the n newest committed groups of this
+    thread are pending (groups retire in commit order). Like Barrier, an inserted wait has
+    an id and the reasons it exists."""
+
+    n: int = 0
+    sync_id: str = None
+    reasons: list = field(default_factory=list)
+    label: str = None
+
+
 @dataclass(eq=False)
 class ExprStmt(Stmt):
     """A fusion expression placed in its loop nest but not yet lowered to loads and stores.
@@ -433,6 +518,25 @@ def format_stmt(s):
         return f"// {s.text}"
     if isinstance(s, ExprStmt):
         return f"{s.role} {s.tv.definition}"
+    if isinstance(s, LdMatrix):
+        trans = ".trans" if s.trans else ""
+        return (f"ldmatrix.x{s.num}{trans} {s.dst.name}[{format_expr(s.dst_index)}..] <- "
+                f"{s.src.name}[{format_expr(s.address)}]")
+    if isinstance(s, Mma):
+        def frag(buf, index):
+            return f"{buf.name}[{format_expr(index)}..]"
+        return (f"mma.m16n8k16.{s.dtype} {frag(s.d, s.d_index)} = {frag(s.a, s.a_index)} * "
+                f"{frag(s.b, s.b_index)} + {frag(s.c, s.c_index)}")
+    if isinstance(s, CpAsync):
+        return (f"cp.async.{s.cache} {s.dst.name}[{format_expr(s.dst_index)}] <- "
+                f"{s.src.name}[{format_expr(s.src_index)}], {s.nbytes} bytes, src-size "
+                f"{format_expr(s.src_size)}")
+    if isinstance(s, CpAsyncCommit):
+        return "cp.async.commit_group"
+    if isinstance(s, CpAsyncWait):
+        sid = f" [{s.sync_id}]" if s.sync_id else ""
+        why = "; ".join(str(r) for r in s.reasons)
+        return f"cp.async.wait_group {s.n}{sid}" + (f"  // {why}" if why else "")
     raise TypeError(type(s).__name__)
 
 

@@ -402,3 +402,78 @@ fusion f(x: f32[M, N]) {
 }"""
     kernel, _ = lower(fuserir.parse(text))
     assert "unused" not in kir.format_kernel(kernel) and "exp(" not in kir.format_kernel(kernel)
+
+
+def _async_epilogue_kernel(final_wait):
+    """The seed report's shape at kernel-IR level: three pipeline stages of cp.async
+    copies (the circular-buffering pass gives each stage its own bytes), the last one
+    zero-filling, a final `wait_group final_wait`, a barrier, then an epilogue tile `Ep`
+    aliasing the stages' bytes, written and read back by other threads."""
+    from fuserir.dtypes import DataType as D
+
+    def c(v):
+        return kir.Const(v, D.i32)
+
+    def add(x, y):
+        return kir.BinOp("add", x, y, D.i32)
+
+    tid = kir.Special(kir.SpecialKind.threadIdx, "x", D.i32)
+    a = kir.Buffer("A", D.f32, kir.Memory.global_, tensor="A")
+    out = kir.Buffer("out", D.f32, kir.Memory.global_, tensor="out")
+    stages = [kir.Buffer(f"As{i}", D.f32, kir.Memory.shared, c(32), c(128 * i), tensor="As")
+              for i in range(3)]
+    Ep = kir.Buffer("Ep", D.f32, kir.Memory.shared, c(96), c(0), tensor="Ep")
+    body = [kir.Allocate(b) for b in stages + [Ep]]
+    for i, stage in enumerate(stages):
+        body += [kir.CpAsync(stage, tid, a, add(c(32 * i), tid), 4, c(4 if i < 2 else 0),
+                             "ca", kir.AccessInfo("As", (("TIDx", "lane"),))),
+                 kir.CpAsyncCommit()]
+    body += [
+        kir.CpAsyncWait(final_wait),
+        kir.Barrier(),
+        kir.Store(Ep, add(tid, c(64)), kir.Const(1.0, D.f32),
+                  kir.AccessInfo("Ep", (("TIDx", "e"),))),
+        kir.Store(out, tid, kir.Load(Ep, add(kir.BinOp("mod", add(tid, c(1)), c(32), D.i32),
+                                             c(64)),
+                                     kir.AccessInfo("Ep", (("TIDx", None),)))),
+    ]
+    params = [kir.TensorParam(a, [c(96)], [kir.Var("A_stride0", D.i32)]),
+              kir.TensorParam(out, [c(32)], [kir.Var("out_stride0", D.i32)], is_output=True)]
+    return kir.Kernel("epilogue", params, [], body,
+                      kir.LaunchConfig((c(1), c(1), c(1)), (c(32), c(1), c(1))))
+
+
+def test_insert_syncs_drains_pending_async_copies_before_the_aliased_epilogue():
+    from lowering.passes import insert_syncs, verify_hazards
+    from lowering.errors import HazardError
+
+    kernel = _async_epilogue_kernel(final_wait=1)
+    with pytest.raises(HazardError) as refused:
+        verify_hazards.run(None, kernel)
+    assert "async-pending" in {h.kind for h in refused.value.hazards}
+    insert_syncs.run(None, kernel)
+    kir.relabel(kernel.body)
+    kinds = [type(s).__name__ for s in kernel.body]
+    drain = next(i for i, s in enumerate(kernel.body)
+                 if isinstance(s, kir.CpAsyncWait) and s.sync_id)
+    # the report's kernel had a barrier already (S12); it does not retire copies
+    assert kinds[drain - 3:drain + 3] == ["CpAsyncWait", "Barrier", "CpAsyncCommit",
+                                          "CpAsyncWait", "Barrier", "Store"]
+    assert kernel.body[drain].n == 0
+    wait, barrier = kernel.body[drain], kernel.body[drain + 1]
+    # the pending zero-fill of the last stage conflicts with the epilogue write and read
+    assert [(r.kind.value, r.second.label) for r in wait.reasons] == [
+        ("async-pending", "S16"), ("async-pending", "S18")]
+    assert wait.reasons[0].buffers == ("As2", "Ep")
+    # the wait does not make the landed bytes visible to other threads: the barrier does
+    assert {r.kind.value for r in barrier.reasons} == {"WAW"}
+    assert kernel.body.index(barrier) == kernel.body.index(wait) + 1
+    verify_hazards.run(None, kernel)          # now proved safe
+
+
+def test_no_drain_where_the_pipeline_already_drained():
+    from lowering.passes import insert_syncs
+
+    kernel = _async_epilogue_kernel(final_wait=0)
+    insert_syncs.run(None, kernel)
+    assert not any(isinstance(s, kir.CpAsyncWait) and s.sync_id for s in kir.walk(kernel.body))

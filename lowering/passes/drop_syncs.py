@@ -12,7 +12,7 @@ from ..errors import LoweringError
 
 def run(ctx, kernel, ids):
     barriers = {s.sync_id: s for s in kir.walk(kernel.body)
-                if isinstance(s, kir.Barrier) and s.sync_id}
+                if isinstance(s, (kir.Barrier, kir.CpAsyncWait)) and s.sync_id}
     unknown = [i for i in ids if i not in barriers]
     if unknown:
         have = ", ".join(barriers) or "none"
@@ -20,7 +20,7 @@ def run(ctx, kernel, ids):
                             f"{', '.join(unknown)} (it has: {have})")
 
     def strip(stmts):
-        stmts[:] = [s for s in stmts if not (isinstance(s, kir.Barrier)
+        stmts[:] = [s for s in stmts if not (isinstance(s, (kir.Barrier, kir.CpAsyncWait))
                                               and s.sync_id in ids)]
         for s in stmts:
             for body in s.bodies():

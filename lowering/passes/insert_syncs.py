@@ -24,6 +24,10 @@ from .verify_hazards import to_hazards
 
 
 def _place(body, found):
+    """Insert the synchronization one hazard needs; returns the inserted statements. An
+    async-pending hazard needs a drain first: commit what is issued (an empty group is
+    legal) and wait for every group, then the barrier that makes the landed bytes visible
+    to the other threads."""
     first = path_to(body, found.first.stmt)
     second = path_to(body, found.second.stmt)
     depth = 0
@@ -34,12 +38,12 @@ def _place(body, found):
     if isinstance(owner, kir.IfThenElse) and thread_dependent(owner.cond):
         raise _unplaceable(found, "a barrier would have to go under thread-dependent "
                            "control flow")
-    barrier = kir.Barrier()
-    if found.loop is not None:
-        stmts.append(barrier)
-    else:
-        stmts.insert(index, barrier)
-    return barrier
+    unit = [kir.Barrier()]
+    if found.kind is kir.HazardKind.ASYNC:
+        unit = [kir.CpAsyncCommit(), kir.CpAsyncWait(0)] + unit
+    at = len(stmts) if found.loop is not None else index
+    stmts[at:at] = unit
+    return unit
 
 
 def _unplaceable(found, why):
@@ -48,10 +52,18 @@ def _unplaceable(found, why):
     return HazardError(hazards)
 
 
-def _detach(body, barrier):
-    stmts, index, _ = path_to(body, barrier)[-1]
+def _detach(body, stmt):
+    stmts, index, _ = path_to(body, stmt)[-1]
     del stmts[index]
     return stmts, index
+
+
+def _reasons(found):
+    reasons = {}
+    for f in found:
+        reason = f.reason()
+        reasons.setdefault(str(reason), reason)
+    return list(reasons.values())
 
 
 def run(ctx, kernel):
@@ -61,23 +73,24 @@ def run(ctx, kernel):
         if not found:
             break
         f = found[0]
-        if f.first.stmt is f.second.stmt and f.loop is None:
+        if f.first.stmt is f.second.stmt and f.loop is None and not f.first.pending:
             raise _unplaceable(f, "two threads conflict within one statement; no barrier "
                                "can order them")
         inserted.append(_place(kernel.body, f))
-    for barrier in reversed(inserted):
-        stmts, index = _detach(kernel.body, barrier)
+    # Drop every inserted unit the others make redundant.
+    for unit in reversed(inserted):
+        places = [_detach(kernel.body, stmt) for stmt in reversed(unit)]
         if find_hazards(kernel.body):
-            stmts.insert(index, barrier)
-    barriers = [s for s in kir.walk(kernel.body) if isinstance(s, kir.Barrier)
-                and s in inserted]
-    for n, barrier in enumerate(barriers, 1):
-        barrier.sync_id = f"sync{n}"
-        stmts, index = _detach(kernel.body, barrier)
-        reasons = {}
-        for f in find_hazards(kernel.body):
-            reason = f.reason()
-            reasons.setdefault(str(reason), reason)
-        barrier.reasons = list(reasons.values())
-        stmts.insert(index, barrier)
+            for (stmts, index), stmt in zip(reversed(places), unit):
+                stmts.insert(index, stmt)
+    # Name the barriers and waits left, in program order, and record why each exists: the
+    # hazards that appear when it alone is dropped.
+    kept = {id(stmt) for unit in inserted for stmt in unit}
+    syncs = [s for s in kir.walk(kernel.body) if id(s) in kept
+             and isinstance(s, (kir.Barrier, kir.CpAsyncWait))]
+    for n, sync in enumerate(syncs, 1):
+        sync.sync_id = f"sync{n}"
+        stmts, index = _detach(kernel.body, sync)
+        sync.reasons = _reasons(find_hazards(kernel.body))
+        stmts.insert(index, sync)
     return kernel
