@@ -31,6 +31,20 @@ of the dividend, like C's %); `not` is logical and takes bool only; ceildiv is
 (a + b - 1) / b. NVRTC's default --fmad=true may contract an f32 `a * b + c` into one fma:
 results equal the interpreter's separately rounded ones wherever the product is exact
 (integer-valued data), and are within rounding elsewhere.
+
+Tensor cores and asynchronous copies are inline PTX (DESIGN.md sections 5 and 10):
+LdMatrix is `ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16` at the 32-bit
+shared-state-space address of its source element (`__cvta_generic_to_shared`, an NVRTC
+builtin), each result register unpacked into two elements of the 16-bit fragment buffer,
+low half first; Mma is `mma.sync.aligned.m16n8k16.row.col.f32.{f16|bf16}.{f16|bf16}.f32`
+on registers packed from consecutive fragment elements; CpAsync is `cp.async.{ca|cg}
+.shared.global [shared address], [global address], nbytes, src_size` (no src-size operand
+where src_size is None: the whole copy); commit and wait are `cp.async.commit_group` and
+`cp.async.wait_group n`, a wait's reasons written above it as a barrier's are. The copies,
+waits and ldmatrix carry a "memory" clobber so that the compiler moves no ordinary shared
+access across them. The emitter checks what it can see (memories, dtypes, sizes, .cg only
+for 16 bytes, constant alignment and fragment bounds); contiguity and alignment of a copy's
+global source are the lowering's to guarantee.
 """
 
 import math
@@ -138,6 +152,30 @@ __device__ __forceinline__ bf16 shfl_xor_bf16(bf16 v, int mask) {
 }
 """, deps=("bf16",))
 
+_snippet("smem_addr", r"""
+// Addresses for inline PTX: the 32-bit shared-state-space address of a generic pointer into
+// shared memory, and the global-state-space address of a generic pointer into global memory.
+__device__ __forceinline__ unsigned int smem_addr(const void* p) {
+  return (unsigned int)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ unsigned long long gmem_addr(const void* p) {
+  return (unsigned long long)__cvta_generic_to_global(p);
+}
+""")
+
+_snippet("b16_pack", r"""
+// Fragment registers: two 16-bit values per 32-bit register, low half first (PTX ISA).
+__device__ __forceinline__ unsigned int pack_b16(unsigned short lo, unsigned short hi) {
+  return (unsigned int)lo | ((unsigned int)hi << 16);
+}
+__device__ __forceinline__ unsigned short lo_b16(unsigned int r) {
+  return (unsigned short)(r & 0xffffu);
+}
+__device__ __forceinline__ unsigned short hi_b16(unsigned int r) {
+  return (unsigned short)(r >> 16);
+}
+""")
+
 # min/max propagate NaN (as numpy's minimum/maximum do; fminf/fmaxf would drop it).
 for _t in ("i32", "i64", "f32", "f64"):
     _nan = " || a != a" if _t[0] == "f" else ""
@@ -202,7 +240,8 @@ threadIdx blockIdx blockDim gridDim warpSize smem main
 """.split())
 _RESERVED = (_CPP_KEYWORDS | set(C_TYPES.values())
              | {m for pair in _MATH.values() for m in pair}
-             | {"erf", "erff", "fmod", "fmodf", "abs", "llabs", "min", "max"})
+             | {"erf", "erff", "fmod", "fmodf", "abs", "llabs", "min", "max"}
+             | {f"ldm{i}" for i in range(4)})     # ldmatrix's result registers
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -450,6 +489,164 @@ class _Emitter:
         for i, line in enumerate(lines):
             text = f"// {_comment_safe(line)}".rstrip()
             self.emit(depth, text + (f"  ({s.label})" if i == len(lines) - 1 else ""))
+
+    # -- tensor cores and asynchronous copies (inline PTX) ---------------------------------
+    def check_memory(self, buffer, memory, role):
+        if buffer is None or not isinstance(buffer, kir.Buffer):
+            raise self.error(f"{role} is not a Buffer: {buffer!r}")
+        if buffer.memory is not memory:
+            raise self.error(f"{role} {buffer.name} is in {buffer.memory.value} memory, not "
+                             f"{memory.value}")
+        self.type_of(buffer.dtype)
+
+    def describe(self, s):
+        """`S12: <kernel IR line>` for a statement's trailing comment."""
+        try:
+            return f"{s.label}: {_comment_safe(kir.format_stmt(s))}"
+        except Exception:  # noqa: BLE001 - a field the printer cannot print
+            return s.label
+
+    def fragment(self, buffer, index, k, count, role):
+        """`buffer[index + k]` of a local fragment buffer, where elements index ..
+        index + count - 1 are the fragment (checked against the size where index is a
+        constant)."""
+        if index is None or index.dtype not in _INT:
+            raise self.error(f"{role} index of {buffer.name} must be an integer expression")
+        name = self.ident(buffer.name)
+        if isinstance(index, kir.Const):
+            base = int(index.value)
+            size = int(buffer.size.value) if isinstance(buffer.size, kir.Const) else None
+            if base < 0 or (size is not None and base + count > size):
+                raise self.error(f"{role} {buffer.name}[{base}..{base + count - 1}] is out of "
+                                 f"bounds of its {size} elements")
+            return f"{name}[{base + k}]"
+        if k == 0:
+            return f"{name}[{_bare(self.expr(index))}]"
+        one = f"{k}LL" if index.dtype is DataType.i64 else f"{k}"
+        return f"{name}[{self.expr(index)} + {one}]"
+
+    def s_LdMatrix(self, s, depth):
+        if s.num not in (1, 2, 4) or isinstance(s.num, bool):
+            raise self.error(f"ldmatrix takes 1, 2 or 4 matrices, got {s.num!r}")
+        if not isinstance(s.trans, bool):
+            raise self.error(f"ldmatrix trans must be a bool, got {s.trans!r}")
+        self.check_memory(s.src, kir.Memory.shared, "ldmatrix source")
+        self.check_memory(s.dst, kir.Memory.local, "ldmatrix destination")
+        for role, b in (("source", s.src), ("destination", s.dst)):
+            if b.dtype not in _HALF:
+                raise self.error(f"ldmatrix {role} {b.name} is {b.dtype}; ldmatrix moves "
+                                 "16-bit elements (f16 or bf16)")
+        if s.src.dtype is not s.dst.dtype:
+            raise self.error(f"ldmatrix from {s.src.dtype} {s.src.name} into {s.dst.dtype} "
+                             f"{s.dst.name} (lowering must keep one element type)")
+        if s.address is None:
+            raise self.error("ldmatrix has no address")
+        self.need("smem_addr")
+        self.need("b16_pack")
+        regs = [f"ldm{i}" for i in range(s.num)]
+        trans = ".trans" if s.trans else ""
+        operands = ", ".join(f"%{i}" for i in range(s.num))
+        outs = ", ".join(f'"=r"({r})' for r in regs)
+        addr = f"smem_addr(&{self.subscript(s.src, s.address)})"
+        self.emit(depth, "{", self.describe(s))
+        self.emit(depth + 1, f"unsigned int {', '.join(regs)};")
+        self.emit(depth + 1, f'asm volatile("ldmatrix.sync.aligned.m8n8.x{s.num}{trans}'
+                             f'.shared.b16 {{{operands}}}, [%{s.num}];"', s.label)
+        self.emit(depth + 1, f'             : {outs} : "r"({addr}) : "memory");')
+        for i, r in enumerate(regs):
+            lo = self.fragment(s.dst, s.dst_index, 2 * i, 2 * s.num, "ldmatrix destination")
+            hi = self.fragment(s.dst, s.dst_index, 2 * i + 1, 2 * s.num,
+                               "ldmatrix destination")
+            self.emit(depth + 1, f"{lo}.x = lo_b16({r}); {hi}.x = hi_b16({r});")
+        self.emit(depth, "}")
+
+    def s_Mma(self, s, depth):
+        if s.dtype not in _HALF:
+            raise self.error(f"mma inputs must be f16 or bf16, got {s.dtype}")
+        for role, b, dtype in (("A", s.a, s.dtype), ("B", s.b, s.dtype),
+                               ("C", s.c, DataType.f32), ("D", s.d, DataType.f32)):
+            self.check_memory(b, kir.Memory.local, f"mma {role} fragment")
+            if b.dtype is not dtype:
+                raise self.error(f"mma {role} fragment {b.name} is {b.dtype}, the "
+                                 f"instruction takes {dtype}")
+        self.need("b16_pack")
+        t = s.dtype.value
+
+        def packed(buf, index, count, role):
+            regs = []
+            for i in range(count // 2):
+                lo = self.fragment(buf, index, 2 * i, count, role)
+                hi = self.fragment(buf, index, 2 * i + 1, count, role)
+                regs.append(f'"r"(pack_b16({lo}.x, {hi}.x))')
+            return regs
+
+        a = packed(s.a, s.a_index, 8, "mma A")
+        b = packed(s.b, s.b_index, 4, "mma B")
+        c = [f'"f"({self.fragment(s.c, s.c_index, i, 4, "mma C")})' for i in range(4)]
+        d = [f'"=f"({self.fragment(s.d, s.d_index, i, 4, "mma D")})' for i in range(4)]
+        self.emit(depth, f'asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 '
+                         '{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, '
+                         '{%10, %11, %12, %13};"', self.describe(s))
+        self.emit(depth, f"    : {', '.join(d)}")
+        self.emit(depth, f"    : {', '.join(a)},")
+        self.emit(depth, f"      {', '.join(b)},")
+        self.emit(depth, f"      {', '.join(c)});")
+
+    def s_CpAsync(self, s, depth):
+        if s.nbytes not in (4, 8, 16) or isinstance(s.nbytes, bool):
+            raise self.error(f"cp.async copies 4, 8 or 16 bytes, got {s.nbytes!r}")
+        if s.cache not in ("ca", "cg"):
+            raise self.error(f"cp.async cache operator must be 'ca' or 'cg', got {s.cache!r}")
+        if s.cache == "cg" and s.nbytes != 16:
+            raise self.error(f"cp.async.cg copies 16 bytes only, got {s.nbytes} (4- and "
+                             "8-byte copies use .ca)")
+        self.check_memory(s.dst, kir.Memory.shared, "cp.async destination")
+        self.check_memory(s.src, kir.Memory.global_, "cp.async source")
+        if s.src.dtype is not s.dst.dtype:
+            raise self.error(f"cp.async from {s.src.dtype} {s.src.name} into {s.dst.dtype} "
+                             f"{s.dst.name} (a copy does not convert)")
+        size = s.dst.dtype.itemsize
+        if s.nbytes % size:
+            raise self.error(f"cp.async of {s.nbytes} bytes is not a whole number of "
+                             f"{s.dst.dtype} elements")
+        off = s.dst.byte_offset
+        if isinstance(off, kir.Const) and int(off.value) % s.nbytes:
+            raise self.error(f"shared buffer {s.dst.name} at byte {off.value} is not aligned "
+                             f"to {s.nbytes}-byte copies")
+        for role, index in (("destination", s.dst_index), ("source", s.src_index)):
+            if isinstance(index, kir.Const) and int(index.value) * size % s.nbytes:
+                raise self.error(f"cp.async {role} element {index.value} is not aligned to "
+                                 f"{s.nbytes} bytes")
+        self.need("smem_addr")
+        dst = f"smem_addr(&{self.subscript(s.dst, s.dst_index)})"
+        src = f"gmem_addr(&{self.subscript(s.src, s.src_index)})"
+        inputs = f'"r"({dst}), "l"({src})'
+        operands = "[%0], [%1], " + str(s.nbytes)
+        if s.src_size is not None:
+            if s.src_size.dtype not in _INT:
+                raise self.error(f"cp.async src-size {_where(s.src_size)} is "
+                                 f"{s.src_size.dtype}, not an integer")
+            if isinstance(s.src_size, kir.Const) and not 0 <= int(s.src_size.value) <= s.nbytes:
+                raise self.error(f"cp.async src-size {s.src_size.value} is not in "
+                                 f"[0, {s.nbytes}]")
+            inputs += f', "r"((unsigned int){self.expr(s.src_size)})'
+            operands += ", %2"
+        self.emit(depth, f'asm volatile("cp.async.{s.cache}.shared.global {operands};"',
+                  self.describe(s))
+        self.emit(depth, f'             :: {inputs} : "memory");')
+
+    def s_CpAsyncCommit(self, s, depth):
+        self.emit(depth, 'asm volatile("cp.async.commit_group;" ::: "memory");', s.label)
+
+    def s_CpAsyncWait(self, s, depth):
+        n = s.n
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise self.error(f"cp.async.wait_group takes a non-negative int, got {n!r}")
+        sid = s.sync_id or "wait"
+        for reason in s.reasons:
+            self.emit(depth, f"// {sid}: {_comment_safe(str(reason))}")
+        tag = f"{s.label} {s.sync_id}" if s.sync_id else s.label
+        self.emit(depth, f'asm volatile("cp.async.wait_group {n};" ::: "memory");', tag)
 
     # -- expressions ---------------------------------------------------------------------
     def subscript(self, buffer, index):

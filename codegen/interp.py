@@ -48,7 +48,8 @@ Race detector (shared memory)
   before its write. Reported: RAW, WAR, WAW (also two threads writing one byte in one
   statement), stale-read (bytes last written through a different buffer name, across
   barriers too), uninitialized-read (never written in this block), out-of-bounds (any
-  memory), barrier-divergence, shuffle-divergence, deadlock. Hazards are deduplicated by
+  memory), barrier-divergence, shuffle-divergence, warp-divergence, async-pending,
+  deadlock. Hazards are deduplicated by
   (kind, first program point, second program point) over the whole run; each names the
   buffer, a byte range (physical pool bytes for shared memory), both program points as
   "<label>: <statement>", an example pair of threads, the loop iterations of both sides
@@ -58,16 +59,35 @@ Race detector (shared memory)
   A shared buffer without a byte_offset (before the allocation pass) is placed after the
   placed ones, 16-byte aligned, so hand-built kernels need not place every buffer.
 
+Tensor cores and asynchronous copies
+  * LdMatrix / Mma are warp-collective (warps = 32 consecutive linear ids, as shuffles):
+    a warp with some but not all lanes active is a "warp-divergence" hazard (missing
+    lanes' rows / fragments count as 0). ldmatrix: lanes < 8*num read their 16-byte row
+    (through _shared_read, so RAW / pending / stale checks apply; other lanes' addresses
+    are not evaluated), then register i of lane l gets row l>>2, cols 2(l&3), 2(l&3)+1 of
+    matrix i (.trans: rows 2(l&3), 2(l&3)+1, col l>>2); values move as raw 16-bit bits.
+    mma: per warp, A/B/C are gathered from the lanes' fragments (kir.Mma's layout), D =
+    A @ B + C in f64 (products of halves are exact), rounded once to f32, scattered back.
+  * cp.async: at issue the source bytes are read (src_size of them, the rest zeros;
+    src_size 0 reads nothing) and the destination grains are checked like a write
+    (pending conflicts, WAR/WAW against this epoch: the copy may land at once) and then
+    marked *pending* in p_tid/p_ev (issuing thread, issue event) instead of written. Each
+    issue is a _Copy (per element: thread, index, value, group = the thread's commit count
+    at issue). Per thread `committed` / `retired` group counters: commit increments
+    committed; wait_group n sets retired = max(retired, committed - n), so uncommitted
+    copies (group == committed) never retire. Retired copies land: data written, pending
+    marks cleared, and the shadow records an ordinary write by the issuing thread in the
+    current epoch (event = the cp.async issue, so later RAW/WAR/WAW name the cp.async;
+    other threads need a barrier after the wait). Any access (ordinary, ldmatrix, another
+    cp.async, the issuing thread's own, across barriers) to a pending grain is an
+    "async-pending" hazard (first = the cp.async at its issue iteration). Data: a read of
+    pending bytes sees the old bytes; an ordinary write onto pending bytes is overwritten
+    right after by the copy's bytes there (the late copy wins the write/write race, as
+    on the H200), so a missing drain corrupts the output deterministically even when no
+    later wait exists. Copies still pending when the block ends are reported
+    ("async-pending", second = "end of the block": copy never waited for) and land then.
+
 Extension points (not implemented yet; where each slots in)
-  * cp.async: a statement handler in _COMPOUND/_LEAF records a *pending* write per thread
-    and group (shadow arrays p_tid/p_ev/p_group next to w_*; the data is not written);
-    commit/wait_group handlers retire groups in commit order, landing the data then and
-    turning pending entries into ordinary writes. _shared_read/_shared_write check pending
-    grains first and report "async-pending" (also for the issuing thread's own accesses).
-  * ldmatrix / mma.sync: per-lane handlers over local fragments ([threads, regs] arrays),
-    using the warp grouping of _Block._shuffle (lane = linear id % 32; every lane of each
-    participating warp must be active); ldmatrix's shared reads go through _shared_read
-    with the addresses lanes supply.
   * cross-CTA release/acquire: a shadow per global element (last writer block, whether it
     was released by a fence + semaphore store); a semaphore wait handler yields
     `Wait(stmt, ready)` to the scheduler, and acquire marks the released writes visible;
@@ -530,6 +550,7 @@ class _Interp:
     def _block(self, bidx):
         blk = _Block(self, bidx)
         yield from blk.exec_list(self.kernel.body, blk.all)
+        blk.finish()
 
 
 # ---------------------------------------------------------------------------------------
@@ -700,6 +721,21 @@ class _Evaluator:
 _NONE = -1
 
 
+class _Copy:
+    """The pending part of one execution of a CpAsync: per destination element the issuing
+    thread, the element index into the buffer, the value, the thread's group number (the
+    count of its commits at issue), and whether the data has landed already."""
+
+    def __init__(self, stmt, ev, lay, tid, idx, values, gid, landed=None):
+        self.stmt, self.ev, self.lay = stmt, ev, lay
+        self.tid, self.idx, self.values, self.gid = tid, idx, values, gid
+        self.landed = np.zeros(len(tid), bool) if landed is None else landed
+
+    def subset(self, m):
+        return _Copy(self.stmt, self.ev, self.lay, self.tid[m], self.idx[m],
+                     self.values[m], self.gid[m], self.landed[m])
+
+
 class _Block(_Evaluator):
     def __init__(self, interp, bidx):
         super().__init__(interp)
@@ -724,6 +760,14 @@ class _Block(_Evaluator):
         self.r_tid2 = np.full(n, _NONE, np.int32)
         self.r_ev2 = np.full(n, _NONE, np.int32)
         self.stamp = np.zeros(n, np.int64)
+        # cp.async: the pending (issued, not yet retired) write per grain, and per thread
+        # the number of groups committed / retired; `copies` holds the pending copies
+        self.p_tid = np.full(n, _NONE, np.int32)
+        self.p_ev = np.full(n, _NONE, np.int32)
+        self.committed = np.zeros(self.T, np.int64)
+        self.retired = np.zeros(self.T, np.int64)
+        self.copies = []
+        self.overlap = None
         # access events: (statement, iterations, buffer name); ev_sid: statement ids
         self.events = []
         self.ev_sid = np.empty(256, np.int32)
@@ -828,6 +872,9 @@ class _Block(_Evaluator):
                 act, idx, val = act[ok], idx[ok], val[ok]
             self._shared_write(lay, act, idx)
             self._view(lay)[idx] = val
+            if self.overlap:                      # a pending cp.async lands on top of it
+                self._land_copies(events=self.overlap)
+                self.overlap = None
         elif b.memory is kir.Memory.local:
             arr = self._local(b)
             ok = self._check(b.name, idx, (idx >= 0) & (idx < arr.shape[1]), act,
@@ -843,6 +890,260 @@ class _Block(_Evaluator):
                 pos, val = pos[ok], val[ok]
             g.flat[pos] = val
             # cross-CTA: a global shadow (writer block, released?) would be updated here.
+
+
+    # -- tensor cores and asynchronous copies ---------------------------------------
+
+    def _span(self, buf, start, act, count, size, what):
+        """Positions [n, count] = start + 0..count-1 per active thread, clipped into
+        [0, size), and the in-bounds mask (None when all are in bounds; else reported)."""
+        n = len(act)
+        pos = start[:, None] + np.arange(count)
+        flat = pos.ravel()
+        ok = self._check(buf, flat, (flat >= 0) & (flat < size), np.repeat(act, count),
+                         what)
+        if ok is None:
+            return pos, None
+        return np.clip(pos, 0, size - 1), ok.reshape(n, count)
+
+    def _fragment(self, buf, index, act, count, itemsize, what):
+        """The local fragment buffer `buf` and each active lane's `count` element positions
+        from `index`; out-of-bounds positions are reported (their values read as 0)."""
+        arr = self._local(buf)
+        if buf.memory is not kir.Memory.local or arr.itemsize != itemsize:
+            raise InterpError(f"{what} fragment {buf.name} must be a local buffer of "
+                              f"{8 * itemsize}-bit elements{self.where()}")
+        start = self._index(self.ev(index, act), len(act))
+        size = arr.shape[1]
+        pos, ok = self._span(buf.name, start, act, count, size,
+                             f"outside {buf.name}[0, {size}) (a {count}-element fragment)")
+        return arr, pos, ok
+
+    def _ldmatrix(self, s, act):
+        """Per lane: lanes 0..8*num-1 read the 8 b16 values (16 bytes) of the row their
+        address names (shared reads, through the race detector); register i of lane l is
+        then row l>>2, columns 2(l&3), 2(l&3)+1 of matrix i (.trans: rows 2(l&3),
+        2(l&3)+1, column l>>2). Rows of lanes missing from a divergent warp read as 0."""
+        num = int(s.num)
+        if num not in (1, 2, 4):
+            raise InterpError(f"ldmatrix .x{num}: num must be 1, 2 or 4{self.where()}")
+        if s.src.memory is not kir.Memory.shared:
+            raise InterpError(f"ldmatrix source {s.src.name} is not shared{self.where()}")
+        lay = self._layout(s.src)
+        if lay.itemsize != 2:
+            raise InterpError(f"ldmatrix source {s.src.name} is not a 16-bit buffer"
+                              f"{self.where()}")
+        trans = ".trans" if s.trans else ""
+        self._check_warps(act, "warp-divergence", "ldmatrix", f"ldmatrix.x{num}{trans}")
+        n = len(act)
+        lane = act & 31
+        rows = np.zeros(((int(act[-1]) >> 5) * 32 + 32, 8), np.uint16)  # by thread id
+        sa = act[lane < 8 * num]
+        if len(sa):
+            addr = self._index(self.ev(s.address, sa), len(sa))
+            mis = (lay.offset + addr * 2) % 16 != 0
+            if mis.any():
+                i = int(np.flatnonzero(mis)[0])
+                raise InterpError(f"ldmatrix row address {s.src.name}[{int(addr[i])}] of "
+                                  f"thread {self.interp.coords(sa[i])} is not 16-byte "
+                                  f"aligned{self.where()}")
+            pos, ok = self._span(lay.name, addr, sa, 8, lay.size,
+                                 f"outside {lay.name}[0, {lay.size}) (an ldmatrix row)")
+            t8 = np.repeat(sa, 8)
+            flat = pos.ravel()
+            vals = self._view(lay).view(np.uint16)[flat]
+            if ok is None:
+                self._shared_read(lay, t8, flat)
+            else:
+                okf = ok.ravel()
+                self._shared_read(lay, t8[okf], flat[okf])
+                vals = np.where(okf, vals, 0)
+            rows[sa] = vals.reshape(len(sa), 8)
+        g, t = (lane >> 2)[:, None, None], (lane & 3)[:, None, None]
+        base = (act - lane)[:, None, None]
+        i = np.arange(num)[None, :, None]
+        two = np.arange(2)[None, None, :]
+        if s.trans:
+            regs = rows[base + 8 * i + 2 * t + two, g]
+        else:
+            regs = rows[base + 8 * i + g, 2 * t + two]            # [n, num, 2]
+        arr, pos, ok = self._fragment(s.dst, s.dst_index, act, 2 * num, 2, "ldmatrix")
+        regs = regs.reshape(n, 2 * num)
+        rows_t = np.broadcast_to(act[:, None], pos.shape)
+        if ok is not None:
+            rows_t, pos, regs = rows_t[ok], pos[ok], regs[ok]
+        arr.view(np.uint16)[rows_t, pos] = regs
+
+    def _mma(self, s, act):
+        """mma.sync m16n8k16 per warp: gather A (16x16), B (16x8) and C (16x8, f32) from
+        every lane's fragment (kir.Mma's layout), D = A @ B + C, scatter D per lane.
+        Products of f16/bf16 values are exact in f64; the 16 products and C are summed in
+        f64 and rounded once to f32 (exact on integer-valued data, as the GPU is; on
+        other data it may differ from the GPU's truncating adder in the last bit).
+        Fragments of lanes missing from a divergent warp count as 0."""
+        if s.dtype.numpy not in _HALF:
+            raise InterpError(f"mma input dtype {s.dtype} is not f16 or bf16{self.where()}")
+        self._check_warps(act, "warp-divergence", "mma", f"mma.m16n8k16.{s.dtype}")
+        n = len(act)
+        lane = act & 31
+        g, t = (lane >> 2)[:, None], (lane & 3)[:, None]
+        w = act >> 5
+        W = int(w[-1]) + 1
+        wi = w[:, None]
+
+        def gather(buf, index, count, itemsize, view):
+            arr, pos, ok = self._fragment(buf, index, act, count, itemsize, "mma")
+            v = arr.view(view)[act[:, None], pos].astype(_F64)
+            return v if ok is None else np.where(ok, v, 0.0)
+
+        k8, k4 = np.arange(8), np.arange(4)
+        A = np.zeros((W, 16, 16), _F64)
+        B = np.zeros((W, 16, 8), _F64)
+        C = np.zeros((W, 16, 8), _F64)
+        A[wi, g + 8 * ((k8 >> 1) & 1), 2 * t + (k8 & 1) + 8 * (k8 >> 2)] = gather(
+            s.a, s.a_index, 8, 2, s.dtype.numpy)
+        B[wi, 2 * t + (k4 & 1) + 8 * (k4 >> 1), g] = gather(s.b, s.b_index, 4, 2,
+                                                            s.dtype.numpy)
+        crow, ccol = g + 8 * (k4 >> 1), 2 * t + (k4 & 1)
+        C[wi, crow, ccol] = gather(s.c, s.c_index, 4, 4, _F32)
+        D = (np.matmul(A, B) + C).astype(_F32)
+        arr, pos, ok = self._fragment(s.d, s.d_index, act, 4, 4, "mma")
+        vals = D[wi, crow, ccol]
+        rows_t = np.broadcast_to(act[:, None], pos.shape)
+        if ok is not None:
+            rows_t, pos, vals = rows_t[ok], pos[ok], vals[ok]
+        arr.view(_F32)[rows_t, pos] = vals
+
+    def _cp_async(self, s, act):
+        """Issue: read src_size bytes of global memory now (the rest of the nbytes are
+        zeros), check the destination bytes against the race detector and mark them
+        pending; the data lands when a wait retires the copy's group (_land_copies)."""
+        nb = int(s.nbytes)
+        if nb not in (4, 8, 16) or (s.cache == "cg" and nb != 16):
+            raise InterpError(f"cp.async.{s.cache} of {nb} bytes (4, 8 or 16; .cg: 16)"
+                              f"{self.where()}")
+        if s.dst.memory is not kir.Memory.shared or s.src.memory is not kir.Memory.global_:
+            raise InterpError(f"cp.async copies global {s.src.name} to shared {s.dst.name}"
+                              f"{self.where()}")
+        lay = self._layout(s.dst)
+        item = lay.itemsize
+        if nb % item:
+            raise InterpError(f"cp.async of {nb} bytes into {lay.name} ({item}-byte "
+                              f"elements){self.where()}")
+        ne = nb // item
+        n = len(act)
+        di = self._index(self.ev(s.dst_index, act), n)
+        si = self._index(self.ev(s.src_index, act), n)
+        ss = (np.full(n, nb, np.int64) if s.src_size is None else
+              self._index(self.ev(s.src_size, act), n))
+        bad = (ss < 0) | (ss > nb)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InterpError(f"cp.async src-size {int(ss[i])} of thread "
+                              f"{self.interp.coords(act[i])} is not in 0..{nb}{self.where()}")
+        mis = (lay.offset + di * item) % nb != 0
+        if mis.any():
+            i = int(np.flatnonzero(mis)[0])
+            raise InterpError(f"cp.async destination {lay.name}[{int(di[i])}] of thread "
+                              f"{self.interp.coords(act[i])} is not {nb}-byte aligned"
+                              f"{self.where()}")
+        ok = self._check(lay.name, di, (di >= 0) & (di + ne <= lay.size), act,
+                         lambda: f"outside {lay.name}[0, {lay.size}) (a {nb}-byte copy)",
+                         lay)
+        if ok is not None:
+            act, di, si, ss, n = act[ok], di[ok], si[ok], ss[ok], int(ok.sum())
+        if not n:
+            return
+        g = self._global(s.src)
+        gi = g.dtype.itemsize
+        nsrc = -(-ss // gi)                      # source elements each thread reads
+        mx = int(nsrc.max())
+        data = np.zeros((n, max(nb, mx * gi)), np.uint8)
+        if mx:
+            need = (np.arange(mx) < nsrc[:, None]).ravel()
+            sidx = (si[:, None] + np.arange(mx)).ravel()
+            pos, okp = g.positions(sidx)
+            okp |= ~need                          # only the bytes src_size names are read
+            okc = self._check(g.name, sidx, okp, np.repeat(act, mx),
+                              lambda: self._global_oob(g))
+            take = need if okc is None else need & okc
+            vals = np.zeros(n * mx, g.dtype)
+            vals[take] = g.flat[pos[take]]
+            data[:, :mx * gi] = vals.view(np.uint8).reshape(n, mx * gi)
+        data = data[:, :nb]
+        data[np.arange(nb)[None, :] >= ss[:, None]] = 0       # zero fill
+        values = np.ascontiguousarray(data).view(lay.dtype).ravel()
+        tid = np.repeat(act, ne)
+        idx = (di[:, None] + np.arange(ne)).ravel()
+        ev = self._shared_write(lay, tid, idx, pending=True)
+        self.copies.append(_Copy(s, ev, lay, tid, idx, values,
+                                 np.repeat(self.committed[act], ne)))
+
+    def _cp_commit(self, s, act):
+        self.committed[act] += 1
+
+    def _cp_wait(self, s, act):
+        self.retired[act] = np.maximum(self.retired[act], self.committed[act] - int(s.n))
+        self._land_copies()
+
+    def _land_copies(self, events=None, end=False):
+        """Retire the copies whose group their thread's waits have retired (all of them
+        at the end of the block): write their data unless it has landed already, clear
+        their pending marks and record them as ordinary writes of the issuing threads
+        now. With `events` = (copy events, grains): an ordinary write just hit those
+        pending grains; the copies' elements there land (again) on top of it, the late
+        copy winning the write/write race as on the GPU, and stay pending."""
+        keep = []
+        for cp in self.copies:
+            if events is not None:
+                evs, hit = events
+                if cp.ev in evs:
+                    lay = cp.lay
+                    gg, _ = self._grains(lay, cp.tid, cp.idx)
+                    on = np.isin(gg.reshape(len(cp.idx), -1), hit).any(axis=1)
+                    self._view(lay)[cp.idx[on]] = cp.values[on]
+                    cp.landed |= on
+                keep.append(cp)
+                continue
+            sel = np.ones(len(cp.tid), bool) if end else cp.gid < self.retired[cp.tid]
+            if not sel.any():
+                keep.append(cp)
+                continue
+            fresh = sel & ~cp.landed
+            lay = cp.lay
+            self._view(lay)[cp.idx[fresh]] = cp.values[fresh]
+            g, t = self._grains(lay, cp.tid[sel], cp.idx[sel])
+            mine = g[(self.p_ev[g] == cp.ev) & (self.p_tid[g] == t)]
+            self.p_tid[mine] = _NONE
+            self.p_ev[mine] = _NONE
+            self.w_tid[g] = t
+            self.w_ev[g] = cp.ev
+            self.w_epoch[g] = self.epoch
+            self.w_buf[g] = lay.bufid
+            if not sel.all():
+                keep.append(cp.subset(~sel))
+        self.copies = keep
+
+    def finish(self):
+        """The end of the block: copies no wait retired are reported and land now."""
+        for cp in self.copies:
+            i = 0
+            t = cp.tid[i]
+            row = cp.idx[cp.tid == t]
+            lay = cp.lay
+            lo = lay.offset + int(row.min()) * lay.itemsize
+            hi = lay.offset + (int(row.max()) + 1) * lay.itemsize
+            fstmt, fiters, _ = self.events[cp.ev]
+            nthreads = len(np.unique(cp.tid))
+            self.interp.add(("async-pending", cp.stmt.label, "end"), lambda: Hazard(
+                kind="async-pending", buffer=lay.name, first=_point(cp.stmt),
+                second="end of the block", byte_range=(lo, hi),
+                threads=(self.interp.coords(t), self.interp.coords(t)),
+                iterations=(dict(fiters), {}), block=self.bidx,
+                detail=f"copy never waited for: {nthreads} thread(s) end with this "
+                       f"cp.async pending (no cp.async.wait_group retires it); it lands "
+                       f"at the end of the block"))
+        self._land_copies(end=True)
 
     # -- loads and ShuffleXor -------------------------------------------------------
 
@@ -897,8 +1198,8 @@ class _Block(_Evaluator):
 
     def _shuffle(self, e, act):
         """__shfl_xor_sync(0xffffffff, v, m): lane l gets lane l ^ m's value. Warps are
-        32 consecutive linear ids; every lane of each participating warp must be active.
-        (ldmatrix / mma.sync per-lane semantics will reuse this warp grouping.)"""
+        32 consecutive linear ids; every lane of each participating warp must be active
+        (ldmatrix and mma.sync share this warp grouping through _check_warps)."""
         v = self.ev(e.value, act)
         m = int(e.lane_mask)
         if not 0 <= m < 32:
@@ -907,33 +1208,38 @@ class _Block(_Evaluator):
         v = np.full(n, v) if np.ndim(v) == 0 else v
         full = np.zeros(self.T, dtype=v.dtype)
         full[act] = v
-        warps = act >> 5
-        counts = np.bincount(warps, minlength=int(warps[-1]) + 1)
-        bad = counts[warps] != 32
-        if bad.any():
-            w = int(warps[np.flatnonzero(bad)[0]])
-            lanes = np.arange(w * 32, w * 32 + 32)
-            inactive = lanes[~np.isin(lanes, act)]
-            cause = self.divergent[-1] if self.divergent else self.stmt
-            it = dict(self.iters)
-            absent = inactive[0] >= self.T
-            missing = (f"lane {inactive[0] - w * 32} does not exist (the block has "
-                       f"{self.T} threads)" if absent else
-                       f"thread {self.interp.coords(inactive[0])} is inactive")
-            self.interp.add(("shuffle-divergence", cause.label, self.stmt.label),
-                            lambda: Hazard(
-                kind="shuffle-divergence", buffer="shfl_xor", first=_point(cause),
-                second=_point(self.stmt),
-                threads=(self.interp.coords(act[np.flatnonzero(warps == w)[0]]),
-                         None if absent else self.interp.coords(inactive[0])),
-                iterations=(it, it), block=self.bidx,
-                detail=f"warp {w} runs shfl_xor(.., {m}) with "
-                       f"{int(counts[w])} of 32 lanes: {missing}"))
+        self._check_warps(act, "shuffle-divergence", "shfl_xor", f"shfl_xor(.., {m})")
         partner = act ^ m
         out = full[np.minimum(partner, self.T - 1)]
         if (partner >= self.T).any():
             out[partner >= self.T] = 0
         return out
+
+    def _check_warps(self, act, kind, name, what):
+        """Report `kind` if a warp that has an active lane does not have all 32 active
+        (a warp-collective instruction under divergent control flow, or a block whose
+        last warp is partial). Returns the mask over `act` of lanes in complete warps."""
+        warps = act >> 5
+        counts = np.bincount(warps, minlength=int(warps[-1]) + 1)
+        bad = counts[warps] != 32
+        if not bad.any():
+            return None
+        w = int(warps[np.flatnonzero(bad)[0]])
+        lanes = np.arange(w * 32, w * 32 + 32)
+        inactive = lanes[~np.isin(lanes, act)]
+        cause = self.divergent[-1] if self.divergent else self.stmt
+        it = dict(self.iters)
+        absent = inactive[0] >= self.T
+        missing = (f"lane {inactive[0] - w * 32} does not exist (the block has "
+                   f"{self.T} threads)" if absent else
+                   f"thread {self.interp.coords(inactive[0])} is inactive")
+        self.interp.add((kind, cause.label, self.stmt.label), lambda: Hazard(
+            kind=kind, buffer=name, first=_point(cause), second=_point(self.stmt),
+            threads=(self.interp.coords(act[np.flatnonzero(warps == w)[0]]),
+                     None if absent else self.interp.coords(inactive[0])),
+            iterations=(it, it), block=self.bidx,
+            detail=f"warp {w} runs {what} with {int(counts[w])} of 32 lanes: {missing}"))
+        return ~bad
 
     # -- helpers --------------------------------------------------------------------
 
@@ -1034,9 +1340,12 @@ class _Block(_Evaluator):
     def _shared_read(self, lay, act, idx):
         if not len(act):
             return
-        # cp.async: a read of grains with a pending async write is "async-pending" here.
         g, t = self._grains(lay, act, idx)
         e = self._event(lay.name)
+        pend = self.p_tid[g] >= 0
+        if pend.any():
+            self._report("async-pending", pend, g, t, lay, self.p_ev[g], self.p_tid[g],
+                         access="read")
         wb = self.w_buf[g]
         bad = wb != lay.bufid
         if bad.any():
@@ -1070,12 +1379,23 @@ class _Block(_Evaluator):
         self.r_tid2[ug] = n2
         self.r_epoch[ug] = self.epoch
 
-    def _shared_write(self, lay, act, idx):
+    def _shared_write(self, lay, act, idx, pending=False):
+        """An ordinary write; with `pending` (a cp.async issue) the same checks against
+        the accesses so far (the copy may land at once), but the grains are marked
+        pending instead of written: _land_copies writes them when a wait retires them.
+        Returns the access event."""
+        self.overlap = None
         if not len(act):
-            return
-        # cp.async: a write over grains with a pending async write is "async-pending".
+            return None
         g, t = self._grains(lay, act, idx)
         e = self._event(lay.name)
+        pend = self.p_tid[g] >= 0
+        self.overlap = None
+        if pend.any():
+            self._report("async-pending", pend, g, t, lay, self.p_ev[g], self.p_tid[g],
+                         access="wrote")
+            if not pending:
+                self.overlap = (set(np.unique(self.p_ev[g][pend]).tolist()), g[pend])
         cur = self.r_epoch[g] == self.epoch
         if cur.any():
             r1, r2 = self.r_tid1[g], self.r_tid2[g]
@@ -1099,12 +1419,17 @@ class _Block(_Evaluator):
                 ftid = np.full(len(g), _NONE, dtype=np.int64)
                 ftid[second] = ts[:-1][same]
                 self._report("WAW", mask, g, t, lay, np.full(len(g), e), ftid)
+        if pending:
+            self.p_tid[g] = t
+            self.p_ev[g] = e
+            return e
         self.w_tid[g] = t           # repeated grains: the highest thread wins, as the data
         self.w_ev[g] = e
         self.w_epoch[g] = self.epoch
         self.w_buf[g] = lay.bufid
+        return e
 
-    def _report(self, kind, mask, g, t, lay, fev, ftid):
+    def _report(self, kind, mask, g, t, lay, fev, ftid, access=None):
         """One hazard per first statement among the flagged (grain, thread) pairs."""
         grain = self.interp.grain
         sel_all = np.flatnonzero(mask)
@@ -1126,8 +1451,13 @@ class _Block(_Evaluator):
                     "WAR": "wrote bytes another thread read",
                     "WAW": "wrote bytes another thread wrote",
                     "stale-read": f"read through {lay.name} bytes last written through "
-                                  f"{fname}"}[kind]
-            since = "" if kind == "stale-read" else " since the last barrier"
+                                  f"{fname}",
+                    "async-pending": f"{access} bytes a cp.async has not landed yet "
+                                     f"(issued by thread {self.interp.coords(ftid[i])})"
+                    }[kind]
+            since = {"stale-read": "", "async-pending": ": no cp.async.wait_group of the "
+                     "issuing thread has retired it (a barrier does not)"}.get(
+                         kind, " since the last barrier")
             detail = (f"{nthreads} thread(s) {what}{since}; bytes [{span[0]}, {span[1]}) "
                       f"involved")
             self.interp.add(key, lambda: Hazard(
@@ -1171,6 +1501,8 @@ _EVAL = {
 _LEAF = {
     kir.Store: _Block._store, kir.Barrier: _Block._barrier,
     kir.Allocate: _Block._allocate, kir.Comment: _Block._comment,
+    kir.LdMatrix: _Block._ldmatrix, kir.Mma: _Block._mma, kir.CpAsync: _Block._cp_async,
+    kir.CpAsyncCommit: _Block._cp_commit, kir.CpAsyncWait: _Block._cp_wait,
 }
 _COMPOUND = {kir.ForLoop: _Block._for, kir.IfThenElse: _Block._if}
 

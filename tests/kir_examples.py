@@ -295,3 +295,254 @@ ALL_KERNELS = {
     "all_ops": all_ops_kernel,
     "casts": casts_kernel,
 }
+
+
+# -- tensor cores and asynchronous copies (sm_80+) --------------------------------------------
+#
+#   ldmatrix_kernel(num, trans, dtype)  one warp: x[num*64] (num 8x8 row-major matrices) ->
+#                               shared -> barrier -> ldmatrix.x{num}{.trans} -> every lane's
+#                               2*num halves to y[32, 2*num] (y[l, 2i + h]: half h of reg i)
+#   mma_kernel(dtype)           one warp: A[16, 16], B[16, 8] (k x n), C[16, 8] f32 loaded
+#                               into fragments by the documented layouts (plain Stores),
+#                               mma.m16n8k16, D stored by the layout to d[16, 8] and every
+#                               lane's 4 floats to regs[32, 4]
+#   ldmatrix_mma_kernel(dtype)  one warp: A and B staged in shared, fragments by ldmatrix
+#                               (A: x4, B: x2.trans), mma into a zeroed accumulator,
+#                               fragment indices from a loop variable; d[16, 8] = A @ B
+#   cp_async_kernel()           one block of 32: x[320] f32 -> shared by cp.async in three
+#                               groups (16-byte .cg with src-size 16/8/0, 4-byte .ca with
+#                               src-size 4/0, 8-byte .ca with src-size 8/0), commit after
+#                               each, wait_group 2, 1, 0, barrier, shared -> y[320];
+#                               .expected(x) is y in numpy
+# TENSORCORE_KERNELS names builders of every variant (all compile with NVRTC).
+
+
+def _lane_gt(name="l"):
+    """(lane, g, t) expressions for a one-warp block: l = threadIdx.x, g = l / 4, t = l % 4."""
+    lane = tid()
+    return lane, binop("div", lane, const(4)), binop("mod", lane, const(4))
+
+
+def ldmatrix_kernel(num=4, trans=False, dtype=F16, name=None):
+    name = name or f"ldmatrix_x{num}{'_trans' if trans else ''}_{dtype}"
+    n = num * 64
+    x = tensor("x", dtype, [const(n)])
+    y = tensor("y", dtype, [const(32), const(2 * num)], is_output=True)
+    ts = kir.Buffer("ts", dtype, kir.Memory.shared, size=const(n), byte_offset=const(0),
+                    tensor="ts")
+    frag = kir.Buffer("frag", dtype, kir.Memory.local, size=const(2 * num))
+    lane = tid()
+    u, i = kir.Var("u", I32), kir.Var("i", I32)
+    elem = add(mul(u, const(32)), lane)
+    write = kir.Store(ts, elem, load(x, [elem]), access=kir.AccessInfo("ts", (("TIDx", None),)))
+    # lane l supplies row l % 8 of matrix l / 8 (lanes past 8 * num: any valid row)
+    matrix = binop("mod", binop("div", lane, const(8)), const(num))
+    address = add(mul(matrix, const(64)), mul(binop("mod", lane, const(8)), const(8)))
+    ld = kir.LdMatrix(frag, const(0), ts, address, num=num, trans=trans,
+                      access=kir.AccessInfo("ts", (("TIDx", None),)))
+    barrier = kir.Barrier("sync1")
+    body = [
+        kir.Allocate(ts), kir.Allocate(frag),
+        kir.ForLoop(u, const(2 * num), [write], kind="unroll"),
+        barrier,
+        ld,
+        kir.ForLoop(i, const(2 * num), [store(y, [lane, i], kir.Load(frag, i))],
+                    kind="unroll"),
+    ]
+    kernel = finish(kir.Kernel(name, [x, y], [], body, launch([const(1)], [const(32)])))
+    barrier.reasons.append(kir.SyncReason(kir.HazardKind.RAW, ("ts",), write, ld))
+    return kernel
+
+
+def ldmatrix_expected(tile, num, trans):
+    """What ldmatrix_kernel stores: y[l, 2i + h] per the PTX ISA fragment figure, from
+    `tile` (num*64 values: matrix i row r column c at i*64 + r*8 + c)."""
+    import numpy as np
+    m = np.asarray(tile).reshape(num, 8, 8)
+    y = np.empty((32, 2 * num), dtype=m.dtype)
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        for i in range(num):
+            for h in range(2):
+                y[lane, 2 * i + h] = m[i, 2 * t + h, g] if trans else m[i, g, 2 * t + h]
+    return y
+
+
+# Fragment figures of mma.m16n8k16 as offsets: (row offset from g, column offset from 2t).
+A_FRAGMENT = ((0, 0), (0, 1), (8, 0), (8, 1), (0, 8), (0, 9), (8, 8), (8, 9))   # a0..a7
+CD_FRAGMENT = ((0, 0), (0, 1), (8, 0), (8, 1))                                  # c0..c3
+B_FRAGMENT = (0, 1, 8, 9)             # b0..b3: k = 2t + offset, n = g
+
+
+def _gt_coords(g, t, offsets):
+    """(g + dr, 2t + dc) for each offset, as ints or as kir expressions."""
+    if isinstance(g, int):
+        return [(g + dr, 2 * t + dc) for dr, dc in offsets]
+    return [(add(g, const(dr)), add(mul(t, const(2)), const(dc))) for dr, dc in offsets]
+
+
+def _a_coords(g, t):
+    """(row, col) of A's 8 halves a0..a7 held by the lane (g, t) (m16n8k16, row)."""
+    return _gt_coords(g, t, A_FRAGMENT)
+
+
+def _b_coords(g, t):
+    """(k, n) of B's 4 halves b0..b3 held by the lane (g, t)."""
+    return [(k, n) for n, k in _gt_coords(g, t, [(0, dk) for dk in B_FRAGMENT])]
+
+
+def _cd_coords(g, t):
+    """(row, col) of the 4 floats of C/D held by the lane (g, t)."""
+    return _gt_coords(g, t, CD_FRAGMENT)
+
+
+def mma_kernel(dtype=F16, name=None):
+    name = name or f"mma_{dtype}"
+    A = tensor("A", dtype, [const(16), const(16)])
+    B = tensor("B", dtype, [const(16), const(8)])
+    C = tensor("C", F32, [const(16), const(8)])
+    D = tensor("D", F32, [const(16), const(8)], is_output=True)
+    regs = tensor("regs", F32, [const(32), const(4)], is_output=True)
+    fa = kir.Buffer("fa", dtype, kir.Memory.local, size=const(8))
+    fb = kir.Buffer("fb", dtype, kir.Memory.local, size=const(4))
+    fc = kir.Buffer("fc", F32, kir.Memory.local, size=const(4))
+    fd = kir.Buffer("fd", F32, kir.Memory.local, size=const(4))
+    lane, g, t = _lane_gt()
+    body = [kir.Allocate(b) for b in (fa, fb, fc, fd)]
+    body += [kir.Store(fa, const(k), load(A, rc)) for k, rc in enumerate(_a_coords(g, t))]
+    body += [kir.Store(fb, const(k), load(B, kn)) for k, kn in enumerate(_b_coords(g, t))]
+    body += [kir.Store(fc, const(k), load(C, rc)) for k, rc in enumerate(_cd_coords(g, t))]
+    body.append(kir.Mma(fd, const(0), fa, const(0), fb, const(0), fc, const(0), dtype=dtype))
+    body += [store(D, rc, kir.Load(fd, const(k))) for k, rc in enumerate(_cd_coords(g, t))]
+    body += [store(regs, [lane, const(k)], kir.Load(fd, const(k))) for k in range(4)]
+    return finish(kir.Kernel(name, [A, B, C, D, regs], [], body,
+                             launch([const(1)], [const(32)])))
+
+
+def ldmatrix_mma_kernel(dtype=F16, name=None):
+    name = name or f"ldmatrix_mma_{dtype}"
+    A = tensor("A", dtype, [const(16), const(16)])
+    B = tensor("B", dtype, [const(16), const(8)])
+    D = tensor("D", F32, [const(16), const(8)], is_output=True)
+    As = kir.Buffer("As", dtype, kir.Memory.shared, size=const(256), byte_offset=const(0),
+                    tensor="As")
+    Bs = kir.Buffer("Bs", dtype, kir.Memory.shared, size=const(128), byte_offset=const(512),
+                    tensor="Bs")
+    fa = kir.Buffer("fa", dtype, kir.Memory.local, size=const(8))
+    fb = kir.Buffer("fb", dtype, kir.Memory.local, size=const(4))
+    acc = kir.Buffer("acc", F32, kir.Memory.local, size=const(8))
+    lane, g, t = _lane_gt()
+    u, j, k = kir.Var("u", I32), kir.Var("j", I32), kir.Var("k", I32)
+    none = kir.AccessInfo("As", (("TIDx", None),))
+    nb = kir.AccessInfo("Bs", (("TIDx", None),))
+    e = add(mul(u, const(32)), lane)             # element of the flattened tile
+    wa = kir.Store(As, e, load(A, [binop("div", e, const(16)), binop("mod", e, const(16))]),
+                   access=none)
+    wb = kir.Store(Bs, e, load(B, [binop("div", e, const(8)), binop("mod", e, const(8))]),
+                   access=nb)
+    # A: matrix i = lane / 8 is (rows 8 (i % 2).., cols 8 (i / 2)..), so registers come out
+    # in the order a0..a3 of the mma figure. B: .trans of the two 8x8 k-blocks of B (k x n,
+    # row-major), lane l < 16 supplying row k = l.
+    m = binop("div", lane, const(8))
+    arow = add(mul(binop("mod", m, const(2)), const(8)), binop("mod", lane, const(8)))
+    a_addr = add(mul(arow, const(16)), mul(binop("div", m, const(2)), const(8)))
+    b_addr = mul(binop("mod", lane, const(16)), const(8))
+    acc_at = mul(j, const(4))                  # j = 0 only: a loop-variable fragment index
+    lda = kir.LdMatrix(fa, const(0), As, a_addr, num=4, access=none)
+    ldb = kir.LdMatrix(fb, const(0), Bs, b_addr, num=2, trans=True, access=nb)
+    barrier = kir.Barrier("sync1")
+    body = [
+        kir.Allocate(As), kir.Allocate(Bs), kir.Allocate(fa), kir.Allocate(fb),
+        kir.Allocate(acc),
+        kir.ForLoop(u, const(8), [wa], kind="unroll"),
+        kir.ForLoop(u, const(4), [wb], kind="unroll"),
+        barrier,
+        lda, ldb,
+        kir.ForLoop(k, const(8), [kir.Store(acc, k, const(0.0, F32))], kind="unroll"),
+        kir.ForLoop(j, const(1), [
+            kir.Mma(acc, acc_at, fa, const(0), fb, const(0), acc, acc_at, dtype=dtype),
+        ]),
+    ]
+    body += [store(D, rc, kir.Load(acc, const(n))) for n, rc in enumerate(_cd_coords(g, t))]
+    kernel = finish(kir.Kernel(name, [A, B, D], [], body, launch([const(1)], [const(32)])))
+    barrier.reasons += [kir.SyncReason(kir.HazardKind.RAW, ("As",), wa, lda),
+                        kir.SyncReason(kir.HazardKind.RAW, ("Bs",), wb, ldb)]
+    return kernel
+
+
+CP_ASYNC_ELEMENTS = 320
+
+
+def cp_async_kernel(name="cp_async"):
+    """x[320] f32 -> shared ts -> y[320]: elements 0..127 by 16-byte .cg copies (thread t:
+    4t..4t+3, src-size 0 where t % 4 == 3, 8 where t % 4 == 2, else 16), 128..255 by 4-byte
+    .ca copies (thread t: 128 + t + 32 j, src-size 0 where (t + j) % 5 == 0), 256..319 by
+    8-byte .ca copies (thread t: 256 + 2t, src-size 0 where t % 3 == 0)."""
+    n = CP_ASYNC_ELEMENTS
+    x = tensor("x", F32, [const(n)])
+    y = tensor("y", F32, [const(n)], is_output=True)
+    ts = kir.Buffer("ts", F32, kir.Memory.shared, size=const(n), byte_offset=const(0),
+                    tensor="ts")
+    lane = tid()
+    u, j = kir.Var("u", I32), kir.Var("j", I32)
+    mine = kir.AccessInfo("ts", (("TIDx", "ts.0"),))
+    anyone = kir.AccessInfo("ts", (("TIDx", None),))
+    eq = lambda a, b: binop("eq", a, b)            # noqa: E731
+    mod = lambda a, b: binop("mod", a, const(b))   # noqa: E731
+    size16 = kir.Select(eq(mod(lane, 4), const(3)), const(0),
+                        kir.Select(eq(mod(lane, 4), const(2)), const(8), const(16), I32), I32)
+    e16 = mul(lane, const(4))
+    e4 = add(add(const(128), lane), mul(j, const(32)))
+    size4 = kir.Select(eq(mod(add(lane, j), 5), const(0)), const(0), const(4), I32)
+    e8 = add(const(256), mul(lane, const(2)))
+    size8 = kir.Select(eq(mod(lane, 3), const(0)), const(0), const(8), I32)
+    cp16 = kir.CpAsync(ts, e16, x.buffer, offset(x, [e16]), 16, size16, "cg", access=mine)
+    cp4 = kir.CpAsync(ts, e4, x.buffer, offset(x, [e4]), 4, size4, "ca", access=mine)
+    cp8 = kir.CpAsync(ts, e8, x.buffer, offset(x, [e8]), 8, size8, "ca", access=mine)
+    wait0 = kir.CpAsyncWait(0, sync_id="wait1")
+    barrier = kir.Barrier("sync1")
+    read = kir.Load(ts, add(mul(u, const(32)), lane), access=anyone)
+    out = store(y, [add(mul(u, const(32)), lane)], read)
+    body = [
+        kir.Allocate(ts),
+        cp16, kir.CpAsyncCommit(),
+        kir.ForLoop(j, const(4), [cp4], kind="unroll"), kir.CpAsyncCommit(),
+        cp8, kir.CpAsyncCommit(),
+        kir.CpAsyncWait(2), kir.CpAsyncWait(1), wait0,
+        barrier,
+        kir.ForLoop(u, const(n // 32), [out], kind="unroll"),
+    ]
+    kernel = finish(kir.Kernel(name, [x, y], [], body, launch([const(1)], [const(32)])))
+    for cp in (cp16, cp4, cp8):
+        wait0.reasons.append(kir.SyncReason(kir.HazardKind.ASYNC, ("ts",), cp, out))
+        barrier.reasons.append(kir.SyncReason(kir.HazardKind.RAW, ("ts",), cp, out))
+    return kernel
+
+
+def cp_async_expected(x):
+    """y of cp_async_kernel for input x (numpy, 320 f32)."""
+    import numpy as np
+    y = np.array(x, dtype=np.float32, copy=True)
+    for t in range(32):
+        if t % 4 == 3:
+            y[4 * t:4 * t + 4] = 0
+        elif t % 4 == 2:
+            y[4 * t + 2:4 * t + 4] = 0
+        for j in range(4):
+            if (t + j) % 5 == 0:
+                y[128 + t + 32 * j] = 0
+        if t % 3 == 0:
+            y[256 + 2 * t:256 + 2 * t + 2] = 0
+    return y
+
+
+TENSORCORE_KERNELS = {
+    **{f"ldmatrix_x{num}{'_trans' if trans else ''}_{dt}":
+       (lambda num=num, trans=trans, dt=dt: ldmatrix_kernel(num, trans, dt))
+       for num in (1, 2, 4) for trans in (False, True) for dt in (F16, BF16)},
+    "mma_f16": lambda: mma_kernel(F16),
+    "mma_bf16": lambda: mma_kernel(BF16),
+    "ldmatrix_mma_f16": lambda: ldmatrix_mma_kernel(F16),
+    "ldmatrix_mma_bf16": lambda: ldmatrix_mma_kernel(BF16),
+    "cp_async": cp_async_kernel,
+}
