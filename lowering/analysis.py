@@ -359,6 +359,15 @@ def _check_output_read_back(ctx, tv):
                     f"schedules segment here) or bind matching axes")
 
 
+def reduction_thread(ctx, tv):
+    """The thread index tv's block reduction combines over (TIDx, TIDy), or None."""
+    for i, axis in enumerate(tv.loop):
+        parallel = ctx.concrete_axis(tv, i).parallel
+        if axis.is_reduction and parallel in THREAD_TYPES:
+            return parallel
+    return None
+
+
 class StoreInfo:
     """What the predicate pass needs to know about a Store: the tensor whose loop nest it
     sits in, which part of a reduction it is, and whether it writes shared/global memory."""
@@ -381,11 +390,15 @@ def check_supported(ctx):
                 raise ScheduleError(f"{tv.name}: reduction axis {i} is bound to "
                                     f"{concrete.parallel}; grid reductions are not supported "
                                     "yet (rfactor the reduction, or bind a thread index)")
-            if axis.is_reduction and concrete.parallel in (ParallelType.TIDy,
-                                                           ParallelType.TIDz):
-                raise ScheduleError(f"{tv.name}: reduction axis {i} is bound to "
-                                    f"{concrete.parallel}; block reductions are supported "
-                                    "over TIDx only")
+            if axis.is_reduction and concrete.parallel is ParallelType.TIDz:
+                raise ScheduleError(f"{tv.name}: reduction axis {i} is bound to TIDz; block "
+                                    "reductions are supported over TIDx or TIDy")
+        bound = [ctx.concrete_axis(tv, i).parallel for i, a in enumerate(tv.loop)
+                 if a.is_reduction and ctx.concrete_axis(tv, i).parallel in THREAD_TYPES]
+        if len(bound) > 1:
+            raise ScheduleError(f"{tv.name}: reduction axes are bound to "
+                                f"{' and '.join(map(str, bound))}; a block reduction combines "
+                                "one thread index (merge the axes first)")
             if axis.parallel is ParallelType.mma:
                 raise ScheduleError(f"{tv.name}: axis {i} is an mma axis; tensor-core "
                                     "lowering arrives with the matmul issue")

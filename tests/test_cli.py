@@ -28,7 +28,7 @@ TWO = ("fusion a(x: f32[N]) {\n  y = x * 2.0\n  output y\n}\n"
        "fusion b(x: f32[N]) {\n  y = x + 1.0\n  output y\n}\n")
 BAD = "fusion f(x: f32[N]) {\n  y = frobnicate(x)\n  output y\n}\n"
 TIDY_REDUCTION = ("fusion f(x: f32[M, N]) {\n  s = sum(x, axes=[1])\n  output s\n}\n"
-                  "schedule f {\n  s.parallelize(0, BIDx)\n  s.parallelize(1, TIDy)\n}\n")
+                  "schedule f {\n  s.parallelize(0, BIDx)\n  s.parallelize(1, TIDz)\n}\n")
 ENV_VARS = ("FUSERIR_DUMP", "FUSERIR_DUMP_AFTER", "FUSERIR_TRACEBACK")
 
 
@@ -495,8 +495,8 @@ ERRORS = [
      "FUSERIR_DUMP_AFTER: unknown name 'x'; expected a comma-separated list of: "
      "inline_defaults,"),
     (("inspect", "{tmp}/tidy.fz"), None,
-     "fuserir: error: s: reduction axis 1 is bound to TIDy; block reductions are supported "
-     "over TIDx only"),
+     "fuserir: error: s: reduction axis 1 is bound to TIDz; block reductions are supported "
+     "over TIDx or TIDy"),
 ]
 for i, (args, env, _) in enumerate(ERRORS):
     command(f"error-{i}", *args, env=env, cwd=EXAMPLES)
@@ -541,7 +541,7 @@ command("tidy-placed", "dump", "{tmp}/tidy.fz", "--after", "inline_defaults")
 
 def test_fusion_picks_one_and_a_refused_schedule_still_shows_its_placement(ran):
     assert ok(ran["two-pick"]) == "fusion b(x: f32[N]) {\n  y = x + 1.0\n  output y\n}\n"
-    assert "s: f32[M] global loop=[iBIDx{M} rTIDy{N}]" in ok(ran["tidy-placed"])
+    assert "s: f32[M] global loop=[iBIDx{M} rTIDz{N}]" in ok(ran["tidy-placed"])
 
 
 def test_matmul_schedule_statement_is_not_implemented_yet(tmp_path):

@@ -313,8 +313,11 @@ schedule rows {
 @pytest.mark.parametrize("schedule, message", [
     ("s.parallelize(1, BIDy)", "s: reduction axis 1 is bound to BIDy; grid reductions are "
                                "not supported yet"),
-    ("s.parallelize(1, TIDy)", "s: reduction axis 1 is bound to TIDy; block reductions are "
-                               "supported over TIDx only"),
+    ("s.parallelize(1, TIDz)", "s: reduction axis 1 is bound to TIDz; block reductions are "
+                               "supported over TIDx or TIDy"),
+    ("s.split(1, 4)\n  s.parallelize(1, TIDy)\n  s.parallelize(2, TIDx)",
+     "s: reduction axes are bound to TIDy and TIDx; a block reduction combines one thread "
+     "index"),
     ("xc = x.cache_after(local)\n  xc.parallelize(1, TIDx)\n  xc.compute_at(s, 0)",
      "s reads xc, which lives in local memory with axis 1 bound to TIDx, but s does not "
      "bind the same axis to TIDx"),

@@ -114,11 +114,13 @@ def test_inner_reduction_is_one_block_per_row_with_a_block_reduction():
                if isinstance(s, kir.Store) for e in kir.walk_expr(s.value))
 
 
-def test_outer_reduction_has_a_thread_per_output_and_no_barrier():
+def test_outer_reduction_spreads_rows_over_tidy_and_combines_through_shared_memory():
     fusion = fuserir.parse(CASES["column_sum"][0])
     kernel = codegen.compile(fusion, backend="interp").kernels[0].kir
-    assert kir.format_expr(kernel.launch.grid[0]) == "ceildiv(N, 128)"
-    assert not any(isinstance(s, kir.Barrier) for s in kir.walk(kernel.body))
+    assert kir.format_expr(kernel.launch.grid[0]) == "ceildiv(N, 32)"
+    assert [e.value for e in kernel.launch.block] == [32, 16, 1]
+    (barrier,) = [s for s in kir.walk(kernel.body) if isinstance(s, kir.Barrier)]
+    assert [(r.kind.value, r.buffers) for r in barrier.reasons] == [("RAW", ("s_scratch",))]
 
 
 def test_softmax_reads_the_row_once_into_shared_memory():

@@ -12,8 +12,9 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
   threads striding the row and combining through a block reduction; a reduction broadcast
   back into the row (softmax, layer norm) stays in the same block, inputs read by several
   loop nests are cached in shared memory, and cheap intermediates used by several nests
-  are recomputed rather than stored; for an outer reduction each thread owns an output
-  element and loops over the reduced rows (coalesced across threads);
+  are recomputed rather than stored; for an outer reduction a block owns 32 neighbouring
+  outputs (TIDx, so each warp reads a contiguous piece of a row) and 16 rows of threads
+  (TIDy) stride down the reduced rows, then combine;
 * a matmul without the matmul scheduler: one thread per output element, K serial
   (correct everywhere; the tensor-core scheduler arrives with the matmul issue).
 """
@@ -29,6 +30,8 @@ UNROLL = 4
 REDUCTION_THREADS = 512
 NORMALIZATION_THREADS = 256
 MATMUL_THREADS = 128
+OUTER_COLUMNS = 32       # outer reductions: columns per block (TIDx) ...
+OUTER_ROWS = 16          # ... and rows reduced in parallel (TIDy)
 
 
 def schedule_auto(fusion, persistent=True):
@@ -214,15 +217,19 @@ def _schedule_reduction(fusion, persistent):
                 t.parallelize(0, "BIDx")
             t.parallelize(-1, "TIDx")
         else:
-            t.split(0, POINTWISE_THREADS)
+            # [I, R] -> [I/32, 32, R/16, 16]: a warp reads 32 neighbouring columns of a row,
+            # 16 rows of threads stride down the reduced rows, then combine over TIDy.
+            t.split(0, OUTER_COLUMNS)
+            t.split(2, OUTER_ROWS)
             t.parallelize(0, "BIDx")
             t.parallelize(1, "TIDx")
+            t.parallelize(3, "TIDy")
     for t in reduced:
         if t.ndim == 0:
             continue
         _flatten(t)
         if not inner:
-            t.split(0, POINTWISE_THREADS)
+            t.split(0, OUTER_COLUMNS)
             t.parallelize(1, "TIDx")
         t.parallelize(0, "BIDx")
     if broadcasts_back:

@@ -9,7 +9,8 @@ reduction axes hold no data. The buffer is laid out row-major over the kept loop
 
 A reduction accumulates in a local buffer of its accumulation type, which keeps only the
 iteration axes that sit inside its reduction loops. A block reduction gets a shared
-scratch buffer of 32 partials (one per warp of a 1024-thread block).
+scratch: 32 partials for one over TIDx (one per warp of a 1024-thread block), 1024 for
+one over TIDy (one per thread).
 
 Shared buffers are placed one after another in the block's shared-memory pool at 16-byte
 aligned byte offsets; later passes (and the matmul issue's reuse pass) reason on these
@@ -22,9 +23,12 @@ from fuserir.ir.tensor import MemoryType
 from fuserir.ops import accumulate_dtype
 
 from .. import kir
-from ..analysis import BLOCK_TYPES, LOOP_TYPES, THREAD_TYPES
+from fuserir.ir.iterdomain import ParallelType
 
-SCRATCH_WARPS = 32
+from ..analysis import BLOCK_TYPES, LOOP_TYPES, THREAD_TYPES, reduction_thread
+
+SCRATCH_WARPS = 32       # a TIDx reduction keeps one partial per warp
+MAX_THREADS = 1024       # a TIDy reduction keeps one partial per thread
 
 
 def _kept_positions(ctx, tv):
@@ -96,8 +100,10 @@ def run(ctx, kernel):
         ctx.accumulators[tv] = acc
         place(acc, layout)
         if tv in block_reduced:
+            size = SCRATCH_WARPS if reduction_thread(ctx, tv) is ParallelType.TIDx \
+                else MAX_THREADS
             scratch = kir.Buffer(f"{tv.name}_scratch", dtype, kir.Memory.shared,
-                                 ctx.const(SCRATCH_WARPS), tensor=None)
+                                 ctx.const(size), tensor=None)
             ctx.scratch[tv] = scratch
             place(scratch, [])
     kernel.body = allocations + kernel.body

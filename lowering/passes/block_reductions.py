@@ -1,4 +1,4 @@
-"""Pass `block_reductions`: combine the partials of a reduction bound to TIDx.
+"""Pass `block_reductions`: combine the partials of a reduction bound to TIDx or TIDy.
 
 After its serial loops every thread holds a partial in its accumulator. The block then
 all-reduces along x, spelled out in kernel IR rather than hidden in a helper, so that sync
@@ -10,13 +10,19 @@ insertion sees (and the interpreter checks) every shared-memory access:
 
 Every thread ends with the row's result. blockDim.x is a multiple of 32 (the loop-nest
 pass rounds it up) so warps never straddle rows; threads past the axis extent hold the
-identity. The barriers between the scratch writes and reads (and before the scratch is
-written again in a later iteration) are not emitted here: sync insertion finds them.
+identity. A reduction bound to TIDy (an outer reduction whose rows are spread over the
+block's y threads) goes through shared memory alone: every thread writes its partial and
+then folds its column's. The barriers between the scratch writes and reads (and before
+the scratch is written again in a later iteration) are not emitted here: sync insertion
+finds them.
 """
 
 from fuserir.ir.exprs import ReductionOp
 
+from fuserir.ir.iterdomain import ParallelType
+
 from .. import kir
+from ..analysis import reduction_thread
 from .indexing import accumulator_index, combine, identity
 
 WARP = 32
@@ -28,6 +34,8 @@ def _special(ctx, kind, axis):
 
 def expand(ctx, part):
     tv = part.tv
+    if reduction_thread(ctx, tv) is ParallelType.TIDy:
+        return expand_over_y(ctx, tv)
     expr = tv.definition
     op = combine(expr.op if isinstance(expr, ReductionOp) else "sum")
     acc, scratch = ctx.accumulators[tv], ctx.scratch[tv]
@@ -59,6 +67,36 @@ def expand(ctx, part):
     stmts.append(kir.ForLoop(w, warps_per_row, [
         kir.Store(acc, index, kir.BinOp(op, partial(), gathered, acc.dtype))]))
     return stmts
+
+
+def expand_over_y(ctx, tv):
+    """A reduction bound to TIDy: threads of one column of the block (same x) combine
+    through shared memory, one partial per thread:
+
+        scratch[(z * bdy + y) * bdx + x] = acc
+        acc = identity; for w: acc = op(acc, scratch[(z * bdy + w) * bdx + x])
+    """
+    expr = tv.definition
+    op = combine(expr.op if isinstance(expr, ReductionOp) else "sum")
+    acc, scratch = ctx.accumulators[tv], ctx.scratch[tv]
+    index = accumulator_index(ctx, tv)
+    T, D = kir.SpecialKind.threadIdx, kir.SpecialKind.blockDim
+    tx, ty, tz = (_special(ctx, T, a) for a in "xyz")
+    dx, dy = _special(ctx, D, "x"), _special(ctx, D, "y")
+    b = ctx.binop
+    access = kir.AccessInfo(scratch.name, tuple((p.value, None) for p in ctx.threads_used()))
+
+    def slot(y):
+        return b("add", b("mul", b("add", b("mul", tz, dy), y), dx), tx)
+
+    w = kir.Var(f"w_{tv.name}", ctx.index_dtype)
+    return [
+        kir.Comment(f"block reduction of {tv.name} over threadIdx.y"),
+        kir.Store(scratch, slot(ty), kir.Load(acc, index), access),
+        kir.Store(acc, index, identity(op, acc.dtype)),
+        kir.ForLoop(w, dy, [kir.Store(acc, index, kir.BinOp(
+            op, kir.Load(acc, index), kir.Load(scratch, slot(w), access), acc.dtype))]),
+    ]
 
 
 def _rewrite(ctx, stmts):

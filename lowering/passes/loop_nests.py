@@ -20,7 +20,7 @@ from fuserir.ir import extent as ext
 from fuserir.ir.iterdomain import ParallelType, Split, history
 
 from .. import kir
-from ..analysis import THREAD_TYPES
+from ..analysis import THREAD_TYPES, reduction_thread
 
 
 class Item:
@@ -130,6 +130,7 @@ def run(ctx, kernel):
     tensor_params = _params(ctx)
     body = _nest(ctx, _items(ctx), 0)
     has_block_reduction = any(isinstance(s, kir.ExprStmt) and s.role == "block_reduce"
+                              and reduction_thread(ctx, s.tv) is ParallelType.TIDx
                               for s in kir.walk(body))
     block = tuple(ctx.launch_extent(p, 32 if (p is ParallelType.TIDx and has_block_reduction)
                                     else 1) for p in THREAD_TYPES)

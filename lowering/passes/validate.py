@@ -3,7 +3,7 @@
 It first computes the facts the rest of lowering shares (the exact map and parallel
 extents, lowering.analysis), which is only possible now that inline_defaults has placed
 every tensor, then checks the schedule against them (analysis.check_supported): grid and
-non-TIDx block reductions, mma axes, global intermediates, circular buffering, a local or
+TIDz or two-index block reductions, mma axes, global intermediates, circular buffering, a local or
 shared tensor read by a thread or block that does not hold it, a placement a consumer
 cannot see. Each refusal is a ScheduleError naming the tensor, the axis and a way out.
 """
