@@ -64,6 +64,7 @@ class Step:
     outputs: list
     kernel: CompiledKernel
     wide: CompiledKernel = None
+    shapes: list = None          # shapes of the tensors it computes (index-width check)
 
 
 class Executable:
@@ -139,15 +140,18 @@ class Executable:
         return results
 
     def _fits_shared_memory(self, steps, env):
-        from .launch import device_shared_limit
+        from .launch import device_shared_limit, launch_config
         limit = device_shared_limit()
-        return all(kir.shared_bytes(s.kernel.kir, env) <= limit for s in steps)
+        return all(launch_config(s.kernel.kir, _scalars(s.kernel, env))[2] <= limit
+                   for s in steps)
 
     def _kernel_for(self, step, env, values):
         """The step's 32-bit-index kernel, or a 64-bit one where some tensor spans more
         elements (or offsets) than an i32 holds."""
-        spans = [max(1, int(np.prod([ext.evaluate(e, env) for e in t.shape])))
-                 for t in step.fusion.tensors if not t.is_input]
+        if step.shapes is None:      # (fusion.tensors sorts the graph: once per step)
+            step.shapes = [t.shape for t in step.fusion.tensors if not t.is_input]
+        spans = [max(1, int(np.prod([ext.evaluate(e, env) for e in shape])))
+                 for shape in step.shapes]
         spans += [_element_span(values[n]) for n in step.inputs]
         if max(spans, default=1) <= INDEX_LIMIT:
             return step.kernel

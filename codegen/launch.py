@@ -16,6 +16,7 @@ index type, extents are positive. The full executor (torch/numpy inputs, allocat
 outputs, size classes) lives elsewhere.
 """
 
+import functools
 import hashlib
 
 import numpy as np
@@ -27,6 +28,8 @@ __all__ = ["launch", "load_function", "launch_config"]
 
 _STATIC_SHARED_LIMIT = 48 * 1024
 _modules = {}       # (device id, sha256 of cubin) -> cupy Module (kept loaded)
+_functions = {}     # (device id, id(cubin), name) -> (cubin, function): no rehash per launch
+_configs = {}       # (id(kernel), scalar values) -> (kernel, (grid, block, shared bytes))
 
 
 def load_function(cubin, name):
@@ -35,25 +38,46 @@ def load_function(cubin, name):
     import cupy
     from cupy.cuda import function
     device = cupy.cuda.Device().id
+    known = _functions.get((device, id(cubin), name))
+    if known is not None and known[0] is cubin:
+        return known[1]
     key = (device, hashlib.sha256(cubin).hexdigest())
     module = _modules.get(key)
     if module is None:
         module = function.Module()
         module.load(bytes(cubin))
         _modules[key] = module
-    return module.get_function(name)
+    func = module.get_function(name)
+    _functions[(device, id(cubin), name)] = (cubin, func)
+    return func
 
 
 def device_shared_limit():
     """The most shared memory one block of the current device may opt in to (bytes)."""
     import cupy
+    return _shared_limit(cupy.cuda.Device().id)
+
+
+@functools.lru_cache(maxsize=None)
+def _shared_limit(device):
+    import cupy
     runtime = cupy.cuda.runtime
-    return runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                      cupy.cuda.Device().id)
+    return runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, device)
 
 
 def launch_config(kernel, scalars):
-    """(grid, block, shared_bytes) of `kernel` for the scalar values `scalars`."""
+    """(grid, block, shared_bytes) of `kernel` for the scalar values `scalars` (computed
+    once per kernel and values)."""
+    key = (id(kernel), tuple(sorted(scalars.items())))
+    known = _configs.get(key)
+    if known is not None and known[0] is kernel:
+        return known[1]
+    config = _launch_config(kernel, scalars)
+    _configs[key] = (kernel, config)
+    return config
+
+
+def _launch_config(kernel, scalars):
     cfg = kernel.launch
     if cfg is None or cfg.grid is None or cfg.block is None:
         raise ValueError(f"kernel {kernel.name} has no launch configuration")
