@@ -1,17 +1,22 @@
-"""codegen.compile: a scheduled fusion -> an Executable that runs on either backend.
+"""codegen.compile: a fusion -> an Executable that runs on either backend.
 
     exe = codegen.compile(fusion, backend="cuda" | "interp",
                           disable_passes=(), drop_syncs=(), verify=True)
     exe.kernels[0].source         # CUDA text (both backends)
     outs = exe.run({"x": x, ...}) # {output name: array}
 
-Compilation never needs a GPU: the fusion is lowered (lowering.pipeline) and, for the cuda
-backend, compiled to a cubin by NVRTC at compile(); sizes and named scalars are kernel
-arguments bound at run(). run() checks inputs against the fusion (dtypes, ranks, sizes),
-allocates outputs poisoned with NaN (or an integer sentinel) so an unwritten element shows,
-and launches: on the GPU through CuPy, or in the interpreter (which raises RaceError for
-any hazard it observes). The full executor (torch streams, caches per size class,
-automatic schedules) grows here with the executor issue.
+Compilation never needs a GPU. A fusion with a schedule is lowered (lowering.pipeline) to
+one kernel; one without gets automatic schedules, segmented into several kernels where
+one cannot do it (codegen.segmentation). For the cuda backend each kernel is compiled to a
+cubin by NVRTC at compile(); sizes and named scalars are kernel arguments bound at run().
+
+run() checks inputs against the fusion (dtypes, ranks, sizes; strides are passed to the
+kernels, so non-contiguous inputs are read correctly), allocates outputs and the global
+intermediates between kernels (poisoned in the interpreter, and on the GPU when asked),
+switches to 64-bit index kernels when a tensor is too large for 32-bit indices and to the
+segmented plan when a row does not fit the device's shared memory, and launches: on the
+GPU through CuPy (on torch's current stream when given torch tensors, which it returns),
+or in the interpreter (which raises RaceError for any hazard it observes).
 """
 
 from dataclasses import dataclass
@@ -102,8 +107,8 @@ class Executable:
         {output name: array} (numpy for interp, CuPy for cuda; bf16 on the GPU as its
         uint16 bits). `blocks` (interp only) runs just those blocks (x, y, z) of every
         kernel; the other blocks' outputs stay poisoned. `poison` fills outputs with NaN
-        (or an integer sentinel) first, so that an unwritten element shows: the default
-        in the interpreter; on the GPU it costs a write of every output, so ask for it."""
+        (or an integer sentinel) first, so that an unwritten element shows: always in the
+        interpreter; on the GPU it costs a write of every output, so ask for it."""
         poison = self.backend == "interp" if poison is None else poison
         given, env = self._bind(inputs)
         for step in self.steps:
