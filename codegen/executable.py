@@ -70,6 +70,7 @@ class Step:
     kernel: CompiledKernel
     wide: CompiledKernel = None
     shapes: list = None          # shapes of the tensors it computes (index-width check)
+    vectors: dict = None         # inputs read by multi-element cp.async: {name: bytes}
 
 
 class Executable:
@@ -125,6 +126,8 @@ class Executable:
             steps = self._steps_for(False)     # a row does not fit: segment the fusion
         torch_inputs = any(type(v).__module__.startswith("torch") for v in given.values())
         values = self.prepare_inputs(given)
+        for step in steps:
+            _check_vector_copies(step, values)
         with _stream(torch_inputs and self.backend == "cuda"):
             for step in steps:
                 kernel = self._kernel_for(step, env, values)
@@ -215,6 +218,33 @@ def _to_device(array):
             return cupy.from_dlpack(array.view(torch.int16)).view(np.uint16)
         return cupy.from_dlpack(array)
     return cupy.asarray(array)
+
+
+def _check_vector_copies(step, values):
+    """A cp.async of several elements reads them in one access: the source must be
+    contiguous along its last axis, that axis a whole number of vectors, and every row
+    start aligned to the vector's bytes. Refuse anything else, naming what is needed."""
+    if step.vectors is None:
+        step.vectors = {s.src.name: s.nbytes for s in kir.walk(step.kernel.kir.body)
+                        if isinstance(s, kir.CpAsync) and s.nbytes > s.src.dtype.itemsize}
+    for name, nbytes in step.vectors.items():
+        array = values.get(name)
+        if array is None or not getattr(array, "shape", None):
+            continue
+        itemsize = array.dtype.itemsize
+        width = nbytes // itemsize
+        strides = list(array.strides)
+        pointer = array.data.ptr if hasattr(array.data, "ptr") else 0
+        ok = (array.shape[-1] % width == 0
+              and (strides[-1] == itemsize or array.shape[-1] == 1)
+              and all(s % nbytes == 0 for s, d in zip(strides[:-1], array.shape) if d > 1)
+              and pointer % nbytes == 0)
+        if not ok:
+            raise FuserirError(
+                f"input {name}: the kernel copies it {nbytes} bytes ({width} elements) at a "
+                f"time with cp.async, so its last axis must be contiguous with a length that "
+                f"is a multiple of {width}, and every row must start {nbytes}-byte aligned; "
+                f"got shape {tuple(array.shape)}, strides {tuple(strides)} bytes")
 
 
 def _element_span(array):

@@ -17,6 +17,7 @@ It sits between the fusion IR and the passes so that no pass re-derives these fa
 import networkx as nx
 
 from fuserir.dtypes import DataType
+from fuserir.ir.exprs import LoadStoreOp
 from fuserir.ir.tensor import TensorView
 from fuserir.errors import ScheduleError
 from fuserir.ir import extent as ext
@@ -89,6 +90,20 @@ def build_exact_map(fusion):
     return uf
 
 
+def is_async_copy(tv):
+    """Is tv a cache_after(shared, async_copy=True) copy (lowered to cp.async)?"""
+    return isinstance(tv.definition, LoadStoreOp) and tv.definition.async_copy
+
+
+def async_vector_bytes(tv):
+    """Bytes one cp.async of tv moves: its vector (innermost vectorized axis) or one
+    element."""
+    last = tv.loop[-1] if tv.loop else None
+    width = last.extent if last is not None and last.parallel is ParallelType.vectorize \
+        else 1
+    return width * tv.dtype.itemsize
+
+
 def live_tensors(fusion):
     """The tensors some output depends on (others are dead code: nothing computes them)."""
     live = set(fusion.outputs)
@@ -112,10 +127,15 @@ class LoweringContext:
         self.tensor_params = {}      # tensor -> kir.TensorParam
         self.scalar_vars = {}        # symbol name -> kir.Var
         self.store_info = {}         # kir.Store -> StoreInfo (what predicates need)
+        self.async_vectors = set()   # vector axes of async copies (not loops)
 
     def analyze(self):
         """Compute the exact map and parallel extents of the (now fully placed) fusion."""
         self.live = live_tensors(self.fusion)
+        for tv in self.live:
+            if is_async_copy(tv) and tv.loop and \
+                    tv.loop[-1].parallel is ParallelType.vectorize:
+                self.async_vectors.add(tv.loop[-1])
         self.exact = build_exact_map(self.fusion)
         self._parallel_extents()
 
@@ -131,8 +151,9 @@ class LoweringContext:
         return owner.loop[j]
 
     def is_loop(self, axis):
-        """Does this (concrete) axis become a for-loop in the kernel?"""
-        if axis.parallel not in LOOP_TYPES:
+        """Does this (concrete) axis become a for-loop in the kernel? (Not the vector axis
+        of an async copy: one cp.async moves the whole vector.)"""
+        if axis.parallel not in LOOP_TYPES or axis in self.async_vectors:
             return False
         return not (axis.is_broadcast or axis.extent == 1)
 

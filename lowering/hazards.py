@@ -162,6 +162,11 @@ def find_hazards(body):
                 if kind is not None:
                     record(earlier, access, kind)
             for copy in state.pending():
+                # One copy statement writes each element of its tensor once per placement
+                # (its own loops and threads enumerate the elements), so its executions do
+                # not overlap one another; everything else meeting a pending copy does.
+                if access.pending and copy.stmt is access.stmt:
+                    continue
                 if may_overlap(copy.buffer, access.buffer):
                     record(copy, access, kir.HazardKind.ASYNC)
             if access.pending:

@@ -134,3 +134,13 @@ def test_torch_tensors_in_and_out_on_torchs_stream():
     got = codegen.compile(bf16, backend="cuda").run({"x": xb, "b": bb})["out"]
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got, torch.relu(xb.float() + bb.float()).to(torch.bfloat16))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["f32", "f16_vectors"])
+def test_async_copies_on_gpu(case):
+    import test_async_copy
+    text, shape = test_async_copy.CASES[case]
+    fusion = fuserir.parse(text)
+    big = (37, shape[1] * 5 + (0 if case == "f16_vectors" else 3))
+    check_on_gpu(fusion, test_async_copy.inputs_for(fusion, big, np.random.default_rng()))

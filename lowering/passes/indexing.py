@@ -14,7 +14,10 @@ parts become: accumulator = identity; accumulator = op(accumulator, operand); an
 final store of the accumulator, converted to the output type.
 
 Shared-memory accesses are tagged with AccessInfo (which thread owns each element) for
-sync insertion. Block reductions are left to the next pass.
+sync insertion. A cache_after(shared, async_copy=True) becomes cp.async copies (one per
+element, or per vector when its innermost axis is vectorized: 4, 8 or 16 bytes), then a
+commit and a wait_group 0 after its own loops; sync insertion adds the barriers. Block
+reductions are left to the next pass.
 """
 
 import numpy as np
@@ -25,8 +28,10 @@ from fuserir.ir.exprs import (BinaryOp, BroadcastOp, CastOp, LoadStoreOp, Matmul
                               ReductionOp, UnaryOp, WhereOp)
 from fuserir.ir.tensor import Scalar
 
+from fuserir.errors import ScheduleError
+
 from .. import kir
-from ..analysis import StoreInfo
+from ..analysis import StoreInfo, async_vector_bytes, is_async_copy
 
 _BINARY_NAMES = {"maximum": "max", "minimum": "min"}
 
@@ -153,10 +158,32 @@ def store(ctx, tv, value, index, role):
     return s
 
 
+def async_copy(ctx, tv, index):
+    """cp.async of tv's element (or vector) from the global tensor it caches."""
+    source = load(ctx, tv.definition, tv.definition.inputs[0], index)
+    buffer = ctx.buffers[tv]
+    target = buffer_index(ctx, tv, {a: ctx.loop_index(tv, i) for i, a in enumerate(tv.loop)})
+    nbytes = async_vector_bytes(tv)
+    if nbytes not in (4, 8, 16):
+        raise ScheduleError(f"{tv.name}: an async copy moves 4, 8 or 16 bytes, but one "
+                            f"{'vector' if nbytes > tv.dtype.itemsize else 'element'} of "
+                            f"{tv.name} is {nbytes}; vectorize its innermost axis")
+    access = kir.AccessInfo(tv.name, ctx.owner(tv, is_write=True))
+    copy = kir.CpAsync(buffer, target, source.buffer, source.index, nbytes,
+                       kir.Const(nbytes, ctx.index_dtype), "cg" if nbytes == 16 else "ca",
+                       access)
+    ctx.store_info[copy] = StoreInfo(tv, "async", index, kir.Memory.shared)
+    return copy
+
+
 def lower_part(ctx, part):
     tv, role = part.tv, part.role
     expr = tv.definition
+    if role == "async_wait":
+        return [kir.CpAsyncCommit(), kir.CpAsyncWait(0)]
     index = ctx.root_indices(tv)
+    if role == "compute" and is_async_copy(tv):
+        return async_copy(ctx, tv, index)
     if role == "compute":
         return store(ctx, tv, pointwise_value(ctx, expr, index), index, role)
     acc = ctx.accumulators[tv]
@@ -178,7 +205,8 @@ def _rewrite(ctx, stmts):
     out = []
     for s in stmts:
         if isinstance(s, kir.ExprStmt) and s.role != "block_reduce":
-            out.append(lower_part(ctx, s))
+            lowered = lower_part(ctx, s)
+            out.extend(lowered if isinstance(lowered, list) else [lowered])
             continue
         if isinstance(s, kir.ForLoop):
             s.body = _rewrite(ctx, s.body)

@@ -20,7 +20,7 @@ from fuserir.ir import extent as ext
 from fuserir.ir.iterdomain import ParallelType, Split, history
 
 from .. import kir
-from ..analysis import THREAD_TYPES, reduction_thread
+from ..analysis import THREAD_TYPES, is_async_copy, reduction_thread
 
 
 class Item:
@@ -56,6 +56,11 @@ def _items(ctx):
             add("final", outer, {acc}, {id(tv)})
         else:
             add("compute", path, inputs, {id(tv)})
+            if is_async_copy(tv):
+                # The copies of one placement form a group: commit it and wait for it
+                # after the tensor's own loops (circular buffering will pipeline this).
+                shared = [a for a in loops[:tv.compute_at_pos or 0] if ctx.is_loop(a)]
+                add("async_wait", shared, {id(tv)}, {id(tv)})
     return items
 
 

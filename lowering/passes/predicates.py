@@ -28,6 +28,11 @@ def _divisible(split):
     return isinstance(e, int) and isinstance(f, int) and e % f == 0
 
 
+def _thread_guard(cond):
+    """A guard on a thread or block index alone (extent or redundant write), not a bound."""
+    return isinstance(cond, kir.BinOp) and isinstance(cond.a, kir.Special)
+
+
 def _free_loop_vars(ctx, expr):
     loop_vars = {id(v) for v in ctx.loop_vars.values()}
     return {id(e) for e in kir.walk_expr(expr) if id(e) in loop_vars}
@@ -88,8 +93,18 @@ def _guard(ctx, stmts, launch):
     for s in stmts:
         for body in s.bodies():
             body[:] = _guard(ctx, body, launch)
-        info = ctx.store_info.get(s) if isinstance(s, kir.Store) else None
+        info = ctx.store_info.get(s) if isinstance(s, (kir.Store, kir.CpAsync)) else None
         conds = conditions(ctx, info, launch) if info is not None else []
+        if isinstance(s, kir.CpAsync) and conds:
+            # Out of the tensor's bounds an async copy reads nothing and zero-fills (as a
+            # pipeline's tail does); thread and redundant-write guards still skip it.
+            bounds = [c for c in conds if not _thread_guard(c)]
+            conds = [c for c in conds if _thread_guard(c)]
+            if bounds:
+                inside = bounds[0]
+                for c in bounds[1:]:
+                    inside = ctx.binop("and", inside, c)
+                s.src_size = kir.Select(inside, s.src_size, ctx.const(0), ctx.index_dtype)
         if conds:
             cond = conds[0]
             for c in conds[1:]:
