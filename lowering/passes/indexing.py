@@ -132,7 +132,7 @@ def pointwise_value(ctx, expr, index):
         return convert(load(ctx, expr, expr.inputs[0], index), out.dtype)
     if isinstance(expr, (LoadStoreOp, BroadcastOp)):
         return load(ctx, expr, expr.inputs[0], index)
-    raise NotImplementedError(type(expr).__name__)   # reductions are handled by _reduction
+    raise NotImplementedError(type(expr).__name__)   # reductions: lower_part, by role
 
 
 def reduction_operand(ctx, expr, index, dtype):
