@@ -196,7 +196,10 @@ def _stream(on_torch_stream):
         return contextlib.nullcontext()
     import cupy
     import torch
-    return cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+    stream = torch.cuda.current_stream()
+    if hasattr(cupy.cuda.Stream, "from_external") and hasattr(stream, "__cuda_stream__"):
+        return cupy.cuda.Stream.from_external(stream)     # the CUDA stream protocol
+    return cupy.cuda.ExternalStream(stream.cuda_stream)
 
 
 def _to_torch(array, dtype):
