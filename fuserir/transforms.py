@@ -13,7 +13,8 @@ so that a schedule that cannot be lowered is refused here rather than miscompile
 from .errors import ScheduleError
 from .ir import extent as ext
 from .ir.exprs import LoadStoreOp, MatmulOp, ReductionOp
-from .ir.iterdomain import IterDomain, IterKind, Merge, ParallelType, Split, history, replay
+from .ir.iterdomain import (IterDomain, IterKind, Merge, ParallelType, Split, history, replay,
+                            roots_of)
 from .ir.tensor import MemoryType, TensorView, memory_type as _memory_type
 from .ops import accumulate_dtype
 
@@ -247,7 +248,7 @@ def rfactor(tv, axes):
             origin.append(r)
             continue
         for a in tv.loop:
-            if a.is_reduction and r in _roots(a) and a not in origin:
+            if a.is_reduction and r in roots_of(a) and a not in origin:
                 producer_map[a].kind = (IterKind.reduction if a in rfactored
                                         else IterKind.iteration)
                 logical.append(producer_map[a])
@@ -278,12 +279,6 @@ def rfactor(tv, axes):
     reduced = [i for i, a in enumerate(tv.root) if a.is_reduction]
     fusion.add_expr(ReductionOp(op, producer, tv, reduced))
     return producer
-
-
-def _roots(axis):
-    if axis.definition is None:
-        return [axis]
-    return [r for i in axis.definition.inputs for r in _roots(i)]
 
 
 def cache_after(tv, memory_type, async_copy=False):
@@ -401,7 +396,7 @@ def _replay_at(producer, consumer, pos):
     root_map = consumer.definition.root_map(producer)
     needed = []
     for a in shared:
-        for r in _roots(a):
+        for r in roots_of(a):
             if r not in needed:
                 needed.append(r)
     # A consumer axis with no producer counterpart (a new broadcast, say) becomes a loop-only
@@ -485,7 +480,7 @@ def max_inline_position(tv):
     if any(a.is_reduction for a in tv.loop):
         mapped = set(first.definition.root_map(tv))
         for i, a in enumerate(first.loop[:limit]):
-            if not all(r in mapped for r in _roots(a)):
+            if not all(r in mapped for r in roots_of(a)):
                 limit = i
                 break
     return limit

@@ -17,6 +17,7 @@ It sits between the fusion IR and the passes so that no pass re-derives these fa
 import networkx as nx
 
 from fuserir.dtypes import DataType
+from fuserir.transforms import concrete_loop
 from fuserir.ir.exprs import LoadStoreOp
 from fuserir.ir.tensor import TensorView
 from fuserir.errors import ScheduleError
@@ -142,9 +143,7 @@ class LoweringContext:
     # -- loops ---------------------------------------------------------------------------
     def concrete(self, tv, i):
         """(tensor, position) owning the loop that tv.loop[i] runs in."""
-        while tv.compute_at_pos and i < tv.compute_at_pos:
-            tv = tv.compute_at_consumer
-        return tv, i
+        return concrete_loop(tv, i)
 
     def concrete_axis(self, tv, i):
         owner, j = self.concrete(tv, i)

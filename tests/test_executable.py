@@ -9,20 +9,7 @@ import fuserir
 from fuserir.dtypes import DataType
 from fuserir.errors import EvaluationError, FuserirError
 
-BIAS_RELU = """
-fusion bias_relu(x: f32[M, N], b: f32[N]) {
-  y = relu(x + broadcast(b, [true, false]))
-  output y
-}
-schedule bias_relu {
-  xs = x.cache_after(shared)
-  y.split(1, 128)
-  y.parallelize(0, BIDx)
-  y.parallelize(2, TIDx)
-  xs.compute_at(y, 2)
-  xs.parallelize(2, TIDx)
-}
-"""
+from test_builder import BIAS_RELU  # the same scheduled fusion
 
 
 @pytest.fixture

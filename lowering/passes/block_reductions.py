@@ -28,21 +28,28 @@ from .indexing import accumulator_index, combine, identity
 WARP = 32
 
 
-def _special(ctx, kind, axis):
-    return kir.Special(kind, axis, ctx.index_dtype)
+def _parts(ctx, tv):
+    """(combining op, accumulator, shared scratch, accumulator index) of tv's reduction."""
+    expr = tv.definition
+    op = combine(expr.op if isinstance(expr, ReductionOp) else "sum")
+    return op, ctx.accumulators[tv], ctx.scratch[tv], accumulator_index(ctx, tv)
+
+
+def _threads(ctx):
+    """threadIdx.x, .y, .z, blockDim.x, .y."""
+    def special(kind, axis):
+        return kir.Special(kind, axis, ctx.index_dtype)
+    T, D = kir.SpecialKind.threadIdx, kir.SpecialKind.blockDim
+    return (special(T, "x"), special(T, "y"), special(T, "z"), special(D, "x"),
+            special(D, "y"))
 
 
 def expand(ctx, part):
     tv = part.tv
     if reduction_thread(ctx, tv) is ParallelType.TIDy:
         return expand_over_y(ctx, tv)
-    expr = tv.definition
-    op = combine(expr.op if isinstance(expr, ReductionOp) else "sum")
-    acc, scratch = ctx.accumulators[tv], ctx.scratch[tv]
-    index = accumulator_index(ctx, tv)
-    T, D = kir.SpecialKind.threadIdx, kir.SpecialKind.blockDim
-    tx, ty, tz = (_special(ctx, T, a) for a in "xyz")
-    dx, dy = _special(ctx, D, "x"), _special(ctx, D, "y")
+    op, acc, scratch, index = _parts(ctx, tv)
+    tx, ty, tz, dx, dy = _threads(ctx)
     b = ctx.binop
     warps_per_row = b("div", dx, ctx.const(WARP))
     row = b("add", b("mul", tz, dy), ty)
@@ -76,13 +83,8 @@ def expand_over_y(ctx, tv):
         scratch[(z * bdy + y) * bdx + x] = acc
         acc = identity; for w: acc = op(acc, scratch[(z * bdy + w) * bdx + x])
     """
-    expr = tv.definition
-    op = combine(expr.op if isinstance(expr, ReductionOp) else "sum")
-    acc, scratch = ctx.accumulators[tv], ctx.scratch[tv]
-    index = accumulator_index(ctx, tv)
-    T, D = kir.SpecialKind.threadIdx, kir.SpecialKind.blockDim
-    tx, ty, tz = (_special(ctx, T, a) for a in "xyz")
-    dx, dy = _special(ctx, D, "x"), _special(ctx, D, "y")
+    op, acc, scratch, index = _parts(ctx, tv)
+    tx, ty, tz, dx, dy = _threads(ctx)
     b = ctx.binop
     access = kir.AccessInfo(scratch.name, tuple((p.value, None) for p in ctx.threads_used()))
 
