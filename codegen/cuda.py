@@ -10,6 +10,7 @@ The ABI, shared with the launcher (codegen.launch) and the interpreter:
         one pointer per TensorParam, in kernel.tensor_params order
             (`const T* __restrict__` for inputs, `T*` for outputs),
         every stride Var of every TensorParam, tensor by tensor, axis by axis (elements),
+        one pointer per Workspace, in kernel.workspaces order (`T*`),
         every ScalarParam var, in kernel.scalar_params order)
 
 strides and scalars in the kernel's index dtype (i32 = int, i64 = long long). Shared
@@ -45,6 +46,13 @@ waits and ldmatrix carry a "memory" clobber so that the compiler moves no ordina
 access across them. The emitter checks what it can see (memories, dtypes, sizes, .cg only
 for 16 bytes, constant alignment and fragment bounds); contiguity and alignment of a copy's
 global source are the lowering's to guarantee.
+
+Grid synchronization (split-K turnstiles, DESIGN.md section 5): Fence is
+`__threadfence()`; SemWait spins on `ld.acquire.gpu.global.b32` of its i32 global cell
+until it reads the value; SemRelease is `__threadfence()` then
+`st.release.gpu.global.b32` (preamble helpers sem_wait / sem_release, both with a
+"memory" clobber so that no ordinary global access moves across them). Semaphore
+buffers must be global i32; index and value are integers (the value is cast to i32).
 """
 
 import math
@@ -70,7 +78,7 @@ _HALF = (DataType.f16, DataType.bf16)
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<",
           "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&",
-          "or": "||"}
+          "or": "||", "xor": "^"}
 
 # ---------------------------------------------------------------------------------------
 # Preamble: snippets, each included only when the kernel uses it (in this order)
@@ -162,6 +170,23 @@ __device__ __forceinline__ unsigned long long gmem_addr(const void* p) {
   return (unsigned long long)__cvta_generic_to_global(p);
 }
 """)
+
+_snippet("grid_sync", r"""
+// Grid semaphores (split-K turnstiles): an acquire spin and a release store on an i32
+// global word, at gpu scope.
+__device__ __forceinline__ void sem_wait(const i32* cell, i32 value) {
+  i32 seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];"
+                 : "=r"(seen) : "l"(gmem_addr(cell)) : "memory");
+  } while (seen != value);
+}
+__device__ __forceinline__ void sem_release(i32* cell, i32 value) {
+  __threadfence();
+  asm volatile("st.release.gpu.global.b32 [%0], %1;"
+               :: "l"(gmem_addr(cell)), "r"(value) : "memory");
+}
+""", deps=("types", "smem_addr"))
 
 _snippet("b16_pack", r"""
 // Fragment registers: two 16-bit values per 32-bit register, low half first (PTX ISA).
@@ -370,6 +395,16 @@ class _Emitter:
                 self.check_index_var(s, f"stride {axis} of {p.buffer.name}")
                 params.append((f"{ctype} {self.ident(s.name)}",
                                f"stride of {p.buffer.name} axis {axis} (elements)"))
+        for w in k.workspaces:
+            b = w.buffer
+            if not isinstance(w, kir.Workspace) or not isinstance(b, kir.Buffer):
+                raise self.error(f"workspace {w!r} is not a kir.Workspace of a Buffer")
+            if b.memory is not kir.Memory.global_:
+                raise self.error(f"workspace {b.name} is in {b.memory.value} memory")
+            t = self.type_of(b.dtype)
+            zeroed = ", zeroed" if w.zeroed else ""
+            params.append((f"{t}* {self.ident(b.name)}",
+                           f"workspace {b.dtype}[{_where(w.size)}]{zeroed}"))
         for p in k.scalar_params:
             self.check_index_var(p.var, "scalar parameter")
             params.append((f"{ctype} {self.ident(p.var.name)}", "scalar"))
@@ -648,6 +683,34 @@ class _Emitter:
         tag = f"{s.label} {s.sync_id}" if s.sync_id else s.label
         self.emit(depth, f'asm volatile("cp.async.wait_group {n};" ::: "memory");', tag)
 
+    # -- grid synchronization (fences and semaphores) -----------------------------------
+    def s_Fence(self, s, depth):
+        self.emit(depth, "__threadfence();", self.describe(s))
+
+    def semaphore(self, s, what):
+        """`&sem[index]` and the i32 value of a SemWait / SemRelease."""
+        self.check_memory(s.sem, kir.Memory.global_, f"{what} semaphore")
+        if s.sem.dtype is not DataType.i32:
+            raise self.error(f"{what} semaphore {s.sem.name} is {s.sem.dtype}, not i32")
+        if s.index is None or s.value is None:
+            raise self.error(f"{what} needs an index and a value")
+        if s.value.dtype not in _INT:
+            raise self.error(f"{what} value {_where(s.value)} is {s.value.dtype}, not an "
+                             "integer")
+        value = self.expr(s.value)
+        if s.value.dtype is not DataType.i32:
+            value = f"(i32){value}"
+        self.need("grid_sync")
+        return f"&{self.subscript(s.sem, s.index)}", _bare(value)
+
+    def s_SemWait(self, s, depth):
+        cell, value = self.semaphore(s, "sem_wait")
+        self.emit(depth, f"sem_wait({cell}, {value});", self.describe(s))
+
+    def s_SemRelease(self, s, depth):
+        cell, value = self.semaphore(s, "sem_release")
+        self.emit(depth, f"sem_release({cell}, {value});", self.describe(s))
+
     # -- expressions ---------------------------------------------------------------------
     def subscript(self, buffer, index):
         if index.dtype not in _INT:
@@ -764,6 +827,8 @@ class _Emitter:
                 raise self.error(f"ceildiv on {t}: {_where(e)}")
             one = "1LL" if t is DataType.i64 else "1"
             return f"(({x} + {y} - {one}) / {y})"
+        if op == "xor" and t not in _INT:
+            raise self.error(f"xor on {t} (integers only): {_where(e)}")
         if op == "mod" and t in _FLOAT:
             return f"{'fmod' if t is DataType.f64 else 'fmodf'}({_bare(x)}, {_bare(y)})"
         return f"({x} {_INFIX[op]} {y})"

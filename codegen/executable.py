@@ -13,6 +13,8 @@ cubin by NVRTC at compile(); sizes and named scalars are kernel arguments bound 
 run() checks inputs against the fusion (dtypes, ranks, sizes; strides are passed to the
 kernels, so non-contiguous inputs are read correctly), allocates outputs and the global
 intermediates between kernels (poisoned in the interpreter, and on the GPU when asked),
+passes each kernel's workspaces (zeros when allocated, kept across run() calls and grown
+when a launch needs more: codegen.launch.WorkspacePool; numpy for the interpreter),
 switches to 64-bit index kernels when a tensor is too large for 32-bit indices and to the
 segmented plan when a row does not fit the device's shared memory, and launches: on the
 GPU through CuPy (on torch's current stream when given torch tensors, which it returns),
@@ -80,6 +82,7 @@ class Executable:
         self._options = options
         self._plan = plan            # (persistent: bool) -> [Step]; see compile()
         self._steps = {}             # persistent -> [Step]
+        self._workspaces = None      # WorkspacePool of the kernels' workspaces
         self.steps = self._steps_for(True)
 
     @property
@@ -134,10 +137,15 @@ class Executable:
                 outputs = {t.name: self._allocate(t, env, poison)
                            for t in step.fusion.outputs}
                 args = {**{n: values[n] for n in step.inputs}, **outputs,
-                        **_scalars(kernel, env)}
+                        **_scalars(kernel, env), **self._workspaces_for(kernel, env)}
                 if self.backend == "interp":
                     from .interp import run_kernel
-                    run_kernel(kernel.kir, args, blocks=blocks)
+                    try:
+                        run_kernel(kernel.kir, args, blocks=blocks)
+                    except FuserirError:
+                        if self._workspaces is not None:   # semaphores may be left set
+                            self._workspaces.forget(kernel.kir)
+                        raise
                 else:
                     from .launch import launch
                     launch(kernel.kir, kernel.cubin, args)
@@ -146,6 +154,19 @@ class Executable:
         if torch_inputs:
             results = {t.name: _to_torch(results[t.name], t.dtype) for t in self.fusion.outputs}
         return results
+
+    def _workspaces_for(self, kernel, env):
+        """{name: array} of the kernel's workspaces, kept across run() calls (see
+        codegen.launch.WorkspacePool): a semaphore workspace is zeroed once, when it is
+        allocated, since the kernel leaves it zero."""
+        if not kernel.kir.workspaces:
+            return {}
+        from .launch import WorkspacePool, cupy_zeros
+        if self._workspaces is None:
+            zeros = ((lambda n, dtype: np.zeros(n, dtype=dtype.numpy))
+                     if self.backend == "interp" else cupy_zeros)
+            self._workspaces = WorkspacePool(zeros)
+        return self._workspaces.arrays(kernel.kir, _scalars(kernel, env))
 
     def _fits_shared_memory(self, steps, env):
         from .launch import device_shared_limit, launch_config

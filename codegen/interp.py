@@ -15,10 +15,14 @@ Execution model
     that take it, then the else-branch for the others. Select and && / || evaluate their
     operands lazily, as the emitted C does (`c ? a[i] : 0` does not load a[i] where !c).
   * Blocks are generators run by `schedule` in launch order (x fastest). A block that must
-    wait (a grid-wide semaphore, later) yields a `Wait`; the scheduler resumes the earliest
-    block that can go on; if every remaining block waits, that is a "deadlock" hazard.
+    wait (SemWait on a grid semaphore) yields a `Wait`; the scheduler resumes the earliest
+    block that can go on; if every remaining block waits, that is a "deadlock" hazard
+    (naming the semaphore buffer). So a split-K turnstile where split z waits for z and
+    releases z + 1 runs whatever the order of blockIdx.z in the launch.
   * Memory: global buffers are the caller's arrays addressed through their strides (the
-    kernel receives strides in elements, like the CUDA ABI); shared memory is one byte
+    kernel receives strides in elements, like the CUDA ABI); a Workspace is a 1-D array
+    given in args, kept by the caller in run_kernel's `workspaces`, or fresh zeros (its
+    first `size` elements are in bounds); shared memory is one byte
     array per block, every shared buffer a typed view of it at its byte offset, so aliased
     buffers really share bytes; local buffers are per-thread arrays [threads, size].
     Fresh shared bytes are 0xFF and fresh local arrays NaN (floats) / -1 (ints), so a read
@@ -55,7 +59,7 @@ Race detector (shared memory)
   "<label>: <statement>", an example pair of threads, the loop iterations of both sides
   and the block. A Barrier under thread-dependent control flow does not start an epoch
   (it orders nothing reliably), so the accesses it was meant to order are reported too.
-  Global memory is checked for bounds only (cross-CTA ordering is an extension below).
+  Global memory is checked for bounds and for cross-CTA ordering (below).
   A shared buffer without a byte_offset (before the allocation pass) is placed after the
   placed ones, 16-byte aligned, so hand-built kernels need not place every buffer.
 
@@ -87,11 +91,34 @@ Tensor cores and asynchronous copies
     later wait exists. Copies still pending when the block ends are reported
     ("async-pending", second = "end of the block": copy never waited for) and land then.
 
-Extension points (not implemented yet; where each slots in)
-  * cross-CTA release/acquire: a shadow per global element (last writer block, whether it
-    was released by a fence + semaphore store); a semaphore wait handler yields
-    `Wait(stmt, ready)` to the scheduler, and acquire marks the released writes visible;
-    unreleased reads of another block's writes are "cross-cta" hazards.
+Cross-CTA checker (global memory: outputs, workspaces, any written buffer)
+  * Every execution of a statement that writes global memory is an event numbered in run
+    order (its number is the write's sequence number; gev_* hold its statement, loop
+    iterations and block). The shadow of a global buffer (made at its first write) holds
+    per element the event and the thread of its last write (w_seq, w_tid).
+  * Fence: each active thread's writes so far are fenced (per thread f_seq = the next
+    sequence number; f_old keeps its latest fence from before the current epoch).
+  * SemRelease by block X on cell (sem, index) (a fence of the releasing threads, then the
+    store) publishes to the cell a *view* {block: per-writer-thread threshold}: X's own
+    writes fenced by a releasing thread, or by any thread of X before X's last barrier
+    (a fence the release is not ordered after does not count), merged with everything X
+    had acquired (transitively: what X acquired and re-releases counts as published). A
+    cell keeps the view of its last release; a plain Store to it ends that.
+  * SemWait: spins (yields `Wait(stmt, ready, what=sem name)`) until sem[index] == value
+    for every waiting thread, then acquires the cell's view: for the waiting threads at
+    once, for the whole block at its next barrier (pending until then).
+  * An access (read, write, cp.async source read) by block Y of an element whose last
+    write was by another block X is checked: visible iff seq < the threshold of the
+    writing thread in Y's view of X (plus Y's pending acquisitions, for waiting threads).
+    Otherwise a "cross-cta" hazard: buffer, the example element's bytes, the writing and
+    the accessing statement, threads, iterations, block Y (extra["blocks"] = (X, Y)), and
+    why (the write was never fenced, or Y acquired no release that published it). Blocks
+    that write disjoint elements and never read each other's are never reported. The
+    semaphore operations themselves are synchronization, not data: they are not checked,
+    and a SemRelease clears its cells' data shadow.
+  Threads of a block still run in lockstep, so what the shadow cannot see is ordering
+  inside a statement list that is not a Fence/Barrier/SemRelease/SemWait: e.g. a release
+  is always after the releasing block's earlier statements.
 """
 
 import math
@@ -264,7 +291,7 @@ _FLOAT_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
                  "div": np.true_divide, "mod": np.fmod, "min": _min, "max": _max}
 
 _INT_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
-               "min": _min, "max": _max}
+               "min": _min, "max": _max, "xor": np.bitwise_xor}
 
 
 def c_div(a, b):
@@ -329,6 +356,7 @@ class _GlobalArg:
                               f"multiples of the element size {item}")
         self.strides = tuple(s // item for s in array.strides)
         self.shape = array.shape
+        self.shadow = None   # cross-CTA shadow (_GlobalShadow), made at the first write
         if array.size == 0:
             self.lo, self.span, self.flat, self.valid = 0, 0, np.zeros(0, self.dtype), None
             return
@@ -356,6 +384,16 @@ class _GlobalArg:
         return pos, ok
 
 
+class _GlobalShadow:
+    """Per element of a global buffer's span: the event (index into _Interp's global write
+    events: statement, iterations, block) and the thread of the last write, -1 / -1 when
+    no block of this launch wrote it."""
+
+    def __init__(self, span):
+        self.w_seq = np.full(span, _NONE, np.int32)
+        self.w_tid = np.full(span, _NONE, np.int16)
+
+
 class _SharedLayout:
     """Where a shared buffer lives in the pool (bytes) and its shadow grains."""
 
@@ -376,7 +414,7 @@ def _point(stmt):
 
 
 class _Interp:
-    def __init__(self, kernel, args):
+    def __init__(self, kernel, args, workspaces=None):
         self.kernel = kernel
         self.hazards = []
         self.seen = set()
@@ -384,7 +422,16 @@ class _Interp:
         self.stmts = list(kir.walk(kernel.body))
         self.sid = {s: i for i, s in enumerate(self.stmts)}
         self.env = {}
-        self._bind_args(args)
+        # cross-CTA checker: one event per execution of a statement that writes global
+        # memory (its statement, loop iterations and linear block id); semaphore cells
+        # -> what their last SemRelease published; each block's fence state
+        self.gev_stmt, self.gev_iters = [], []
+        self.gev_block = np.empty(256, np.int32)
+        self.gev_sid = np.empty(256, np.int32)
+        self.cells = {}
+        self.cell_buffers = set()
+        self.fences = {}
+        self._bind_args(args, workspaces)
         uniform = _Evaluator(self)
         launch = kernel.launch
         if launch is None or launch.grid is None or launch.block is None:
@@ -409,7 +456,7 @@ class _Interp:
 
     # -- arguments ------------------------------------------------------------------
 
-    def _bind_args(self, args):
+    def _bind_args(self, args, workspaces=None):
         k = self.kernel
         for p in k.scalar_params:
             name = p.var.name
@@ -446,6 +493,41 @@ class _Interp:
             g = _GlobalArg(b.name, arr)
             for var, s in zip(p.strides, g.strides):
                 self.env[var.name] = self._scalar(var.name, s, var.dtype)
+            self.globals[b] = g
+            self.globals_by_name[b.name] = g
+        self._bind_workspaces(args, workspaces)
+
+    def _bind_workspaces(self, args, kept):
+        """Each Workspace: the array given in `args` under its buffer name, else the one
+        kept in `kept` ({name: array}, when given and large enough), else fresh zeros (put
+        into `kept`). Only its first `size` elements are the kernel's."""
+        uniform = _Evaluator(self)
+        for w in self.kernel.workspaces:
+            b = w.buffer
+            if b.memory is not kir.Memory.global_:
+                raise InterpError(f"workspace {b.name} is in {b.memory.value} memory, not "
+                                  "global")
+            size = int(uniform.uniform(w.size, f"the size of workspace {b.name}"))
+            if size < 0:
+                raise InterpError(f"workspace {b.name} has a negative size {size}")
+            arr = args.get(b.name)
+            if arr is None and kept is not None:
+                arr = kept.get(b.name)
+                if arr is not None and (arr.ndim != 1 or len(arr) < size
+                                        or arr.dtype != b.dtype.numpy):
+                    arr = None                  # too small: grow (zeros again)
+            if arr is None:
+                arr = np.zeros(size, dtype=b.dtype.numpy)
+                if kept is not None:
+                    kept[b.name] = arr
+            if not isinstance(arr, np.ndarray):
+                raise InterpError(f"workspace {b.name}: expected a numpy array, got "
+                                  f"{type(arr).__name__}")
+            if arr.dtype != b.dtype.numpy or arr.ndim != 1 or len(arr) < size:
+                raise InterpError(f"workspace {b.name}: expected a 1-D {b.dtype} array of "
+                                  f"at least {size} elements, got {arr.dtype} "
+                                  f"{arr.shape}")
+            g = _GlobalArg(b.name, arr[:size])
             self.globals[b] = g
             self.globals_by_name[b.name] = g
 
@@ -522,6 +604,23 @@ class _Interp:
         lin = int(lin)
         bx, by, _ = self.block
         return (lin % bx, (lin // bx) % by, lin // (bx * by))
+
+    def block_coords(self, lin):
+        lin = int(lin)
+        gx, gy, _ = self.grid
+        return (lin % gx, (lin // gx) % gy, lin // (gx * gy))
+
+    def global_event(self, stmt, iters, lin):
+        """A new global write event (its number is also the write's sequence number)."""
+        n = len(self.gev_stmt)
+        if n == len(self.gev_block):
+            self.gev_block = np.concatenate([self.gev_block, np.empty_like(self.gev_block)])
+            self.gev_sid = np.concatenate([self.gev_sid, np.empty_like(self.gev_sid)])
+        self.gev_block[n] = lin
+        self.gev_sid[n] = self.sid.get(stmt, -1)
+        self.gev_stmt.append(stmt)
+        self.gev_iters.append(iters)
+        return n
 
     # -- running --------------------------------------------------------------------
 
@@ -626,6 +725,8 @@ class _Evaluator:
             r = _FLOAT_BINARY[op](a, b)
             return r if work is dt else convert(r, dt)
         if dt is DataType.bool:
+            if op == "xor":
+                raise InterpError(f"xor on bool (integers only){self.where()}")
             ai, bi = _to(a, DataType.i32), _to(b, DataType.i32)
             return convert(self._int_op(op, ai, bi), dt)
         return self._int_op(op, _to(a, dt), _to(b, dt))
@@ -773,6 +874,18 @@ class _Block(_Evaluator):
         self.ev_sid = np.empty(256, np.int32)
         self.locals = {}
         self.specials = {}
+        # cross-CTA (see the module docstring): per thread the write sequence number its
+        # latest Fence covers (f_seq), the epoch of that Fence, and the latest one from an
+        # earlier epoch (f_old); what the block has acquired ({block: thresholds}) for all
+        # threads (view) and, until the next barrier, for the waiting threads only (pending)
+        gx, gy, _ = interp.grid
+        self.lin = bidx[0] + gx * (bidx[1] + gy * bidx[2])
+        self.f_seq = np.zeros(self.T, np.int64)
+        self.f_old = np.zeros(self.T, np.int64)
+        self.f_epoch = np.full(self.T, _NONE, np.int64)
+        interp.fences[self.lin] = self.f_seq     # (changed in place only)
+        self.view = {}
+        self.pending = []
 
     # -- statements -----------------------------------------------------------------
 
@@ -831,6 +944,9 @@ class _Block(_Evaluator):
     def _barrier(self, s, act):
         if len(act) == self.T:
             self.epoch += 1
+            for _, acquired in self.pending:    # the waiters' acquisitions reach everyone
+                _merge_view(self.view, acquired)
+            self.pending = []
             return
         # Thread-dependent control flow: report, and do not start an epoch.
         cause = self.divergent[-1] if self.divergent else s
@@ -887,10 +1003,9 @@ class _Block(_Evaluator):
             pos, ok = g.positions(idx)
             ok = self._check(b.name, idx, ok, act, lambda: self._global_oob(g))
             if ok is not None:
-                pos, val = pos[ok], val[ok]
+                act, pos, val = act[ok], pos[ok], val[ok]
+            self._global_access(g, act, pos, write=True)
             g.flat[pos] = val
-            # cross-CTA: a global shadow (writer block, released?) would be updated here.
-
 
     # -- tensor cores and asynchronous copies ---------------------------------------
 
@@ -1067,6 +1182,7 @@ class _Block(_Evaluator):
             okc = self._check(g.name, sidx, okp, np.repeat(act, mx),
                               lambda: self._global_oob(g))
             take = need if okc is None else need & okc
+            self._global_access(g, np.repeat(act, mx)[take], pos[take])
             vals = np.zeros(n * mx, g.dtype)
             vals[take] = g.flat[pos[take]]
             data[:, :mx * gi] = vals.view(np.uint8).reshape(n, mx * gi)
@@ -1191,8 +1307,10 @@ class _Block(_Evaluator):
         pos, ok = g.positions(idx)
         ok = self._check(b.name, idx, ok, act, lambda: self._global_oob(g))
         if ok is None:
+            self._global_access(g, act, pos)
             return g.flat[pos]
         out = np.zeros(n, dtype=g.dtype)
+        self._global_access(g, act[ok], pos[ok])
         out[ok] = g.flat[pos[ok]]
         return out
 
@@ -1312,6 +1430,153 @@ class _Block(_Evaluator):
             if b.name == name:
                 return arr.itemsize
         return 1
+
+    # -- grid synchronization and the cross-CTA checker -----------------------------
+
+    def _fence(self, s, act):
+        """__threadfence(): each active thread's global writes so far are fenced (a later
+        SemRelease of the block may publish them)."""
+        newer = act[self.f_epoch[act] != self.epoch]
+        self.f_old[newer] = self.f_seq[newer]     # the latest fence of an earlier epoch
+        self.f_seq[act] = len(self.interp.gev_stmt)
+        self.f_epoch[act] = self.epoch
+
+    def _semaphore(self, s, act, what):
+        """(global arg, active threads, flat positions, i32 values) of a SemWait /
+        SemRelease, out-of-bounds cells reported and dropped."""
+        b = s.sem
+        if b is None or b.memory is not kir.Memory.global_ or b.dtype is not DataType.i32:
+            raise InterpError(f"{what} needs an i32 global semaphore buffer{self.where()}")
+        g = self._global(b)
+        n = len(act)
+        idx = self._index(self.ev(s.index, act), n)
+        val = self._index(self.ev(s.value, act), n).astype(np.int32)
+        pos, ok = g.positions(idx)
+        ok = self._check(b.name, idx, ok, act, lambda: self._global_oob(g))
+        if ok is not None:
+            act, pos, val = act[ok], pos[ok], val[ok]
+        return g, act, pos, val
+
+    def _sem_release(self, s, act):
+        """Release store: fence the active threads (SemRelease emits __threadfence()),
+        store the values, and publish to each cell the block's view: what it acquired
+        (pending acquisitions too, where a releasing thread made them) and its own writes
+        fenced by a releasing thread, or by any thread before the last barrier."""
+        g, act, pos, val = self._semaphore(s, act, "sem_release")
+        if not len(act):
+            return
+        self._fence(s, act)
+        own = np.where(self.f_epoch < self.epoch, self.f_seq, self.f_old)
+        own[act] = self.f_seq[act]
+        published = dict(self.view)
+        for mask, acquired in self.pending:
+            if mask[act].any():
+                _merge_view(published, acquired)
+        _merge_view(published, {self.lin: own})
+        g.flat[pos] = val
+        if g.shadow is not None:         # a synchronization store, not data
+            g.shadow.w_seq[pos] = _NONE
+            g.shadow.w_tid[pos] = _NONE
+        self.interp.cell_buffers.add(g.name)
+        for p in np.unique(pos).tolist():
+            self.interp.cells[(g.name, p)] = published
+
+    def _sem_wait(self, s, act):
+        """Spin (yield a Wait to the scheduler) until every active thread's cell holds its
+        value, then acquire what the cell's last SemRelease published: for the waiting
+        threads now, for the whole block after its next barrier."""
+        g, act, pos, val = self._semaphore(s, act, "sem_wait")
+        if not len(act):
+            return
+
+        def ready():
+            return bool((g.flat[pos] == val).all())
+
+        while not ready():
+            yield Wait(s, ready, what=g.name)
+        for p in np.unique(pos).tolist():
+            acquired = self.interp.cells.get((g.name, p))
+            if not acquired:
+                continue
+            waiters = act[pos == p]
+            if len(waiters) == self.T:
+                _merge_view(self.view, acquired)
+            else:
+                mask = np.zeros(self.T, bool)
+                mask[waiters] = True
+                self.pending.append((mask, acquired))
+
+    def _global_access(self, g, act, pos, write=False):
+        """Check a read or write of global elements `pos` by threads `act` against the
+        cross-CTA shadow (another block's write this block has not acquired); a write
+        then becomes the elements' last write."""
+        sh = g.shadow
+        if sh is None:
+            if not write or not len(pos):
+                return
+            sh = g.shadow = _GlobalShadow(g.span)
+        seq = sh.w_seq[pos]
+        written = seq >= 0
+        if written.any():
+            wb = self.interp.gev_block[np.where(written, seq, 0)]
+            foreign = written & (wb != self.lin)
+            if foreign.any():
+                self._cross_cta(g, act, pos, seq, wb, foreign, write)
+        if write:
+            if g.name in self.interp.cell_buffers:   # a plain store ends a release sequence
+                for p in np.unique(pos).tolist():
+                    self.interp.cells.pop((g.name, p), None)
+            sh.w_seq[pos] = self.interp.global_event(self.stmt, self.iters, self.lin)
+            sh.w_tid[pos] = act
+
+    def _cross_cta(self, g, act, pos, seq, wb, foreign, write):
+        sel = np.flatnonzero(foreign)
+        wtid = g.shadow.w_tid[pos[sel]].astype(np.int64)
+        bad = np.zeros(len(sel), bool)
+        for x in np.unique(wb[sel]).tolist():
+            on = wb[sel] == x
+            wt = wtid[on]
+            thr = self.view[x][wt] if x in self.view else np.zeros(len(wt), np.int64)
+            readers = act[sel[on]]
+            for mask, acquired in self.pending:
+                if x in acquired:
+                    thr = np.where(mask[readers], np.maximum(thr, acquired[x][wt]), thr)
+            bad[on] = seq[sel[on]] >= thr
+        if not bad.any():
+            return
+        sel, wtid = sel[bad], wtid[bad]
+        interp = self.interp
+        item = g.dtype.itemsize
+        wsid = interp.gev_sid[seq[sel]]
+        for sid in np.unique(wsid).tolist():
+            on = np.flatnonzero(wsid == sid)
+            i = int(on[0])
+            e = int(seq[sel[i]])
+            wstmt, witers = interp.gev_stmt[e], interp.gev_iters[e]
+            key = ("cross-cta", wstmt.label, self.stmt.label)
+            if key in interp.seen:
+                continue
+            x = int(interp.gev_block[e])
+            elems = pos[sel[on]] + g.lo                  # kernel element indices
+            k = int(elems[0])
+            writer, reader = interp.block_coords(x), self.bidx
+            fenced = interp.fences[x][int(wtid[i])] > e
+            why = ("the writing thread has executed no Fence (__threadfence) since the "
+                   "write" if not fenced else
+                   f"block {reader} has acquired no SemRelease that published it (one by "
+                   f"block {writer} after the fence, after a Barrier where another "
+                   "thread releases, or by a block that acquired that; then SemWait on "
+                   "the same cell, and a Barrier for the threads that did not wait)")
+            access = "wrote" if write else "read"
+            detail = (f"block {reader} {access} {len(on)} element(s) of {g.name} that block "
+                      f"{writer} wrote, without acquiring the write: {why}; elements "
+                      f"[{int(elems.min())}, {int(elems.max()) + 1}) involved")
+            interp.add(key, lambda: Hazard(
+                kind="cross-cta", buffer=g.name, first=_point(wstmt),
+                second=_point(self.stmt), byte_range=(k * item, (k + 1) * item),
+                threads=(interp.coords(wtid[i]), interp.coords(act[sel[i]])),
+                iterations=(dict(witers), dict(self.iters)), block=reader,
+                detail=detail, extra={"blocks": (writer, reader)}))
 
     # -- the race detector ----------------------------------------------------------
 
@@ -1485,6 +1750,14 @@ class _Block(_Evaluator):
             detail=f"{nthreads} thread(s) read shared bytes no thread of the block wrote"))
 
 
+def _merge_view(into, other):
+    """Merge acquired view `other` ({block: per-writer-thread thresholds}) into `into`
+    (elementwise max; threshold arrays are never changed in place, so views share them)."""
+    for x, thr in other.items():
+        cur = into.get(x)
+        into[x] = thr if cur is None else np.maximum(cur, thr)
+
+
 _EVAL = {
     kir.Const: _Evaluator._const, kir.Var: _Evaluator._var,
     kir.Special: lambda self, e, act: self._special(e, act),
@@ -1495,16 +1768,17 @@ _EVAL = {
 }
 
 # Statement handlers. Leaf statements run to completion; compound ones are generators
-# (they run bodies, and a future wait statement yields a Wait to the scheduler from here).
-# New statements (cp.async copy/commit/wait, ldmatrix, mma, fences, semaphores) register
-# here.
+# (they run bodies, or, as SemWait, yield a Wait to the scheduler). New statements
+# register here.
 _LEAF = {
     kir.Store: _Block._store, kir.Barrier: _Block._barrier,
     kir.Allocate: _Block._allocate, kir.Comment: _Block._comment,
     kir.LdMatrix: _Block._ldmatrix, kir.Mma: _Block._mma, kir.CpAsync: _Block._cp_async,
     kir.CpAsyncCommit: _Block._cp_commit, kir.CpAsyncWait: _Block._cp_wait,
+    kir.Fence: _Block._fence, kir.SemRelease: _Block._sem_release,
 }
-_COMPOUND = {kir.ForLoop: _Block._for, kir.IfThenElse: _Block._if}
+_COMPOUND = {kir.ForLoop: _Block._for, kir.IfThenElse: _Block._if,
+             kir.SemWait: _Block._sem_wait}
 
 
 # ---------------------------------------------------------------------------------------
@@ -1512,17 +1786,21 @@ _COMPOUND = {kir.ForLoop: _Block._for, kir.IfThenElse: _Block._if}
 # ---------------------------------------------------------------------------------------
 
 
-def run_kernel(kernel, args, blocks=None):
+def run_kernel(kernel, args, blocks=None, workspaces=None):
     """Run `kernel` on the CPU.
 
     args: each TensorParam's buffer name -> numpy array (outputs written in place; any
     strides, passed to the kernel in elements), each ScalarParam's name -> int. Size
     variables of tensor parameters that are not scalar parameters are bound from the
-    arrays' shapes. blocks: optional list of block indices (x, y, z) to run (others do
-    not run). Raises RaceError listing every hazard after the run (outputs written),
-    InterpError for what cannot be run at all.
+    arrays' shapes. A Workspace may be given in args too (a 1-D array of its dtype with at
+    least its size elements); one that is not is taken from `workspaces`, a dict
+    {buffer name: array} the caller keeps across launches, or allocated as zeros (and
+    stored into `workspaces` when given, so that a later launch reuses it, and a caller can
+    check that semaphores are left reset). blocks: optional list of block indices
+    (x, y, z) to run (others do not run). Raises RaceError listing every hazard after the
+    run (outputs written), InterpError for what cannot be run at all.
     """
-    interp = _Interp(kernel, args)
+    interp = _Interp(kernel, args, workspaces)
     interp.run(blocks)
     if interp.hazards:
         raise RaceError(interp.hazards, kernel.name)

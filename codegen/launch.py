@@ -4,8 +4,19 @@
 
 `args` maps each TensorParam's buffer name to a CuPy array and each ScalarParam's name to
 an int. Arguments are passed in the ABI order of codegen.cuda (tensor pointers, then
-every tensor's strides in elements, then the scalars, all strides and scalars in the
-kernel's index dtype). Grid and block come from kernel.launch evaluated with the scalars
+every tensor's strides in elements, then the workspace pointers, then the scalars, all
+strides and scalars in the kernel's index dtype).
+
+Workspaces (kir.Workspace: split-K partial sums, semaphores) may be given in `args` under
+their buffer names (1-D, contiguous, at least `size` elements); the others come from a
+WorkspacePool per device: allocated as zeros the first time, sized from the launch's
+scalars, and kept for later launches of the same kernel (a semaphore workspace is zeroed
+once: the kernel leaves it zero), reallocated (zeros again) when a launch needs more. A
+kept workspace is shared by every launch of its kernel, so launches of one kernel must
+not overlap (one stream at a time). codegen.executable keeps its own pool the same way
+(numpy arrays for the interpreter).
+
+Grid and block come from kernel.launch evaluated with the scalars
 (lowering.kir.evaluate_scalar, C integer semantics); the dynamic shared memory is
 lowering.kir.shared_bytes, with the function's opt-in limit raised above 48 KB.
 
@@ -24,7 +35,7 @@ import numpy as np
 from fuserir.dtypes import DataType
 from lowering import kir
 
-__all__ = ["launch", "load_function", "launch_config"]
+__all__ = ["launch", "load_function", "launch_config", "workspace_sizes", "WorkspacePool"]
 
 _STATIC_SHARED_LIMIT = 48 * 1024
 _modules = {}       # (device id, sha256 of cubin) -> cupy Module (kept loaded)
@@ -86,6 +97,56 @@ def _launch_config(kernel, scalars):
     block = tuple(_positive(kernel, f"block.{'xyz'[i]}", kir.evaluate_scalar(e, scalars))
                   for i, e in enumerate(cfg.block))
     return grid, block, kir.shared_bytes(kernel, scalars)
+
+
+def workspace_sizes(kernel, scalars):
+    """[(Workspace, elements)] of `kernel` for the scalar values `scalars`."""
+    sizes = []
+    for w in kernel.workspaces:
+        n = kir.evaluate_scalar(w.size, scalars)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"kernel {kernel.name}: workspace {w.buffer.name} size "
+                             f"{kir.format_expr(w.size)} evaluates to {n!r}")
+        sizes.append((w, n))
+    return sizes
+
+
+class WorkspacePool:
+    """Workspaces kept across launches: one array per (kernel, workspace), made by
+    `zeros(elements, DataType)` when first needed and again (larger) when a launch needs
+    more elements than the kept one has. Kernels are held, so ids stay valid."""
+
+    def __init__(self, zeros):
+        self._zeros = zeros
+        self._arrays = {}       # (id(kernel), buffer name) -> (kernel, array)
+
+    def arrays(self, kernel, scalars):
+        """{workspace buffer name: array} for a launch of `kernel` with `scalars`."""
+        out = {}
+        for w, size in workspace_sizes(kernel, scalars):
+            key = (id(kernel), w.buffer.name)
+            known = self._arrays.get(key)
+            if known is None or known[0] is not kernel or len(known[1]) < size:
+                known = self._arrays[key] = (kernel, self._zeros(max(size, 1),
+                                                                 w.buffer.dtype))
+            out[w.buffer.name] = known[1]
+        return out
+
+    def forget(self, kernel):
+        """Drop `kernel`'s workspaces (after a launch that failed and may have left its
+        semaphores set): the next launch allocates zeros again."""
+        for key in [k for k, (kern, _) in self._arrays.items() if kern is kernel]:
+            del self._arrays[key]
+
+
+def cupy_zeros(elements, dtype):
+    """A CuPy array of zeros (bf16 as its uint16 bits: CuPy has no bfloat16)."""
+    import cupy
+    host = np.uint16 if dtype is DataType.bf16 else dtype.numpy
+    return cupy.zeros(elements, dtype=host)
+
+
+_pools = {}         # device id -> WorkspacePool of launch()'s own workspaces
 
 
 def _positive(kernel, what, value):
@@ -151,6 +212,27 @@ def launch(kernel, cubin, args, stream=None):
             strides.append(index_np.type(elements))
         pointers.append(a)
 
+    workspaces = []
+    if kernel.workspaces:
+        if any(w.buffer.name not in args for w in kernel.workspaces):
+            device = cupy.cuda.Device().id
+            pool = _pools.setdefault(device, WorkspacePool(cupy_zeros))
+            kept = pool.arrays(kernel, scalars)
+        for w, size in workspace_sizes(kernel, scalars):
+            name = w.buffer.name
+            a = args[name] if name in args else kept[name]
+            if not isinstance(a, cupy.ndarray):
+                raise TypeError(f"kernel {kernel.name}: workspace {name} must be a cupy "
+                                f"array, got {type(a).__name__}")
+            if not _dtype_ok(a.dtype, w.buffer.dtype):
+                raise TypeError(f"kernel {kernel.name}: workspace {name} is "
+                                f"{w.buffer.dtype}, the array is {a.dtype}")
+            if a.ndim != 1 or a.size < size or (a.size > 1 and a.strides[0] != a.itemsize):
+                raise ValueError(f"kernel {kernel.name}: workspace {name} needs a "
+                                 f"contiguous 1-D array of at least {size} elements, got "
+                                 f"shape {a.shape}, strides {a.strides}")
+            workspaces.append(a)
+
     grid, block, shared = launch_config(kernel, scalars)
     func = load_function(cubin, kernel.name)
     if shared > _STATIC_SHARED_LIMIT:
@@ -161,8 +243,8 @@ def launch(kernel, cubin, args, stream=None):
         driver.funcSetAttribute(func.ptr,
                                 driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                 shared)
-    values = pointers + strides + [index_np.type(scalars[p.var.name])
-                                   for p in kernel.scalar_params]
+    values = pointers + strides + workspaces + [index_np.type(scalars[p.var.name])
+                                                for p in kernel.scalar_params]
     func(grid, block, tuple(values), shared_mem=shared, stream=stream)
 
 

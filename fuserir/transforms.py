@@ -281,12 +281,22 @@ def rfactor(tv, axes):
     return producer
 
 
-def cache_after(tv, memory_type, async_copy=False):
+def cache_after(tv, memory_type, async_copy=False, ldmatrix=False):
     mt = _memory("cache_after", memory_type)
     fusion = tv.fusion
     uses = fusion.uses(tv)
     if not uses:
         raise ScheduleError(f"cache_after: {tv.name} has no consumers to read the cache")
+    if ldmatrix:
+        if mt is not MemoryType.local:
+            raise ScheduleError(f"cache_after: ldmatrix loads into registers (local), not "
+                                f"{mt} (tensor {tv.name})")
+        if tv.memory_type is not MemoryType.shared:
+            raise ScheduleError(f"cache_after: ldmatrix reads shared memory, but {tv.name} "
+                                f"is in {tv.memory_type} memory")
+        if not all(isinstance(u, MatmulOp) for u in uses):
+            raise ScheduleError(f"cache_after: an ldmatrix cache holds tensor-core operand "
+                                f"fragments, so every consumer of {tv.name} must be a matmul")
     if async_copy and mt is not MemoryType.shared:
         raise ScheduleError(f"cache_after: async_copy copies into shared memory, not {mt} "
                             f"(tensor {tv.name})")
@@ -296,7 +306,7 @@ def cache_after(tv, memory_type, async_copy=False):
     root = [IterDomain(a.extent, a.kind) for a in tv.shape_axes]
     cache = TensorView(fusion, fusion.fresh_name(f"{tv.name}_cache"), tv.dtype, root, mt)
     fusion.add_tensor(cache)
-    fusion.add_expr(LoadStoreOp(tv, cache, async_copy))
+    fusion.add_expr(LoadStoreOp(tv, cache, async_copy, ldmatrix))
     for use in uses:
         fusion.replace_input(use, tv, cache)
     return cache
@@ -548,3 +558,35 @@ def circular_buffer(tv, stages):
                             f"(compute-at position {pos}); compute_at it inside one first")
     tv.circular_buffer_stages = stages
 
+
+
+def swizzle(tv, row):
+    _not_input("swizzle", tv)
+    if tv.memory_type is not MemoryType.shared:
+        raise ScheduleError(f"swizzle: {tv.name} is in {tv.memory_type} memory; only shared "
+                            "tiles are swizzled (bank conflicts are a shared-memory matter)")
+    if isinstance(row, bool) or not isinstance(row, int) or row < 1:
+        raise ScheduleError(f"swizzle: row must be a positive number of elements, got "
+                            f"{row!r} (tensor {tv.name})")
+    if (row * tv.dtype.itemsize) % 128:
+        raise ScheduleError(f"swizzle: a row of {row} x {tv.dtype} is "
+                            f"{row * tv.dtype.itemsize} bytes; the XOR swizzle permutes 8 "
+                            f"16-byte chunks, so a row must be a multiple of 128 bytes "
+                            f"(tensor {tv.name})")
+    tv.swizzle_row = row
+
+
+def promote_reuse(tv):
+    _not_input("promote_reuse", tv)
+    if tv.memory_type is not MemoryType.shared:
+        raise ScheduleError(f"promote_reuse: {tv.name} is in {tv.memory_type} memory; only "
+                            "shared tensors reuse bytes")
+    tv.reuse_shared = True
+
+
+def serial_grid_reduction(tv):
+    _not_input("serial_grid_reduction", tv)
+    if not isinstance(tv.definition, (ReductionOp, MatmulOp)):
+        raise ScheduleError(f"serial_grid_reduction: {tv.name} is not defined by a reduction "
+                            "or matmul")
+    tv.serial_grid = True

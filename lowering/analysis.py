@@ -18,17 +18,20 @@ import networkx as nx
 
 from fuserir.dtypes import DataType
 from fuserir.transforms import concrete_loop
-from fuserir.ir.exprs import LoadStoreOp
+from fuserir.ir.exprs import LoadStoreOp, MatmulOp
 from fuserir.ir.tensor import TensorView
 from fuserir.errors import ScheduleError
 from fuserir.ir import extent as ext
 from fuserir.ir.iterdomain import ParallelType, Split, history
 
 from . import kir
+from .arith import Ranges, simplify_binop
 
 THREAD_TYPES = (ParallelType.TIDx, ParallelType.TIDy, ParallelType.TIDz)
 BLOCK_TYPES = (ParallelType.BIDx, ParallelType.BIDy, ParallelType.BIDz)
 LOOP_TYPES = (ParallelType.serial, ParallelType.unroll, ParallelType.vectorize)
+MMA = ParallelType.mma
+WARP = 32            # lanes of a warp: the threads one mma instruction tile spans
 
 
 def _c_div(a, b):
@@ -105,6 +108,32 @@ def async_vector_bytes(tv):
     return width * tv.dtype.itemsize
 
 
+def mma_positions(tv):
+    return [i for i, a in enumerate(tv.loop) if a.parallel is MMA]
+
+
+def mma_kind(tv):
+    """How a tensor with mma axes is lowered: "mma" (the matmul: mma.sync), "ldmatrix"
+    (an operand fragment cache), "fragment" (a tensor in the accumulator's fragment layout,
+    e.g. the epilogue's cast), or None (no mma axes)."""
+    if not mma_positions(tv):
+        return None
+    if isinstance(tv.definition, MatmulOp):
+        return "mma"
+    if isinstance(tv.definition, LoadStoreOp) and tv.definition.ldmatrix:
+        return "ldmatrix"
+    return "fragment"
+
+
+def fragment_size(tv):
+    """Elements of one instruction tile each lane holds (16x8 f32 -> 4, 16x16 f16 -> 8)."""
+    size = 1
+    for i in mma_positions(tv):
+        if not tv.loop[i].is_reduction:
+            size *= tv.loop[i].extent
+    return size // WARP
+
+
 def live_tensors(fusion):
     """The tensors some output depends on (others are dead code: nothing computes them)."""
     live = set(fusion.outputs)
@@ -129,6 +158,11 @@ class LoweringContext:
         self.scalar_vars = {}        # symbol name -> kir.Var
         self.store_info = {}         # kir.Store -> StoreInfo (what predicates need)
         self.async_vectors = set()   # vector axes of async copies (not loops)
+        self.lane_index = {}         # mma axis -> per-lane index, while lowering a fragment
+        self.frag_offset = None      # element of the fragment being lowered (None: 0)
+        self.fragment_vars = []      # the loop variables of fragment-element loops
+        self.circular = {}           # circular-buffered tensor -> its loop's concrete axis
+        self.ranges = Ranges()       # value ranges of index variables (lowering.arith)
 
     def analyze(self):
         """Compute the exact map and parallel extents of the (now fully placed) fusion."""
@@ -139,6 +173,20 @@ class LoweringContext:
                 self.async_vectors.add(tv.loop[-1])
         self.exact = build_exact_map(self.fusion)
         self._parallel_extents()
+        self.serial_grid = any(tv.serial_grid for tv in self.live)
+        for tv in self.live:
+            if tv.circular_buffer_stages:
+                self.circular[tv] = self._circular_loop(tv)
+
+    def _circular_loop(self, tv):
+        """The loop a circular buffer rotates over: the innermost loop inside its
+        compute-at position."""
+        loops = [self.concrete_axis(tv, i) for i in range(tv.compute_at_pos or 0)]
+        loops = [a for a in loops if self.is_loop(a)]
+        if not loops:
+            raise ScheduleError(f"{tv.name}: circular buffering needs a loop inside its "
+                                f"compute-at position to rotate over")
+        return loops[-1]
 
     # -- loops ---------------------------------------------------------------------------
     def concrete(self, tv, i):
@@ -158,13 +206,18 @@ class LoweringContext:
 
     def loop_var(self, axis):
         if axis not in self.loop_vars:
-            self.loop_vars[axis] = kir.Var(f"i{len(self.loop_vars)}", self.index_dtype)
+            var = kir.Var(f"i{len(self.loop_vars)}", self.index_dtype)
+            self.loop_vars[axis] = var
+            if isinstance(axis.extent, int):
+                self.ranges.vars[id(var)] = (0, axis.extent - 1)
         return self.loop_vars[axis]
 
     def loop_index(self, tv, i):
         """The index of tv.loop[i] inside the kernel: a loop variable, a thread or block
         index, or 0 for an axis of extent 1."""
         axis = self.concrete_axis(tv, i)
+        if axis in self.lane_index:
+            return self.lane_index[axis]
         if axis.parallel in THREAD_TYPES or axis.parallel in BLOCK_TYPES:
             kind = (kir.SpecialKind.threadIdx if axis.parallel in THREAD_TYPES
                     else kir.SpecialKind.blockIdx)
@@ -209,6 +262,9 @@ class LoweringContext:
             return self.const(0)
         if op in ("div", "mod") and ca == 0:
             return self.const(0)
+        simpler = simplify_binop(op, a, b, self.ranges, self.binop)
+        if simpler is not None:
+            return simpler
         dtype = DataType.bool if op in kir.COMPARISONS + ("and", "or") else self.index_dtype
         return kir.BinOp(op, a, b, dtype)
 
@@ -284,6 +340,8 @@ class LoweringContext:
                 axis = self.concrete_axis(tv, i)
                 if axis.parallel in self.bound and axis.extent not in self.bound[axis.parallel]:
                     self.bound[axis.parallel].append(axis.extent)
+                if axis.parallel is MMA and WARP not in self.bound[ParallelType.TIDx]:
+                    self.bound[ParallelType.TIDx].append(WARP)   # the lanes of a warp
 
     def launch_extent(self, ptype, round_to=1):
         extents = [self.extent(e) for e in self.bound[ptype]]
@@ -313,6 +371,10 @@ class LoweringContext:
         owner = []
         for p in self.threads_used():
             cls = "zero" if is_write else None
+            if p is ParallelType.TIDx and mma_positions(tv):
+                # The lane of an element is fixed by the instruction's fragment map.
+                cls = ("mma",) + tuple(self.exact_class(tv.loop[i])
+                                       for i in mma_positions(tv))
             for i in range(tv.ndim):
                 axis = tv.loop[i]
                 if self.concrete_axis(tv, i).parallel is not p or axis.is_broadcast:
@@ -406,10 +468,13 @@ def check_supported(ctx):
             continue
         for i, axis in enumerate(tv.loop):
             concrete = ctx.concrete_axis(tv, i)
-            if axis.is_reduction and concrete.parallel in BLOCK_TYPES:
+            if axis.is_reduction and concrete.parallel in BLOCK_TYPES and not (
+                    tv.serial_grid and concrete.parallel is ParallelType.BIDz):
+                hint = ("a serial grid reduction runs over BIDz" if tv.serial_grid else
+                        "or mark it serial_grid_reduction() and bind BIDz")
                 raise ScheduleError(f"{tv.name}: reduction axis {i} is bound to "
-                                    f"{concrete.parallel}; grid reductions are not supported "
-                                    "yet (rfactor the reduction, or bind a thread index)")
+                                    f"{concrete.parallel}; grid reductions need rfactor "
+                                    f"({hint})")
             if axis.is_reduction and concrete.parallel is ParallelType.TIDz:
                 raise ScheduleError(f"{tv.name}: reduction axis {i} is bound to TIDz; block "
                                     "reductions are supported over TIDx or TIDy")
@@ -419,9 +484,6 @@ def check_supported(ctx):
             raise ScheduleError(f"{tv.name}: reduction axes are bound to "
                                 f"{' and '.join(map(str, bound))}; a block reduction combines "
                                 "one thread index (merge the axes first)")
-            if axis.parallel is ParallelType.mma:
-                raise ScheduleError(f"{tv.name}: axis {i} is an mma axis; tensor-core "
-                                    "lowering arrives with the matmul issue")
         if not tv.is_output and tv.memory_type.value == "global":
             raise ScheduleError(f"{tv.name}: global intermediates need a workspace, which "
                                 "arrives with segmentation; use local or shared memory")
@@ -436,8 +498,79 @@ def check_supported(ctx):
                         f"{tv.compute_at_consumer.name}, but its consumer {c.name} does not "
                         f"run inside loop {i} of it; compute {c.name} inside those loops too "
                         f"or compute {tv.name} at a lower position")
-        if tv.circular_buffer_stages is not None:
-            raise ScheduleError(f"{tv.name}: circular buffering arrives with the matmul "
-                                "issue's pipelining pass")
+        _check_mma(ctx, tv)
+        _check_grid_reduction(ctx, tv)
+        if tv.circular_buffer_stages is not None and not is_async_copy(tv):
+            raise ScheduleError(f"{tv.name}: only async copies (cache_after(shared, "
+                                "async_copy=True)) are circular-buffered")
 
 
+
+
+def _check_grid_reduction(ctx, tv):
+    if not tv.serial_grid:
+        return
+    bound = [i for i, a in enumerate(tv.loop) if a.is_reduction
+             and ctx.concrete_axis(tv, i).parallel is ParallelType.BIDz]
+    if not bound:
+        raise ScheduleError(f"{tv.name}: serial_grid_reduction() needs a reduction axis "
+                            "bound to BIDz (the split index of the CTAs that take turns)")
+    for other in ctx.live:
+        if other is tv or other.is_input:
+            continue
+        split_axes = {id(tv.loop[i]) for i in bound}
+        if any(ctx.concrete_axis(other, i).parallel is ParallelType.BIDz
+               and id(ctx.concrete_axis(other, i)) not in split_axes
+               for i in range(other.ndim)):
+            raise ScheduleError(f"{other.name} binds BIDz, which the serial grid reduction "
+                                f"of {tv.name} uses for its split index")
+        if other.is_output and not ctx.fusion.depends_on(other, tv):
+            raise ScheduleError(f"{other.name} does not depend on {tv.name}: in a kernel "
+                                f"with a serial grid reduction only the last CTA of each "
+                                "tile computes what follows the reduction")
+
+
+_MMA_SHAPES = {"mma": (16, 8, 16), "ldmatrix_a": (16, 16), "ldmatrix_b": (8, 16),
+               "fragment": (16, 8)}
+
+
+def _check_mma(ctx, tv):
+    """The fixed instruction tiles lowering knows: mma axes innermost, in this order."""
+    kind = mma_kind(tv)
+    if kind is None:
+        return
+    positions = mma_positions(tv)
+    extents = tuple(tv.loop[i].extent for i in positions)
+    if kind == "ldmatrix":
+        consumer = ctx.fusion.consumers(tv)[0]
+        kind = "ldmatrix_a" if consumer.definition.inputs[0] is tv else "ldmatrix_b"
+    expected = _MMA_SHAPES[kind]
+    where = f"{tv.name}: mma axes {positions} with extents {list(extents)}"
+    if positions != list(range(tv.ndim - len(positions), tv.ndim)):
+        raise ScheduleError(f"{where} must be the innermost loop axes")
+    if extents != expected:
+        raise ScheduleError(f"{where}; the m16n8k16 instruction tile needs "
+                            f"{list(expected)} here ({kind.replace('_', ' ')})")
+    if ctx.bound[ParallelType.TIDx] != [WARP]:
+        raise ScheduleError(f"{tv.name}: with tensor cores TIDx is the lane of a warp (32): "
+                            f"bind warps to TIDy/TIDz, not TIDx")
+    if tv.memory_type.value == "global":
+        raise ScheduleError(f"{tv.name}: a tensor with mma axes lives in registers or "
+                            f"shared memory")
+    if kind == "fragment":
+        mine = [ctx.exact_class(tv.loop[i]) for i in positions]
+        for p in tv.definition.tensor_inputs:
+            if mma_kind(p) in ("mma", "fragment") and p.memory_type.value == "local":
+                theirs = [ctx.exact_class(p.loop[i]) for i in mma_positions(p)
+                          if not p.loop[i].is_reduction]
+                if theirs != mine:
+                    raise ScheduleError(f"{where} do not map to the mma axes of "
+                                        f"{p.name}, whose registers it reads: schedule "
+                                        "both with the same transforms")
+    if kind == "mma":
+        a, b = tv.definition.inputs
+        for operand in (a, b):
+            if mma_kind(operand) != "ldmatrix":
+                raise ScheduleError(f"{tv.name}: an mma reads its operands from ldmatrix "
+                                    f"caches, but {operand.name} is not one (use "
+                                    f"cache_after(local, ldmatrix=True))")

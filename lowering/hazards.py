@@ -18,7 +18,14 @@ not yet committed and the committed groups, oldest first; a commit closes a grou
 `wait_group n` retires all but the n newest (never the uncommitted), and a retired copy
 becomes an ordinary write (visible to other threads after a barrier). A barrier does not
 retire copies. A pending copy conflicts with every other access to its bytes, by any
-thread, the issuing one included: an async-pending hazard.
+thread, the issuing one included: an async-pending hazard. Copies still pending at the end
+of the kernel are a hazard too (second access: END), which a drain at the end orders.
+
+Circular buffers: an access tagged with a stage (AccessInfo.stage = (loop, offset, S))
+touches only the bytes of stage (iteration + offset) % S of that loop. Two accesses tagged
+for the same loop overlap only when their offsets agree modulo S; each time the state goes
+around that loop's back edge, the offsets of every access tagged for it (the prologue's
+pending copies included) drop by one. An untagged access overlaps every stage.
 """
 
 from dataclasses import dataclass, replace
@@ -93,10 +100,25 @@ def may_overlap(a, b):
     return ra is not None and rb is not None and ra[0] < rb[1] and rb[0] < ra[1]
 
 
+def _stage(access):
+    return access.info.stage if access.info is not None else None
+
+
+def accesses_overlap(a, b):
+    """May two accesses touch the same bytes (buffers overlap, and not two different
+    stages of one circular buffer)?"""
+    if not may_overlap(a.buffer, b.buffer):
+        return False
+    sa, sb = _stage(a), _stage(b)
+    if a.buffer is b.buffer and sa is not None and sb is not None and sa[0] == sb[0]:
+        return (sa[1] - sb[1]) % sa[2] == 0
+    return True
+
+
 def conflict(earlier, later):
     if not (earlier.is_write or later.is_write):
         return None
-    if not may_overlap(earlier.buffer, later.buffer):
+    if not accesses_overlap(earlier, later):
         return None
     if (earlier.buffer is later.buffer and earlier.info is not None and later.info is not None
             and earlier.info.same_thread_as(later.info)):
@@ -107,7 +129,7 @@ def conflict(earlier, later):
 
 
 def _key(a):
-    return (id(a.stmt), id(a.buffer), a.is_write, id(a.carried), a.pending)
+    return (id(a.stmt), id(a.buffer), a.is_write, id(a.carried), a.pending, _stage(a))
 
 
 def _dedupe(accesses):
@@ -167,7 +189,7 @@ def find_hazards(body):
                 # not overlap one another; everything else meeting a pending copy does.
                 if access.pending and copy.stmt is access.stmt:
                     continue
-                if may_overlap(copy.buffer, access.buffer):
+                if accesses_overlap(copy, access):
                     record(copy, access, kir.HazardKind.ASYNC)
             if access.pending:
                 state = replace(state, uncommitted=state.uncommitted + (access,))
@@ -203,22 +225,43 @@ def find_hazards(body):
         """The state after some number (>= 1) of iterations; accesses coming around the back
         edge are marked as carried by this loop while the body is analysed again."""
         inside = {id(x) for x in kir.walk(loop.body)}
+        name = loop.var.name
 
         def around(a):
+            stage = _stage(a)
+            if stage is not None and stage[0] == name:
+                a = replace(a, info=replace(a.info, stage=(name, (stage[1] - 1) % stage[2],
+                                                           stage[2])))
             return replace(a, carried=loop) if id(a.stmt) in inside and a.carried is None \
                 else a
 
+        # The same entry state gives the same exit state and findings: analysing an inner
+        # loop once per distinct entry keeps nested loops from multiplying the work.
+        memo_key = (id(loop), entry.key())
+        if memo_key in memo:
+            return memo[memo_key]
+        memo[memo_key] = _iterate(loop, entry, around)
+        return memo[memo_key]
+
+    def _iterate(loop, entry, around):
         state = visit(loop.body, entry)
         if not _may_repeat(loop):
             return state
         seen = set()
-        while state.key() not in seen and len(seen) < 4:
+        while state.key() not in seen and len(seen) < 16:
             seen.add(state.key())
             state = state.join(visit(loop.body, state.map(around)))
         return state.map(lambda a: replace(a, carried=None) if a.carried is loop else a)
 
-    visit(body, State())
+    memo = {}
+    end = visit(body, State())
+    for copy in end.pending():
+        record(copy, Access(END, copy.buffer, False, None), kir.HazardKind.ASYNC)
     return list(found.values())
+
+
+# The second access of a copy still pending when the kernel ends.
+END = kir.Comment("end of the kernel", label="END")
 
 
 def thread_dependent(expr):

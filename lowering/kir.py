@@ -15,7 +15,7 @@ The text printer at the bottom is what `fuserir dump --stage kernel` shows.
 """
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 
 from fuserir.dtypes import DataType
@@ -68,8 +68,9 @@ class Special(ScalarExpr):
 
 # Operators of BinOp. Index arithmetic uses C integer semantics (/ and % truncate toward
 # zero); "ceildiv" is (a + b - 1) / b on non-negative operands.
+# "xor" is the bitwise xor of two integers of one int dtype (XOR swizzles).
 BINARY_OPS = ("add", "sub", "mul", "div", "mod", "ceildiv", "min", "max",
-              "lt", "le", "gt", "ge", "eq", "ne", "and", "or")
+              "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "xor")
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 UNARY_OPS = ("neg", "abs", "not", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
              "gelu", "gelu_tanh")
@@ -217,6 +218,9 @@ class AccessInfo:
 
     tensor: str
     owner: tuple         # tuple of (parallel type name, class id or None), sorted
+    # A circular buffer's access touches one stage: (loop label, offset, stages), offset
+    # counted in iterations of that loop from the current one (see lowering.hazards).
+    stage: tuple = None
 
     def same_thread_as(self, other):
         return (self.tensor == other.tensor and self.owner == other.owner
@@ -406,6 +410,73 @@ class CpAsyncWait(Stmt):
     label: str = None
 
 
+# -- grid synchronization: workspaces, fences and semaphores ---------------------------------
+# The building blocks of a serial split-K reduction across CTAs (a "turnstile"; DESIGN.md
+# section 5, "Between CTAs"). Split z of an output tile waits until the tile's semaphore
+# holds z, adds its partial sums to the workspace, and releases z + 1; the last split
+# writes the output and resets the semaphore to 0 for the next launch:
+#
+#     if thread 0: SemWait(sem, tile, blockIdx.z)      // acquire what split z-1 released
+#     Barrier                                           // ... for every thread of the block
+#     <read partials from the workspace, add this split's values>
+#     not last:  <write partials> ; Fence ; Barrier ; if thread 0: SemRelease(sem, tile, z+1)
+#     last:      <write the output> ;                    if thread 0: SemRelease(sem, tile, 0)
+#
+# A block's global writes are visible to another block only through this chain: Fence by
+# the writing thread, (Barrier,) SemRelease by its block, SemWait by the reading block on
+# the same semaphore cell, (Barrier). The interpreter checks exactly that (codegen.interp,
+# "cross-cta" hazards).
+
+
+@dataclass(eq=False)
+class Workspace:
+    """A global scratch buffer the executor allocates for the kernel (a kernel parameter
+    after the tensors, before the scalars: Kernel.params): e.g. f32 partial sums of a
+    split-K reduction, or i32 semaphores. `size` is in elements, an expression over the
+    kernel's scalar parameters. `zeroed`: the buffer must be all zeros before the first
+    launch; a kernel that uses it as semaphores leaves it zero again after each launch,
+    so the executor zeroes it once, when it allocates it, and keeps it across launches."""
+
+    buffer: Buffer
+    size: ScalarExpr
+    zeroed: bool = False
+
+
+@dataclass(eq=False)
+class Fence(Stmt):
+    """__threadfence() by each active thread: its earlier global writes are ordered before
+    its later global writes (the release half of the handshake: the writes a later
+    SemRelease of the block publishes)."""
+
+    label: str = None
+
+
+@dataclass(eq=False)
+class SemWait(Stmt):
+    """Each active thread spins until the i32 global `sem[index] == value`, reading it with
+    an acquire load (ld.acquire.gpu.global.b32 in a loop); afterwards (acquire) its later
+    reads see what the block that stored `value` with SemRelease had published. Other
+    threads of the block see it after a Barrier."""
+
+    sem: Buffer = None
+    index: ScalarExpr = None
+    value: ScalarExpr = None
+    label: str = None
+
+
+@dataclass(eq=False)
+class SemRelease(Stmt):
+    """Each active thread stores `sem[index] = value` (i32 global) with a release store
+    (__threadfence(); st.release.gpu.global.b32): it publishes the global writes the
+    block's threads fenced before it (after a Barrier; the releasing thread's own always)
+    and what the block had acquired, to whoever waits for `value` on that cell."""
+
+    sem: Buffer = None
+    index: ScalarExpr = None
+    value: ScalarExpr = None
+    label: str = None
+
+
 @dataclass(eq=False)
 class ExprStmt(Stmt):
     """A fusion expression placed in its loop nest but not yet lowered to loads and stores.
@@ -439,10 +510,11 @@ class Kernel:
     body: list
     launch: LaunchConfig
     index_dtype: DataType = DataType.i32
+    workspaces: list = field(default_factory=list)   # list[Workspace]
 
     @property
     def params(self):
-        return list(self.tensor_params) + list(self.scalar_params)
+        return list(self.tensor_params) + list(self.workspaces) + list(self.scalar_params)
 
 
 def walk(stmts):
@@ -459,6 +531,38 @@ def relabel(stmts, prefix="S"):
         s.label = f"{prefix}{i}"
 
 
+def substitute(expr, mapping):
+    """`expr` with every Var whose id is in `mapping` replaced by mapping[id(var)]."""
+    if isinstance(expr, Var):
+        return mapping.get(id(expr), expr)
+    if not isinstance(expr, ScalarExpr) or not expr.children():
+        return expr
+    changes = {}
+    for f in fields(expr):
+        value = getattr(expr, f.name)
+        if isinstance(value, ScalarExpr):
+            new = substitute(value, mapping)
+            if new is not value:
+                changes[f.name] = new
+    return replace(expr, **changes) if changes else expr
+
+
+def copy_stmt(stmt, mapping, access=None):
+    """A fresh copy of `stmt` (and its bodies) with `mapping` substituted in every
+    expression (see substitute); `access(old AccessInfo) -> AccessInfo` may retag the
+    shared-memory accesses of the copy."""
+    changes = {"label": None}
+    for f in fields(stmt):
+        value = getattr(stmt, f.name)
+        if isinstance(value, ScalarExpr):
+            changes[f.name] = substitute(value, mapping)
+        elif isinstance(value, list) and value and isinstance(value[0], Stmt):
+            changes[f.name] = [copy_stmt(s, mapping, access) for s in value]
+        elif isinstance(value, AccessInfo) and access is not None:
+            changes[f.name] = access(value)
+    return replace(stmt, **changes)
+
+
 def walk_expr(expr):
     yield expr
     for c in expr.children():
@@ -470,7 +574,8 @@ def walk_expr(expr):
 # ---------------------------------------------------------------------------------------
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<", "le": "<=",
-          "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
+          "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||",
+          "xor": "^"}
 
 
 def format_expr(e):
@@ -537,6 +642,14 @@ def format_stmt(s):
         sid = f" [{s.sync_id}]" if s.sync_id else ""
         why = "; ".join(str(r) for r in s.reasons)
         return f"cp.async.wait_group {s.n}{sid}" + (f"  // {why}" if why else "")
+    if isinstance(s, Fence):
+        return "__threadfence()"
+    if isinstance(s, SemWait):
+        return (f"sem_wait {s.sem.name}[{format_expr(s.index)}] == "
+                f"{format_expr(s.value)}  (acquire)")
+    if isinstance(s, SemRelease):
+        return (f"sem_release {s.sem.name}[{format_expr(s.index)}] = "
+                f"{format_expr(s.value)}  (release)")
     raise TypeError(type(s).__name__)
 
 
@@ -557,6 +670,8 @@ def format_stmts(stmts, indent=0):
 def format_kernel(kernel):
     params = [f"{p.buffer.dtype} {p.buffer.name}[{', '.join(format_expr(s) for s in p.sizes)}]"
               for p in kernel.tensor_params]
+    params += [f"workspace {w.buffer.dtype} {w.buffer.name}[{format_expr(w.size)}]"
+               + (" zeroed" if w.zeroed else "") for w in kernel.workspaces]
     params += [f"{p.var.dtype} {p.var.name}" for p in kernel.scalar_params]
     launch = kernel.launch
     grid = ", ".join(format_expr(e) for e in launch.grid) if launch.grid else "?"
@@ -696,6 +811,8 @@ def _eval_binop(op, a, b, operand_dtype, dtype):
             r = min(a, b)
         elif op == "max":
             r = max(a, b)
+        elif op == "xor":
+            r = a ^ b
         else:
             raise TypeError(f"binary {op} on {dtype} has no launch-time value")
         return _wrap_int(r, dtype)

@@ -8,7 +8,10 @@
     allocation        local/shared buffers and accumulators; shared byte offsets
     indexing          placed expressions -> stores of indexed loads
     block_reductions  TIDx reductions -> warp shuffles + shared scratch
+    grid_reductions   serial grid reductions -> a semaphore turnstile across CTAs
     predicates        bounds, thread-extent and redundant-write guards
+    circular_buffer   pipeline circular-buffered async copies (prologue, prefetch, waits)
+    reuse_shared      let promote_reuse tensors alias dead shared buffers
     insert_syncs      barriers for every shared-memory hazard, each with its reasons
     drop_syncs        (only when asked) remove named barriers, to show what they prevent
     verify_hazards    refuse a kernel the hazard analysis cannot prove safe
@@ -25,8 +28,9 @@ from fuserir.dtypes import DataType
 from . import kir
 from .analysis import LoweringContext
 from .errors import LoweringError
-from .passes import (allocation, block_reductions, indexing, inline_defaults, insert_syncs,
-                     loop_nests, predicates, validate, verify_hazards)
+from .passes import (allocation, block_reductions, circular_buffer, grid_reductions, indexing,
+                     inline_defaults, insert_syncs, loop_nests, predicates, reuse_shared,
+                     validate, verify_hazards)
 from .passes import drop_syncs as drop_syncs_pass
 
 PASSES = (
@@ -36,7 +40,10 @@ PASSES = (
     ("allocation", allocation.run),
     ("indexing", indexing.run),
     ("block_reductions", block_reductions.run),
+    ("grid_reductions", grid_reductions.run),
     ("predicates", predicates.run),
+    ("circular_buffer", circular_buffer.run),
+    ("reuse_shared", reuse_shared.run),
     ("insert_syncs", insert_syncs.run),
     ("verify_hazards", verify_hazards.run),
 )

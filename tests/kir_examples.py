@@ -214,7 +214,7 @@ UNARY_DTYPES = {
 }
 BINARY_DTYPES = {
     **{op: (I32, I64, F32, F64) for op in ("add", "sub", "mul", "div", "mod", "min", "max")},
-    "ceildiv": (I32, I64),
+    "ceildiv": (I32, I64), "xor": (I32, I64),
     **{op: (I32, I64, F32, F64, BOOL) for op in ("eq", "ne")},
     **{op: (I32, I64, F32, F64) for op in ("lt", "le", "gt", "ge")},
     "and": (BOOL,), "or": (BOOL,),

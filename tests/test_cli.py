@@ -149,14 +149,15 @@ command("dump-cuda", "dump", TILED, "--stage", "cuda")
 command("dump-ptx", "dump", TILED, "--stage", "ptx", "--arch", "sm_90")
 
 PASSES = ["inline_defaults", "validate", "loop_nests", "allocation", "indexing",
-          "block_reductions", "predicates", "insert_syncs", "verify_hazards"]
+          "block_reductions", "grid_reductions", "predicates", "circular_buffer",
+          "reuse_shared", "insert_syncs", "verify_hazards"]
 
 
 def test_dump_list_passes_in_pipeline_order(ran):
     out = ok(ran["list-passes"])
     names = [line.split()[1] for line in out.splitlines()]
     assert names == PASSES[:-1] + ["drop_syncs", "verify_hazards"]
-    assert " 8  insert_syncs" in out and "(optional: --without insert_syncs)" in out
+    assert "11  insert_syncs" in out and "(optional: --without insert_syncs)" in out
     assert " -  drop_syncs" in out and "(only with --drop ID,...)" in out
     rows = json.loads(ok(ran["list-passes-json"]))
     assert [r["name"] for r in rows if r["number"]] == PASSES
@@ -242,11 +243,43 @@ def test_inspect_summary_page(ran):
     assert "shared memory: 1024 bytes at these sizes; limit per block after opt-in" in out
     assert "sync1  S19  __syncthreads() [sync1]  in for i0 > for i1" in out
     assert "RAW on As: S15 -> S22" in out and "WAR on Bs: S22 -> S18, loop-carried" in out
-    assert "bank conflicts: not analysed yet" in out and "matmul issue" in out
     assert "registers (ptxas, sm_" in out and "spill stores 0 bytes" in out
     assert out.rstrip().endswith("verifier: proved free of shared-memory hazards")
     if not GPU:
         assert "232448 bytes (227 KB) (no GPU here: sm_90's documented opt-in limit)" in out
+
+
+def test_inspect_bank_conflicts_section(ran):
+    # Bs[tx * 16 + k] (f16, at byte 512): lane tx of a warp touches word 128 + 8 tx, so
+    # tx = 0, 4, 8, 12 hit bank 0 with four distinct words: degree 4. As[ty * 16 + k]:
+    # a warp spans ty = 0, 1 (words 8 apart), the 16 lanes of each ty broadcast: degree 1.
+    out = ok(ran["inspect"])
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines)
+                 if line.startswith("shared-memory bank conflicts (block (0, 0, 0), every "
+                                    "warp; each enclosing loop at its first 2 iterations and "
+                                    "its last): 2 of 4 access(es) conflicted"))
+    section = lines[start + 1:start + 7]
+    assert section[0].split()[:8] == ["S15", "store", "As", "2", "B", "1x32", "lanes", "worst"]
+    assert section[0].split()[8] == "1"
+    assert section[1].split()[:3] == ["S18", "store", "Bs"] and "worst 4" in section[1]
+    assert section[2].strip() == ("e.g. warp 0, i0=0 i1=0 i3=0, phase 0, bank 0: words 128, "
+                                  "160, 192, 224 (lanes 0, 4, 8, 12)")
+    assert section[3].split()[:3] == ["S22", "load", "As"] and "worst 1" in section[3]
+    assert section[4].split()[:3] == ["S22", "load", "Bs"] and "worst 4" in section[4]
+    assert lines.index("shared-memory bank conflicts (block (0, 0, 0), every warp; each "
+                       "enclosing loop at its first 2 iterations and its last): 2 of 4 "
+                       "access(es) conflicted") < next(i for i, line in enumerate(lines)
+                                                        if line.startswith("registers"))
+
+
+command("inspect-pointwise", "inspect", POINTWISE)
+
+
+def test_inspect_bank_conflicts_without_conflicts(ran):
+    out = ok(ran["inspect-pointwise"])
+    assert "its last): 0 of 2 access(es) conflicted" in out
+    assert "S14  store  xs  4 B  1x32 lanes  worst 1  xs[threadIdx.x]" in out
 
 
 def test_inspect_json(ran):
@@ -258,7 +291,12 @@ def test_inspect_json(ran):
     assert kernel["shared"]["total"] == 1024 and kernel["shared"]["overlaps"] == []
     assert [b["id"] for b in kernel["barriers"]] == ["sync1"]
     assert kernel["ptxas"]["registers"] > 0 and kernel["ptxas"]["spill_stores"] == 0
-    assert page["bank_conflicts"] is None
+    bank = kernel["bank_conflicts"]
+    assert bank["block"] == [0, 0, 0] and bank["needs_sizes"] == []
+    assert [(a["label"], a["kind"], a["buffer"], a["worst"]) for a in bank["accesses"]] == \
+        [("S15", "store", "As", 1), ("S18", "store", "Bs", 4), ("S22", "load", "As", 1),
+         ("S22", "load", "Bs", 4)]
+    assert bank["conflicted"] == 2 and bank["unknown"] == 0
     assert page["verifier"]["refused"] and page["verifier"]["hazards"] > 0
 
 
@@ -544,11 +582,12 @@ def test_fusion_picks_one_and_a_refused_schedule_still_shows_its_placement(ran):
     assert "s: f32[M] global loop=[iBIDx{M} rTIDz{N}]" in ok(ran["tidy-placed"])
 
 
-def test_matmul_schedule_statement_is_not_implemented_yet(tmp_path):
+def test_matmul_schedule_statement_errors_are_located(tmp_path):
     seed = write(tmp_path, "seed.fz",
                  "fusion f(A: f16[K, M], B: f16[K, N]) {\n"
                  "  acc = matmul(A, B, layout=NT)\n  out = cast(acc, f16)\n  output out\n}\n"
-                 "schedule f {\n  matmul(cta_tile=[256, 128, 32], splitk=5)\n}\n")
+                 "schedule f {\n  matmul(cta_tile=[256, 128, 32], splitk=5, warps=8)\n}\n")
     result = fuserir("parse", seed)
     assert result.returncode == 1
-    assert f"{seed}:7:3:" in result.stderr and "not implemented yet" in result.stderr
+    assert f"{seed}:7:45:" in result.stderr and "matmul has no parameter 'warps'" in \
+        result.stderr

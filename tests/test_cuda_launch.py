@@ -196,6 +196,7 @@ NUMPY_OPS = {
     "div": lambda a, b: _c_div(a, b) if a.dtype.kind == "i" else a / b,
     "mod": lambda a, b: a - b * _c_div(a, b) if a.dtype.kind == "i" else np.fmod(a, b),
     "ceildiv": lambda a, b: _c_div(a + b - 1, b), "min": np.minimum, "max": np.maximum,
+    "xor": np.bitwise_xor,
     "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
     "gt": np.greater, "ge": np.greater_equal, "and": np.logical_and, "or": np.logical_or,
     "select": np.where,

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import fuserir
+from fuserir.ir.equality import structurally_equal
 from fuserir import DataType, DslError, Fusion, MemoryType, ParallelType, ops
 from fuserir.dsl.parser import OPS
 from fuserir.ir import Scalar
@@ -107,15 +108,20 @@ def test_example_evaluates_like_numpy(example, rng):
     np.testing.assert_array_equal(stats["m"], x.max(axis=1))
 
 
-def test_matmul_scheduler_statement_is_not_a_silent_no_op():
-    with pytest.raises(DslError) as caught:
-        fuserir.parse(EXAMPLE, "example.fz")
-    error = caught.value
-    assert (error.line, error.column) == (17, 3)
-    statement = MATMUL_SCHEDULE.splitlines()[1]
-    assert str(error) == (
-        "example.fz:17:3: matmul scheduler is not implemented yet (it arrives with the "
-        f"tensor-core matmul issue)\n    {statement}\n      ^")
+def test_matmul_scheduler_statement_schedules_through_the_transforms():
+    fusions = fuserir.parse(EXAMPLE, "example.fz")
+    splitk = fusions["splitk_nt"]
+    # the statement expands into public transforms: they are the schedule trace
+    methods = {e.method for e in splitk.trace}
+    assert {"cache_after", "compute_at", "circular_buffer", "swizzle", "promote_reuse",
+            "serial_grid_reduction", "parallelize"} <= methods
+    acc, out_cache = splitk.tensor("acc"), splitk.tensor("out_cache")
+    assert [a.parallel.value for a in acc.loop][-3:] == ["mma", "mma", "mma"]
+    assert acc.serial_grid and out_cache.reuse_shared      # smem_epilogue implies reuse
+    assert splitk.tensor("A_cache").circular_buffer_stages == 3
+    # printed, it parses back to the same fusion (the statement is not needed to reparse)
+    again = fuserir.parse(fuserir.print_fusion(splitk))
+    assert structurally_equal(splitk, again)
 
 
 def test_one_fusion_is_returned_as_is_several_as_a_dict():
@@ -342,6 +348,9 @@ schedule every_method {
   xl.inline_most()
   c = out.cache_before(local)
   c.set_memory_type(shared)
+  c.swizzle(64)                     # 64 f16 = 128 bytes: 8 chunks of 16
+  c.promote_reuse()
+  s.serial_grid_reduction()
   out.split(0, 2)
   out.vectorize(-1)
 }

@@ -176,7 +176,18 @@ STATEMENTS = [
     (schedule("z = y.split(0, 4)"), 6, 3, "split returns no tensor to name 'z'"),
     (schedule("b = x.cache_after(shared)"), 6, 3, "duplicate name 'b'"),
     (schedule("matmul(stages=3)"), 6, 3,
-     "matmul scheduler is not implemented yet (it arrives with the tensor-core matmul issue)"),
+     "schedule_matmul: fusion f has 0 matmuls; the matmul scheduler takes exactly one"),
+    (schedule("matmul(tiles=[1, 2, 3])"), 6, 10,
+     "matmul has no parameter 'tiles' (short keys: splitk, smem_epilogue; fields: cta_tile, "
+     "warp_tile, instruction_tile, stages, splitk_factor, splitk_mode, use_smem_epilogue, "
+     "promote_prologue_smem_reuse, async_gmem_load_operands)"),
+    (schedule("matmul(cta_tile=[100, 128, 32])"), 6, 10,
+     "MatmulParams: cta_tile M (100) is not a multiple of warp_tile M (64)"),
+    (schedule("matmul(stages=x)"), 6, 17, "matmul: stages must be a literal (a number, true/false or a list)"),
+    (schedule("matmul(3)"), 6, 10, "matmul(...) takes keyword arguments only (cta_tile=, warp_tile=, "
+     "stages=, splitk=, smem_epilogue=, or any MatmulParams field)"),
+    (schedule("matmul(splitk=2, splitk_factor=3)"), 6, 20,
+     "matmul: 'splitk' and 'splitk_factor' name the same parameter"),
     ("# nothing but a comment\n", 1, 1,
      "no fusion defined; expected `fusion NAME(...) { ... }`"),
 ]

@@ -3,7 +3,8 @@
 Tensors (dtype, memory, loop domain), the launch configuration (symbolic and at the chosen
 sizes), the shared-memory map (each allocation's byte range, which allocations share
 bytes, the total against the device's opt-in limit), every barrier with its id and
-reasons, registers and spills from ptxas, and the verifier's verdict.
+reasons, the shared-memory bank conflicts of every shared access (lowering.bank_conflicts,
+at the chosen sizes, block 0), registers and spills from ptxas, and the verifier's verdict.
 """
 
 import json
@@ -13,8 +14,8 @@ from .common import (UsageError, add_file_arguments, add_sync_arguments, build, 
                      kernel_scalars, normalize_arch, one_fusion, parse_sizes, shared_limit,
                      shared_ranges, sizes_for, sync_options)
 
-BANK_CONFLICTS = ("not analysed yet: the static bank-conflict analysis per shared access "
-                  "arrives with the tensor-core matmul issue")
+BANK_BLOCK = (0, 0, 0)      # the blockIdx the bank-conflict report examines
+BANK_ITERATIONS = 2         # each enclosing loop's first iterations (and its last)
 
 
 def add_parser(sub):
@@ -52,7 +53,6 @@ def build_page(fusion, sizes, options, arch):
             "options": {"without": list(options["disable_passes"]),
                         "drop": list(options["drop_syncs"])},
             "kernels": [_kernel_page(u, sizes, arch) for u in units],
-            "bank_conflicts": None,
             "verifier": {"ran": "verify_hazards" not in options["disable_passes"],
                          "refused": refused is not None,
                          "hazards": len(refused.hazards) if refused is not None else 0,
@@ -83,6 +83,7 @@ def _kernel_page(unit, sizes, arch):
                        "index_dtype": str(kernel.index_dtype)},
             "shared": _shared(kernel, scalars, shared_total, arch),
             "barriers": _barriers(kernel),
+            "bank_conflicts": _bank_conflicts(kernel, scalars),
             "ptxas": _ptxas(unit.compiled, arch)}
 
 
@@ -169,6 +170,19 @@ def _barriers(kernel):
     return found
 
 
+def _bank_conflicts(kernel, scalars):
+    """Every shared access with its worst bank-conflict degree (lowering.bank_conflicts)."""
+    from lowering import bank_conflicts
+    missing = [p.var.name for p in kernel.scalar_params if p.var.name not in scalars]
+    reports = bank_conflicts.report(kernel, scalars, max_iterations=BANK_ITERATIONS,
+                                    block=BANK_BLOCK)
+    accesses = [r.to_dict() for r in reports]
+    return {"block": list(BANK_BLOCK), "max_iterations": BANK_ITERATIONS,
+            "needs_sizes": missing, "accesses": accesses,
+            "conflicted": sum(1 for a in accesses if a["worst"] is not None and a["worst"] > 1),
+            "unknown": sum(1 for a in accesses if a["worst"] is None)}
+
+
 def _ptxas(compiled, arch):
     from codegen.errors import CompileError
     from codegen.nvrtc import ptxas_info
@@ -201,7 +215,7 @@ def render(page):
             lines += [f"===== {k['title']} =====", ""]
         lines += _render_kernel(k)
 
-    lines += ["", f"bank conflicts: {BANK_CONFLICTS}", ""]
+    lines.append("")
     v = page["verifier"]
     if v["refused"]:
         lines.append(f"verifier: REFUSES kernel {v['kernel']} ({v['hazards']} hazard(s)); "
@@ -210,6 +224,24 @@ def render(page):
         lines.append("verifier: not run (--without verify_hazards)")
     else:
         lines.append("verifier: proved free of shared-memory hazards")
+    return lines
+
+
+def _render_bank_conflicts(bank):
+    from lowering.bank_conflicts import format_report
+    accesses = bank["accesses"]
+    head = (f"shared-memory bank conflicts (block {tuple(bank['block'])}, every warp; each "
+            f"enclosing loop at its first {bank['max_iterations']} iterations and its last)")
+    if not accesses:
+        return [head, "  no shared-memory accesses"]
+    summary = f"{bank['conflicted']} of {len(accesses)} access(es) conflicted"
+    if bank["unknown"]:
+        summary += f", {bank['unknown']} unknown"
+    lines = [f"{head}: {summary}"]
+    if bank["needs_sizes"]:
+        lines.append(f"  the report needs sizes for {', '.join(bank['needs_sizes'])} "
+                     "(--size)")
+    lines += format_report(accesses, indent="  ")
     return lines
 
 
@@ -279,6 +311,8 @@ def _render_kernel(k):
             lines.append(f"      {r['text']}")
         for label, text in b["program_points"].items():
             lines.append(f"        {label}: {text}")
+
+    lines += [""] + _render_bank_conflicts(k["bank_conflicts"])
 
     info = k["ptxas"]
     if info.get("error"):

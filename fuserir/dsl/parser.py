@@ -47,7 +47,8 @@ INFIX = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne",
          "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 SCHEDULE_METHODS = ("split", "merge", "reorder", "parallelize", "vectorize", "rfactor",
                     "cache_after", "cache_before", "set_memory_type", "compute_at",
-                    "inline_most", "circular_buffer")
+                    "inline_most", "circular_buffer", "swizzle", "promote_reuse",
+                    "serial_grid_reduction")
 SCHEDULERS = ("matmul",)
 ANONYMOUS_NAME = re.compile(r"t\d+")  # how fuserir.ops names unnamed tensors
 # Words the grammar gives a meaning of its own: a tensor so named could never be read.
@@ -58,7 +59,8 @@ RESERVED_NAMES = frozenset({"true", "false", "inf", "nan", "output", "fusion", "
 PARAMETER_KINDS = {
     "dtype": "dtype", "layout": "layout", "flags": "flags", "axes": "axes",
     "approximate": "string", "axis": "int", "pos": "int", "stages": "int",
-    "factor": "factor", "inner": "bool", "async_copy": "bool", "mapping": "map",
+    "factor": "factor", "inner": "bool", "async_copy": "bool", "ldmatrix": "bool",
+    "row": "int", "mapping": "map",
     "ptype": "parallel type", "memory_type": "memory type", "consumer": "tensor",
 }
 _CHOICES = {
@@ -501,7 +503,25 @@ class _Builder(Interpreter):
     @_rule
     def scheduler_call(self, meta, name, *args):
         if name == "matmul":
-            raise self.error("matmul scheduler is not implemented yet (it arrives with the "
-                             "tensor-core matmul issue)", name)
+            from ..scheduler.matmul import MatmulParams, schedule_matmul, params_from_keys
+            keys = {}
+            for arg in args:
+                if arg.data != "keyword":
+                    raise self.error("matmul(...) takes keyword arguments only (cta_tile=, "
+                                     "warp_tile=, stages=, splitk=, smem_epilogue=, or any "
+                                     "MatmulParams field)", arg)
+                key, node = arg.children
+                value = self.constant(node)
+                if value is _NOT_CONSTANT:
+                    raise self.error(f"matmul: {key} must be a literal (a number, true/false "
+                                     "or a list)", node)
+                if str(key) in keys:
+                    raise self.error(f"matmul got argument '{key}' twice", key)
+                keys[str(key)] = (value, key)
+            with self.located(name):
+                params = params_from_keys({k: v for k, (v, _) in keys.items()},
+                                          lambda k, why: self.error(why, keys[k][1]))
+                schedule_matmul(self.fusion, params)
+            return
         raise self.error(f"unknown scheduler '{name}'; the schedulers are: "
                          f"{', '.join(SCHEDULERS)}", name)

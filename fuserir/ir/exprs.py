@@ -97,16 +97,18 @@ class CastOp(Expr):
 
 class LoadStoreOp(Expr):
     """A copy (`set`); caches are copies into another memory type. `async_copy` asks for
-    cp.async (global -> shared)."""
+    cp.async (global -> shared), `ldmatrix` for ldmatrix (shared -> mma fragments)."""
 
     op = "set"
 
-    def __init__(self, x, output, async_copy=False):
+    def __init__(self, x, output, async_copy=False, ldmatrix=False):
         super().__init__([x], output)
         self.async_copy = async_copy
+        self.ldmatrix = ldmatrix
 
     def attributes(self):
-        return (("async_copy", True),) if self.async_copy else ()
+        return ((("async_copy", True),) if self.async_copy else ()) + \
+            ((("ldmatrix", True),) if self.ldmatrix else ())
 
 
 class BroadcastOp(Expr):

@@ -81,6 +81,9 @@ class TensorView(Val):
         self.definition = None          # the Expr that writes this tensor (None: input)
         self.compute_at_pos = None      # None: placed by nobody yet (inlined by default)
         self.circular_buffer_stages = None
+        self.swizzle_row = None          # XOR-swizzled shared tile: elements per row
+        self.reuse_shared = False        # promote_reuse: may reuse dead operand bytes
+        self.serial_grid = False       # a reduction over a block index, CTAs in turn
         self.compute_at_consumer = None  # the tensor whose loops compute_at shares
 
     # -- shape ---------------------------------------------------------------------------
@@ -126,6 +129,12 @@ class TensorView(Val):
             text += f" compute_at={self.compute_at_pos}"
         if self.circular_buffer_stages is not None:
             text += f" stages={self.circular_buffer_stages}"
+        if self.swizzle_row is not None:
+            text += f" swizzle={self.swizzle_row}"
+        if self.reuse_shared:
+            text += " reuse"
+        if self.serial_grid:
+            text += " serial-grid"
         return text
 
     # -- arithmetic sugar for the Python builder -------------------------------------------
@@ -208,10 +217,12 @@ class TensorView(Val):
         return transforms.rfactor(self, axes)
 
     @_traced
-    def cache_after(self, memory_type, async_copy=False):
-        """Insert a copy of this tensor in `memory_type` that all its consumers then read."""
+    def cache_after(self, memory_type, async_copy=False, ldmatrix=False):
+        """Insert a copy of this tensor in `memory_type` that all its consumers then read.
+        async_copy: global -> shared by cp.async. ldmatrix: shared -> register fragments of
+        a tensor-core operand (its two innermost axes marked mma, lowered to ldmatrix)."""
         from .. import transforms
-        return transforms.cache_after(self, memory_type, async_copy)
+        return transforms.cache_after(self, memory_type, async_copy, ldmatrix)
 
     @_traced
     def cache_before(self, memory_type):
@@ -241,3 +252,25 @@ class TensorView(Val):
         """Keep `stages` copies of this tensor so loads run ahead of their use."""
         from .. import transforms
         transforms.circular_buffer(self, stages)
+
+    @_traced
+    def swizzle(self, row):
+        """XOR-swizzle this shared tile in 16-byte chunks: in each row of `row` elements of
+        its buffer, chunk c is stored at chunk c ^ (row index % 8). Every access goes through
+        the same map, so meaning is unchanged; 8 rows read column-wise hit 8 bank groups."""
+        from .. import transforms
+        transforms.swizzle(self, row)
+
+    @_traced
+    def promote_reuse(self):
+        """Let this shared tensor's bytes alias shared tensors that are dead by the time it
+        is first written (the matmul epilogue tile over the operand buffers)."""
+        from .. import transforms
+        transforms.promote_reuse(self)
+
+    @_traced
+    def serial_grid_reduction(self):
+        """Reduce this tensor's reduction axis bound to a block index across CTAs in turn
+        (serial split-K): a global semaphore orders them, partials live in a workspace."""
+        from .. import transforms
+        transforms.serial_grid_reduction(self)

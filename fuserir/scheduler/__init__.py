@@ -1,5 +1,6 @@
-"""Schedulers: the matmul scheduler and heuristics (and later pointwise/reduction ones).
+"""Schedulers: the tensor-core matmul scheduler (matmul.py) and the automatic schedules
+for fusions without one (auto.py: pointwise, reductions, normalizations)."""
 
-Empty until the tensor-core matmul issue lands; the DSL's `matmul(...)` schedule statement
-raises a clear "not implemented yet" error until then.
-"""
+from .matmul import MatmulParams, schedule_matmul
+
+__all__ = ["MatmulParams", "schedule_matmul"]

@@ -25,7 +25,8 @@ from fuserir.ops import accumulate_dtype
 from .. import kir
 from fuserir.ir.iterdomain import ParallelType
 
-from ..analysis import BLOCK_TYPES, LOOP_TYPES, THREAD_TYPES, reduction_thread
+from ..analysis import (BLOCK_TYPES, LOOP_TYPES, THREAD_TYPES, fragment_size, mma_kind,
+                        reduction_thread)
 
 SCRATCH_WARPS = 32       # a TIDx reduction keeps one partial per warp
 MAX_THREADS = 1024       # a TIDy reduction keeps one partial per thread
@@ -46,13 +47,27 @@ def _kept_positions(ctx, tv):
     return kept
 
 
-def _layout(ctx, tv, positions):
-    """Row-major (position, stride) pairs over the kept loop axes, and the element count."""
+def _layout(ctx, tv, positions, fragment=1, stages=1):
+    """Row-major (position, stride) pairs over the kept loop axes, and the element count.
+    A register tile of tensor-core fragments adds an innermost "frag" position (the
+    fragment's elements, fixed by the instruction); a circular buffer an outermost "stage"
+    position (the circular-buffering pass indexes it)."""
     strides, stride = [], ctx.const(1)
+    if fragment > 1:
+        strides.append(("frag", stride))
+        stride = ctx.const(fragment)
     for i in reversed(positions):
         strides.append((i, stride))
         stride = ctx.binop("mul", ctx.extent(tv.loop[i].extent), stride)
+    if stages > 1:
+        strides.append(("stage", stride))
+        stride = ctx.binop("mul", ctx.const(stages), stride)
     return list(reversed(strides)), stride
+
+
+def _fragment(tv, memory):
+    """Elements per lane of the instruction tile a register tensor holds (1: none)."""
+    return fragment_size(tv) if memory is kir.Memory.local and mma_kind(tv) else 1
 
 
 def _aligned(ctx, nbytes):
@@ -72,7 +87,7 @@ def run(ctx, kernel):
             offset = ctx.binop("add", offset, _aligned(ctx, nbytes))
         elif not isinstance(buffer.size, kir.Const):
             raise ScheduleError(
-                f"{buffer.tensor}: a local buffer needs a constant size, but this one holds "
+                f"{buffer.tensor or buffer.name}: a local buffer needs a constant size, but this one holds "
                 f"{kir.format_expr(buffer.size)} elements; compute {buffer.tensor} at a "
                 "deeper position, split its axes by constants, or put it in shared memory")
         allocations.append(kir.Allocate(buffer))
@@ -83,7 +98,8 @@ def run(ctx, kernel):
         if tv.is_input or tv.is_output or tv not in ctx.live:
             continue
         memory = kir.Memory.shared if tv.memory_type is MemoryType.shared else kir.Memory.local
-        layout, size = _layout(ctx, tv, _kept_positions(ctx, tv))
+        layout, size = _layout(ctx, tv, _kept_positions(ctx, tv), _fragment(tv, memory),
+                               tv.circular_buffer_stages or 1)
         buffer = kir.Buffer(tv.name, tv.dtype, memory, size, tensor=tv.name)
         ctx.buffers[tv] = buffer
         place(buffer, layout)
@@ -95,7 +111,7 @@ def run(ctx, kernel):
         inner = [i for i in range(first + 1, tv.ndim)
                  if not tv.loop[i].is_reduction and not tv.loop[i].is_broadcast
                  and ctx.concrete_axis(tv, i).parallel in LOOP_TYPES]
-        layout, size = _layout(ctx, tv, inner)
+        layout, size = _layout(ctx, tv, inner, _fragment(tv, kir.Memory.local))
         acc = kir.Buffer(f"{tv.name}_acc", dtype, kir.Memory.local, size, tensor=None)
         ctx.accumulators[tv] = acc
         place(acc, layout)

@@ -31,7 +31,8 @@ from fuserir.ir.tensor import Scalar
 from fuserir.errors import ScheduleError
 
 from .. import kir
-from ..analysis import StoreInfo, async_vector_bytes, is_async_copy
+from .. import fragments
+from ..analysis import StoreInfo, async_vector_bytes, is_async_copy, mma_kind
 
 _BINARY_NAMES = {"maximum": "max", "minimum": "min"}
 
@@ -65,10 +66,36 @@ def _dot(ctx, terms):
     return index
 
 
+def _position_index(ctx, tv, p, loop_index):
+    if p == "frag":
+        return ctx.frag_offset if ctx.frag_offset is not None else ctx.const(0)
+    if p == "stage":
+        # The circular-buffering pass rewrites the loop index for copies that run ahead.
+        loop = ctx.loop_var(ctx.circular[tv])
+        return ctx.binop("mod", loop, ctx.const(tv.circular_buffer_stages))
+    return loop_index[tv.loop[p]]
+
+
+def swizzled(ctx, tv, index):
+    """The XOR swizzle of tv (transforms.swizzle): in each row of tv.swizzle_row elements,
+    16-byte chunk c moves to chunk c ^ (row % 8)."""
+    if tv.swizzle_row is None:
+        return index
+    chunk_elems = ctx.const(16 // tv.dtype.itemsize)
+    row_elems = ctx.const(tv.swizzle_row)
+    row = ctx.binop("div", index, row_elems)
+    chunk = ctx.binop("div", ctx.binop("mod", index, row_elems), chunk_elems)
+    moved = kir.BinOp("xor", chunk, ctx.binop("mod", row, ctx.const(8)), ctx.index_dtype)
+    return ctx.binop("add", index, ctx.binop("mul", ctx.binop("sub", moved, chunk),
+                                             chunk_elems))
+
+
 def buffer_index(ctx, tv, loop_index):
     """Index into tv's buffer given {loop axis: index} (the allocation layout)."""
     buffer = ctx.buffers[tv]
-    return _dot(ctx, [(loop_index[tv.loop[p]], s) for p, s in ctx.layouts[buffer]])
+    index = _dot(ctx, [(_position_index(ctx, tv, p, loop_index), s)
+                       for p, s in ctx.layouts[buffer]])
+    return swizzled(ctx, tv, index)
 
 
 def global_index(ctx, tv, logical_index):
@@ -79,7 +106,8 @@ def global_index(ctx, tv, logical_index):
 
 def accumulator_index(ctx, tv):
     acc = ctx.accumulators[tv]
-    return _dot(ctx, [(ctx.loop_index(tv, p), s) for p, s in ctx.layouts[acc]])
+    return _dot(ctx, [(ctx.loop_index(tv, p) if p != "frag" else
+                       _position_index(ctx, tv, p, None), s) for p, s in ctx.layouts[acc]])
 
 
 def load(ctx, expr, producer, consumer_index):
@@ -176,8 +204,52 @@ def async_copy(ctx, tv, index):
     return copy
 
 
+def ldmatrix(ctx, tv):
+    """ldmatrix of one operand fragment of tv from the shared tile it caches."""
+    num, trans, lane_index = fragments.ldmatrix_plan(ctx, tv)
+    smem = tv.definition.inputs[0]
+    ctx.lane_index = lane_index
+    source = load(ctx, tv.definition, smem, ctx.root_indices(tv))
+    ctx.lane_index = {}
+    target = buffer_index(ctx, tv, {a: ctx.loop_index(tv, i) for i, a in enumerate(tv.loop)})
+    return kir.LdMatrix(ctx.buffers[tv], target, ctx.buffers[smem], source.index, num, trans,
+                        kir.AccessInfo(smem.name, ctx.owner(tv, is_write=False)))
+
+
+def mma(ctx, tv):
+    """mma.sync of one instruction tile: acc += a_frag * b_frag (mma axes at index 0)."""
+    expr = tv.definition
+    index = ctx.root_indices(tv)
+    a = load(ctx, expr, expr.inputs[0], index)
+    b = load(ctx, expr, expr.inputs[1], index)
+    acc = ctx.accumulators[tv]
+    acc_index = accumulator_index(ctx, tv)
+    return kir.Mma(acc, acc_index, a.buffer, a.index, b.buffer, b.index, acc, acc_index,
+                   expr.inputs[0].dtype)
+
+
+def per_fragment_element(ctx, tv, lower):
+    """A loop over the accumulator elements each lane holds of tv's 16x8 tile, with the
+    mma axes indexed by the fragment map; `lower()` builds the body."""
+    j = kir.Var(f"j{len(ctx.loop_vars) + len(ctx.fragment_vars)}", ctx.index_dtype)
+    ctx.fragment_vars.append(j)
+    ctx.ranges.vars[id(j)] = (0, fragments.ACCUMULATOR_ELEMENTS - 1)
+    ctx.lane_index, ctx.frag_offset = fragments.fragment_axes(ctx, tv, j), j
+    body = lower()
+    ctx.lane_index, ctx.frag_offset = {}, None
+    body = body if isinstance(body, list) else [body]
+    return kir.ForLoop(j, ctx.const(fragments.ACCUMULATOR_ELEMENTS), body, "unroll")
+
+
 def lower_part(ctx, part):
     tv, role = part.tv, part.role
+    kind = mma_kind(tv)
+    if kind == "ldmatrix" and role == "compute":
+        return ldmatrix(ctx, tv)
+    if kind == "mma" and role == "accumulate":
+        return mma(ctx, tv)
+    if kind in ("mma", "fragment") and ctx.frag_offset is None:
+        return per_fragment_element(ctx, tv, lambda: lower_part(ctx, part))
     expr = tv.definition
     if role == "async_wait":
         return [kir.CpAsyncCommit(), kir.CpAsyncWait(0)]
@@ -204,7 +276,7 @@ def lower_part(ctx, part):
 def _rewrite(ctx, stmts):
     out = []
     for s in stmts:
-        if isinstance(s, kir.ExprStmt) and s.role != "block_reduce":
+        if isinstance(s, kir.ExprStmt) and s.role not in ("block_reduce", "grid_reduce"):
             lowered = lower_part(ctx, s)
             out.extend(lowered if isinstance(lowered, list) else [lowered])
             continue
@@ -217,6 +289,37 @@ def _rewrite(ctx, stmts):
     return out
 
 
+def _register_indices(stmt):
+    """The index expressions of stmt that address registers (local buffers)."""
+    out = []
+    if isinstance(stmt, kir.Store) and stmt.buffer.memory is kir.Memory.local:
+        out.append(stmt.index)
+    if isinstance(stmt, kir.LdMatrix):
+        out.append(stmt.dst_index)
+    if isinstance(stmt, kir.Mma):
+        out += [stmt.a_index, stmt.b_index, stmt.c_index, stmt.d_index]
+    exprs = [getattr(stmt, f, None) for f in ("value", "index", "cond", "address")]
+    for e in exprs:
+        if isinstance(e, kir.ScalarExpr):
+            out += [x.index for x in kir.walk_expr(e)
+                    if isinstance(x, kir.Load) and x.buffer.memory is kir.Memory.local]
+    return out
+
+
+def unroll_register_loops(body):
+    """Unroll every constant-extent loop whose variable indexes registers: a local array
+    indexed by a run-time value lives in (slow) local memory instead of registers."""
+    for loop in kir.walk(body):
+        if not isinstance(loop, kir.ForLoop) or not isinstance(loop.extent, kir.Const):
+            continue
+        for s in kir.walk(loop.body):
+            if any(loop.var is v for index in _register_indices(s)
+                   for v in kir.walk_expr(index)):
+                loop.kind = "unroll"
+                break
+
+
 def run(ctx, kernel):
     kernel.body = _rewrite(ctx, kernel.body)
+    unroll_register_loops(kernel.body)
     return kernel

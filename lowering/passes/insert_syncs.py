@@ -19,7 +19,7 @@ is dropped, so every barrier is necessary by construction.
 from ..errors import HazardError
 
 from .. import kir
-from ..hazards import find_hazards, path_to, thread_dependent
+from ..hazards import END, find_hazards, path_to, thread_dependent
 from .verify_hazards import to_hazards
 
 
@@ -28,6 +28,11 @@ def _place(body, found):
     async-pending hazard needs a drain first: commit what is issued (an empty group is
     legal) and wait for every group, then the barrier that makes the landed bytes visible
     to the other threads."""
+    if found.second.stmt is END:
+        # A copy still pending when the kernel ends: drain it (no thread reads it after).
+        unit = [kir.CpAsyncCommit(), kir.CpAsyncWait(0)]
+        body.extend(unit)
+        return unit
     first = path_to(body, found.first.stmt)
     second = path_to(body, found.second.stmt)
     depth = 0
@@ -42,8 +47,39 @@ def _place(body, found):
     if found.kind is kir.HazardKind.ASYNC:
         unit = [kir.CpAsyncCommit(), kir.CpAsyncWait(0)] + unit
     at = len(stmts) if found.loop is not None else index
+    if found.kind is not kir.HazardKind.ASYNC:
+        stmts, at = _best_position(body, found, [(stmts, at)] + _after_waits(second, depth),
+                                   unit)
     stmts[at:at] = unit
     return unit
+
+
+def _after_waits(second, depth):
+    """Other places that order the hazard: right after a cp.async wait on the way into the
+    later access (where copies land for their own threads, so one barrier there publishes
+    them; a barrier before that wait would not order a copy it retires)."""
+    places = []
+    for d in range(depth, len(second)):
+        stmts, index, owner = second[d]
+        if isinstance(owner, kir.IfThenElse) and thread_dependent(owner.cond):
+            break
+        places += [(stmts, p) for p in range(1, index + 1)
+                   if isinstance(stmts[p - 1], kir.CpAsyncWait)]
+    return places
+
+
+def _best_position(body, found, places, unit):
+    """The place that orders `found` and leaves the fewest hazards (the first on a tie)."""
+    best, fewest = places[0], None
+    for stmts, at in places:
+        stmts[at:at] = unit
+        left = find_hazards(body)
+        del stmts[at:at + len(unit)]
+        if any(f.key() == found.key() for f in left):
+            continue
+        if fewest is None or len(left) < fewest:
+            best, fewest = (stmts, at), len(left)
+    return best
 
 
 def _unplaceable(found, why):
@@ -73,6 +109,8 @@ def run(ctx, kernel):
         if not found:
             break
         f = found[0]
+        if len(inserted) > 4 * len(list(kir.walk(kernel.body))):
+            raise _unplaceable(f, "sync insertion does not converge (internal error)")
         if f.first.stmt is f.second.stmt and f.loop is None and not f.first.pending:
             raise _unplaceable(f, "two threads conflict within one statement; no barrier "
                                "can order them")

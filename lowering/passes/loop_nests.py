@@ -26,9 +26,12 @@ from ..analysis import THREAD_TYPES, is_async_copy, reduction_thread
 class Item:
     """One placed part of an expression: its loop path, and what it reads and writes."""
 
-    def __init__(self, order, tv, role, path, reads, writes):
+    def __init__(self, order, tv, role, path, reads, writes, own_from=None):
         self.order, self.tv, self.role, self.path = order, tv, role, path
         self.reads, self.writes = set(reads), set(writes)
+        # loops from this depth on are this part's own (a reduction's init and final store
+        # loop over the accumulator's inner axes in loops of their own)
+        self.own_from = len(path) if own_from is None else own_from
 
 
 def _items(ctx):
@@ -41,22 +44,28 @@ def _items(ctx):
         path = [a for a in loops if ctx.is_loop(a)]
         inputs = {id(t) for t in expr.tensor_inputs}
 
-        def add(role, p, reads, writes):
-            items.append(Item(len(items), tv, role, p, reads, writes))
+        def add(role, p, reads, writes, own_from=None):
+            items.append(Item(len(items), tv, role, p, reads, writes, own_from))
 
         if isinstance(expr, (ReductionOp, MatmulOp)):
             first = next(i for i, a in enumerate(tv.loop) if a.is_reduction)
             outer = [a for a in loops[:first] if ctx.is_loop(a)]
+            # The accumulator keeps the iteration axes inside the reduction loops: its
+            # initialisation and final store loop over them too.
+            inner = [a for i, a in enumerate(loops) if i > first and ctx.is_loop(a)
+                     and not tv.loop[i].is_reduction]
             acc = ("acc", id(tv))
-            add("init", outer, (), {acc})
+            add("init", outer + inner, (), {acc}, len(outer))
             add("accumulate", path, inputs | {acc}, {acc})
             if any(a.is_reduction and loops[i].parallel in THREAD_TYPES
                    for i, a in enumerate(tv.loop)):
                 add("block_reduce", outer, {acc}, {acc})
-            add("final", outer, {acc}, {id(tv)})
+            if tv.serial_grid:
+                add("grid_reduce", outer, {acc}, {acc})
+            add("final", outer + inner, {acc}, {id(tv)}, len(outer))
         else:
             add("compute", path, inputs, {id(tv)})
-            if is_async_copy(tv):
+            if is_async_copy(tv) and not tv.circular_buffer_stages:
                 # The copies of one placement form a group: commit it and wait for it
                 # after the tensor's own loops (circular buffering will pipeline this).
                 shared = [a for a in loops[:tv.compute_at_pos or 0] if ctx.is_loop(a)]
@@ -72,7 +81,12 @@ def _depends(later, earlier):
 def _nest(ctx, items, depth):
     groups = {}
     for item in items:
-        key = item.path[depth] if len(item.path) > depth else ("part", item.order)
+        if len(item.path) <= depth:
+            key = ("part", item.order)
+        elif depth >= item.own_from:
+            key = ("own", item.order, item.path[depth])
+        else:
+            key = item.path[depth]
         groups.setdefault(key, []).append(item)
     keys = list(groups)
     graph = nx.DiGraph()
@@ -93,7 +107,9 @@ def _nest(ctx, items, depth):
     body = []
     for i in order:
         key, members = keys[i], groups[keys[i]]
-        if isinstance(key, tuple):
+        if isinstance(key, tuple) and key[0] == "own":
+            key = key[2]
+        elif isinstance(key, tuple):
             item = members[0]
             body.append(kir.ExprStmt(tv=item.tv, role=item.role))
             continue
@@ -139,6 +155,9 @@ def run(ctx, kernel):
                               for s in kir.walk(body))
     block = tuple(ctx.launch_extent(p, 32 if (p is ParallelType.TIDx and has_block_reduction)
                                     else 1) for p in THREAD_TYPES)
+    for axis, extent in zip("xyz", block):      # what index arithmetic may assume
+        if isinstance(extent, kir.Const):
+            ctx.ranges.specials[(kir.SpecialKind.threadIdx, axis)] = (0, extent.value - 1)
     grid = tuple(ctx.launch_extent(p) for p in (ParallelType.BIDx, ParallelType.BIDy,
                                                 ParallelType.BIDz))
     scalar_params = [kir.ScalarParam(ctx.extent(ext.Sym(name))) for name in _symbols(ctx)]

@@ -17,10 +17,11 @@ Each guarded Store is wrapped in its own IfThenElse, so a guard never encloses m
 one store and sync insertion can always place a barrier between two statements.
 """
 
-from fuserir.ir.iterdomain import Split, history
+from fuserir.ir.iterdomain import ParallelType, Split, history
 
 from .. import kir
-from ..analysis import BLOCK_TYPES, THREAD_TYPES
+
+from ..analysis import BLOCK_TYPES, THREAD_TYPES, mma_positions
 
 
 def _divisible(split):
@@ -64,6 +65,10 @@ def conditions(ctx, info, launch):
         if all(kir.format_expr(cond) != kir.format_expr(c) for c in conds):
             conds.append(cond)
     bound_here = set()
+    if mma_positions(tv):
+        bound_here.add(ParallelType.TIDx)   # the lanes hold the instruction tile's elements
+    if ctx.serial_grid:
+        bound_here.add(ParallelType.BIDz)   # the turnstile picks the CTA that writes
     for i, axis in enumerate(tv.loop):
         ptype = ctx.concrete_axis(tv, i).parallel
         if ptype not in THREAD_TYPES + BLOCK_TYPES or axis.is_broadcast:

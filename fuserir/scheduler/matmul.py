@@ -1,0 +1,276 @@
+"""The matmul scheduler: tensor-core tiles, split-K, a cp.async pipeline and a shared-memory
+epilogue, written with the public scheduling transforms only.
+
+`schedule_matmul(fusion, params)` takes a fusion whose output is `cast(matmul(A, B), dt)`
+and calls TensorView methods, exactly as a user could in a DSL schedule block (so the
+schedule prints as a trace and parses back). Nothing here emits code: the fixed fragment
+maps below the 16x8x16 instruction tile are lowering's job, everything above is a
+transform recorded here. The loop structure of the accumulator (seed configuration:
+CTA tile 256x128x32, warp tile 64x64x32, 8 warps):
+
+    acc  [BIDx Mo, BIDy No, BIDz splitk, K tiles, TIDy warps, k16 steps, Mm 4, Nn 8,
+          mma M16, mma N8, mma K16]
+
+with the operands staged global -> shared (cp.async, circular-buffered over the K-tile
+loop, XOR-swizzled) -> registers (ldmatrix), and the output staged registers -> shared
+(optionally reusing the operand bytes) -> global (16-byte vector stores).
+"""
+
+from dataclasses import dataclass, fields
+
+from ..errors import ScheduleError
+from ..ir.exprs import CastOp, MatmulOp
+from ..ir.iterdomain import ParallelType, roots_of
+from ..ir.tensor import MemoryType
+
+SPLITK = "splitk"     # the run-time scalar that carries the split-K factor
+
+
+@dataclass
+class MatmulParams:
+    """How to schedule a matmul. Tiles are (M, N, K) in elements."""
+
+    cta_tile: tuple = (128, 128, 32)
+    warp_tile: tuple = (64, 64, 32)
+    instruction_tile: tuple = (16, 8, 16)
+    stages: int = 3
+    splitk_factor: int = 1
+    splitk_mode: str = "serial"
+    use_smem_epilogue: bool = False
+    promote_prologue_smem_reuse: bool = False
+    async_gmem_load_operands: bool = True
+
+    def __post_init__(self):
+        for name in ("cta_tile", "warp_tile", "instruction_tile"):
+            value = getattr(self, name)
+            if isinstance(value, (list, tuple)):
+                setattr(self, name, tuple(value))
+        self.check()
+
+    def scalars(self):
+        """The run-time scalars a kernel of this schedule takes besides sizes:
+        {"splitk": splitk_factor} (pass them to run(); one kernel serves every value)."""
+        return {SPLITK: self.splitk_factor}
+
+    @property
+    def warps(self):
+        return (self.cta_tile[0] // self.warp_tile[0]) * (self.cta_tile[1] // self.warp_tile[1])
+
+    def check(self):
+        def bad(why):
+            raise ScheduleError(f"MatmulParams: {why}")
+
+        for name in ("cta_tile", "warp_tile", "instruction_tile"):
+            tile = getattr(self, name)
+            if not isinstance(tile, tuple) or len(tile) != 3 or not all(isinstance(t, int) and not isinstance(t, bool)
+                                         and t > 0 for t in tile):
+                bad(f"{name} must be three positive integers (M, N, K), got {tile}")
+        if self.instruction_tile != (16, 8, 16):
+            bad(f"instruction_tile {self.instruction_tile}: the tensor-core instruction is "
+                "mma.sync m16n8k16, so it must be (16, 8, 16)")
+        for i, dim in enumerate("MNK"):
+            if self.cta_tile[i] % self.warp_tile[i]:
+                bad(f"cta_tile {dim} ({self.cta_tile[i]}) is not a multiple of warp_tile "
+                    f"{dim} ({self.warp_tile[i]})")
+            if self.warp_tile[i] % self.instruction_tile[i]:
+                bad(f"warp_tile {dim} ({self.warp_tile[i]}) is not a multiple of the "
+                    f"instruction tile {dim} ({self.instruction_tile[i]})")
+        if self.cta_tile[2] != self.warp_tile[2]:
+            bad(f"cta_tile K ({self.cta_tile[2]}) must equal warp_tile K "
+                f"({self.warp_tile[2]}): warps split M and N, not K")
+        if not 1 <= self.warps <= 32:
+            bad(f"{self.warps} warps (cta_tile / warp_tile); a block has 1 to 32")
+        if isinstance(self.stages, bool) or not isinstance(self.stages, int) \
+                or self.stages < 1:
+            bad(f"stages must be an integer >= 1, got {self.stages!r}")
+        if isinstance(self.splitk_factor, bool) or not isinstance(self.splitk_factor, int) \
+                or self.splitk_factor < 1:
+            bad(f"splitk_factor must be an integer >= 1, got {self.splitk_factor!r}")
+        if self.splitk_mode not in ("serial", "two_kernel"):
+            bad(f"splitk_mode {self.splitk_mode!r}: expected 'serial' or 'two_kernel'")
+        if self.splitk_mode == "two_kernel":
+            bad("splitk_mode 'two_kernel' is not implemented yet (only 'serial')")
+        if self.stages > 1 and not self.async_gmem_load_operands:
+            bad("a pipeline (stages > 1) needs async_gmem_load_operands=True")
+
+
+# The DSL's short keys (the foundation issue's spelling) and the MatmulParams fields.
+SHORT_KEYS = {"splitk": "splitk_factor", "smem_epilogue": "use_smem_epilogue"}
+
+
+def params_from_keys(keys, error):
+    """MatmulParams from the DSL's `matmul(key=value, ...)`. `error(key, message)` makes
+    the exception to raise for a bad key. smem_epilogue=true implies
+    promote_prologue_smem_reuse=true unless that is given."""
+    names = [f.name for f in fields(MatmulParams)]
+    values, spelled = {}, {}
+    for key, value in keys.items():
+        field_name = SHORT_KEYS.get(key, key)
+        if field_name not in names:
+            raise error(key, f"matmul has no parameter '{key}' (short keys: "
+                        f"{', '.join(SHORT_KEYS)}; fields: {', '.join(names)})")
+        if field_name in values:
+            raise error(key, f"matmul: '{spelled[field_name]}' and '{key}' name the same "
+                        "parameter")
+        values[field_name], spelled[field_name] = value, key
+    if values.get("use_smem_epilogue") and "promote_prologue_smem_reuse" not in values:
+        values["promote_prologue_smem_reuse"] = True
+    try:
+        return MatmulParams(**values)
+    except ScheduleError as e:
+        bad = next((k for k in keys if SHORT_KEYS.get(k, k) in str(e)), next(iter(keys)))
+        raise error(bad, str(e)) from None
+
+
+def _find_matmul(fusion):
+    mms = [e for e in fusion.exprs if isinstance(e, MatmulOp)]
+    if len(mms) != 1:
+        raise ScheduleError(f"schedule_matmul: fusion {fusion.name} has {len(mms)} matmuls; "
+                            "the matmul scheduler takes exactly one")
+    if fusion.trace or any(t.compute_at_pos is not None or t.loop != t.root
+                           for t in fusion.tensors if not t.is_input):
+        raise ScheduleError(f"schedule_matmul: fusion {fusion.name} is already scheduled")
+    mm = mms[0]
+    acc = mm.output
+    uses = fusion.uses(acc)
+    if acc.is_output or len(uses) != 1 or not isinstance(uses[0], CastOp) \
+            or not uses[0].output.is_output or fusion.uses(uses[0].output):
+        raise ScheduleError(f"schedule_matmul: fusion {fusion.name} must compute "
+                            f"output = cast(matmul(A, B), dtype); other epilogues are not "
+                            "supported yet")
+    if mm.layout != "NT":
+        raise ScheduleError(f"schedule_matmul: layout {mm.layout} is not supported yet "
+                            "(only NT: A[K, M], B[K, N])")
+    if mm.inputs[0].dtype.value != "f16":
+        raise ScheduleError(f"schedule_matmul: {mm.inputs[0].dtype} operands are not "
+                            "supported yet (only f16)")
+    return mm, acc, uses[0].output
+
+
+def schedule_matmul(fusion, params):
+    """Schedule `output = cast(matmul(A, B), dt)` for tensor cores (see module docstring).
+    Returns a dict of the tensors it created, by role."""
+    if not isinstance(params, MatmulParams):
+        raise ScheduleError(f"schedule_matmul: params must be a MatmulParams, got "
+                            f"{type(params).__name__}")
+    params.check()
+    mm, acc, out = _find_matmul(fusion)
+    a, b = mm.inputs
+    tm, tn, tk = params.cta_tile
+    wm, wn, _ = params.warp_tile
+    im, in_, ik = params.instruction_tile
+    warps_m, warps_n = tm // wm, tn // wn
+    vec = 16 // out.dtype.itemsize            # elements per 16-byte vector
+
+    # Operand caches: global -> shared (cp.async) -> registers (ldmatrix).
+    a_smem = a.cache_after(MemoryType.shared, async_copy=params.async_gmem_load_operands)
+    b_smem = b.cache_after(MemoryType.shared, async_copy=params.async_gmem_load_operands)
+    a_frag = a_smem.cache_after(MemoryType.local, ldmatrix=True)
+    b_frag = b_smem.cache_after(MemoryType.local, ldmatrix=True)
+    c_smem = out.cache_before(MemoryType.shared) if params.use_smem_epilogue else None
+
+    # The output: one CTA tile per block, stored by 16-byte vectors.
+    out.split(0, tm)
+    out.split(2, tn)
+    out.reorder({1: 2, 2: 1})                 # [Mo, No, Mt, Nt]
+    out.parallelize(0, ParallelType.BIDx)
+    out.parallelize(1, ParallelType.BIDy)
+    epilogue = c_smem if c_smem is not None else out
+    if c_smem is not None:
+        out.merge(2)                          # [Mo, No, Mt*Nt]
+        out.split(2, vec)
+        out.split(2, 32)
+        out.split(2, params.warps)            # [Mo, No, rest, warps, lanes, vec]
+        out.parallelize(3, ParallelType.TIDy)
+        out.parallelize(4, ParallelType.TIDx)
+        out.parallelize(5, ParallelType.vectorize)
+        c_smem.compute_at(out, 2)
+    # The accumulator layout: [Mo, No, warps, Mm, Nn, M16, N8] (the mma fragment).
+    _warp_layout(epilogue, warps_m, warps_n, wm, wn, im, in_)
+    acc.compute_at(epilogue, 2)
+
+    # acc: [Mo, No, Mt, Nt, rK] -> [Mo, No, splitk, Ktiles, warps, k16, Mm, Nn, mma x3]
+    acc.split(4, tk)                          # [Mo, No, Mt, Nt, rKt, rK32]
+    acc.split(4, SPLITK, inner=False)         # [.., rKs, rKtiles, rK32]
+    acc.reorder({4: 2, 5: 3, 2: 4, 3: 5})     # [Mo, No, rKs, rKtiles, Mt, Nt, rK32]
+    acc.split(6, ik)                          # [.., Mt, Nt, rKk, rK16]
+    _warp_layout(acc, warps_m, warps_n, wm, wn, im, in_, first=4)
+    # acc: [Mo, No, rKs, rKtiles, W, Mm, Nn, M16, N8, rKk, rK16]
+    acc.reorder({9: 5, 5: 6, 6: 7, 7: 8, 8: 9})
+    # acc: [Mo, No, rKs, rKtiles, W, rKk, Mm, Nn, M16, N8, rK16]
+    acc.parallelize(2, ParallelType.BIDz)
+    acc.serial_grid_reduction()
+    acc.parallelize(10, ParallelType.mma)
+
+    # Shared operand tiles, one K tile per iteration of the K-tile loop (computed at acc
+    # before the fragments: compute_at places every tensor on the path to acc).
+    for smem, rows in ((a_smem, tm), (b_smem, tn)):
+        smem.compute_at(acc, 4)
+        _copy_layout(smem, params.warps)
+        smem.swizzle(rows)
+        if params.stages > 1:
+            smem.circular_buffer(params.stages)
+
+    # Register fragments, loaded once per k16 step for the whole warp tile:
+    # [.., rKk | Xm, X16(mma), K16(mma)] with X = M (im) for A and N (in_) for B.
+    for frag, inst in ((a_frag, im), (b_frag, in_)):
+        frag.compute_at(acc, 6)
+        _broadcasts_first(frag, 6)
+        frag.split(-2, inst)
+        frag.parallelize(-2, ParallelType.mma)
+        frag.parallelize(-1, ParallelType.mma)
+    if c_smem is not None:
+        c_smem.swizzle(tn)
+        if params.promote_prologue_smem_reuse:
+            c_smem.promote_reuse()
+    return {"acc": acc, "out": out, "a_smem": a_smem, "b_smem": b_smem,
+            "a_frag": a_frag, "b_frag": b_frag, "c_smem": c_smem}
+
+
+def _warp_layout(tv, warps_m, warps_n, wm, wn, im, in_, first=2):
+    """[.., Mt, Nt, ..] at `first` -> [.., W(TIDy), Mm, Nn, M16(mma), N8(mma), ..]."""
+    f = first
+    tv.split(f, wm)                           # [Mw, wm, Nt]
+    tv.split(f + 2, wn)                       # [Mw, wm, Nw, wn]
+    tv.reorder({f + 1: f + 2, f + 2: f + 1})  # [Mw, Nw, wm, wn]
+    tv.merge(f)                               # [W, wm, wn]
+    tv.split(f + 1, im)                       # [W, Mm, M16, wn]
+    tv.split(f + 3, in_)                      # [W, Mm, M16, Nn, N8]
+    tv.reorder({f + 2: f + 3, f + 3: f + 2})  # [W, Mm, Nn, M16, N8]
+    tv.parallelize(f, ParallelType.TIDy)
+    tv.parallelize(f + 3, ParallelType.mma)
+    tv.parallelize(f + 4, ParallelType.mma)
+
+
+def _broadcasts_first(tv, pos):
+    """Move tv's loop-only broadcast axes past `pos` to `pos` (they are not loops)."""
+    rest = tv.loop[pos:]
+    order = [a for a in rest if a.is_broadcast] + [a for a in rest if not a.is_broadcast]
+    moves = {pos + rest.index(a): pos + i for i, a in enumerate(order)
+             if rest.index(a) != i}
+    if moves:
+        tv.reorder(moves)
+
+
+def _copy_layout(smem, warps):
+    """A shared operand tile [K tile, rows] copied by every thread of the block, 16 bytes at
+    a time: [.., broadcasts, rest, warps(TIDy), lanes(TIDx), vec]. The operand is [K, M]
+    or [K, N] in memory (NT): K rows, M or N contiguous."""
+    pos = smem.compute_at_pos
+    _broadcasts_first(smem, pos)
+    pos += sum(a.is_broadcast for a in smem.loop[pos:])
+    k_root = smem.root[0]
+    k_axis = next(i for i in range(pos, smem.ndim) if k_root in roots_of(smem.loop[i]))
+    if smem.ndim - pos != 2:
+        raise ScheduleError(f"schedule_matmul: unexpected loop structure of {smem.name}: "
+                            f"{smem.describe()}")
+    if k_axis != pos:
+        smem.reorder({pos: pos + 1, pos + 1: pos})
+    vec = 16 // smem.dtype.itemsize
+    smem.merge(pos)
+    smem.split(pos, vec)
+    smem.split(pos, 32)
+    smem.split(pos, warps)
+    smem.parallelize(pos + 1, ParallelType.TIDy)
+    smem.parallelize(pos + 2, ParallelType.TIDx)
+    smem.parallelize(pos + 3, ParallelType.vectorize)

@@ -1,0 +1,136 @@
+"""Integer index arithmetic: value ranges and the simplifications they allow.
+
+Index expressions come from replaying splits and merges, so they are full of
+`(x * 256 + y) % 256` and `(x * 64 + y) / 64`. C's / and % truncate toward zero, so these
+only simplify when the operands are known non-negative, which index terms are: thread and
+block indices, loop variables and sizes are >= 0. `Ranges` computes an interval per
+expression (None where unbounded) from what lowering knows (loop extents, block
+dimensions), and `simplify_binop` applies the identities that hold for non-negative
+operands and a positive constant divisor c:
+
+    (c*q + r) / c  ->  q + r / c          (c*q + r) % c  ->  r % c
+    r / c -> 0 and r % c -> r  when 0 <= r < c
+    (x % (k*c)) % c -> x % c              (x / a) / b -> x / (a*b)
+
+This is more than cosmetics: an index into a register array must fold to a constant once
+loops are unrolled, or the array is demoted to (slow) local memory, and nvcc cannot do
+these folds on signed integers itself.
+"""
+
+from . import kir
+
+
+class Ranges:
+    """Intervals of integer index expressions: (lo, hi), either end None if unknown."""
+
+    def __init__(self):
+        self.vars = {}        # id(Var) -> (lo, hi)
+        self.specials = {}    # (kind, axis) -> (lo, hi)
+
+    def of(self, e):
+        if isinstance(e, kir.Const):
+            return (e.value, e.value) if isinstance(e.value, int) else (None, None)
+        if isinstance(e, kir.Var):
+            return self.vars.get(id(e), (0, None))       # sizes and scalars are >= 0
+        if isinstance(e, kir.Special):
+            return self.specials.get((e.kind, e.axis), (0, None))
+        if not isinstance(e, kir.BinOp) or not e.dtype.is_int:
+            return (None, None)
+        (alo, ahi), (blo, bhi) = self.of(e.a), self.of(e.b)
+        if e.op == "add":
+            return (_add(alo, blo), _add(ahi, bhi))
+        if e.op == "sub":
+            return (_sub(alo, bhi), _sub(ahi, blo))
+        if e.op == "mul" and _nonneg(alo) and _nonneg(blo):
+            return (alo * blo, _mul(ahi, bhi))
+        if e.op in ("div", "ceildiv") and _nonneg(alo) and blo is not None and blo > 0:
+            up = (lambda x, y: -(-x // y)) if e.op == "ceildiv" else (lambda x, y: x // y)
+            return (up(alo, bhi) if bhi is not None else 0,
+                    up(ahi, blo) if ahi is not None else None)
+        if e.op == "mod" and _nonneg(alo) and blo is not None and blo > 0:
+            hi = bhi - 1 if bhi is not None else None
+            return (0, ahi if hi is None else (hi if ahi is None else min(hi, ahi)))
+        if e.op == "xor" and _nonneg(alo) and _nonneg(blo) and ahi is not None \
+                and bhi is not None:
+            return (0, (1 << max(ahi, bhi).bit_length()) - 1)
+        if e.op in ("min", "max") and None not in (alo, blo):
+            f = min if e.op == "min" else max
+            return (f(alo, blo), None if None in (ahi, bhi) else f(ahi, bhi))
+        return (None, None)
+
+    def nonneg(self, e):
+        return _nonneg(self.of(e)[0])
+
+
+def _nonneg(x):
+    return x is not None and x >= 0
+
+
+def _add(a, b):
+    return None if a is None or b is None else a + b
+
+
+def _sub(a, b):
+    return None if a is None or b is None else a - b
+
+
+def _mul(a, b):
+    return None if a is None or b is None else a * b
+
+
+def _terms(e):
+    """The addends of a sum."""
+    if isinstance(e, kir.BinOp) and e.op == "add":
+        return _terms(e.a) + _terms(e.b)
+    return [e]
+
+
+def _quotient(e, c):
+    """e / c when e is a known multiple of c (else None)."""
+    if isinstance(e, kir.Const) and isinstance(e.value, int) and e.value % c == 0:
+        return kir.Const(e.value // c, e.dtype)
+    if isinstance(e, kir.BinOp) and e.op == "mul":
+        for x, y in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(y, kir.Const) and isinstance(y.value, int) and y.value % c == 0:
+                k = y.value // c
+                return x if k == 1 else kir.BinOp("mul", x, kir.Const(k, y.dtype), e.dtype)
+    return None
+
+
+def simplify_binop(op, a, b, ranges, build):
+    """A simpler expression equal to `a op b`, or None. `build(op, a, b)` makes (and
+    simplifies) sub-expressions."""
+    if op not in ("div", "mod") or not isinstance(b, kir.Const) or \
+            not isinstance(b.value, int) or b.value <= 0 or not ranges.nonneg(a):
+        return None
+    c = b.value
+    lo, hi = ranges.of(a)
+    if hi is not None and hi < c:
+        return a if op == "mod" else kir.Const(0, b.dtype)
+    if op == "div" and isinstance(a, kir.BinOp) and a.op == "div" and \
+            isinstance(a.b, kir.Const) and isinstance(a.b.value, int) and a.b.value > 0:
+        return build("div", a.a, kir.Const(a.b.value * c, b.dtype))
+    if op == "mod" and isinstance(a, kir.BinOp) and a.op == "mod" and \
+            isinstance(a.b, kir.Const) and isinstance(a.b.value, int) and \
+            a.b.value % c == 0:
+        return build("mod", a.a, b)
+    terms = _terms(a)
+    if len(terms) < 2 or not all(ranges.nonneg(t) for t in terms):
+        single = _quotient(a, c)
+        if single is not None:
+            return single if op == "div" else kir.Const(0, b.dtype)
+        return None
+    multiples = [(t, _quotient(t, c)) for t in terms]
+    whole = [q for _, q in multiples if q is not None]
+    rest = [t for t, q in multiples if q is None]
+    if not whole:
+        return None
+    remainder = kir.Const(0, b.dtype)
+    for t in rest:
+        remainder = build("add", remainder, t)
+    if op == "mod":
+        return build("mod", remainder, b)
+    total = build("div", remainder, b)
+    for q in whole:
+        total = build("add", q, total)
+    return total

@@ -1,0 +1,96 @@
+"""The fixed per-instruction fragment maps of mma.sync m16n8k16 and ldmatrix.
+
+Everything above the 16x8x16 instruction tile is a transform the schedule recorded; below
+it, which lane holds which element is fixed by the PTX ISA (DESIGN.md section 10), and
+this module is where lowering knows it. The indexing pass asks it for per-lane indices of
+a tensor's mma axes, then indexes the tensor as usual (so swizzles, circular-buffer stages
+and the producer's own layout all apply unchanged):
+
+* fragment layout (an accumulator, or a tensor computed from one such as the epilogue's
+  cast): lane l = 4g + t holds element j (0..3) at row g + 8 (j / 2), column 2t + j % 2 of
+  the 16x8 tile;
+* ldmatrix: lane l supplies the address of row l % 8 of 8x8 matrix l / 8; the matrices
+  are ordered so that the registers come out as the mma operand fragments (A: 16x16 as
+  four matrices (m0-7, k0-7), (m8-15, k0-7), (m0-7, k8-15), (m8-15, k8-15); B: 16x8 (k x n)
+  as two, (k0-7), (k8-15)). `.trans` is used when the shared tile is contiguous along
+  M (A) or N (B) rather than K.
+"""
+
+from fuserir.errors import ScheduleError
+from fuserir.ir.iterdomain import Merge, Split
+
+from . import kir
+from .analysis import mma_positions
+
+ACCUMULATOR_ELEMENTS = 4     # f32 per lane in a 16x8 tile
+
+
+def lane(ctx):
+    return kir.Special(kir.SpecialKind.threadIdx, "x", ctx.index_dtype)
+
+
+def fragment_coords(ctx, j):
+    """(row, column) in the 16x8 accumulator tile of element j of this lane."""
+    l = lane(ctx)
+    g, t = ctx.binop("div", l, ctx.const(4)), ctx.binop("mod", l, ctx.const(4))
+    row = ctx.binop("add", g, ctx.binop("mul", ctx.const(8), ctx.binop("div", j, ctx.const(2))))
+    col = ctx.binop("add", ctx.binop("mul", ctx.const(2), t), ctx.binop("mod", j, ctx.const(2)))
+    return row, col
+
+
+def fragment_axes(ctx, tv, j):
+    """{mma axis of tv: per-lane index} for element j of a fragment-layout tensor."""
+    rows, cols = [tv.loop[i] for i in mma_positions(tv) if not tv.loop[i].is_reduction]
+    row, col = fragment_coords(ctx, j)
+    return {rows: row, cols: col}
+
+
+def _contiguous_root(smem):
+    """The root axis of a shared tile whose consecutive elements are consecutive in its
+    buffer (its innermost loop axis, followed inwards through splits and merges)."""
+    axis = smem.loop[-1]
+    while axis.definition is not None:
+        d = axis.definition
+        if isinstance(d, Split):
+            if axis is not d.inner:
+                return None
+            axis = d.input
+        elif isinstance(d, Merge):
+            axis = d.inner
+        else:
+            return None
+    return axis
+
+
+def ldmatrix_plan(ctx, tv):
+    """(num, trans, {mma axis: per-lane index}) for the ldmatrix that fills tv, an operand
+    fragment cache (cache_after(local, ldmatrix=True)) of the matmul that reads it."""
+    smem = tv.definition.inputs[0]
+    matmul = ctx.fusion.consumers(tv)[0]
+    is_a = matmul.definition.inputs[0] is tv
+    k_root = next(p for c, p in matmul.definition.root_map(tv).items() if c.is_reduction)
+    k_pos = tv.root.index(k_root)
+    contiguous = _contiguous_root(smem)
+    if contiguous is None or smem.loop[-1].extent % 8:
+        raise ScheduleError(f"{tv.name}: ldmatrix reads rows of 8 contiguous elements of "
+                            f"{smem.name}, but its innermost axis {smem.loop[-1]} is not 8 "
+                            "contiguous elements (split the contiguous axis by 8)")
+    trans = smem.root.index(contiguous) != k_pos
+    x_axis, k_axis = [tv.loop[i] for i in mma_positions(tv)]
+    l = lane(ctx)
+    q, r = ctx.binop("div", l, ctx.const(8)), ctx.binop("mod", l, ctx.const(8))
+    q2, qhi = ctx.binop("mod", q, ctx.const(2)), ctx.binop("div", q, ctx.const(2))
+    eight = ctx.const(8)
+    if is_a:
+        # matrices (m0-7, k0-7), (m8-15, k0-7), (m0-7, k8-15), (m8-15, k8-15)
+        m_base, k_base = ctx.binop("mul", eight, q2), ctx.binop("mul", eight, qhi)
+        num = 4
+    else:
+        # matrices (k0-7, n0-7), (k8-15, n0-7); lanes 16-31 supply no address
+        m_base, k_base = ctx.const(0), ctx.binop("mul", eight, q2)
+        num = 2
+    if trans:      # stored rows run along K: lane r names row k_base + r
+        index = {x_axis: m_base, k_axis: ctx.binop("add", k_base, r)}
+    else:          # stored rows run along M (N): lane r names row m_base + r
+        index = {x_axis: ctx.binop("add", m_base, r), k_axis: k_base}
+    return num, trans, index

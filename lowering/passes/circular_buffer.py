@@ -1,0 +1,133 @@
+"""Pass `circular_buffer`: pipeline the async copies of circular-buffered shared tensors.
+
+A tensor with `circular_buffer(S)` has S stages in its buffer (the allocation pass added
+an outermost stage position, indexed by `i % S` where i is the loop it rotates over: the
+innermost loop inside its compute-at position). Before this pass that loop copies tile i
+and then computes on it. This pass rewrites it into a pipeline, nvFuser-style:
+
+    prologue   for s in 0 .. S-2 (unrolled): copy tile s (zero-filled if s >= extent);
+               commit
+    main loop  for i: wait_group S-2             (tile i has landed for its own thread)
+                      copy tile i+S-1 (zero-filled past the end: no tail loop); commit
+                      compute on tile i
+
+The copies of tile i+S-1 are the loop's own copy statements with i replaced by i+S-1
+(so source indices, stage indices and bounds all follow); the commit is unconditional, so
+the FIFO distance is static: after the prologue's S-1 groups and i groups of the loop,
+tile i is the (S-1)-th newest, hence `wait_group S-2`. Every access to a stage is tagged
+(kir.AccessInfo.stage: the loop, the offset from the current iteration, S) so the hazard
+analysis sees that copies of later tiles do not touch the stage being read.
+
+No barrier and no drain is emitted here: sync insertion (which runs after this pass and
+after shared-memory reuse) adds the barrier that publishes each tile, and a drain only
+where a later access meets bytes a copy may still be writing.
+"""
+
+from dataclasses import replace
+
+from fuserir.errors import ScheduleError
+
+from .. import kir
+
+
+def _loop_with_var(stmts, var):
+    """(list, index) of the ForLoop over `var`."""
+    for i, s in enumerate(stmts):
+        if isinstance(s, kir.ForLoop) and s.var is var:
+            return stmts, i
+        for body in s.bodies():
+            found = _loop_with_var(body, var)
+            if found is not None:
+                return found
+    return None
+
+
+def _zero_fill_unless(ctx, stmt, cond):
+    """Make every copy in stmt read nothing (zero-fill) unless cond holds."""
+    for s in kir.walk([stmt]):
+        if isinstance(s, kir.CpAsync):
+            s.src_size = kir.Select(cond, s.src_size, ctx.const(0), ctx.index_dtype)
+
+
+def _tag(name, offset, stages):
+    return lambda info: replace(info, stage=(name, offset % stages, stages))
+
+
+def _tag_reads(stmt, buffers, tag):
+    """Tag the reads of circular buffers in stmt (offset 0: the current iteration's tile)."""
+    for s in kir.walk([stmt]):
+        if isinstance(s, kir.LdMatrix) and s.src in buffers:
+            s.access = tag(s.access)
+        elif isinstance(s, kir.Store):
+            s.value = _tag_loads(s.value, buffers, tag)
+            s.index = _tag_loads(s.index, buffers, tag)
+            if s.buffer in buffers:
+                raise ScheduleError(f"{s.buffer.name} is circular-buffered but written by "
+                                    "a statement that is not its async copy")
+
+
+def _tag_loads(expr, buffers, tag):
+    if isinstance(expr, kir.Load) and expr.buffer in buffers:
+        return replace(expr, index=_tag_loads(expr.index, buffers, tag),
+                       access=tag(expr.access))
+    changes = {}
+    for name in ("a", "b", "cond", "index", "value"):
+        child = getattr(expr, name, None)
+        if isinstance(child, kir.ScalarExpr):
+            new = _tag_loads(child, buffers, tag)
+            if new is not child:
+                changes[name] = new
+    return replace(expr, **changes) if changes else expr
+
+
+def _pipeline(ctx, kernel, axis, tensors):
+    stages = {tv.circular_buffer_stages for tv in tensors}
+    names = ", ".join(tv.name for tv in tensors)
+    if len(stages) > 1:
+        raise ScheduleError(f"{names} rotate over the same loop with different stage counts "
+                            f"({sorted(stages)}); give them the same")
+    stages = stages.pop()
+    var = ctx.loop_var(axis)
+    found = _loop_with_var(kernel.body, var)
+    if found is None:
+        raise ScheduleError(f"{names}: the loop to circular-buffer over is not in the kernel")
+    outer, at = found
+    loop = outer[at]
+    buffers = {ctx.buffers[tv] for tv in tensors}
+    copies, rest = [], []
+    for s in loop.body:
+        writes = [x for x in kir.walk([s]) if isinstance(x, kir.CpAsync) and x.dst in buffers]
+        (copies if writes else rest).append(s)
+    for s in copies:
+        others = [x for x in kir.walk([s]) if not isinstance(x, (kir.CpAsync, kir.ForLoop,
+                                                                 kir.IfThenElse))]
+        if others:
+            raise ScheduleError(f"{names}: the copy loops of a circular buffer may hold only "
+                                f"its copies, but {kir.format_stmt(others[0])} is there")
+
+    prologue = []
+    for s in range(stages - 1):
+        for c in copies:
+            copy = kir.copy_stmt(c, {id(var): ctx.const(s)}, _tag(var.name, s, stages))
+            _zero_fill_unless(ctx, copy, ctx.binop("lt", ctx.const(s), loop.extent))
+            prologue.append(copy)
+        prologue.append(kir.CpAsyncCommit())
+    ahead = ctx.binop("add", var, ctx.const(stages - 1))
+    prefetch = []
+    for c in copies:
+        copy = kir.copy_stmt(c, {id(var): ahead}, _tag(var.name, stages - 1, stages))
+        _zero_fill_unless(ctx, copy, ctx.binop("lt", ahead, loop.extent))
+        prefetch.append(copy)
+    for s in rest:
+        _tag_reads(s, buffers, _tag(var.name, 0, stages))
+    loop.body = ([kir.CpAsyncWait(stages - 2)] + prefetch + [kir.CpAsyncCommit()] + rest)
+    outer[at:at] = prologue
+
+
+def run(ctx, kernel):
+    by_loop = {}
+    for tv, axis in ctx.circular.items():
+        by_loop.setdefault(axis, []).append(tv)
+    for axis, tensors in by_loop.items():
+        _pipeline(ctx, kernel, axis, tensors)
+    return kernel

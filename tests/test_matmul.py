@@ -1,0 +1,269 @@
+"""The tensor-core matmul of the seed report, end to end on the CPU (DESIGN.md sections 1, 5
+and 6): scheduled by fuserir.scheduler.schedule_matmul through the public transforms,
+lowered with its pipeline, shared-memory reuse and serial split-K, and run in the
+interpreter with its race detector.
+
+The CPU size keeps the seed's tiles and split factor but is small enough to run in
+seconds, with a short last split: M=256, N=128, K=32*13 split 5 ways is 3 K tiles per
+split and 1 in the last. Integer-valued inputs make every product and f32 sum exact, so
+the output must equal the reference bit for bit.
+"""
+
+import numpy as np
+import pytest
+
+import codegen
+import fuserir
+from codegen.errors import HazardError, RaceError
+from fuserir.errors import ScheduleError
+from fuserir.scheduler import MatmulParams, schedule_matmul
+from lowering import bank_conflicts, kir
+
+DEFINITION = """
+fusion splitk_nt(A: f16[K, M], B: f16[K, N]) {
+  acc = matmul(A, B, layout=NT)
+  out = cast(acc, f16)
+  output out
+}
+"""
+SEED = dict(cta_tile=(256, 128, 32), warp_tile=(64, 64, 32), stages=3, splitk_factor=5,
+            use_smem_epilogue=True, promote_prologue_smem_reuse=True)
+M, N, K, SPLITK = 256, 128, 32 * 13, 5
+
+
+def seed_fusion(**changes):
+    f = fuserir.parse(DEFINITION)
+    schedule_matmul(f, MatmulParams(**{**SEED, **changes}))
+    return f
+
+
+def integer_inputs(rng, m=M, n=N, k=K):
+    return {"A": rng.integers(-3, 4, (k, m)).astype(np.float16),
+            "B": rng.integers(-3, 4, (k, n)).astype(np.float16)}
+
+
+@pytest.fixture(scope="module")
+def seed_exe():
+    return codegen.compile(seed_fusion(), backend="interp")
+
+
+def syncs(exe):
+    return [s for s in kir.walk(exe.kernels[0].kir.body)
+            if isinstance(s, (kir.Barrier, kir.CpAsyncWait)) and s.sync_id]
+
+
+def test_seed_configuration_equals_the_reference_without_a_race(seed_exe, rng):
+    inputs = integer_inputs(rng)
+    out = seed_exe.run({**inputs, "splitk": SPLITK})["out"]
+    ref = fuserir.evaluate(seed_fusion(), inputs)["out"]
+    assert np.array_equal(out, ref)
+    # run again: the semaphores were left reset, and the same inputs give the same bits
+    assert np.array_equal(seed_exe.run({**inputs, "splitk": SPLITK})["out"], ref)
+
+
+def test_one_kernel_serves_other_sizes_and_split_factors(seed_exe, rng):
+    m, n, k = 104, 72, 32 * 4 + 7          # partial tiles in M, N and K (rows of 16 B)
+    inputs = integer_inputs(rng, m, n, k)
+    ref = fuserir.evaluate(seed_fusion(), inputs)["out"]
+    for splitk in (1, 3, 6):               # 6 splits of 5 K tiles: the last has none
+        out = seed_exe.run({**inputs, "splitk": splitk})["out"]
+        assert np.array_equal(out, ref), splitk
+
+
+def test_the_kernel_has_the_pipeline_and_the_drain_with_their_reasons(seed_exe):
+    body = seed_exe.kernels[0].kir.body
+    text = "\n".join(kir.format_stmts(body))
+    waits = [s for s in kir.walk(body) if isinstance(s, kir.CpAsyncWait)]
+    # the pipeline's own wait (FIFO distance S-2, no id) and the drain (an inserted id)
+    assert [(w.n, w.sync_id) for w in waits] == [(1, None), (0, "sync2")]
+    drain = waits[1]
+    reasons = {(r.kind.value, r.buffers) for r in drain.reasons}
+    assert ("async-pending", ("A_cache", "out_cache")) in reasons
+    assert ("async-pending", ("B_cache", "out_cache")) in reasons
+    # exactly one barrier per main-loop iteration, right after the pipeline's wait
+    loop = next(s for s in body if isinstance(s, kir.ForLoop)
+                and any(isinstance(x, kir.CpAsyncWait) for x in s.body))
+    assert [type(s).__name__ for s in loop.body[:2]] == ["CpAsyncWait", "Barrier"]
+    assert sum(isinstance(s, kir.Barrier) for s in kir.walk(loop.body)) == 1
+    assert "ldmatrix.x4.trans" in text and "mma.m16n8k16.f16" in text
+    assert "sem_wait" in text and "sem_release" in text
+
+
+@pytest.mark.parametrize("sync", ["sync1", "sync2", "sync3", "sync4"])
+def test_every_inserted_sync_dropped_alone_is_a_race(rng, sync):
+    exe = codegen.compile(seed_fusion(), backend="interp", drop_syncs=(sync,),
+                          verify=False)
+    with pytest.raises(RaceError) as caught:
+        exe.run({**integer_inputs(rng), "splitk": SPLITK})
+    kinds = {(h.kind, h.buffer) for h in caught.value.hazards}
+    if sync == "sync2":       # the drain: a late copy lands on the epilogue's tile
+        assert any(k == "async-pending" and "out_cache" in b for k, b in kinds)
+
+
+def test_regression_nvfuser_splitk_NT_smem_epilogue_pending_zero_fill(rng):
+    """nvfuser_splitk_NT M=1024 N=2048 K=4096 warps=8 stages=3 splitk_factor=5
+    smem_epilogue=1: zero-filling copies of the pipeline tail were still in flight when
+    the epilogue wrote the tile that reuses their bytes. Without the drain the analysis
+    refuses the kernel, and the interpreter reports the pending copy and shows the
+    corruption it causes."""
+    f = seed_fusion()
+    exe = codegen.compile(f, backend="interp")
+    drain = next(s for s in syncs(exe) if isinstance(s, kir.CpAsyncWait))
+    with pytest.raises(HazardError) as refused:
+        codegen.compile(f, backend="interp", drop_syncs=(drain.sync_id,))
+    assert any(h.kind == "async-pending" for h in refused.value.hazards)
+    unsafe = codegen.compile(f, backend="interp", drop_syncs=(drain.sync_id,),
+                             verify=False)
+    inputs = integer_inputs(rng)
+    with pytest.raises(RaceError) as caught:
+        unsafe.run({**inputs, "splitk": SPLITK})
+    pending = [h for h in caught.value.hazards if h.kind == "async-pending"
+               and "out_cache" in h.buffer]
+    assert pending and "cp.async" in pending[0].first
+
+
+def test_without_reuse_no_drain_before_the_epilogue(rng):
+    exe = codegen.compile(seed_fusion(promote_prologue_smem_reuse=False), backend="interp")
+    body = exe.kernels[0].kir.body
+    drains = [s for s in kir.walk(body) if isinstance(s, kir.CpAsyncWait) and s.sync_id]
+    # only the copies still in flight at the very end are drained, after the epilogue
+    assert len(drains) == 1 and body[-1] is drains[0]
+    assert {r.second.label for r in drains[0].reasons} == {"END"}
+    inputs = integer_inputs(rng)
+    out = exe.run({**inputs, "splitk": SPLITK})["out"]
+    assert np.array_equal(out, fuserir.evaluate(seed_fusion(), inputs)["out"])
+    allocs = {s.buffer.name: s.buffer.byte_offset.value for s in kir.walk(body)
+              if isinstance(s, kir.Allocate) and s.buffer.memory is kir.Memory.shared}
+    assert allocs["out_cache"] >= allocs["B_cache"] + 12288 * 2   # no aliasing
+
+
+def test_reuse_puts_the_epilogue_tile_on_the_operand_bytes(seed_exe):
+    k = seed_exe.kernels[0].kir
+    shared = {s.buffer.name: s.buffer for s in kir.walk(k.body)
+              if isinstance(s, kir.Allocate) and s.buffer.memory is kir.Memory.shared}
+    assert shared["out_cache"].byte_offset.value == 0
+    # 3 stages of A (256x32 f16) and B (32x128 f16): 72 KiB, the 64 KiB tile inside
+    assert kir.shared_bytes(k, {"M": M, "N": N, "K": K, "splitk": SPLITK}) == 72 * 1024
+
+
+def test_full_seed_size_for_the_ctas_of_one_output_tile(rng):
+    """M=1024, N=2048, K=4096 split 5 ways, but only the 5 CTAs of output tile (1, 2)."""
+    exe = codegen.compile(seed_fusion(), backend="interp")
+    m, n, k = 1024, 2048, 4096
+    inputs = integer_inputs(rng, m, n, k)
+    blocks = [(1, 2, z) for z in range(SPLITK)]
+    out = exe.run({**inputs, "splitk": SPLITK}, blocks=blocks)["out"]
+    a = inputs["A"][:, 256:512].astype(np.float64)
+    b = inputs["B"][:, 256:384].astype(np.float64)
+    assert np.array_equal(out[256:512, 256:384], (a.T @ b).astype(np.float16))
+
+
+def test_operand_loads_are_free_of_bank_conflicts(seed_exe):
+    k = seed_exe.kernels[0].kir
+    sizes = {"M": M, "N": N, "K": K, "splitk": SPLITK}
+    # block z = 4 is the last split of its tile: it runs the epilogue too
+    reports = bank_conflicts.report(k, sizes, block=(0, 0, SPLITK - 1))
+    kinds = {r.kind for r in reports}
+    assert {"cp.async", "ldmatrix"} <= kinds
+    for r in reports:
+        if r.kind in ("cp.async", "ldmatrix"):
+            assert r.worst == 1, (r.label, r.buffer, r.example)
+
+
+def test_the_kernel_compiles_to_a_cubin():
+    exe = codegen.compile(seed_fusion(), backend="cuda")
+    assert exe.kernels[0].cubin[:4] == b"\x7fELF"
+    source = exe.kernels[0].source
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in source
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in source
+    assert "cp.async.wait_group 1" in source and "cp.async.wait_group 0" in source
+
+
+def test_the_schedule_prints_and_parses_back_to_the_same_kernel():
+    f = seed_fusion()
+    again = fuserir.parse(fuserir.print_fusion(f))
+    a = codegen.compile(f, backend="interp").kernels[0].source
+    b = codegen.compile(again, backend="interp").kernels[0].source
+    assert a == b
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(cta_tile=(256, 128, 32), warp_tile=(48, 64, 32)),
+     "MatmulParams: cta_tile M (256) is not a multiple of warp_tile M (48)"),
+    (dict(instruction_tile=(16, 8, 8)),
+     "MatmulParams: instruction_tile (16, 8, 8): the tensor-core instruction is mma.sync "
+     "m16n8k16, so it must be (16, 8, 16)"),
+    (dict(warp_tile=(64, 64, 16)),
+     "MatmulParams: cta_tile K (32) must equal warp_tile K (16): warps split M and N, not K"),
+    (dict(stages=0), "MatmulParams: stages must be an integer >= 1, got 0"),
+    (dict(splitk_mode="parallel"),
+     "MatmulParams: splitk_mode 'parallel': expected 'serial' or 'two_kernel'"),
+    (dict(splitk_mode="two_kernel"),
+     "MatmulParams: splitk_mode 'two_kernel' is not implemented yet (only 'serial')"),
+    (dict(cta_tile=5), "MatmulParams: cta_tile must be three positive integers (M, N, K), "
+     "got 5"),
+])
+def test_bad_params_are_refused_with_their_reason(changes, message):
+    with pytest.raises(ScheduleError) as caught:
+        MatmulParams(**{**SEED, **changes})
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize("definition, message", [
+    (DEFINITION.replace("NT", "TT").replace("A: f16[K, M]", "A: f16[M, K]"),
+     "schedule_matmul: layout TT is not supported yet (only NT: A[K, M], B[K, N])"),
+    (DEFINITION.replace("f16[", "bf16[").replace("cast(acc, f16)", "cast(acc, bf16)"),
+     "schedule_matmul: bf16 operands are not supported yet (only f16)"),
+    (DEFINITION.replace("out = cast(acc, f16)", "out = relu(acc)"),
+     "schedule_matmul: fusion splitk_nt must compute output = cast(matmul(A, B), dtype); "
+     "other epilogues are not supported yet"),
+])
+def test_unsupported_fusions_are_refused_clearly(definition, message):
+    f = fuserir.parse(definition)
+    with pytest.raises(ScheduleError) as caught:
+        schedule_matmul(f, MatmulParams(**SEED))
+    assert str(caught.value) == message
+
+
+def test_a_scheduled_fusion_is_not_scheduled_twice():
+    f = seed_fusion()
+    with pytest.raises(ScheduleError, match="already scheduled"):
+        schedule_matmul(f, MatmulParams(**SEED))
+
+
+# -- on the GPU (marked gpu: skipped where there is none) ------------------------------------
+
+
+def _reference_mismatches(cp, out, a, b):
+    k = a.shape[0]
+    ref = a.astype(cp.float64).T @ b.astype(cp.float64)
+    return int((cp.abs(out.astype(cp.float64) - ref) > 1e-5 * k + 2.0 ** -10 * cp.abs(ref))
+               .sum())
+
+
+@pytest.mark.gpu
+def test_gpu_equals_the_interpreter_bit_for_bit(seed_exe, rng):
+    import cupy as cp
+    inputs = integer_inputs(rng)
+    cpu = seed_exe.run({**inputs, "splitk": SPLITK})["out"]
+    gpu_exe = codegen.compile(seed_fusion(), backend="cuda")
+    gpu = gpu_exe.run({"A": cp.asarray(inputs["A"]), "B": cp.asarray(inputs["B"]),
+                       "splitk": SPLITK}, poison=True)["out"]
+    assert np.array_equal(cp.asnumpy(gpu).view(np.uint16), cpu.view(np.uint16))
+
+
+@pytest.mark.gpu
+def test_gpu_seed_size_fresh_inputs_and_bitwise_repeatable():
+    import cupy as cp
+    exe = codegen.compile(seed_fusion(), backend="cuda")
+    gen = cp.random.default_rng(1)
+    m, n, k = 1024, 2048, 4096
+    for _ in range(10):
+        a = gen.uniform(-1, 1, (k, m), dtype=cp.float32).astype(cp.float16)
+        b = gen.uniform(-1, 1, (k, n), dtype=cp.float32).astype(cp.float16)
+        out = exe.run({"A": a, "B": b, "splitk": SPLITK}, poison=True)["out"]
+        assert _reference_mismatches(cp, out, a, b) == 0
+    first = out.copy()
+    for _ in range(5):
+        again = exe.run({"A": a, "B": b, "splitk": SPLITK}, poison=True)["out"]
+        assert bool(cp.array_equal(again, first))
