@@ -47,6 +47,8 @@ class Ranges:
             up = (lambda x, y: -(-x // y)) if e.op == "ceildiv" else (lambda x, y: x // y)
             return (up(alo, bhi) if bhi is not None else 0,
                     up(ahi, blo) if ahi is not None else None)
+        if e.op in ("div", "ceildiv") and _nonneg(alo) and _nonneg(blo):
+            return (0, ahi)           # a size divided by a size (0 would be undefined)
         if e.op == "mod" and _nonneg(alo) and blo is not None and blo > 0:
             hi = bhi - 1 if bhi is not None else None
             return (0, ahi if hi is None else (hi if ahi is None else min(hi, ahi)))
