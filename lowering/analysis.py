@@ -554,9 +554,9 @@ def _check_mma(ctx, tv):
     if ctx.bound[ParallelType.TIDx] != [WARP]:
         raise ScheduleError(f"{tv.name}: with tensor cores TIDx is the lane of a warp (32): "
                             f"bind warps to TIDy/TIDz, not TIDx")
-    if tv.memory_type.value == "global":
-        raise ScheduleError(f"{tv.name}: a tensor with mma axes lives in registers or "
-                            f"shared memory")
+    if tv.memory_type.value == "global" and kind != "fragment":
+        raise ScheduleError(f"{tv.name}: {kind.replace('_', ' ')} results live in "
+                            "registers; compute them into a local tensor")
     if kind == "fragment":
         mine = [ctx.exact_class(tv.loop[i]) for i in positions]
         for p in tv.definition.tensor_inputs:

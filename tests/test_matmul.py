@@ -70,6 +70,18 @@ def test_one_kernel_serves_other_sizes_and_split_factors(seed_exe, rng):
         assert np.array_equal(out, ref), splitk
 
 
+@pytest.mark.parametrize("changes", [
+    dict(use_smem_epilogue=False, promote_prologue_smem_reuse=False),   # registers -> global
+    dict(cta_tile=(128, 128, 32), stages=2),                            # 4 warps, 2 stages
+    dict(stages=1, splitk_factor=2),                                    # no pipeline
+])
+def test_other_configurations_equal_the_reference_without_a_race(rng, changes):
+    f = seed_fusion(**changes)
+    inputs = integer_inputs(rng, 192, 136, 32 * 5 + 3)
+    out = codegen.compile(f, backend="interp").run({**inputs, "splitk": 3})["out"]
+    assert np.array_equal(out, fuserir.evaluate(f, inputs)["out"])
+
+
 def test_the_kernel_has_the_pipeline_and_the_drain_with_their_reasons(seed_exe):
     body = seed_exe.kernels[0].kir.body
     text = "\n".join(kir.format_stmts(body))
