@@ -482,3 +482,95 @@ def test_no_drain_where_the_pipeline_already_drained():
     kernel = _async_epilogue_kernel(final_wait=0)
     insert_syncs.run(None, kernel)
     assert not any(isinstance(s, kir.CpAsyncWait) and s.sync_id for s in kir.walk(kernel.body))
+
+
+GRID_SUM = """
+fusion gsum(x: f32[M, K]) {
+  s = sum(x, axes=[1])
+  output s
+}
+schedule gsum {
+  s.split(1, S, inner=false)        # [M, r{S}, r{ceildiv(K, S)}]
+  s.split(0, 32)
+  s.parallelize(0, BIDx)
+  s.parallelize(1, TIDx)
+  s.parallelize(2, BIDz)
+  s.serial_grid_reduction()
+}
+"""
+
+
+def test_grid_reductions_builds_the_turnstile_and_the_last_split_stores():
+    kernel, text = after(GRID_SUM, "grid_reductions")
+    top = [type(s).__name__ for s in kernel.body]
+    # wait for this split's turn, add the earlier splits' partials, then either pass the
+    # partials on (not last) or store the result and reset the semaphore (last)
+    assert top[-5:] == ["Comment", "IfThenElse", "Barrier", "IfThenElse", "IfThenElse"]
+    branch = kernel.body[-1]
+    assert [type(s).__name__ for s in branch.then_body] == ["ForLoop", "Fence", "Barrier",
+                                                           "IfThenElse"]
+    assert isinstance(branch.then_body[3].then_body[0], kir.SemRelease)
+    assert isinstance(branch.else_body[0].then_body[0], kir.SemRelease)
+    assert "sem_wait s_sem[(blockIdx.x + (ceildiv(M, 32) * blockIdx.y))] == blockIdx.z" in text
+    assert [w.buffer.name for w in kernel.workspaces] == ["s_work", "s_sem"]
+    assert kernel.workspaces[1].zeroed
+
+
+@pytest.mark.parametrize("splits", [1, 2, 5, 40])
+def test_a_serial_grid_sum_equals_the_reference_in_split_order(splits):
+    fusion = fuserir.parse(GRID_SUM)
+    exe = codegen.compile(fusion, backend="interp")
+    x = np.random.default_rng(splits).standard_normal((45, 37)).astype(np.float32)
+    got = exe.run({"x": x, "S": splits})["s"]
+    # splits add in order, each its own slice first: the same f32 sums, in the same order
+    per = -(-37 // splits)
+    expect = np.zeros(45, np.float32)
+    for z in range(splits):
+        part = np.zeros(45, np.float32)
+        for k in range(z * per, min(37, (z + 1) * per)):
+            part += x[:, k]
+        expect = part if z == 0 else expect + part
+    assert np.array_equal(got, expect)
+
+
+def test_serial_grid_reduction_needs_bidz():
+    text = GRID_SUM.replace("s.parallelize(2, BIDz)", "s.parallelize(2, BIDy)")
+    with pytest.raises(ScheduleError, match="grid reductions need rfactor \\(a serial grid "
+                                            "reduction runs over BIDz\\)"):
+        lower(fuserir.parse(text))
+
+
+REUSE = """
+fusion reuse(x: f32[N]) {
+  y = x * 2
+  z = y + 1
+  output z
+}
+schedule reuse {
+  z.split(0, 128)
+  z.parallelize(0, BIDx)
+  z.parallelize(1, TIDx)
+  xs = x.cache_after(shared)
+  ys = y.cache_after(shared)
+  y.compute_at(z, 1)
+  xs.compute_at(z, 1)
+  ys.compute_at(z, 1)
+  xs.parallelize(1, TIDx)
+  y.parallelize(1, TIDx)
+  ys.parallelize(1, TIDx)
+  PROMOTE
+}
+"""
+
+
+@pytest.mark.parametrize("promote", [False, True])
+def test_reuse_shared_aliases_only_dead_buffers_when_asked(promote):
+    text = REUSE.replace("PROMOTE", "ys.promote_reuse()" if promote else "")
+    kernel, _ = after(text, "reuse_shared")
+    offsets = {s.buffer.name: s.buffer.byte_offset.value for s in kir.walk(kernel.body)
+               if isinstance(s, kir.Allocate) and s.buffer.memory is kir.Memory.shared}
+    # xs is read (by y) before ys is first written: its bytes are free for ys
+    assert offsets == ({"xs": 0, "ys": 0} if promote else {"xs": 0, "ys": 512})
+    exe = codegen.compile(fuserir.parse(text), backend="interp")
+    x = np.arange(300, dtype=np.float32)
+    assert np.array_equal(exe.run({"x": x})["z"], x * 2 + 1)

@@ -43,10 +43,18 @@ def _loop_with_var(stmts, var):
 
 
 def _zero_fill_unless(ctx, stmt, cond):
-    """Make every copy in stmt read nothing (zero-fill) unless cond holds."""
+    """Make every copy in stmt read nothing (zero-fill) unless cond holds; an ordinary
+    store (where no cp.async fits) is skipped instead. Returns the statement."""
     for s in kir.walk([stmt]):
         if isinstance(s, kir.CpAsync):
             s.src_size = kir.Select(cond, s.src_size, ctx.const(0), ctx.index_dtype)
+    if isinstance(stmt, kir.Store):
+        return kir.IfThenElse(cond, [stmt])
+    bodies = [body for s in kir.walk([stmt]) for body in s.bodies()]
+    for body in bodies:
+        body[:] = [kir.IfThenElse(cond, [x]) if isinstance(x, kir.Store) else x
+                   for x in body]
+    return stmt
 
 
 def _tag(name, offset, stages):
@@ -96,11 +104,13 @@ def _pipeline(ctx, kernel, axis, tensors):
     buffers = {ctx.buffers[tv] for tv in tensors}
     copies, rest = [], []
     for s in loop.body:
-        writes = [x for x in kir.walk([s]) if isinstance(x, kir.CpAsync) and x.dst in buffers]
+        writes = [x for x in kir.walk([s]) if (isinstance(x, kir.CpAsync) and x.dst in buffers)
+                  or (isinstance(x, kir.Store) and x.buffer in buffers)]
         (copies if writes else rest).append(s)
     for s in copies:
         others = [x for x in kir.walk([s]) if not isinstance(x, (kir.CpAsync, kir.ForLoop,
-                                                                 kir.IfThenElse))]
+                                                                 kir.IfThenElse))
+                  and not (isinstance(x, kir.Store) and x.buffer in buffers)]
         if others:
             raise ScheduleError(f"{names}: the copy loops of a circular buffer may hold only "
                                 f"its copies, but {kir.format_stmt(others[0])} is there")
@@ -109,15 +119,14 @@ def _pipeline(ctx, kernel, axis, tensors):
     for s in range(stages - 1):
         for c in copies:
             copy = kir.copy_stmt(c, {id(var): ctx.const(s)}, _tag(var.name, s, stages))
-            _zero_fill_unless(ctx, copy, ctx.binop("lt", ctx.const(s), loop.extent))
-            prologue.append(copy)
+            prologue.append(_zero_fill_unless(ctx, copy, ctx.binop("lt", ctx.const(s),
+                                                                   loop.extent)))
         prologue.append(kir.CpAsyncCommit())
     ahead = ctx.binop("add", var, ctx.const(stages - 1))
     prefetch = []
     for c in copies:
         copy = kir.copy_stmt(c, {id(var): ahead}, _tag(var.name, stages - 1, stages))
-        _zero_fill_unless(ctx, copy, ctx.binop("lt", ahead, loop.extent))
-        prefetch.append(copy)
+        prefetch.append(_zero_fill_unless(ctx, copy, ctx.binop("lt", ahead, loop.extent)))
     for s in rest:
         _tag_reads(s, buffers, _tag(var.name, 0, stages))
     loop.body = ([kir.CpAsyncWait(stages - 2)] + prefetch + [kir.CpAsyncCommit()] + rest)

@@ -17,7 +17,8 @@ Shared-memory accesses are tagged with AccessInfo (which thread owns each elemen
 sync insertion. A cache_after(shared, async_copy=True) becomes cp.async copies (one per
 element, or per vector when its innermost axis is vectorized: 4, 8 or 16 bytes), then a
 commit and a wait_group 0 after its own loops; sync insertion adds the barriers. Block
-reductions are left to the next pass.
+reductions are left to the next pass. Where no cp.async fits (an element of 1 or 2
+bytes, not vectorized), an async cache is an ordinary load and shared store.
 """
 
 import numpy as np
@@ -193,9 +194,13 @@ def async_copy(ctx, tv, index):
     target = buffer_index(ctx, tv, {a: ctx.loop_index(tv, i) for i, a in enumerate(tv.loop)})
     nbytes = async_vector_bytes(tv)
     if nbytes not in (4, 8, 16):
-        raise ScheduleError(f"{tv.name}: an async copy moves 4, 8 or 16 bytes, but one "
-                            f"{'vector' if nbytes > tv.dtype.itemsize else 'element'} of "
-                            f"{tv.name} is {nbytes}; vectorize its innermost axis")
+        # No cp.async moves this size (DESIGN.md section 5): an ordinary load and shared
+        # store, one element at a time, under the same loops.
+        if nbytes > tv.dtype.itemsize:
+            raise ScheduleError(f"{tv.name}: an async copy moves 4, 8 or 16 bytes, but one "
+                                f"vector of {tv.name} is {nbytes}; vectorize 4, 8 or 16 "
+                                "bytes, or none (ordinary loads)")
+        return store(ctx, tv, source, index, "compute")
     access = kir.AccessInfo(tv.name, ctx.owner(tv, is_write=True))
     copy = kir.CpAsync(buffer, target, source.buffer, source.index, nbytes,
                        kir.Const(nbytes, ctx.index_dtype), "cg" if nbytes == 16 else "ca",
