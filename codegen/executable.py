@@ -76,13 +76,14 @@ class Step:
 
 
 class Executable:
-    def __init__(self, fusion, backend, options, plan):
+    def __init__(self, fusion, backend, options, plan, automatic=False):
         self.fusion = fusion
         self.backend = backend
         self._options = options
         self._plan = plan            # (persistent: bool) -> [Step]; see compile()
         self._steps = {}             # persistent -> [Step]
         self._workspaces = None      # WorkspacePool of the kernels' workspaces
+        self.automatic = automatic   # scheduled by fuserir.scheduler.auto (several plans)
         self.steps = self._steps_for(True)
 
     @property
@@ -116,6 +117,10 @@ class Executable:
         poison = self.backend == "interp" if poison is None else poison
         given, env = self._bind(inputs)
         for step in self.steps:
+            # run-time scalars an automatic schedule chooses from the sizes (the split-K
+            # factor of a matmul), unless the caller gives them
+            for name, rule in getattr(step.fusion, "run_scalars", {}).items():
+                env.setdefault(name, rule(env))
             for p in step.kernel.kir.scalar_params:
                 if p.var.name not in env:
                     raise EvaluationError(f"kernel {step.kernel.name} needs a value for "
@@ -129,8 +134,17 @@ class Executable:
             steps = self._steps_for(False)     # a row does not fit: segment the fusion
         torch_inputs = any(type(v).__module__.startswith("torch") for v in given.values())
         values = self.prepare_inputs(given)
-        for step in steps:
-            _check_vector_copies(step, values)
+        try:
+            for step in steps:
+                _check_vector_copies(step, values)
+        except FuserirError:
+            if not self.automatic:
+                raise
+            # an automatic schedule's 16-byte copies do not fit these inputs: the plan
+            # without special requirements (no tensor cores, no vector copies) does
+            steps = self._steps_for(False)
+            for step in steps:
+                _check_vector_copies(step, values)
         with _stream(torch_inputs and self.backend == "cuda"):
             for step in steps:
                 kernel = self._kernel_for(step, env, values)
@@ -244,6 +258,16 @@ def _to_device(array):
     return cupy.asarray(array)
 
 
+def _address(array):
+    """The device or host address of an array's first element (0 when it has none)."""
+    if hasattr(array, "data_ptr"):                            # torch
+        return array.data_ptr()
+    if type(array).__module__.startswith("cupy"):
+        return array.data.ptr
+    interface = getattr(array, "__array_interface__", None)   # numpy (ml_dtypes too)
+    return interface["data"][0] if interface else 0
+
+
 def _check_vector_copies(step, values):
     """A cp.async of several elements reads them in one access: the source must be
     contiguous along its last axis, that axis a whole number of vectors, and every row
@@ -258,7 +282,7 @@ def _check_vector_copies(step, values):
         itemsize = array.dtype.itemsize
         width = nbytes // itemsize
         strides = list(array.strides)
-        pointer = array.data.ptr if hasattr(array.data, "ptr") else 0
+        pointer = _address(array)
         ok = (array.shape[-1] % width == 0
               and (strides[-1] == itemsize or array.shape[-1] == 1)
               and all(s % nbytes == 0 for s, d in zip(strides[:-1], array.shape) if d > 1)
@@ -322,7 +346,8 @@ def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=Tru
         return [Step(s.fusion, s.inputs, s.outputs, _build(s.fusion, backend, **options))
                 for s in plan(fusion, persistent)]
 
-    exe = Executable(fusion, backend, options, explicit if fusion.trace else automatic)
+    exe = Executable(fusion, backend, options, explicit if fusion.trace else automatic,
+                     automatic=not fusion.trace)
     stages.env_after_compile(exe)
     return exe
 

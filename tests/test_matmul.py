@@ -222,13 +222,16 @@ def test_bad_params_are_refused_with_their_reason(changes, message):
 
 
 @pytest.mark.parametrize("definition, message", [
-    (DEFINITION.replace("NT", "TT").replace("A: f16[K, M]", "A: f16[M, K]"),
-     "schedule_matmul: layout TT is not supported yet (only NT: A[K, M], B[K, N])"),
-    (DEFINITION.replace("f16[", "bf16[").replace("cast(acc, f16)", "cast(acc, bf16)"),
-     "schedule_matmul: bf16 operands are not supported yet (only f16)"),
-    (DEFINITION.replace("out = cast(acc, f16)", "out = relu(acc)"),
-     "schedule_matmul: fusion splitk_nt must compute output = cast(matmul(A, B), dtype); "
-     "other epilogues are not supported yet"),
+    (DEFINITION.replace("cast(acc, f16)", "cast(acc, i32)"),
+     "schedule_matmul: the output out is i32; tensor cores produce f32, cast to f16, bf16 "
+     "or f32"),
+    (DEFINITION.replace("out = cast(acc, f16)", "out = sum(acc, axes=[1])"),
+     "schedule_matmul: fusion splitk_nt must compute output = pointwise(matmul(A, B), ...) "
+     "with its result cast to f16, bf16 or f32 (out is not pointwise)"),
+    (DEFINITION.replace("output out", "output out, acc"),
+     "schedule_matmul: fusion splitk_nt must compute output = pointwise(matmul(A, B), ...) "
+     "with its result cast to f16, bf16 or f32 (the matmul must feed exactly one output "
+     "through pointwise ops)"),
 ])
 def test_unsupported_fusions_are_refused_clearly(definition, message):
     f = fuserir.parse(definition)
@@ -279,3 +282,85 @@ def test_gpu_seed_size_fresh_inputs_and_bitwise_repeatable():
     for _ in range(5):
         again = exe.run({"A": a, "B": b, "splitk": SPLITK}, poison=True)["out"]
         assert bool(cp.array_equal(again, first))
+
+
+# -- the heuristic, and fusions without a schedule -------------------------------------------
+
+from fuserir.scheduler.matmul import matmul_heuristic, splitk_for  # noqa: E402
+
+
+@pytest.mark.parametrize("size, tile, splitk", [
+    ((1024, 2048, 4096), (128, 128, 32), 1),       # 128 tiles: nearly fills 132 SMs
+    ((4096, 4096, 4096), (256, 128, 32), 1),       # 512 tiles even at 256x128
+    ((1024, 1024, 4096), (128, 128, 32), 2),       # 64 tiles: split to fill the SMs
+    ((128, 128, 262144), (128, 128, 32), 132),     # one tile, K long: one split per SM
+    ((136, 184, 175704), (128, 128, 32), 33),      # 4 tiles
+    ((128, 128, 1024), (128, 128, 32), 4),         # 32 K tiles: at least 8 per split
+])
+def test_heuristic_fills_the_sms_and_keeps_8_k_tiles_per_split(size, tile, splitk):
+    p = matmul_heuristic(*size)
+    assert (p.cta_tile, p.splitk_factor) == (tile, splitk)
+    assert p.stages == 4 and p.use_smem_epilogue and p.promote_prologue_smem_reuse
+    assert splitk_for(*size, p.cta_tile) == splitk
+
+
+def test_heuristic_fits_the_device_shared_memory():
+    small = matmul_heuristic(1024, 1024, 4096, dtypes=("f16", "f16", "f32"),
+                             device={"shared_limit": 48 * 1024})
+    assert small.stages == 3                        # 3 x 16 KiB of operand stages
+    assert not small.use_smem_epilogue              # a 64 KiB f32 tile would not fit
+    half = matmul_heuristic(1024, 1024, 4096, device={"shared_limit": 48 * 1024})
+    assert half.use_smem_epilogue                   # a 32 KiB f16 tile does
+    with pytest.raises(ScheduleError, match="one pipeline stage needs 16384 bytes of "
+                                            "shared memory, over the limit of 8192"):
+        matmul_heuristic(1024, 1024, 4096, device={"shared_limit": 8192})
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(device={"cc": (7, 5)}), "compute capability 7.5 has no tensor-core mma.sync "
+     "m16n8k16 with cp.async; sm_80 or newer is needed"),
+    (dict(dtypes=("f16", "bf16")), "operands f16 x bf16: tensor cores take two f16 or two "
+     "bf16 operands"),
+    (dict(dtypes=("f32", "f32")), "operands f32 x f32: tensor cores take two f16 or two "
+     "bf16 operands"),
+    (dict(dtypes=("f16", "f16", "i32")), "output i32: tensor cores produce f32, cast to "
+     "f16, bf16 or f32"),
+    (dict(layout="XX"), "unknown layout 'XX'"),
+])
+def test_heuristic_errors(kwargs, message):
+    with pytest.raises(ScheduleError) as caught:
+        matmul_heuristic(1024, 1024, 4096, **kwargs)
+    assert str(caught.value) == "matmul_heuristic: " + message
+
+
+AUTO = """
+fusion mm(A: f16[M, K], B: f16[N, K], bias: f16[N]) {
+  acc = matmul(A, B, layout=TN)
+  out = cast(relu(acc + cast(broadcast(bias, [true, false]), f32)), f16)
+  output out
+}
+"""
+
+
+def test_a_matmul_without_a_schedule_uses_tensor_cores_and_the_heuristics_split(rng):
+    f = fuserir.parse(AUTO)
+    exe = codegen.compile(f, backend="interp")
+    assert "mma.m16n8k16" in exe.kernels[0].kir_text
+    m, n, k = 64, 48, 512                           # 1 tile, 16 K tiles: split 2
+    data = {"A": rng.integers(-3, 4, (m, k)).astype(np.float16),
+            "B": rng.integers(-3, 4, (n, k)).astype(np.float16),
+            "bias": rng.integers(-3, 4, (n,)).astype(np.float16)}
+    assert exe.steps[0].fusion.run_scalars["splitk"]({"M": m, "N": n, "K": k}) == 2
+    assert np.array_equal(exe.run(data)["out"], fuserir.evaluate(f, data)["out"])
+
+
+def test_inputs_too_narrow_for_16_byte_copies_take_the_plain_plan(rng):
+    f = fuserir.parse(AUTO)
+    exe = codegen.compile(f, backend="interp")
+    m, n, k = 30, 20, 50                            # K rows of 100 bytes
+    data = {"A": rng.integers(-3, 4, (m, k)).astype(np.float16),
+            "B": rng.integers(-3, 4, (n, k)).astype(np.float16),
+            "bias": rng.integers(-3, 4, (n,)).astype(np.float16)}
+    assert np.array_equal(exe.run(data)["out"], fuserir.evaluate(f, data)["out"])
+    plain = exe._steps_for(False)[0].kernel.kir_text
+    assert "mma" not in plain and "cp.async" not in plain

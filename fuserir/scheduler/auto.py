@@ -15,8 +15,12 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
   are recomputed rather than stored; for an outer reduction a block owns 32 neighbouring
   outputs (TIDx, so each warp reads a contiguous piece of a row) and 16 rows of threads
   (TIDy) stride down the reduced rows, then combine;
-* a matmul without the matmul scheduler: one thread per output element, K serial
-  (correct everywhere; the tensor-core scheduler arrives with the matmul issue).
+* a matmul: the tensor-core scheduler (fuserir.scheduler.matmul) with the parameters of
+  matmul_heuristic (for the sizes when they are constants, else for large ones); the
+  split-K factor is a run-time scalar the executable chooses per run from the sizes
+  (`fusion.run_scalars`). Where it does not apply (other epilogues, or the plan without
+  special requirements, `persistent=False`, which the executable takes when inputs are
+  not aligned for 16-byte copies): one thread per output element, K serial.
 """
 
 from ..errors import ScheduleError
@@ -24,6 +28,7 @@ from ..ir.exprs import (BinaryOp, BroadcastOp, CastOp, LoadStoreOp, MatmulOp, Re
                         UnaryOp, WhereOp)
 from ..ir.tensor import MemoryType
 from .. import ops
+from ..ir import extent as ext
 
 POINTWISE_THREADS = 128
 UNROLL = 4
@@ -42,7 +47,8 @@ def schedule_auto(fusion, persistent=True):
     _consumers_read_a_local_copy_of_outputs(fusion)
     exprs = fusion.exprs
     if any(isinstance(e, MatmulOp) for e in exprs):
-        _schedule_matmul(fusion)
+        if not (persistent and _schedule_tensor_cores(fusion)):
+            _schedule_matmul(fusion)
     elif any(isinstance(e, ReductionOp) for e in exprs):
         _schedule_reduction(fusion, persistent)
     else:
@@ -242,7 +248,35 @@ def _schedule_reduction(fusion, persistent):
                 t.set_memory_type(MemoryType.shared)
 
 
-# -- matmul without the matmul scheduler ---------------------------------------------------
+# -- matmul ----------------------------------------------------------------------------------
+
+LARGE = 4096     # the size assumed for a symbolic extent when choosing tiles
+
+
+def _schedule_tensor_cores(fusion):
+    """schedule_matmul with heuristic parameters; False (fusion untouched) where the
+    tensor-core scheduler does not apply."""
+    from .matmul import SPLITK, matmul_heuristic, schedule_matmul, splitk_for
+    mm = next(e for e in fusion.exprs if isinstance(e, MatmulOp))
+    m, n, k = (a.extent for a in mm.output.root)
+    size = [e if isinstance(e, int) else LARGE for e in (m, n, k)]
+    out_dtype = fusion.outputs[0].dtype.value if len(fusion.outputs) == 1 else "f32"
+    try:
+        params = matmul_heuristic(*size, layout=mm.layout,
+                                  dtypes=(mm.inputs[0].dtype.value,
+                                          mm.inputs[1].dtype.value, out_dtype))
+        schedule_matmul(fusion, params)
+    except ScheduleError:
+        return False
+    tile = params.cta_tile
+
+    def splitk(env):
+        return splitk_for(*(ext.evaluate(e, env) for e in (m, n, k)), tile)
+
+    fusion.run_scalars = {SPLITK: splitk}
+    return True
+
+
 
 
 def _schedule_matmul(fusion):

@@ -19,11 +19,12 @@ loop, XOR-swizzled) -> registers (ldmatrix), and the output staged registers -> 
 from dataclasses import dataclass, fields
 
 from ..errors import ScheduleError
-from ..ir.exprs import CastOp, MatmulOp
+from ..ir.exprs import BinaryOp, CastOp, MatmulOp, UnaryOp, WhereOp
 from ..ir.iterdomain import ParallelType, roots_of
 from ..ir.tensor import MemoryType
 
 SPLITK = "splitk"     # the run-time scalar that carries the split-K factor
+POINTWISE = (UnaryOp, BinaryOp, CastOp, WhereOp)
 
 
 @dataclass
@@ -132,29 +133,34 @@ def _find_matmul(fusion):
         raise ScheduleError(f"schedule_matmul: fusion {fusion.name} is already scheduled")
     mm = mms[0]
     acc = mm.output
-    uses = fusion.uses(acc)
-    if acc.is_output or len(uses) != 1 or not isinstance(uses[0], CastOp) \
-            or not uses[0].output.is_output or fusion.uses(uses[0].output):
+    # The epilogue: pointwise tensors computed from acc, ending in the one output.
+    after = [t for t in fusion.tensors if t is not acc and fusion.depends_on(t, acc)]
+    outputs = [t for t in fusion.outputs]
+    bad = [t for t in after if not isinstance(t.definition, POINTWISE)]
+    if acc.is_output or len(outputs) != 1 or not after or outputs[0] not in after or bad \
+            or any(fusion.uses(t) == [] and not t.is_output for t in after):
+        why = (f"{bad[0].name} is not pointwise" if bad else
+               "the matmul must feed exactly one output through pointwise ops")
         raise ScheduleError(f"schedule_matmul: fusion {fusion.name} must compute "
-                            f"output = cast(matmul(A, B), dtype); other epilogues are not "
-                            "supported yet")
-    if mm.layout != "NT":
-        raise ScheduleError(f"schedule_matmul: layout {mm.layout} is not supported yet "
-                            "(only NT: A[K, M], B[K, N])")
-    if mm.inputs[0].dtype.value != "f16":
-        raise ScheduleError(f"schedule_matmul: {mm.inputs[0].dtype} operands are not "
-                            "supported yet (only f16)")
-    return mm, acc, uses[0].output
+                            f"output = pointwise(matmul(A, B), ...) with its result cast to "
+                            f"f16, bf16 or f32 ({why})")
+    out = outputs[0]
+    if out.dtype.value not in ("f16", "bf16", "f32"):
+        raise ScheduleError(f"schedule_matmul: the output {out.name} is {out.dtype}; tensor "
+                            "cores produce f32, cast to f16, bf16 or f32")
+    return mm, acc, out, [t for t in after if t is not out]
 
 
 def schedule_matmul(fusion, params):
-    """Schedule `output = cast(matmul(A, B), dt)` for tensor cores (see module docstring).
-    Returns a dict of the tensors it created, by role."""
+    """Schedule `output = epilogue(matmul(A, B))` for tensor cores (see module docstring):
+    any layout, f16 or bf16 operands, pointwise epilogue ops (bias, activation, residual,
+    cast to f16, bf16 or f32) fused on the accumulator's registers. Returns a dict of the
+    tensors it created or scheduled, by role."""
     if not isinstance(params, MatmulParams):
         raise ScheduleError(f"schedule_matmul: params must be a MatmulParams, got "
                             f"{type(params).__name__}")
     params.check()
-    mm, acc, out = _find_matmul(fusion)
+    mm, acc, out, fused = _find_matmul(fusion)
     a, b = mm.inputs
     tm, tn, tk = params.cta_tile
     wm, wn, _ = params.warp_tile
@@ -188,6 +194,13 @@ def schedule_matmul(fusion, params):
     # The accumulator layout: [Mo, No, warps, Mm, Nn, M16, N8] (the mma fragment).
     _warp_layout(epilogue, warps_m, warps_n, wm, wn, im, in_)
     acc.compute_at(epilogue, 2)
+    # Fused pointwise ops run on the fragments each lane holds, inside the tile loops.
+    # (consumers first, each at its own consumer: compute_at re-places every tensor on
+    # the path to the tensor named, which would undo the mma axes of those in between)
+    for t in reversed(fused):
+        t.compute_at(fusion.consumers(t)[0], 5)   # [Mo, No, W, Mm, Nn | M16, N8]
+        t.parallelize(-2, ParallelType.mma)
+        t.parallelize(-1, ParallelType.mma)
 
     # acc: [Mo, No, Mt, Nt, rK] -> [Mo, No, splitk, Ktiles, warps, k16, Mm, Nn, mma x3]
     acc.split(4, tk)                          # [Mo, No, Mt, Nt, rKt, rK32]
@@ -204,10 +217,12 @@ def schedule_matmul(fusion, params):
 
     # Shared operand tiles, one K tile per iteration of the K-tile loop (computed at acc
     # before the fragments: compute_at places every tensor on the path to acc).
-    for smem, rows in ((a_smem, tm), (b_smem, tn)):
+    for smem in (a_smem, b_smem):
         smem.compute_at(acc, 4)
-        _copy_layout(smem, params.warps)
-        smem.swizzle(rows)
+        row = _copy_layout(smem, params.warps)
+        # XOR-swizzle rows of at least 128 bytes (8 chunks): rows of a K-contiguous tile
+        # (32 elements) pair up, which keeps ldmatrix's 8 rows on 8 bank groups.
+        smem.swizzle(max(row, 128 // smem.dtype.itemsize))
         if params.stages > 1:
             smem.circular_buffer(params.stages)
 
@@ -220,11 +235,11 @@ def schedule_matmul(fusion, params):
         frag.parallelize(-2, ParallelType.mma)
         frag.parallelize(-1, ParallelType.mma)
     if c_smem is not None:
-        c_smem.swizzle(tn)
+        c_smem.swizzle(im * in_)              # a row: one instruction tile
         if params.promote_prologue_smem_reuse:
             c_smem.promote_reuse()
     return {"acc": acc, "out": out, "a_smem": a_smem, "b_smem": b_smem,
-            "a_frag": a_frag, "b_frag": b_frag, "c_smem": c_smem}
+            "a_frag": a_frag, "b_frag": b_frag, "c_smem": c_smem, "fused": fused}
 
 
 def _warp_layout(tv, warps_m, warps_n, wm, wn, im, in_, first=2):
@@ -253,19 +268,20 @@ def _broadcasts_first(tv, pos):
 
 
 def _copy_layout(smem, warps):
-    """A shared operand tile [K tile, rows] copied by every thread of the block, 16 bytes at
-    a time: [.., broadcasts, rest, warps(TIDy), lanes(TIDx), vec]. The operand is [K, M]
-    or [K, N] in memory (NT): K rows, M or N contiguous."""
+    """A shared operand tile copied by every thread of the block, 16 bytes at a time:
+    [.., broadcasts, rest, warps(TIDy), lanes(TIDx), vec], laid out as the operand is in
+    global memory (its last axis contiguous, whatever the layout). Returns the tile's
+    row length (the contiguous extent)."""
     pos = smem.compute_at_pos
     _broadcasts_first(smem, pos)
     pos += sum(a.is_broadcast for a in smem.loop[pos:])
-    k_root = smem.root[0]
-    k_axis = next(i for i in range(pos, smem.ndim) if k_root in roots_of(smem.loop[i]))
     if smem.ndim - pos != 2:
         raise ScheduleError(f"schedule_matmul: unexpected loop structure of {smem.name}: "
                             f"{smem.describe()}")
-    if k_axis != pos:
+    contiguous = smem.root[-1]
+    if contiguous in roots_of(smem.loop[pos]):
         smem.reorder({pos: pos + 1, pos + 1: pos})
+    row = smem.loop[pos + 1].extent
     vec = 16 // smem.dtype.itemsize
     smem.merge(pos)
     smem.split(pos, vec)
@@ -274,3 +290,72 @@ def _copy_layout(smem, warps):
     smem.parallelize(pos + 1, ParallelType.TIDy)
     smem.parallelize(pos + 2, ParallelType.TIDx)
     smem.parallelize(pos + 3, ParallelType.vectorize)
+    return row
+
+
+# -- the heuristic -------------------------------------------------------------------------
+
+H200_SMS = 132
+SHARED_LIMIT = 227 * 1024      # bytes per block after opt-in on sm_80/sm_90 (H100/H200)
+
+
+def _k_tiles_per_split(k, tk, splitk):
+    return -(-(-(-k // tk)) // splitk)
+
+
+def splitk_for(m, n, k, cta_tile, sms=H200_SMS):
+    """The serial split-K factor for these sizes and tiles: when the output tiles under-fill
+    the SMs, as many splits as fill them, keeping at least 8 K tiles per split."""
+    tm, tn, tk = cta_tile
+    tiles = -(-m // tm) * -(-n // tn)
+    if tiles >= sms:
+        return 1
+    return max(1, min(sms // tiles, -(-k // tk) // 8))
+
+
+def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=None):
+    """MatmulParams for an M x N x K matmul (any layout; dtypes: the operands' and
+    optionally the output's):
+
+    * CTA tile 256x128 (8 warps of 64x64) when that still gives every SM a tile, else
+      128x128 (4 warps); K tile 32, instruction tile 16x8x16;
+    * split-K (serial) when the output tiles under-fill the SMs and K is long: as many
+      splits as fill the SMs, keeping at least 8 K tiles per split;
+    * the most stages (up to 4) whose operand buffers fit the device's shared memory,
+      and the output staged through shared memory that reuses the operand bytes.
+
+    `device`: {"sms": int, "shared_limit": bytes, "cc": (major, minor)} (the H200 when
+    None). Raises ScheduleError below sm_80 (no mma.sync m16n8k16 / cp.async)."""
+    device = dict(device or {})
+    sms = device.get("sms", H200_SMS)
+    limit = device.get("shared_limit", SHARED_LIMIT)
+    cc = tuple(device.get("cc", (9, 0)))
+    if cc < (8, 0):
+        raise ScheduleError(f"matmul_heuristic: compute capability {cc[0]}.{cc[1]} has no "
+                            "tensor-core mma.sync m16n8k16 with cp.async; sm_80 or newer "
+                            "is needed")
+    if layout not in ("TT", "TN", "NT", "NN"):
+        raise ScheduleError(f"matmul_heuristic: unknown layout {layout!r}")
+    dtypes = [str(d) for d in dtypes]
+    if len(dtypes) not in (2, 3) or dtypes[0] != dtypes[1] or dtypes[0] not in ("f16",
+                                                                                 "bf16"):
+        raise ScheduleError(f"matmul_heuristic: operands {' x '.join(dtypes[:2])}: tensor "
+                            "cores take two f16 or two bf16 operands")
+    out_itemsize = {"f16": 2, "bf16": 2, "f32": 4}.get(dtypes[2] if len(dtypes) == 3
+                                                       else "f16")
+    if out_itemsize is None:
+        raise ScheduleError(f"matmul_heuristic: output {dtypes[2]}: tensor cores produce "
+                            "f32, cast to f16, bf16 or f32")
+    tk = 32
+    tm, tn = (256, 128) if -(-m // 256) * -(-n // 128) >= sms else (128, 128)
+    splitk = splitk_for(m, n, k, (tm, tn, tk), sms)
+    stage_bytes = (tm + tn) * tk * 2
+    stages = next((s for s in (4, 3, 2) if s * stage_bytes <= limit), None)
+    if stages is None:
+        raise ScheduleError(f"matmul_heuristic: one pipeline stage needs {stage_bytes} "
+                            f"bytes of shared memory, over the limit of {limit}")
+    # The output tile staged through shared memory, reusing the operand stages' bytes.
+    smem_epilogue = tm * tn * out_itemsize <= stages * stage_bytes
+    return MatmulParams(cta_tile=(tm, tn, tk), warp_tile=(64, 64, tk), stages=stages,
+                        splitk_factor=splitk, use_smem_epilogue=smem_epilogue,
+                        promote_prologue_smem_reuse=smem_epilogue)
