@@ -20,6 +20,10 @@ kernel serves every shape (sizes and the split factor are kernel arguments).
   timed twice: the kernel (arguments bound once, codegen.launch per call; the ratio to
   cuBLAS uses this) and a whole exe.run() call (host binding included).
 * --once: one launch at the first shape and exit (for compute-sanitizer on a small grid).
+* --matrix: the seed benchmark matrix of issue 7 (every layout, 4 or 8 warps, 3-5 stages,
+  shared-memory epilogue or not, at the seed shapes with split-K 2..6): 48 kernels
+  compiled ahead in a process pool, each configuration checked against float64 and timed
+  (--repeat) against cuBLAS; prints counts and the best configuration per layout/shape.
 """
 
 import argparse
@@ -56,6 +60,10 @@ def parse_args(argv=None):
     p.add_argument("--no-verify", action="store_true", help="skip the static verifier")
     p.add_argument("--once", action="store_true", help="one launch, then exit")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--matrix", action="store_true",
+                   help="the seed benchmark matrix (layouts x warps x stages x shapes x "
+                        "splitk 2..6 x smem epilogue) instead")
+    p.add_argument("--matrix-shapes", default=MATRIX_SHAPES)
     args = p.parse_args(argv)
     args.no_torch, args.copy_mib = False, 1024
     args.shape_list = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
@@ -72,12 +80,134 @@ def build(args):
     return fusion, params
 
 
-def mismatches(cp, out, a, b):
+def nt_reference(cp, a, b):
+    """The float64 product of NT operands A[K, M], B[K, N]."""
+    return a.astype(cp.float64).T @ b.astype(cp.float64)
+
+
+def mismatches(cp, out, ref, k):
     """Elements outside rtol 2^-10, atol 1e-5 K of the float64 reference."""
-    k = a.shape[0]
-    ref = a.astype(cp.float64).T @ b.astype(cp.float64)
     bad = cp.abs(out.astype(cp.float64) - ref) > 1e-5 * k + 2.0 ** -10 * cp.abs(ref)
     return int(bad.sum())
+
+
+# -- the seed benchmark matrix (issue 7) -----------------------------------------------------
+
+OPERANDS = {"TT": ("[M, K]", "[K, N]"), "TN": ("[M, K]", "[N, K]"),
+            "NT": ("[K, M]", "[K, N]"), "NN": ("[K, M]", "[N, K]")}
+MATRIX_SHAPES = "1024x2048x4096,1024x2048x50304,1024x1024x4096,1024x1024x50304," \
+                "136x184x175704,128x128x262144"
+
+
+def matrix_fusion(layout, warps, stages, smem):
+    a, b = OPERANDS[layout]
+    f = fuserir.parse(f"""
+fusion mm_{layout}(A: f16{a}, B: f16{b}) {{
+  acc = matmul(A, B, layout={layout})
+  out = cast(acc, f16)
+  output out
+}}""")
+    schedule_matmul(f, MatmulParams(cta_tile=(32 * warps, 128, 32), warp_tile=(64, 64, 32),
+                                    stages=stages, use_smem_epilogue=smem,
+                                    promote_prologue_smem_reuse=smem))
+    return f
+
+
+def _compile_ahead(config):
+    """(In a worker process.) Lower and compile one configuration: NVRTC's disk cache
+    keeps the cubin, so the parent's compile of the same source is a cache hit."""
+    import codegen
+    codegen.compile(matrix_fusion(*config), backend="cuda")
+    return config
+
+
+def run_matrix(args, bench):
+    """Every layout x warps {4, 8} x stages {3, 4, 5} x smem epilogue {0, 1} kernel, at
+    every shape and split factor 2..6: checked against float64 and timed (median of
+    --repeat) against cuBLAS. Prints counts and, per layout and shape, the best
+    configuration."""
+    import concurrent.futures
+    import cupy as cp
+    import codegen
+    from codegen.launch import WorkspacePool, cupy_zeros, launch
+    torch = bench.torch
+    configs = [(lay, w, s, smem) for lay in OPERANDS for w in (4, 8) for s in (3, 4, 5)
+               for smem in (False, True)]
+    started = time.perf_counter()
+    with concurrent.futures.ProcessPoolExecutor() as pool:
+        list(pool.map(_compile_ahead, configs))
+    kernels = {c: codegen.compile(matrix_fusion(*c), backend="cuda").kernels[0]
+               for c in configs}
+    compile_s = time.perf_counter() - started
+    rng = cp.random.default_rng(0)
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.matrix_shapes.split(",")]
+    rows, counts = [], {"run": 0, "passed": 0, "failed": []}
+    pool = WorkspacePool(cupy_zeros)
+    for layout in OPERANDS:
+        for m, n, k in shapes:
+            dims = {"M": m, "N": n, "K": k}
+            sa, sb = (tuple(dims[d] for d in spec.strip("[]").split(", "))
+                      for spec in OPERANDS[layout])
+            a = rng.uniform(-1, 1, sa, dtype=cp.float32).astype(cp.float16)
+            b = rng.uniform(-1, 1, sb, dtype=cp.float32).astype(cp.float16)
+            a64 = a.astype(cp.float64) if layout[0] == "T" else a.astype(cp.float64).T
+            b64 = b.astype(cp.float64) if layout[1] == "T" else b.astype(cp.float64).T
+            ref = a64 @ b64
+            del a64, b64
+            cublas = None
+            if torch is not None:
+                ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
+                ta = ta if layout[0] == "T" else ta.t()
+                tb = tb if layout[1] == "T" else tb.t()
+                cublas = bench.time(lambda: torch.matmul(ta, tb))["median_us"]
+            out = cp.empty((m, n), dtype=cp.float16)
+            best = None
+            for config in [c for c in configs if c[0] == layout]:
+                kernel = kernels[config]
+                for splitk in range(2, 7):
+                    scalars = {**dims, "splitk": splitk}
+                    bound = {"A": a, "B": b, "out": out, **scalars,
+                             **pool.arrays(kernel.kir, scalars)}
+                    out.fill(cp.nan)
+                    launch(kernel.kir, kernel.cubin, bound)
+                    bad = mismatches(cp, out, ref, k)
+                    counts["run"] += 1
+                    name = f"{layout} w{config[1]} s{config[2]} smem{int(config[3])} " \
+                           f"splitk{splitk} {m}x{n}x{k}"
+                    if bad:
+                        counts["failed"].append((name, bad))
+                        continue
+                    counts["passed"] += 1
+                    us = bench.time(lambda: launch(kernel.kir, kernel.cubin, bound))[
+                        "median_us"]
+                    if best is None or us < best[0]:
+                        best = (us, config, splitk)
+            row = {"layout": layout, "shape": f"{m}x{n}x{k}", "cublas_us": cublas}
+            if best:
+                row.update(best_us=best[0], warps=best[1][1], stages=best[1][2],
+                           smem=best[1][3], splitk=best[2])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            del ref
+    device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    print(f"\n## seed benchmark matrix, {device}, {datetime.date.today()}: "
+          f"{len(configs)} kernels compiled in {compile_s:.0f} s; {counts['run']} "
+          f"configurations run, {counts['passed']} match float64, "
+          f"{len(counts['failed'])} do not")
+    for name, bad in counts["failed"][:20]:
+        print(f"  MISMATCH {name}: {bad} elements")
+    print("| layout | shape | best fuserir us | config (warps, stages, smem, splitk) | "
+          "cuBLAS us | fuserir/cuBLAS speed |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        if "best_us" not in r:
+            print(f"| {r['layout']} | {r['shape']} | - | - | {r['cublas_us']:.1f} | - |")
+            continue
+        ratio = r["cublas_us"] / r["best_us"] if r["cublas_us"] else float("nan")
+        print(f"| {r['layout']} | {r['shape']} | {r['best_us']:.1f} | {r['warps']}, "
+              f"{r['stages']}, {int(r['smem'])}, {r['splitk']} | {r['cublas_us']:.1f} | "
+              f"{ratio:.2f}x |")
+    return 0 if not counts["failed"] else 1
 
 
 def main(argv=None):
@@ -90,6 +220,8 @@ def main(argv=None):
     torch = bench.torch
     if torch is not None:
         torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    if args.matrix:
+        return run_matrix(args, bench)
     fusion, params = build(args)
     drop = tuple(s for s in args.drop_syncs.split(",") if s)
     started = time.perf_counter()
@@ -111,7 +243,8 @@ def main(argv=None):
         out = run(a, b)
         r = {"shape": f"{m}x{n}x{k}", "splitk": args.splitk, "stages": args.stages,
              "warps": args.warps, "smem_epilogue": not args.no_smem_epilogue,
-             "dropped": list(drop), "mismatches": mismatches(cp, out, a, b)}
+             "dropped": list(drop),
+             "mismatches": mismatches(cp, out, nt_reference(cp, a, b), k)}
         if args.once:
             cp.cuda.runtime.deviceSynchronize()
             print(json.dumps(r))
@@ -120,7 +253,7 @@ def main(argv=None):
             bad_runs = bad_elems = 0
             for _ in range(args.stress):
                 a2, b2 = inputs(m, n, k)
-                bad = mismatches(cp, run(a2, b2), a2, b2)
+                bad = mismatches(cp, run(a2, b2), nt_reference(cp, a2, b2), k)
                 bad_runs += bad > 0
                 bad_elems += bad
             r["stress"] = {"runs": args.stress, "bad_runs": bad_runs, "bad_elements": bad_elems}

@@ -171,3 +171,40 @@ def test_script_quick_on_gpu(script, tmp_path):
 
 def test_perf_page_has_the_table_header():
     assert common.TABLE_HEADER in (ROOT / "docs" / "perf.md").read_text()
+
+
+# -- benchmarks/matmul.py ----------------------------------------------------------------------
+
+from benchmarks import matmul as matmul_bench  # noqa: E402
+
+
+def test_matmul_arguments_and_fusion():
+    args = matmul_bench.parse_args(["--shapes", "256x128x416,64x64x64", "--splitk", "3"])
+    assert args.shape_list == [(256, 128, 416), (64, 64, 64)] and args.splitk == 3
+    fusion, params = matmul_bench.build(args)
+    assert params.cta_tile == (256, 128, 32) and params.scalars() == {"splitk": 3}
+    assert fusion.tensor("acc").serial_grid
+
+
+@pytest.mark.parametrize("layout", sorted(matmul_bench.OPERANDS))
+def test_matmul_matrix_fusions_lower_for_every_layout(layout):
+    import codegen
+    f = matmul_bench.matrix_fusion(layout, 4, 3, True)
+    exe = codegen.compile(f, backend="interp")
+    assert "mma.m16n8k16" in exe.kernels[0].kir_text
+    rng = np.random.default_rng(0)
+    m, n, k = 40, 24, 48
+    dims = {"M": m, "N": n, "K": k}
+    data = {tv.name: rng.integers(-2, 3, [dims[str(e)] for e in tv.shape]).astype(np.float16)
+            for tv in f.inputs}
+    got = exe.run({**data, "splitk": 2})["out"]
+    assert np.array_equal(got, fuserir.evaluate(f, data)["out"])
+
+
+def test_matmul_mismatch_count():
+    ref = np.array([[1.0, 100.0]])
+    out = np.array([[1.0 + 2e-3, 100.0 + 0.2]])
+    # K = 100: atol 1e-3. Off by 2e-3 > 1e-3 + 2^-10 * 1 (1.98e-3): counts; off by
+    # 0.2 > 1e-3 + 2^-10 * 100 (0.099): counts
+    assert matmul_bench.mismatches(np, out, ref, 100) == 2
+    assert matmul_bench.mismatches(np, ref, ref, 100) == 0
