@@ -364,3 +364,16 @@ def test_inputs_too_narrow_for_16_byte_copies_take_the_plain_plan(rng):
     assert np.array_equal(exe.run(data)["out"], fuserir.evaluate(f, data)["out"])
     plain = exe._steps_for(False)[0].kernel.kir_text
     assert "mma" not in plain and "cp.async" not in plain
+
+
+def test_a_schedule_over_the_shared_memory_limit_is_refused_with_both_numbers():
+    f = fuserir.parse(DEFINITION)
+    with pytest.raises(ScheduleError) as caught:
+        schedule_matmul(f, MatmulParams(**{**SEED, "stages": 10}))
+    assert str(caught.value) == (
+        "schedule_matmul: the schedule needs 245760 bytes of shared memory (10 stages of "
+        "256x32 + 32x128 operand tiles, and a 256x128 epilogue tile), over the limit of "
+        "232448 bytes per block; use fewer stages or smaller tiles")
+    f = fuserir.parse(DEFINITION)
+    with pytest.raises(ScheduleError, match="needs 73728 bytes .* over the limit of 49152"):
+        schedule_matmul(f, MatmulParams(**SEED), shared_limit=48 * 1024)

@@ -25,6 +25,8 @@ from ..ir.tensor import MemoryType
 
 SPLITK = "splitk"     # the run-time scalar that carries the split-K factor
 POINTWISE = (UnaryOp, BinaryOp, CastOp, WhereOp)
+H200_SMS = 132
+SHARED_LIMIT = 227 * 1024      # bytes per block after opt-in on sm_90 (H100/H200)
 
 
 @dataclass
@@ -151,18 +153,31 @@ def _find_matmul(fusion):
     return mm, acc, out, [t for t in after if t is not out]
 
 
-def schedule_matmul(fusion, params):
+def schedule_matmul(fusion, params, shared_limit=None):
     """Schedule `output = epilogue(matmul(A, B))` for tensor cores (see module docstring):
     any layout, f16 or bf16 operands, pointwise epilogue ops (bias, activation, residual,
     cast to f16, bf16 or f32) fused on the accumulator's registers. Returns a dict of the
-    tensors it created or scheduled, by role."""
+    tensors it created or scheduled, by role. `shared_limit`: bytes of shared memory a block
+    may use (sm_90's 227 KiB by default); a schedule that needs more is refused."""
     if not isinstance(params, MatmulParams):
         raise ScheduleError(f"schedule_matmul: params must be a MatmulParams, got "
                             f"{type(params).__name__}")
     params.check()
+    shared_limit = SHARED_LIMIT if shared_limit is None else shared_limit
     mm, acc, out, fused = _find_matmul(fusion)
     a, b = mm.inputs
     tm, tn, tk = params.cta_tile
+    operands = params.stages * (tm + tn) * tk * a.dtype.itemsize
+    epilogue = tm * tn * out.dtype.itemsize if params.use_smem_epilogue else 0
+    needed = max(operands, epilogue) if params.promote_prologue_smem_reuse else \
+        operands + epilogue
+    if needed > shared_limit:
+        raise ScheduleError(
+            f"schedule_matmul: the schedule needs {needed} bytes of shared memory "
+            f"({params.stages} stages of {tm}x{tk} + {tk}x{tn} operand tiles"
+            + (f", and a {tm}x{tn} epilogue tile" if epilogue else "")
+            + f"), over the limit of {shared_limit} bytes per block; use fewer stages or "
+            "smaller tiles")
     wm, wn, _ = params.warp_tile
     im, in_, ik = params.instruction_tile
     warps_m, warps_n = tm // wm, tn // wn
@@ -295,8 +310,6 @@ def _copy_layout(smem, warps):
 
 # -- the heuristic -------------------------------------------------------------------------
 
-H200_SMS = 132
-SHARED_LIMIT = 227 * 1024      # bytes per block after opt-in on sm_80/sm_90 (H100/H200)
 
 
 def _k_tiles_per_split(k, tk, splitk):
