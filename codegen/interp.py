@@ -1099,7 +1099,6 @@ class _Block(_Evaluator):
         if s.dtype.numpy not in _HALF:
             raise InterpError(f"mma input dtype {s.dtype} is not f16 or bf16{self.where()}")
         self._check_warps(act, "warp-divergence", "mma", f"mma.m16n8k16.{s.dtype}")
-        n = len(act)
         lane = act & 31
         g, t = (lane >> 2)[:, None], (lane & 3)[:, None]
         w = act >> 5

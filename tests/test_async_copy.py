@@ -9,7 +9,7 @@ import pytest
 import codegen
 import fuserir
 from codegen import HazardError, RaceError
-from fuserir.errors import FuserirError, ScheduleError
+from fuserir.errors import FuserirError
 from lowering import kir
 
 F32 = """

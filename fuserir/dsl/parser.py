@@ -503,7 +503,7 @@ class _Builder(Interpreter):
     @_rule
     def scheduler_call(self, meta, name, *args):
         if name == "matmul":
-            from ..scheduler.matmul import MatmulParams, schedule_matmul, params_from_keys
+            from ..scheduler.matmul import params_from_keys, schedule_matmul
             keys = {}
             for arg in args:
                 if arg.data != "keyword":

@@ -8,7 +8,12 @@ for the first unordered conflict and places one barrier for it:
   as late as possible, and as far out as possible (between two loop nests rather than
   inside the second);
 * a loop-carried conflict gets a barrier at the end of the innermost list holding both,
-  inside the loop that carries it.
+  inside the loop that carries it;
+* unless a place right after a cp.async wait on the way into the later access also orders
+  it and leaves fewer hazards: there one barrier publishes what the wait landed and
+  separates what came before (a pipeline's RAW and loop-carried WAR, with one barrier);
+* a copy still pending at the end of the kernel gets a drain (commit, wait_group 0) as the
+  kernel's last statement.
 A barrier never goes under thread-dependent control flow; where it would have to, lowering
 refuses the kernel. One barrier often orders several hazards; afterwards every barrier that
 the others make redundant is removed. Each barrier left gets an id (sync1, sync2, ... in

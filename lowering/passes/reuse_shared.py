@@ -22,19 +22,18 @@ def _live_ranges(kernel):
     ranges = {}
     position = 0
 
-    def visit(stmts, loops):
+    def visit(stmts):
         nonlocal position
         for s in stmts:
             start = position
             position += 1
             if isinstance(s, kir.ForLoop):
-                visit(s.body, loops + [(start, None)])
-                span = (start, position)
-                for b in _touched(s.body):
-                    widen(b, *span)
+                visit(s.body)
+                for b in _touched(s.body):       # live around the back edge too
+                    widen(b, start, position)
                 continue
             for body in s.bodies():
-                visit(body, loops)
+                visit(body)
             for access in accesses_of(s):
                 widen(access.buffer, start, start)
 
@@ -42,7 +41,7 @@ def _live_ranges(kernel):
         r = ranges.setdefault(buffer, [lo, hi])
         r[0], r[1] = min(r[0], lo), max(r[1], hi)
 
-    visit(kernel.body, [])
+    visit(kernel.body)
     return ranges
 
 
