@@ -39,7 +39,9 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import common  # noqa: E402
 import fuserir  # noqa: E402
+from fuserir.ir import extent as ext  # noqa: E402
 from fuserir.scheduler import MatmulParams, schedule_matmul  # noqa: E402
+from fuserir.scheduler.matmul import matmul_heuristic  # noqa: E402
 
 SEED_SHAPES = "1024x2048x4096"
 DEFINITION = (ROOT / "examples" / "splitk_matmul.fz").read_text().split("schedule")[0]
@@ -52,6 +54,9 @@ def parse_args(argv=None):
     p.add_argument("--stages", type=int, default=3)
     p.add_argument("--warps", type=int, default=8, choices=(4, 8))
     p.add_argument("--no-smem-epilogue", action="store_true")
+    p.add_argument("--splitk-mode", default="serial", choices=("serial", "two_kernel"))
+    p.add_argument("--heuristic", action="store_true",
+                   help="parameters from matmul_heuristic per shape (overrides the above)")
     p.add_argument("--repeat", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--stress", type=int, default=0, help="runs with fresh random inputs")
@@ -70,11 +75,15 @@ def parse_args(argv=None):
     return args
 
 
-def build(args):
-    params = MatmulParams(cta_tile=(32 * args.warps, 128, 32), warp_tile=(64, 64, 32),
-                          stages=args.stages, splitk_factor=args.splitk,
-                          use_smem_epilogue=not args.no_smem_epilogue,
-                          promote_prologue_smem_reuse=not args.no_smem_epilogue)
+def build(args, shape=None):
+    if args.heuristic:
+        params = matmul_heuristic(*shape, layout="NT")
+    else:
+        params = MatmulParams(cta_tile=(32 * args.warps, 128, 32), warp_tile=(64, 64, 32),
+                              stages=args.stages, splitk_factor=args.splitk,
+                              splitk_mode=args.splitk_mode,
+                              use_smem_epilogue=not args.no_smem_epilogue,
+                              promote_prologue_smem_reuse=not args.no_smem_epilogue)
     fusion = fuserir.parse(DEFINITION)
     schedule_matmul(fusion, params)
     return fusion, params
@@ -222,27 +231,54 @@ def main(argv=None):
         torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
     if args.matrix:
         return run_matrix(args, bench)
-    fusion, params = build(args)
     drop = tuple(s for s in args.drop_syncs.split(",") if s)
-    started = time.perf_counter()
-    exe = codegen.compile(fusion, backend="cuda", drop_syncs=drop, verify=not args.no_verify)
-    compile_s = time.perf_counter() - started
     rng = cp.random.default_rng(0)
+    pool = WorkspacePool(cupy_zeros)
+    built, compile_s = {}, 0.0
+
+    def compiled(shape):
+        """(executable, params) for a shape: one for all shapes unless --heuristic."""
+        nonlocal compile_s
+        key = shape if args.heuristic else None
+        if key not in built:
+            fusion, params = build(args, shape)
+            started = time.perf_counter()
+            built[key] = (codegen.compile(fusion, backend="cuda", drop_syncs=drop,
+                                          verify=not args.no_verify), params)
+            compile_s += time.perf_counter() - started
+        return built[key]
 
     def inputs(m, n, k):
         a = rng.uniform(-1, 1, (k, m), dtype=cp.float32).astype(cp.float16)
         b = rng.uniform(-1, 1, (k, n), dtype=cp.float32).astype(cp.float16)
         return a, b
 
-    def run(a, b):
-        return exe.run({"A": a, "B": b, **params.scalars()})["out"]
+    def kernels_alone(exe, arrays, scalars):
+        """A call launching the executable's kernels with arguments bound once
+        (intermediates such as the two-kernel split-K partials allocated once)."""
+        values, launches = dict(arrays), []
+        for step in exe.steps:
+            kernel = step.kernel
+            outs = {t.name: cp.empty([ext.evaluate(e, scalars) for e in t.shape],
+                                     dtype=t.dtype.numpy) for t in step.fusion.outputs}
+            values.update(outs)
+            args_k = {**{n: values[n] for n in step.inputs}, **outs, **scalars,
+                      **pool.arrays(kernel.kir, scalars)}
+            launches.append((kernel, args_k))
+        return lambda: [launch(k.kir, k.cubin, a) for k, a in launches]
 
     results = []
     for m, n, k in args.shape_list:
+        exe, params = compiled((m, n, k))
+
+        def run(a, b):
+            return exe.run({"A": a, "B": b, **params.scalars()})["out"]
+
         a, b = inputs(m, n, k)
         out = run(a, b)
-        r = {"shape": f"{m}x{n}x{k}", "splitk": args.splitk, "stages": args.stages,
-             "warps": args.warps, "smem_epilogue": not args.no_smem_epilogue,
+        r = {"shape": f"{m}x{n}x{k}", "splitk": params.splitk_factor,
+             "mode": params.splitk_mode, "stages": params.stages,
+             "warps": params.warps, "smem_epilogue": params.use_smem_epilogue,
              "dropped": list(drop),
              "mismatches": mismatches(cp, out, nt_reference(cp, a, b), k)}
         if args.once:
@@ -266,12 +302,8 @@ def main(argv=None):
         r["run_us"] = stats["median_us"]
         # The kernel alone: arguments bound once, then codegen.launch per call (run()'s
         # binding and checks are host work that can exceed the L2 flush it hides behind).
-        kernel = exe.kernels[0]
         scalars = {"M": m, "N": n, "K": k, **params.scalars()}
-        pool = WorkspacePool(cupy_zeros)
-        bound = {"A": a, "B": b, "out": cp.empty((m, n), dtype=cp.float16), **scalars,
-                 **pool.arrays(kernel.kir, scalars)}
-        stats = bench.time(lambda: launch(kernel.kir, kernel.cubin, bound))
+        stats = bench.time(kernels_alone(exe, {"A": a, "B": b}, scalars))
         r["fuserir_us"] = stats["median_us"]
         r["tflops"] = 2 * m * n * k / stats["median_us"] / 1e6
         if torch is not None:
@@ -283,11 +315,11 @@ def main(argv=None):
         print(json.dumps(r), flush=True)
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     print(f"\n## fuserir matmul, {device}, {datetime.date.today()}, compile {compile_s:.2f} s")
-    print("| shape | splitk | stages | warps | smem epi | kernel us | run() us | cuBLAS us | "
-          "fuserir/cuBLAS speed | TFLOP/s | mismatches |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| shape | splitk | mode | stages | warps | smem epi | kernel us | run() us | "
+          "cuBLAS us | fuserir/cuBLAS speed | TFLOP/s | mismatches |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['shape']} | {r['splitk']} | {r['stages']} | {r['warps']} | "
+        print(f"| {r['shape']} | {r['splitk']} | {r['mode']} | {r['stages']} | {r['warps']} | "
               f"{int(r['smem_epilogue'])} | {r['fuserir_us']:.1f} | {r['run_us']:.1f} | "
               f"{r.get('cublas_us', float('nan')):.1f} | "
               f"{r.get('speedup_vs_cublas', float('nan')):.2f}x | {r['tflops']:.1f} | "

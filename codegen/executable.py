@@ -6,7 +6,8 @@
     outs = exe.run({"x": x, ...}) # {output name: array}
 
 Compilation never needs a GPU. A fusion with a schedule is lowered (lowering.pipeline) to
-one kernel; one without gets automatic schedules, segmented into several kernels where
+one kernel (or one per intermediate it put in global memory, then one for the outputs:
+codegen.segmentation.cut); one without gets automatic schedules, segmented into several kernels where
 one cannot do it (codegen.segmentation). For the cuda backend each kernel is compiled to a
 cubin by NVRTC at compile(); sizes and named scalars are kernel arguments bound at run().
 
@@ -337,9 +338,9 @@ def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=Tru
     stages.env_before_compile(fusion)      # FUSERIR_DUMP (fuserir/stages.py)
 
     def explicit(persistent):
-        names = [t.name for t in fusion.inputs]
-        outputs = [t.name for t in fusion.outputs]
-        return [Step(fusion, names, outputs, _build(fusion, backend, **options))]
+        from .segmentation import cut
+        return [Step(s.fusion, s.inputs, s.outputs, _build(s.fusion, backend, **options))
+                for s in cut(fusion)]
 
     def automatic(persistent):
         from .segmentation import plan

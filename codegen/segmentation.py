@@ -7,7 +7,14 @@ Tensors that cross a segment boundary become global intermediates: outputs of th
 that computes them and inputs of the kernels that read them; the executor allocates them.
 Each segment is a fusion of its own, rebuilt with the same operations, so every kernel
 still comes out of scheduling and lowering a fusion.
+
+`cut(fusion)` does the same for a fusion with an explicit schedule that put intermediates
+in global memory (the matmul's two-kernel split-K puts its f32 partial sums there): one
+kernel per such tensor, in order, then one for the outputs, each a copy of the scheduled
+fusion that computes its targets and reads earlier ones as inputs.
 """
+
+import copy
 
 from dataclasses import dataclass
 
@@ -83,3 +90,46 @@ def plan(fusion, persistent=True):
             raise FuserirError(f"no automatic schedule fits {expr} of fusion {fusion.name}")
     segments.append(best)
     return segments
+
+
+def cut(fusion):
+    """The kernels of an explicitly scheduled fusion: one per live global intermediate (in
+    topological order), then one for the outputs (see module docstring)."""
+    live = live_tensors(fusion)
+    cuts = [t for t in fusion.tensors if t in live and not t.is_input and not t.is_output
+            and t.memory_type is MemoryType.global_]
+    if not cuts:
+        return [Segment(fusion, [t.name for t in fusion.inputs],
+                        [t.name for t in fusion.outputs])]
+    segments = []
+    for k, targets in enumerate([[c] for c in cuts] + [list(fusion.outputs)]):
+        part = copy.deepcopy(fusion)
+        part.name = f"{fusion.name}_{k}"
+        wanted = [part.tensor(t.name) for t in targets]
+        for c in cuts:
+            tv = part.tensor(c.name)
+            if tv not in wanted and any(part.depends_on(w, tv) for w in wanted):
+                _make_input(part, tv)
+        part.outputs = []
+        for tv in wanted:
+            part.add_output(tv)
+        # what computes only later kernels' tensors is not this kernel's (left in place,
+        # an unplaced target would be inlined into a consumer it no longer has)
+        keep = live_tensors(part)
+        for e in part.exprs:
+            if e.output not in keep:
+                part.remove_expr(e)
+        for tv in part.tensors:
+            if tv not in keep and not tv.is_input:
+                part.graph.remove_node(tv)
+        segments.append(Segment(part, [t.name for t in part.inputs],
+                                [t.name for t in part.outputs]))
+    return segments
+
+
+def _make_input(fusion, tv):
+    """tv, computed by an earlier kernel, is read from global memory here."""
+    fusion.remove_expr(tv.definition)
+    tv.definition = None
+    tv.compute_at_pos, tv.compute_at_consumer = None, None
+    fusion.inputs.append(tv)

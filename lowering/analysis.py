@@ -554,7 +554,7 @@ def _check_mma(ctx, tv):
     if ctx.bound[ParallelType.TIDx] != [WARP]:
         raise ScheduleError(f"{tv.name}: with tensor cores TIDx is the lane of a warp (32): "
                             f"bind warps to TIDy/TIDz, not TIDx")
-    if tv.memory_type.value == "global" and kind != "fragment":
+    if tv.memory_type.value == "global" and kind == "ldmatrix":
         raise ScheduleError(f"{tv.name}: {kind.replace('_', ' ')} results live in "
                             "registers; compute them into a local tensor")
     if kind == "fragment":

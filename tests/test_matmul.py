@@ -210,8 +210,6 @@ def test_the_schedule_prints_and_parses_back_to_the_same_kernel():
     (dict(stages=0), "MatmulParams: stages must be an integer >= 1, got 0"),
     (dict(splitk_mode="parallel"),
      "MatmulParams: splitk_mode 'parallel': expected 'serial' or 'two_kernel'"),
-    (dict(splitk_mode="two_kernel"),
-     "MatmulParams: splitk_mode 'two_kernel' is not implemented yet (only 'serial')"),
     (dict(cta_tile=5), "MatmulParams: cta_tile must be three positive integers (M, N, K), "
      "got 5"),
 ])
@@ -300,8 +298,10 @@ from fuserir.scheduler.matmul import matmul_heuristic, splitk_for  # noqa: E402
 def test_heuristic_fills_the_sms_and_keeps_8_k_tiles_per_split(size, tile, splitk):
     p = matmul_heuristic(*size)
     assert (p.cta_tile, p.splitk_factor) == (tile, splitk)
-    assert p.stages == 4 and p.use_smem_epilogue and p.promote_prologue_smem_reuse
     assert splitk_for(*size, p.cta_tile) == splitk
+    serial = splitk <= 8           # long chains of serial splits become two kernels
+    assert p.splitk_mode == ("serial" if serial else "two_kernel")
+    assert p.stages == 4 and p.use_smem_epilogue == p.promote_prologue_smem_reuse == serial
 
 
 def test_heuristic_fits_the_device_shared_memory():
@@ -377,3 +377,19 @@ def test_a_schedule_over_the_shared_memory_limit_is_refused_with_both_numbers():
     f = fuserir.parse(DEFINITION)
     with pytest.raises(ScheduleError, match="needs 73728 bytes .* over the limit of 49152"):
         schedule_matmul(f, MatmulParams(**SEED), shared_limit=48 * 1024)
+
+
+def test_two_kernel_split_k_runs_two_checked_kernels(rng):
+    f = seed_fusion(splitk_mode="two_kernel")
+    exe = codegen.compile(f, backend="interp")
+    first, second = (k.kir for k in exe.kernels)
+    text = "\n".join(kir.format_stmts(first.body))
+    # kernel 1: tensor cores, each CTA of a tile writes its own split's f32 partial sums
+    assert "mma.m16n8k16" in text and "sem_wait" not in text and not first.workspaces
+    assert [p.buffer.name for p in first.tensor_params if p.is_output] == ["acc_rf"]
+    # kernel 2 reads them and sums the splits in order, one thread per output element
+    assert "acc_rf" in [p.buffer.name for p in second.tensor_params if not p.is_output]
+    inputs = integer_inputs(rng)
+    for splitk in (1, 5, 13):
+        out = exe.run({**inputs, "splitk": splitk})["out"]
+        assert np.array_equal(out, fuserir.evaluate(f, {**inputs, "splitk": splitk})["out"])

@@ -1,7 +1,8 @@
 """The tensor-core matmul in general, on the CPU: layouts x operand dtypes x output dtypes
 x fused epilogues x shared-memory epilogue x stages x warps x odd sizes.
 
-CI runs a pairwise-covering subset (every pair of factor values appears in some case,
+Split-K "two_kernel" runs as two kernels (the tensor-core partial sums, then the
+reduction and epilogue), both in the interpreter. CI runs a pairwise-covering subset (every pair of factor values appears in some case,
 chosen greedily and deterministically); `-m slow` runs the full product. Each case: the
 interpreter equals the reference evaluator bit for bit on integer-valued inputs (the
 epilogues here are exact on them), no race, no bank conflict in the operand copies and
@@ -33,6 +34,7 @@ FACTORS = {
     "dtype": ["f16", "bf16"],
     "out_dtype": ["f16", "bf16", "f32"],
     "epilogue": list(EPILOGUES),
+    "splitk_mode": ["serial", "two_kernel"],
     "smem_epilogue": [False, True],
     "stages": [2, 3, 4, 5],
     "warps": [4, 8],
@@ -62,7 +64,8 @@ def pairwise(factors):
 def case_id(c):
     m, n, k = c["size"]
     return (f"{c['layout']}-{c['dtype']}-{c['out_dtype']}-{c['epilogue']}-"
-            f"smem{int(c['smem_epilogue'])}-s{c['stages']}-w{c['warps']}-{m}x{n}x{k}")
+            f"{c['splitk_mode']}-smem{int(c['smem_epilogue'])}-s{c['stages']}-"
+            f"w{c['warps']}-{m}x{n}x{k}")
 
 
 PAIRWISE = pairwise(FACTORS)
@@ -87,6 +90,7 @@ fusion mm(A: {dt}{a}, B: {dt}{b}{extra}) {{
     warps_m = 2 if c["warps"] == 4 else 4
     schedule_matmul(f, MatmulParams(cta_tile=(64 * warps_m, 128, 32), warp_tile=(64, 64, 32),
                                     stages=c["stages"], splitk_factor=SPLITK[c["size"]],
+                                    splitk_mode=c["splitk_mode"],
                                     use_smem_epilogue=c["smem_epilogue"]))
     return f
 
@@ -110,12 +114,12 @@ def check(c):
     data = inputs(f, c["size"], rng)
     splitk = SPLITK[c["size"]]
     got = exe.run({**data, "splitk": splitk})["out"]        # raises RaceError on a race
-    want = fuserir.evaluate(f, data)["out"]
+    want = fuserir.evaluate(f, {**data, "splitk": splitk})["out"]
     assert np.array_equal(np.asarray(got, np.float64), np.asarray(want, np.float64))
     m, n, k = c["size"]
     reports = bank_conflicts.report(exe.kernels[0].kir, {"M": m, "N": n, "K": k,
                                                          "splitk": splitk},
-                                    block=(0, 0, splitk - 1))
+                                    block=(0, 0, splitk - 1))   # the matmul kernel
     operand = [r for r in reports if r.kind in ("cp.async", "ldmatrix")]
     assert operand and all(r.worst == 1 for r in operand), \
         [(r.label, r.buffer, r.worst) for r in operand]

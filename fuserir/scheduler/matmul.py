@@ -27,6 +27,7 @@ SPLITK = "splitk"     # the run-time scalar that carries the split-K factor
 POINTWISE = (UnaryOp, BinaryOp, CastOp, WhereOp)
 H200_SMS = 132
 SHARED_LIMIT = 227 * 1024      # bytes per block after opt-in on sm_90 (H100/H200)
+TWO_KERNEL_SPLITS = 8          # the heuristic's most serial splits
 
 
 @dataclass
@@ -91,8 +92,6 @@ class MatmulParams:
             bad(f"splitk_factor must be an integer >= 1, got {self.splitk_factor!r}")
         if self.splitk_mode not in ("serial", "two_kernel"):
             bad(f"splitk_mode {self.splitk_mode!r}: expected 'serial' or 'two_kernel'")
-        if self.splitk_mode == "two_kernel":
-            bad("splitk_mode 'two_kernel' is not implemented yet (only 'serial')")
         if self.stages > 1 and not self.async_gmem_load_operands:
             bad("a pipeline (stages > 1) needs async_gmem_load_operands=True")
 
@@ -188,6 +187,8 @@ def schedule_matmul(fusion, params, shared_limit=None):
     b_smem = b.cache_after(MemoryType.shared, async_copy=params.async_gmem_load_operands)
     a_frag = a_smem.cache_after(MemoryType.local, ldmatrix=True)
     b_frag = b_smem.cache_after(MemoryType.local, ldmatrix=True)
+    if params.splitk_mode == "two_kernel":
+        return _two_kernel(params, acc, out, a_smem, b_smem, a_frag, b_frag)
     c_smem = out.cache_before(MemoryType.shared) if params.use_smem_epilogue else None
 
     # The output: one CTA tile per block, stored by 16-byte vectors.
@@ -221,19 +222,66 @@ def schedule_matmul(fusion, params, shared_limit=None):
     acc.split(4, tk)                          # [Mo, No, Mt, Nt, rKt, rK32]
     acc.split(4, SPLITK, inner=False)         # [.., rKs, rKtiles, rK32]
     acc.reorder({4: 2, 5: 3, 2: 4, 3: 5})     # [Mo, No, rKs, rKtiles, Mt, Nt, rK32]
-    acc.split(6, ik)                          # [.., Mt, Nt, rKk, rK16]
-    _warp_layout(acc, warps_m, warps_n, wm, wn, im, in_, first=4)
-    # acc: [Mo, No, rKs, rKtiles, W, Mm, Nn, M16, N8, rKk, rK16]
-    acc.reorder({9: 5, 5: 6, 6: 7, 7: 8, 8: 9})
-    # acc: [Mo, No, rKs, rKtiles, W, rKk, Mm, Nn, M16, N8, rK16]
-    acc.parallelize(2, ParallelType.BIDz)
+    _tensor_core_loops(acc, params)
     acc.serial_grid_reduction()
-    acc.parallelize(10, ParallelType.mma)
+    _operand_caches(params, acc, a_smem, b_smem, a_frag, b_frag)
+    if c_smem is not None:
+        c_smem.swizzle(im * in_)              # a row: one instruction tile
+        if params.promote_prologue_smem_reuse:
+            c_smem.promote_reuse()
+    return {"acc": acc, "out": out, "a_smem": a_smem, "b_smem": b_smem,
+            "a_frag": a_frag, "b_frag": b_frag, "c_smem": c_smem, "fused": fused}
+
+
+def _tensor_core_loops(tv, params):
+    """[Mo, No, splitk, Ktiles, Mt, Nt, rK32] -> [BIDx Mo, BIDy No, BIDz splitk, Ktiles,
+    TIDy W, rKk, Mm, Nn, mma M16, mma N8, mma rK16]."""
+    tm, tn, tk = params.cta_tile
+    wm, wn, _ = params.warp_tile
+    im, in_, ik = params.instruction_tile
+    tv.split(6, ik)                           # [.., Mt, Nt, rKk, rK16]
+    _warp_layout(tv, tm // wm, tn // wn, wm, wn, im, in_, first=4)
+    # [Mo, No, rKs, rKtiles, W, Mm, Nn, M16, N8, rKk, rK16]
+    tv.reorder({9: 5, 5: 6, 6: 7, 7: 8, 8: 9})
+    tv.parallelize(2, ParallelType.BIDz)
+    tv.parallelize(10, ParallelType.mma)
+
+
+def _two_kernel(params, acc, out, a_smem, b_smem, a_frag, b_frag):
+    """Split-K in two kernels: the matmul's split pieces are rfactored into an f32 partial
+    [M, N, splitk] in global memory (kernel 1, on tensor cores, a split per blockIdx.z),
+    then a second kernel sums the splits and applies the epilogue, one thread per output
+    element (codegen cuts the fusion at the global partial)."""
+    tm, tn, tk = params.cta_tile
+    acc.split(2, tk)                          # [M, N, rKt, rK32]
+    acc.split(2, SPLITK, inner=False)         # [M, N, rKs, rKtiles, rK32]
+    partial = acc.rfactor([3, 4])             # partial: [M, N, splitk | rKtiles, rK32]
+    partial.set_memory_type(MemoryType.global_)
+    partial.split(0, tm)
+    partial.split(2, tn)                      # [Mo, Mt, No, Nt, S, rKtiles, rK32]
+    partial.reorder({1: 4, 2: 1, 3: 5, 4: 2, 5: 3})
+    partial.parallelize(0, ParallelType.BIDx)
+    partial.parallelize(1, ParallelType.BIDy)
+    _tensor_core_loops(partial, params)
+    _operand_caches(params, partial, a_smem, b_smem, a_frag, b_frag)
+    # Kernel 2: one thread per output element sums the splits (acc and the epilogue are
+    # inlined into out's loops); M*N threads fill the GPU.
+    out.merge(0)
+    out.split(0, 128)
+    out.parallelize(0, ParallelType.BIDx)
+    out.parallelize(1, ParallelType.TIDx)
+    return {"acc": acc, "partial": partial, "out": out, "a_smem": a_smem,
+            "b_smem": b_smem, "a_frag": a_frag, "b_frag": b_frag}
+
+
+def _operand_caches(params, mm, a_smem, b_smem, a_frag, b_frag):
+    """The operands staged for the matmul tensor `mm` (tiled by _tensor_core_loops)."""
+    im, in_, _ = params.instruction_tile
 
     # Shared operand tiles, one K tile per iteration of the K-tile loop (computed at acc
     # before the fragments: compute_at places every tensor on the path to acc).
     for smem in (a_smem, b_smem):
-        smem.compute_at(acc, 4)
+        smem.compute_at(mm, 4)
         row = _copy_layout(smem, params.warps)
         # XOR-swizzle rows of at least 128 bytes (8 chunks): rows of a K-contiguous tile
         # (32 elements) pair up, which keeps ldmatrix's 8 rows on 8 bank groups.
@@ -244,17 +292,11 @@ def schedule_matmul(fusion, params, shared_limit=None):
     # Register fragments, loaded once per k16 step for the whole warp tile:
     # [.., rKk | Xm, X16(mma), K16(mma)] with X = M (im) for A and N (in_) for B.
     for frag, inst in ((a_frag, im), (b_frag, in_)):
-        frag.compute_at(acc, 6)
+        frag.compute_at(mm, 6)
         _broadcasts_first(frag, 6)
         frag.split(-2, inst)
         frag.parallelize(-2, ParallelType.mma)
         frag.parallelize(-1, ParallelType.mma)
-    if c_smem is not None:
-        c_smem.swizzle(im * in_)              # a row: one instruction tile
-        if params.promote_prologue_smem_reuse:
-            c_smem.promote_reuse()
-    return {"acc": acc, "out": out, "a_smem": a_smem, "b_smem": b_smem,
-            "a_frag": a_frag, "b_frag": b_frag, "c_smem": c_smem, "fused": fused}
 
 
 def _warp_layout(tv, warps_m, warps_n, wm, wn, im, in_, first=2):
@@ -332,8 +374,9 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
 
     * CTA tile 256x128 (8 warps of 64x64) when that still gives every SM a tile, else
       128x128 (4 warps); K tile 32, instruction tile 16x8x16;
-    * split-K (serial) when the output tiles under-fill the SMs and K is long: as many
-      splits as fill the SMs, keeping at least 8 K tiles per split;
+    * split-K when the output tiles under-fill the SMs and K is long: as many splits as
+      fill the SMs, keeping at least 8 K tiles per split; serial up to 8 splits, two
+      kernels beyond;
     * the most stages (up to 4) whose operand buffers fit the device's shared memory,
       and the output staged through shared memory that reuses the operand bytes.
 
@@ -362,6 +405,9 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
     tk = 32
     tm, tn = (256, 128) if -(-m // 256) * -(-n // 128) >= sms else (128, 128)
     splitk = splitk_for(m, n, k, (tm, tn, tk), sms)
+    # Many splits make the serial turnstile a long chain of CTAs: sum them in a second
+    # kernel instead, where every split's partials are written in parallel.
+    mode = "two_kernel" if splitk > TWO_KERNEL_SPLITS else "serial"
     stage_bytes = (tm + tn) * tk * 2
     stages = next((s for s in (4, 3, 2) if s * stage_bytes <= limit), None)
     if stages is None:
@@ -370,5 +416,6 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
     # The output tile staged through shared memory, reusing the operand stages' bytes.
     smem_epilogue = tm * tn * out_itemsize <= stages * stage_bytes
     return MatmulParams(cta_tile=(tm, tn, tk), warp_tile=(64, 64, tk), stages=stages,
-                        splitk_factor=splitk, use_smem_epilogue=smem_epilogue,
-                        promote_prologue_smem_reuse=smem_epilogue)
+                        splitk_factor=splitk, splitk_mode=mode,
+                        use_smem_epilogue=smem_epilogue and mode == "serial",
+                        promote_prologue_smem_reuse=smem_epilogue and mode == "serial")
