@@ -353,11 +353,21 @@ def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=Tru
     return exe
 
 
+SM80_STATEMENTS = (kir.Mma, kir.LdMatrix, kir.CpAsync)
+
+
 def _build(fusion, backend, index_dtype=DataType.i32, **options):
     kernel, _ = lower(fusion, index_dtype=index_dtype, **options)
     source = emit_cuda(kernel)
     compiled = CompiledKernel(kernel.name, kernel, source)
     if backend == "cuda":
-        from .nvrtc import compile_to_cubin
-        compiled.cubin = compile_to_cubin(source, kernel.name)
+        from .nvrtc import CompileError, compile_to_cubin, default_arch
+        arch = default_arch()
+        needs = sorted({type(s).__name__ for s in kir.walk(kernel.body)
+                        if isinstance(s, SM80_STATEMENTS)})
+        if needs and int(arch[3:].rstrip("af")) < 80:
+            raise CompileError(f"kernel {kernel.name} uses {', '.join(needs)} (mma.sync "
+                               f"m16n8k16, ldmatrix, cp.async), which need sm_80 or newer; "
+                               f"this GPU is {arch}")
+        compiled.cubin = compile_to_cubin(source, kernel.name, arch)
     return compiled

@@ -393,3 +393,13 @@ def test_two_kernel_split_k_runs_two_checked_kernels(rng):
     for splitk in (1, 5, 13):
         out = exe.run({**inputs, "splitk": splitk})["out"]
         assert np.array_equal(out, fuserir.evaluate(f, {**inputs, "splitk": splitk})["out"])
+
+
+def test_a_gpu_below_sm80_is_refused_clearly(monkeypatch):
+    from codegen import nvrtc
+    monkeypatch.setattr(nvrtc, "default_arch", lambda: "sm_75")
+    with pytest.raises(nvrtc.CompileError) as caught:
+        codegen.compile(seed_fusion(), backend="cuda")
+    assert str(caught.value) == (
+        "kernel splitk_nt uses CpAsync, LdMatrix, Mma (mma.sync m16n8k16, ldmatrix, "
+        "cp.async), which need sm_80 or newer; this GPU is sm_75")
