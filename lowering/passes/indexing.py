@@ -311,17 +311,25 @@ def _register_indices(stmt):
     return out
 
 
+PIPELINED = (kir.Mma, kir.LdMatrix, kir.CpAsync)
+UNROLL_LIMIT = 16      # most iterations of a short tensor-core/copy loop to unroll
+
+
 def unroll_register_loops(body):
     """Unroll every constant-extent loop whose variable indexes registers: a local array
-    indexed by a run-time value lives in (slow) local memory instead of registers."""
+    indexed by a run-time value lives in (slow) local memory instead of registers. Short
+    loops around ldmatrix, mma and cp.async are unrolled too, so that nvcc can overlap the
+    fragment loads of one k-step with the mma of the previous one."""
     for loop in kir.walk(body):
         if not isinstance(loop, kir.ForLoop) or not isinstance(loop.extent, kir.Const):
             continue
-        for s in kir.walk(loop.body):
-            if any(loop.var is v for index in _register_indices(s)
-                   for v in kir.walk_expr(index)):
-                loop.kind = "unroll"
-                break
+        inside = list(kir.walk(loop.body))
+        if any(loop.var is v for s in inside for index in _register_indices(s)
+               for v in kir.walk_expr(index)):
+            loop.kind = "unroll"
+        elif loop.extent.value <= UNROLL_LIMIT and any(isinstance(s, PIPELINED)
+                                                       for s in inside):
+            loop.kind = "unroll"
 
 
 def run(ctx, kernel):
