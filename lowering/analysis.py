@@ -530,8 +530,9 @@ def _check_grid_reduction(ctx, tv):
                                 "tile computes what follows the reduction")
 
 
-_MMA_SHAPES = {"mma": (16, 8, 16), "ldmatrix_a": (16, 16), "ldmatrix_b": (8, 16),
-               "fragment": (16, 8)}
+# Instruction tiles by kind; B operand caches may hold two n8 tiles (one ldmatrix.x4).
+_MMA_SHAPES = {"mma": [(16, 8, 16)], "ldmatrix_a": [(16, 16)],
+               "ldmatrix_b": [(8, 16), (16, 16)], "fragment": [(16, 8)]}
 
 
 def _check_mma(ctx, tv):
@@ -548,9 +549,10 @@ def _check_mma(ctx, tv):
     where = f"{tv.name}: mma axes {positions} with extents {list(extents)}"
     if positions != list(range(tv.ndim - len(positions), tv.ndim)):
         raise ScheduleError(f"{where} must be the innermost loop axes")
-    if extents != expected:
-        raise ScheduleError(f"{where}; the m16n8k16 instruction tile needs "
-                            f"{list(expected)} here ({kind.replace('_', ' ')})")
+    if extents not in expected:
+        shapes = " or ".join(str(list(e)) for e in expected)
+        raise ScheduleError(f"{where}; the m16n8k16 instruction tile needs {shapes} here "
+                            f"({kind.replace('_', ' ')})")
     if ctx.bound[ParallelType.TIDx] != [WARP]:
         raise ScheduleError(f"{tv.name}: with tensor cores TIDx is the lane of a warp (32): "
                             f"bind warps to TIDy/TIDz, not TIDx")

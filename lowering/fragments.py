@@ -12,7 +12,8 @@ and the producer's own layout all apply unchanged):
 * ldmatrix: lane l supplies the address of row l % 8 of 8x8 matrix l / 8; the matrices
   are ordered so that the registers come out as the mma operand fragments (A: 16x16 as
   four matrices (m0-7, k0-7), (m8-15, k0-7), (m0-7, k8-15), (m8-15, k8-15); B: 16x8 (k x n)
-  as two, (k0-7), (k8-15)). `.trans` is used when the shared tile is contiguous along
+  as two, (k0-7), (k8-15), or two such n8 tiles in one .x4, the second tile's registers
+  after the first's). `.trans` is used when the shared tile is contiguous along
   M (A) or N (B) rather than K.
 """
 
@@ -85,6 +86,10 @@ def ldmatrix_plan(ctx, tv):
         # matrices (m0-7, k0-7), (m8-15, k0-7), (m0-7, k8-15), (m8-15, k8-15)
         m_base, k_base = ctx.binop("mul", eight, q2), ctx.binop("mul", eight, qhi)
         num = 4
+    elif x_axis.extent == 16:
+        # two n8 tiles: (k0-7, n0-7), (k8-15, n0-7), (k0-7, n8-15), (k8-15, n8-15)
+        m_base, k_base = ctx.binop("mul", eight, qhi), ctx.binop("mul", eight, q2)
+        num = 4
     else:
         # matrices (k0-7, n0-7), (k8-15, n0-7); lanes 16-31 supply no address
         m_base, k_base = ctx.const(0), ctx.binop("mul", eight, q2)
@@ -94,3 +99,17 @@ def ldmatrix_plan(ctx, tv):
     else:          # stored rows run along M (N): lane r names row m_base + r
         index = {x_axis: ctx.binop("add", m_base, r), k_axis: k_base}
     return num, trans, index
+
+
+def operand_offset(ctx, producer, x_index):
+    """Offset, within an operand fragment, of the instruction tile an mma reads: a B cache
+    holding two n8 tiles keeps the second tile's 4 elements after the first's. `x_index`
+    is the index, within the cache's tile, of the mma's first row (A) or column (B)."""
+    x_axis = producer.loop[mma_positions(producer)[0]]
+    rows = 16 if x_axis.extent == 16 and _is_a(ctx, producer) else 8
+    per_tile = 8 if rows == 16 else 4
+    return ctx.binop("mul", ctx.binop("div", x_index, ctx.const(rows)), ctx.const(per_tile))
+
+
+def _is_a(ctx, frag):
+    return ctx.fusion.consumers(frag)[0].definition.inputs[0] is frag

@@ -291,7 +291,9 @@ def _operand_caches(params, mm, a_smem, b_smem, a_frag, b_frag):
 
     # Register fragments, loaded once per k16 step for the whole warp tile:
     # [.., rKk | Xm, X16(mma), K16(mma)] with X = M (im) for A and N (in_) for B.
-    for frag, inst in ((a_frag, im), (b_frag, in_)):
+    # (B's cache holds two n8 tiles where the warp tile allows: one ldmatrix.x4)
+    b_tile = 2 * in_ if params.warp_tile[1] % (2 * in_) == 0 else in_
+    for frag, inst in ((a_frag, im), (b_frag, b_tile)):
         frag.compute_at(mm, 6)
         _broadcasts_first(frag, 6)
         frag.split(-2, inst)

@@ -33,7 +33,8 @@ from fuserir.errors import ScheduleError
 
 from .. import kir
 from .. import fragments
-from ..analysis import StoreInfo, async_vector_bytes, is_async_copy, mma_kind
+from ..analysis import (StoreInfo, async_vector_bytes, is_async_copy, mma_kind,
+                        mma_positions)
 
 _BINARY_NAMES = {"maximum": "max", "minimum": "min"}
 
@@ -225,11 +226,19 @@ def mma(ctx, tv):
     """mma.sync of one instruction tile: acc += a_frag * b_frag (mma axes at index 0)."""
     expr = tv.definition
     index = ctx.root_indices(tv)
-    a = load(ctx, expr, expr.inputs[0], index)
-    b = load(ctx, expr, expr.inputs[1], index)
+
+    def operand(frag):
+        ld = load(ctx, expr, frag, index)
+        logical = {p: index[c] for c, p in expr.root_map(frag).items()}
+        x_axis = frag.loop[mma_positions(frag)[0]]
+        x_index = ctx.forward_indices(frag, logical)[x_axis]
+        return ld.buffer, ctx.binop("add", ld.index,
+                                    fragments.operand_offset(ctx, frag, x_index))
+
+    (a, a_index), (b, b_index) = operand(expr.inputs[0]), operand(expr.inputs[1])
     acc = ctx.accumulators[tv]
     acc_index = accumulator_index(ctx, tv)
-    return kir.Mma(acc, acc_index, a.buffer, a.index, b.buffer, b.index, acc, acc_index,
+    return kir.Mma(acc, acc_index, a, a_index, b, b_index, acc, acc_index,
                    expr.inputs[0].dtype)
 
 
