@@ -5,7 +5,9 @@
     exe.kernels[0].source         # CUDA text (both backends)
     outs = exe.run({"x": x, ...}) # {output name: array}
 
-Compilation never needs a GPU. A fusion with a schedule is lowered (lowering.pipeline) to
+Compilation never needs a GPU. A fusion compiled before (the same structure, schedule and
+names, backend, options and GPU architecture) reuses its kernels: an in-memory cache of
+the last 64 compiles (a cache hit prints no FUSERIR_DUMP_AFTER dumps: nothing is lowered). A fusion with a schedule is lowered (lowering.pipeline) to
 one kernel (or one per intermediate it put in global memory, then one for the outputs:
 codegen.segmentation.cut); one without gets automatic schedules, segmented into several kernels where
 one cannot do it (codegen.segmentation). For the cuda backend each kernel is compiled to a
@@ -22,6 +24,7 @@ GPU through CuPy (on torch's current stream when given torch tensors, which it r
 or in the interpreter (which raises RaceError for any hazard it observes).
 """
 
+import collections
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +33,7 @@ from fuserir import reference, stages
 from fuserir.dtypes import DataType
 from fuserir.errors import EvaluationError, FuserirError
 from fuserir.ir import extent as ext
+from fuserir.ir.equality import fusion_signature
 from lowering import kir
 from lowering.pipeline import lower
 
@@ -77,12 +81,12 @@ class Step:
 
 
 class Executable:
-    def __init__(self, fusion, backend, options, plan, automatic=False):
+    def __init__(self, fusion, backend, options, plan, automatic=False, built=None):
         self.fusion = fusion
         self.backend = backend
         self._options = options
         self._plan = plan            # (persistent: bool) -> [Step]; see compile()
-        self._steps = {}             # persistent -> [Step]
+        self._steps = {} if built is None else built   # persistent -> [Step]
         self._workspaces = None      # WorkspacePool of the kernels' workspaces
         self.automatic = automatic   # scheduled by fuserir.scheduler.auto (several plans)
         self.steps = self._steps_for(True)
@@ -336,6 +340,16 @@ def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=Tru
     options = dict(disable_passes=tuple(disable_passes), drop_syncs=tuple(drop_syncs),
                    verify=verify)
     stages.env_before_compile(fusion)      # FUSERIR_DUMP (fuserir/stages.py)
+    key = _cache_key(fusion, backend, options)
+    cached = _compiled.get(key)
+    if cached is not None:
+        # the same fusion (structurally: definition, schedule, names) compiled before:
+        # its kernels serve this one too
+        _compiled.move_to_end(key)
+        exe = Executable(fusion, backend, options, cached._plan, automatic=cached.automatic,
+                         built=cached._steps)
+        stages.env_after_compile(exe)
+        return exe
 
     def explicit(persistent):
         from .segmentation import cut
@@ -349,8 +363,25 @@ def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=Tru
 
     exe = Executable(fusion, backend, options, explicit if fusion.trace else automatic,
                      automatic=not fusion.trace)
+    _compiled[key] = exe
+    while len(_compiled) > COMPILE_CACHE_SIZE:
+        _compiled.popitem(last=False)
     stages.env_after_compile(exe)
     return exe
+
+
+COMPILE_CACHE_SIZE = 64
+_compiled = collections.OrderedDict()     # cache key -> Executable (least recent first)
+
+
+def _cache_key(fusion, backend, options):
+    """What decides the kernels: the fusion's structure and schedule, the backend and
+    options, and for the GPU the architecture compiled for."""
+    arch = None
+    if backend == "cuda":
+        from .nvrtc import default_arch
+        arch = default_arch()
+    return (fusion_signature(fusion), backend, tuple(sorted(options.items())), arch)
 
 
 SM80_STATEMENTS = (kir.Mma, kir.LdMatrix, kir.CpAsync)

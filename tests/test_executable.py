@@ -85,3 +85,16 @@ def test_unknown_backend(fusion):
     with pytest.raises(FuserirError, match="unknown backend 'metal'; expected one of cuda, "
                                            "interp"):
         codegen.compile(fusion, backend="metal")
+
+
+def test_a_second_compile_of_the_same_fusion_reuses_its_kernels():
+    import fuserir
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "examples" / "seed_matmul.fz").read_text()
+    first = codegen.compile(fuserir.parse(text), backend="interp")
+    again = codegen.compile(fuserir.parse(text), backend="interp")
+    assert again.kernels[0] is first.kernels[0] and again is not first
+    other = codegen.compile(fuserir.parse(text), backend="interp", verify=False)
+    assert other.kernels[0] is not first.kernels[0]          # options are part of the key
+    changed = fuserir.parse(text.replace("stages=3", "stages=2"))
+    assert codegen.compile(changed, backend="interp").kernels[0] is not first.kernels[0]

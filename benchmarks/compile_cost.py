@@ -1,0 +1,67 @@
+"""Compile cost of the seed kernel (issue 8): Python time of lowering + CUDA emission, of
+NVRTC, and of a second compile of the same fusion (the executable cache). No GPU needed.
+
+    python3 benchmarks/compile_cost.py [--repeat 5]
+
+Each figure is the median of --repeat fresh processes' worth of work done in this one:
+every repetition parses examples/seed_matmul.fz again and clears the in-memory caches
+(compile cache and NVRTC's memory cache; NVRTC's disk cache is bypassed for the NVRTC
+figure), so the first-compile numbers are not cache hits.
+"""
+
+import argparse
+import pathlib
+import statistics
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import codegen  # noqa: E402
+import fuserir  # noqa: E402
+from codegen import executable, nvrtc  # noqa: E402
+from codegen.cuda import emit_cuda  # noqa: E402
+from lowering.pipeline import lower  # noqa: E402
+
+SEED = ROOT / "examples" / "seed_matmul.fz"
+
+
+def measure(repeat):
+    text = SEED.read_text()
+    lowering, compiling, cached = [], [], []
+    for _ in range(repeat):
+        executable._compiled.clear()
+        fusion = fuserir.parse(text)
+        started = time.perf_counter()
+        kernel, _ = lower(fusion)
+        source = emit_cuda(kernel)
+        lowering.append(time.perf_counter() - started)
+        nvrtc.clear_memory_cache()
+        started = time.perf_counter()
+        nvrtc.compile_to_cubin(source, kernel.name, cache=False)
+        compiling.append(time.perf_counter() - started)
+        codegen.compile(fusion, backend="cuda")
+        again = fuserir.parse(text)
+        started = time.perf_counter()
+        codegen.compile(again, backend="cuda")
+        cached.append(time.perf_counter() - started)
+    ms = lambda xs: statistics.median(xs) * 1e3      # noqa: E731
+    return {"lower_and_emit_ms": ms(lowering), "nvrtc_ms": ms(compiling),
+            "cached_compile_ms": ms(cached)}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeat", type=int, default=5)
+    args = p.parse_args(argv)
+    r = measure(args.repeat)
+    print(f"seed kernel: lowering + emission {r['lower_and_emit_ms']:.1f} ms (target < 150), "
+          f"NVRTC {r['nvrtc_ms']:.1f} ms, second compile of the same fusion "
+          f"{r['cached_compile_ms']:.2f} ms (target < 5)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
