@@ -77,6 +77,7 @@ class Step:
     kernel: CompiledKernel
     wide: CompiledKernel = None
     shapes: list = None          # shapes of the tensors it computes (index-width check)
+    spans: dict = None           # sizes -> the largest of those shapes' element counts
     vectors: dict = None         # inputs read by multi-element cp.async: {name: bytes}
 
 
@@ -198,8 +199,12 @@ class Executable:
         elements (or offsets) than an i32 holds."""
         if step.shapes is None:      # (fusion.tensors sorts the graph: once per step)
             step.shapes = [t.shape for t in step.fusion.tensors if not t.is_input]
-        spans = [max(1, int(np.prod([ext.evaluate(e, env) for e in shape])))
-                 for shape in step.shapes]
+            step.spans = {}
+        key = tuple(sorted(env.items()))
+        if key not in step.spans:
+            step.spans[key] = max((max(1, int(np.prod([ext.evaluate(e, env) for e in shape])))
+                                   for shape in step.shapes), default=1)
+        spans = [step.spans[key]]
         spans += [_element_span(values[n]) for n in step.inputs]
         if max(spans, default=1) <= INDEX_LIMIT:
             return step.kernel

@@ -100,7 +100,30 @@ def _launch_config(kernel, scalars):
 
 
 def workspace_sizes(kernel, scalars):
-    """[(Workspace, elements)] of `kernel` for the scalar values `scalars`."""
+    """[(Workspace, elements)] of `kernel` for the scalar values `scalars` (computed once
+    per kernel and values)."""
+    return _sizes(kernel, scalars)[1]
+
+
+def tensor_sizes(kernel, scalars):
+    """The extents each tensor parameter must have, per parameter, for `scalars`."""
+    return _sizes(kernel, scalars)[0]
+
+
+_sizes_known = {}    # (id(kernel), scalar values) -> (kernel, (tensor sizes, workspaces))
+
+
+def _sizes(kernel, scalars):
+    key = (id(kernel), tuple(sorted(scalars.items())))
+    known = _sizes_known.get(key)
+    if known is None or known[0] is not kernel:
+        tensors = [tuple(kir.evaluate_scalar(e, scalars) for e in p.sizes)
+                   for p in kernel.tensor_params]
+        known = _sizes_known[key] = (kernel, (tensors, _workspace_sizes(kernel, scalars)))
+    return known[1]
+
+
+def _workspace_sizes(kernel, scalars):
     sizes = []
     for w in kernel.workspaces:
         n = kir.evaluate_scalar(w.size, scalars)
@@ -180,7 +203,8 @@ def launch(kernel, cubin, args, stream=None):
         scalars[name] = value
 
     pointers, strides = [], []
-    for p in kernel.tensor_params:
+    expected = tensor_sizes(kernel, scalars)
+    for p, want_shape in zip(kernel.tensor_params, expected):
         b = p.buffer
         if b.name not in args:
             raise ValueError(f"kernel {kernel.name}: missing tensor argument {b.name!r}")
@@ -194,8 +218,7 @@ def launch(kernel, cubin, args, stream=None):
         if a.ndim != len(p.sizes):
             raise ValueError(f"kernel {kernel.name}: {b.name} has rank {len(p.sizes)}, the "
                              f"array has shape {a.shape}")
-        for axis, size in enumerate(p.sizes):
-            want = kir.evaluate_scalar(size, scalars)
+        for axis, (size, want) in enumerate(zip(p.sizes, want_shape)):
             if a.shape[axis] != want:
                 raise ValueError(f"kernel {kernel.name}: {b.name} axis {axis} must have "
                                  f"extent {kir.format_expr(size)} = {want}, the array has "
