@@ -39,7 +39,6 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import common  # noqa: E402
 import fuserir  # noqa: E402
-from fuserir.ir import extent as ext  # noqa: E402
 from fuserir.scheduler import MatmulParams, schedule_matmul  # noqa: E402
 from fuserir.scheduler.matmul import matmul_heuristic  # noqa: E402
 
@@ -259,8 +258,8 @@ def main(argv=None):
         values, launches = dict(arrays), []
         for step in exe.steps:
             kernel = step.kernel
-            outs = {t.name: cp.empty([ext.evaluate(e, scalars) for e in t.shape],
-                                     dtype=t.dtype.numpy) for t in step.fusion.outputs}
+            outs = {t.name: exe._allocate(t, scalars, False, intermediate=t.name != "out")
+                    for t in step.fusion.outputs}
             values.update(outs)
             args_k = {**{n: values[n] for n in step.inputs}, **outs, **scalars,
                       **pool.arrays(kernel.kir, scalars)}

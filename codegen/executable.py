@@ -151,10 +151,12 @@ class Executable:
             steps = self._steps_for(False)
             for step in steps:
                 _check_vector_copies(step, values)
+        final = {t.name for t in self.fusion.outputs}
         with _stream(torch_inputs and self.backend == "cuda"):
             for step in steps:
                 kernel = self._kernel_for(step, env, values)
-                outputs = {t.name: self._allocate(t, env, poison)
+                outputs = {t.name: self._allocate(t, env, poison,
+                                                  intermediate=t.name not in final)
                            for t in step.fusion.outputs}
                 args = {**{n: values[n] for n in step.inputs}, **outputs,
                         **_scalars(kernel, env), **self._workspaces_for(kernel, env)}
@@ -213,17 +215,27 @@ class Executable:
                                **self._options)
         return step.wide
 
-    def _allocate(self, tv, env, poison):
-        """An output or intermediate (poisoned if asked)."""
+    def _allocate(self, tv, env, poison, intermediate=False):
+        """An output or intermediate (poisoned if asked). An intermediate holding the pieces
+        of a split reduction (an rfactor producer, such as split-K's partial sums) is laid
+        out with those pieces outermost: [splitk, M, N] in memory for a [M, N, splitk]
+        tensor, so that each split's writes and the final sum's reads are contiguous (the
+        kernels index through strides, so only the strides change)."""
         shape = [ext.evaluate(e, env) for e in tv.shape]
+        order = list(range(len(shape)))
+        if intermediate:
+            pieces = [i for i, a in enumerate(tv.shape_axes) if a not in tv.root]
+            order = pieces + [i for i in order if i not in pieces]
+        stored = [shape[i] for i in order]
+        back = [order.index(i) for i in range(len(shape))]
         if self.backend == "interp":
-            return np.full(shape, _poison(tv.dtype), dtype=tv.dtype.numpy)
+            return np.full(stored, _poison(tv.dtype), dtype=tv.dtype.numpy).transpose(back)
         import cupy
         host_dtype = np.uint16 if tv.dtype is DataType.bf16 else tv.dtype.numpy
         if not poison:
-            return cupy.empty(shape, dtype=host_dtype)
+            return cupy.empty(stored, dtype=host_dtype).transpose(back)
         fill = np.array(_poison(tv.dtype), dtype=tv.dtype.numpy).view(host_dtype)
-        return cupy.full(shape, fill, dtype=host_dtype)
+        return cupy.full(stored, fill, dtype=host_dtype).transpose(back)
 
     def prepare_inputs(self, inputs):
         """Inputs as the backend takes them (device arrays for cuda, host for interp)."""
