@@ -1,19 +1,24 @@
 """The matmul scheduler: tensor-core tiles, split-K, a cp.async pipeline and a shared-memory
-epilogue, written with the public scheduling transforms only.
+epilogue, written with the public scheduling transforms only; and its heuristic.
 
-`schedule_matmul(fusion, params)` takes a fusion whose output is `cast(matmul(A, B), dt)`
-and calls TensorView methods, exactly as a user could in a DSL schedule block (so the
-schedule prints as a trace and parses back). Nothing here emits code: the fixed fragment
-maps below the 16x8x16 instruction tile are lowering's job, everything above is a
-transform recorded here. The loop structure of the accumulator (seed configuration:
-CTA tile 256x128x32, warp tile 64x64x32, 8 warps):
+`schedule_matmul(fusion, params)` takes a fusion computing one output from
+`matmul(A, B, layout)` (any layout, f16 or bf16 operands) through pointwise ops, and
+calls TensorView methods exactly as a user could in a DSL schedule block (so the schedule
+prints as a trace and parses back). Nothing here emits code: the fixed fragment maps below
+the 16x8x16 instruction tile are lowering's job, everything above is a transform recorded
+here. The loop structure of the accumulator (seed configuration: CTA tile 256x128x32,
+warp tile 64x64x32, 8 warps):
 
     acc  [BIDx Mo, BIDy No, BIDz splitk, K tiles, TIDy warps, k16 steps, Mm 4, Nn 8,
           mma M16, mma N8, mma K16]
 
 with the operands staged global -> shared (cp.async, circular-buffered over the K-tile
-loop, XOR-swizzled) -> registers (ldmatrix), and the output staged registers -> shared
-(optionally reusing the operand bytes) -> global (16-byte vector stores).
+loop, XOR-swizzled) -> registers (ldmatrix), the epilogue's pointwise ops on the
+accumulator's registers, and the output stored from registers or staged through shared
+memory (optionally reusing the operand bytes) and stored by rows of 16 bytes (a
+vectorized axis; codegen still emits it as one store per element). Split-K is serial
+(a turnstile across the CTAs of a tile) or two kernels (f32 partials, then their sum with
+the epilogue). `matmul_heuristic` chooses the parameters from the sizes.
 """
 
 from dataclasses import dataclass, fields
