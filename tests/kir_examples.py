@@ -33,6 +33,11 @@ def const(value, dtype=I32):
 
 
 def binop(op, a, b):
+    """`a op b`; a plain int operand becomes a constant of the other operand's type."""
+    if not isinstance(a, kir.ScalarExpr):
+        a = const(a, b.dtype if isinstance(b, kir.ScalarExpr) else I32)
+    if not isinstance(b, kir.ScalarExpr):
+        b = const(b, a.dtype)
     dtype = BOOL if op in kir.COMPARISONS or op in ("and", "or") else a.dtype
     return kir.BinOp(op, a, b, dtype)
 

@@ -12,32 +12,13 @@ from fuserir.dtypes import DataType
 from lowering import bank_conflicts as bc
 from lowering import kir
 
+from kir_examples import add, mul, binop as op, const as c
+
 I32, I64, F32, F16, F64 = DataType.i32, DataType.i64, DataType.f32, DataType.f16, \
     DataType.f64
 SHARED, LOCAL, GLOBAL = kir.Memory.shared, kir.Memory.local, kir.Memory.global_
 TX = kir.Special(kir.SpecialKind.threadIdx, "x", I32)
 TY = kir.Special(kir.SpecialKind.threadIdx, "y", I32)
-
-
-def c(v, dtype=I32):
-    return kir.Const(v, dtype)
-
-
-def op(name, a, b):
-    if not isinstance(b, kir.ScalarExpr):
-        b = c(b)
-    if not isinstance(a, kir.ScalarExpr):
-        a = c(a)
-    dtype = DataType.bool if name in kir.COMPARISONS else a.dtype
-    return kir.BinOp(name, a, b, dtype)
-
-
-def add(a, b):
-    return op("add", a, b)
-
-
-def mul(a, b):
-    return op("mul", a, b)
 
 
 def div(a, b):
