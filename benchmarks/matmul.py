@@ -258,7 +258,7 @@ def main(argv=None):
         values, launches = dict(arrays), []
         for step in exe.steps:
             kernel = step.kernel
-            outs = {t.name: exe._allocate(t, scalars, False, intermediate=t.name != "out")
+            outs = {t.name: exe.allocate(t, scalars, False, intermediate=t.name != "out")
                     for t in step.fusion.outputs}
             values.update(outs)
             args_k = {**{n: values[n] for n in step.inputs}, **outs, **scalars,

@@ -155,8 +155,8 @@ class Executable:
         with _stream(torch_inputs and self.backend == "cuda"):
             for step in steps:
                 kernel = self._kernel_for(step, env, values)
-                outputs = {t.name: self._allocate(t, env, poison,
-                                                  intermediate=t.name not in final)
+                outputs = {t.name: self.allocate(t, env, poison,
+                                                 intermediate=t.name not in final)
                            for t in step.fusion.outputs}
                 args = {**{n: values[n] for n in step.inputs}, **outputs,
                         **_scalars(kernel, env), **self._workspaces_for(kernel, env)}
@@ -215,7 +215,7 @@ class Executable:
                                **self._options)
         return step.wide
 
-    def _allocate(self, tv, env, poison, intermediate=False):
+    def allocate(self, tv, env, poison, intermediate=False):
         """An output or intermediate (poisoned if asked). An intermediate holding the pieces
         of a split reduction (an rfactor producer, such as split-K's partial sums) is laid
         out with those pieces outermost: [splitk, M, N] in memory for a [M, N, splitk]

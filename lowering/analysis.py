@@ -125,6 +125,11 @@ def mma_kind(tv):
     return "fragment"
 
 
+def is_a_operand(tv):
+    """Is tv (an ldmatrix operand cache) the A operand of the matmul that reads it?"""
+    return tv.fusion.consumers(tv)[0].definition.inputs[0] is tv
+
+
 def fragment_size(tv):
     """Elements of one instruction tile each lane holds (16x8 f32 -> 4, 16x16 f16 -> 8)."""
     size = 1
@@ -543,8 +548,7 @@ def _check_mma(ctx, tv):
     positions = mma_positions(tv)
     extents = tuple(tv.loop[i].extent for i in positions)
     if kind == "ldmatrix":
-        consumer = ctx.fusion.consumers(tv)[0]
-        kind = "ldmatrix_a" if consumer.definition.inputs[0] is tv else "ldmatrix_b"
+        kind = "ldmatrix_a" if is_a_operand(tv) else "ldmatrix_b"
     expected = _MMA_SHAPES[kind]
     where = f"{tv.name}: mma axes {positions} with extents {list(extents)}"
     if positions != list(range(tv.ndim - len(positions), tv.ndim)):

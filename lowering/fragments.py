@@ -21,7 +21,7 @@ from fuserir.errors import ScheduleError
 from fuserir.ir.iterdomain import Merge, Split
 
 from . import kir
-from .analysis import mma_positions
+from .analysis import is_a_operand, mma_positions
 
 ACCUMULATOR_ELEMENTS = 4     # f32 per lane in a 16x8 tile
 
@@ -68,7 +68,7 @@ def ldmatrix_plan(ctx, tv):
     fragment cache (cache_after(local, ldmatrix=True)) of the matmul that reads it."""
     smem = tv.definition.inputs[0]
     matmul = ctx.fusion.consumers(tv)[0]
-    is_a = matmul.definition.inputs[0] is tv
+    is_a = is_a_operand(tv)
     k_root = next(p for c, p in matmul.definition.root_map(tv).items() if c.is_reduction)
     k_pos = tv.root.index(k_root)
     contiguous = _contiguous_root(smem)
@@ -106,10 +106,7 @@ def operand_offset(ctx, producer, x_index):
     holding two n8 tiles keeps the second tile's 4 elements after the first's. `x_index`
     is the index, within the cache's tile, of the mma's first row (A) or column (B)."""
     x_axis = producer.loop[mma_positions(producer)[0]]
-    rows = 16 if x_axis.extent == 16 and _is_a(ctx, producer) else 8
+    rows = 16 if x_axis.extent == 16 and is_a_operand(producer) else 8
     per_tile = 8 if rows == 16 else 4
     return ctx.binop("mul", ctx.binop("div", x_index, ctx.const(rows)), ctx.const(per_tile))
 
-
-def _is_a(ctx, frag):
-    return ctx.fusion.consumers(frag)[0].definition.inputs[0] is frag
