@@ -1,13 +1,15 @@
 """Tensor-core matmul (the seed configuration) against cuBLAS, with correctness stress.
 
     python3 benchmarks/matmul.py [--shapes 1024x2048x4096,...] [--splitk 5] [--stages 3]
-                                 [--warps 8] [--no-smem-epilogue] [--repeat 50]
+                                 [--warps 8] [--cta-tile 256x128x32] [--warp-tile 64x64x32]
+                                 [--no-smem-epilogue] [--repeat 50]
                                  [--stress RUNS] [--determinism RUNS]
                                  [--drop-syncs sync2 --no-verify] [--once] [--json out.json]
 
 Each shape is C[M, N] = A[K, M]^T B[K, N] (NT, f16 in, f32 accumulation, f16 out), the
 fusion of examples/splitk_matmul.fz scheduled by fuserir.scheduler.schedule_matmul with
-CTA tile (32 * warps, 128, 32), warp tile (64, 64, 32) and serial split-K. One compiled
+CTA tile (32 * warps, 128, 32) (or --cta-tile), warp tile (64, 64, 32) (or --warp-tile)
+and serial split-K (or --splitk-mode two_kernel). One compiled
 kernel serves every shape (sizes and the split factor are kernel arguments).
 
 * check: once per shape, fresh uniform(-1, 1) inputs, against a float64 reference on the
@@ -52,6 +54,8 @@ def parse_args(argv=None):
     p.add_argument("--splitk", type=int, default=5)
     p.add_argument("--stages", type=int, default=3)
     p.add_argument("--warps", type=int, default=8, choices=(4, 8))
+    p.add_argument("--cta-tile", help="MxNxK CTA tile (default: (32 * warps)x128x32)")
+    p.add_argument("--warp-tile", default="64x64x32", help="MxNxK warp tile")
     p.add_argument("--no-smem-epilogue", action="store_true")
     p.add_argument("--splitk-mode", default="serial", choices=("serial", "two_kernel"))
     p.add_argument("--heuristic", action="store_true",
@@ -71,6 +75,9 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     args.no_torch, args.copy_mib = False, 1024
     args.shape_list = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+    args.warp_tile = tuple(int(x) for x in args.warp_tile.split("x"))
+    args.cta_tile = tuple(int(x) for x in args.cta_tile.split("x")) if args.cta_tile else \
+        (32 * args.warps, 128, args.warp_tile[2])
     return args
 
 
@@ -78,7 +85,7 @@ def build(args, shape=None):
     if args.heuristic:
         params = matmul_heuristic(*shape, layout="NT")
     else:
-        params = MatmulParams(cta_tile=(32 * args.warps, 128, 32), warp_tile=(64, 64, 32),
+        params = MatmulParams(cta_tile=args.cta_tile, warp_tile=args.warp_tile,
                               stages=args.stages, splitk_factor=args.splitk,
                               splitk_mode=args.splitk_mode,
                               use_smem_epilogue=not args.no_smem_epilogue,
@@ -276,6 +283,8 @@ def main(argv=None):
         a, b = inputs(m, n, k)
         out = run(a, b)
         r = {"shape": f"{m}x{n}x{k}", "splitk": params.splitk_factor,
+             "tiles": "/".join("x".join(map(str, t)) for t in (params.cta_tile,
+                                                                 params.warp_tile)),
              "mode": params.splitk_mode, "stages": params.stages,
              "warps": params.warps, "smem_epilogue": params.use_smem_epilogue,
              "dropped": list(drop),
@@ -314,11 +323,12 @@ def main(argv=None):
         print(json.dumps(r), flush=True)
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     print(f"\n## fuserir matmul, {device}, {datetime.date.today()}, compile {compile_s:.2f} s")
-    print("| shape | splitk | mode | stages | warps | smem epi | kernel us | run() us | "
-          "cuBLAS us | fuserir/cuBLAS speed | TFLOP/s | mismatches |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| shape | splitk | mode | CTA/warp tile | stages | warps | smem epi | kernel us | "
+          "run() us | cuBLAS us | fuserir/cuBLAS speed | TFLOP/s | mismatches |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['shape']} | {r['splitk']} | {r['mode']} | {r['stages']} | {r['warps']} | "
+        print(f"| {r['shape']} | {r['splitk']} | {r['mode']} | {r['tiles']} | {r['stages']} | "
+              f"{r['warps']} | "
               f"{int(r['smem_epilogue'])} | {r['fuserir_us']:.1f} | {r['run_us']:.1f} | "
               f"{r.get('cublas_us', float('nan')):.1f} | "
               f"{r.get('speedup_vs_cublas', float('nan')):.2f}x | {r['tflops']:.1f} | "

@@ -29,6 +29,8 @@ from ..ir.iterdomain import ParallelType, roots_of
 from ..ir.tensor import MemoryType
 
 SPLITK = "splitk"     # the run-time scalar that carries the split-K factor
+REDUCE_COLUMNS = 32   # two-kernel split-K's sum: outputs per block (TIDx) ...
+REDUCE_ROWS = 16      # ... and splits summed in parallel (TIDy)
 POINTWISE = (UnaryOp, BinaryOp, CastOp, WhereOp)
 H200_SMS = 132
 SHARED_LIMIT = 227 * 1024      # bytes per block after opt-in on sm_90 (H100/H200)
@@ -269,10 +271,18 @@ def _two_kernel(params, acc, out, a_smem, b_smem, a_frag, b_frag):
     partial.parallelize(1, ParallelType.BIDy)
     _tensor_core_loops(partial, params)
     _operand_caches(params, partial, a_smem, b_smem, a_frag, b_frag)
-    # Kernel 2: one thread per output element sums the splits (acc and the epilogue are
-    # inlined into out's loops); M*N threads fill the GPU.
+    # Kernel 2: a block per 32 neighbouring outputs; its 32 x 16 threads stride down the
+    # splits (a warp reads 128 contiguous bytes of one split's partial), then combine by a
+    # block reduction over TIDy. Sixteen loads in flight per output, not one: the sum is
+    # bound by memory bandwidth, not by the latency of one thread's serial loads.
+    acc.merge(0)                              # [MN, rS]
+    acc.split(0, REDUCE_COLUMNS)
+    acc.split(2, REDUCE_ROWS)                 # [MNo, 32, rSo, 16]
+    acc.parallelize(0, ParallelType.BIDx)
+    acc.parallelize(1, ParallelType.TIDx)
+    acc.parallelize(3, ParallelType.TIDy)
     out.merge(0)
-    out.split(0, 128)
+    out.split(0, REDUCE_COLUMNS)
     out.parallelize(0, ParallelType.BIDx)
     out.parallelize(1, ParallelType.TIDx)
     return {"acc": acc, "partial": partial, "out": out, "a_smem": a_smem,
