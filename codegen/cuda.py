@@ -74,6 +74,7 @@ C_TYPES = {DataType.f16: "f16", DataType.bf16: "bf16", DataType.f32: "f32",
 _ARITH = (DataType.i32, DataType.i64, DataType.f32, DataType.f64)
 _FLOAT = (DataType.f32, DataType.f64)
 _INT = (DataType.i32, DataType.i64)
+_VECTOR_WORDS = {4: "unsigned int", 8: "u32x2", 16: "u32x4"}   # vector copies by bytes
 _HALF = (DataType.f16, DataType.bf16)
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<",
@@ -159,6 +160,13 @@ __device__ __forceinline__ bf16 shfl_xor_bf16(bf16 v, int mask) {
   return r;
 }
 """, deps=("bf16",))
+
+_snippet("vectors", r"""
+// Vector copies: 4, 8 or 16 bytes moved by one load and one store (kernel IR's Store and
+// Load of width > 1), through these aligned word types.
+struct __align__(8) u32x2 { unsigned int x, y; };
+struct __align__(16) u32x4 { unsigned int x, y, z, w; };
+""")
 
 _snippet("smem_addr", r"""
 // Addresses for inline PTX: the 32-bit shared-state-space address of a generic pointer into
@@ -478,8 +486,37 @@ class _Emitter:
         if s.value.dtype is not b.dtype:
             raise self.error(f"storing a {s.value.dtype} value into {b.dtype} buffer "
                              f"{b.name} (lowering must Cast)")
+        if s.width != 1:
+            return self.vector_store(s, depth)
         self.emit(depth, f"{self.subscript(b, s.index)} = {_bare(self.expr(s.value))};",
                   s.label)
+
+    def vector_store(self, s, depth):
+        """A Store of `width` elements whose value is a Load of as many: one load and one
+        store of a 4-, 8- or 16-byte word type."""
+        src, nbytes = s.value, s.width * s.buffer.dtype.itemsize
+        if not isinstance(src, kir.Load) or src.width != s.width:
+            raise self.error(f"a vector store of {s.width} elements to {s.buffer.name} "
+                             f"must store a load of {s.width} elements")
+        word = _VECTOR_WORDS.get(nbytes) if not isinstance(s.width, bool) else None
+        if word is None:
+            raise self.error(f"a vector store moves 4, 8 or 16 bytes, got {s.width} x "
+                             f"{s.buffer.dtype}")
+        for buffer, index in ((s.buffer, s.index), (src.buffer, src.index)):
+            self.check_memory(buffer, (kir.Memory.global_, kir.Memory.shared),
+                              "vector access")
+            off = buffer.byte_offset
+            if isinstance(off, kir.Const) and int(off.value) % nbytes:
+                raise self.error(f"shared buffer {buffer.name} at byte {off.value} is not "
+                                 f"aligned to {nbytes}-byte vectors")
+            if isinstance(index, kir.Const) and int(index.value) % s.width:
+                raise self.error(f"vector access {buffer.name}[{index.value}] is not "
+                                 f"aligned to {s.width} elements")
+        if nbytes > 4:
+            self.need("vectors")
+        dst = f"*reinterpret_cast<{word}*>(&{self.subscript(s.buffer, s.index)})"
+        value = f"*reinterpret_cast<const {word}*>(&{self.subscript(src.buffer, src.index)})"
+        self.emit(depth, f"{dst} = {value};", self.describe(s))
 
     def s_ForLoop(self, s, depth):
         v = s.var
@@ -527,11 +564,13 @@ class _Emitter:
 
     # -- tensor cores and asynchronous copies (inline PTX) ---------------------------------
     def check_memory(self, buffer, memory, role):
+        """buffer is a Buffer in `memory` (or one of a tuple of memories)."""
         if buffer is None or not isinstance(buffer, kir.Buffer):
             raise self.error(f"{role} is not a Buffer: {buffer!r}")
-        if buffer.memory is not memory:
+        allowed = memory if isinstance(memory, tuple) else (memory,)
+        if buffer.memory not in allowed:
             raise self.error(f"{role} {buffer.name} is in {buffer.memory.value} memory, not "
-                             f"{memory.value}")
+                             f"{' or '.join(m.value for m in allowed)}")
         self.type_of(buffer.dtype)
 
     def describe(self, s):
@@ -741,6 +780,8 @@ class _Emitter:
         return f"({C_TYPES[e.dtype]}){e.kind.value}.{e.axis}"
 
     def e_Load(self, e):
+        if e.width != 1:
+            raise self.error(f"a vector load of {e.buffer.name} outside a vector store")
         return self.subscript(e.buffer, e.index)
 
     def e_Select(self, e):

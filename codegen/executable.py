@@ -25,6 +25,7 @@ or in the interpreter (which raises RaceError for any hazard it observes).
 """
 
 import collections
+import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,7 +79,7 @@ class Step:
     wide: CompiledKernel = None
     shapes: list = None          # shapes of the tensors it computes (index-width check)
     spans: dict = None           # sizes -> the largest of those shapes' element counts
-    vectors: dict = None         # inputs read by multi-element cp.async: {name: bytes}
+    vectors: dict = None         # globals accessed by vectors: {name: bytes}
 
 
 class Executable:
@@ -142,7 +143,7 @@ class Executable:
         values = self.prepare_inputs(given)
         try:
             for step in steps:
-                _check_vector_copies(step, values)
+                _check_vector_copies(step, values, env)
         except FuserirError:
             if not self.automatic:
                 raise
@@ -150,7 +151,7 @@ class Executable:
             # without special requirements (no tensor cores, no vector copies) does
             steps = self._steps_for(False)
             for step in steps:
-                _check_vector_copies(step, values)
+                _check_vector_copies(step, values, env)
         final = {t.name for t in self.fusion.outputs}
         with _stream(torch_inputs and self.backend == "cuda"):
             for step in steps:
@@ -290,15 +291,45 @@ def _address(array):
     return interface["data"][0] if interface else 0
 
 
-def _check_vector_copies(step, values):
-    """A cp.async of several elements reads them in one access: the source must be
-    contiguous along its last axis, that axis a whole number of vectors, and every row
-    start aligned to the vector's bytes. Refuse anything else, naming what is needed."""
+def _vector_accesses(kernel):
+    """{global buffer name: (bytes, how)} of every multi-element access of a kernel:
+    cp.async sources and vector copies (kir Store/Load of width > 1) of global memory."""
+    found = {}
+    for s in kir.walk(kernel.body):
+        if isinstance(s, kir.CpAsync) and s.nbytes > s.src.dtype.itemsize:
+            found[s.src.name] = (s.nbytes, "copies it", "with cp.async")
+        if isinstance(s, kir.Store) and s.width > 1:
+            nbytes = s.width * s.buffer.dtype.itemsize
+            if s.buffer.memory is kir.Memory.global_:
+                found[s.buffer.name] = (nbytes, "stores it", "in a vectorized copy")
+            if s.value.buffer.memory is kir.Memory.global_:
+                found[s.value.buffer.name] = (nbytes, "loads it", "in a vectorized copy")
+    return found
+
+
+def _contiguous_layout(tv, env):
+    """Shape, dtype and strides of the contiguous array run() will allocate for tv."""
+    shape = tuple(ext.evaluate(e, env) for e in tv.shape)
+    itemsize = tv.dtype.itemsize
+    strides = [itemsize * int(np.prod(shape[i + 1:], dtype=np.int64))
+               for i in range(len(shape))]
+    return types.SimpleNamespace(shape=shape, dtype=np.dtype(tv.dtype.numpy),
+                                 strides=tuple(strides))
+
+
+def _check_vector_copies(step, values, env):
+    """A cp.async or vector copy of several elements accesses them at once: the global
+    array must be contiguous along its last axis, that axis a whole number of vectors, and
+    every row start aligned to the vector's bytes. Refuse anything else, naming what is
+    needed. (An output not allocated yet is checked by its shape: run() allocates it
+    contiguous and aligned.)"""
     if step.vectors is None:
-        step.vectors = {s.src.name: s.nbytes for s in kir.walk(step.kernel.kir.body)
-                        if isinstance(s, kir.CpAsync) and s.nbytes > s.src.dtype.itemsize}
-    for name, nbytes in step.vectors.items():
+        step.vectors = _vector_accesses(step.kernel.kir)
+    outputs = {t.name: t for t in step.fusion.outputs}
+    for name, (nbytes, verb, how) in step.vectors.items():
         array = values.get(name)
+        if array is None and name in outputs:
+            array = _contiguous_layout(outputs[name], env)
         if array is None or not getattr(array, "shape", None):
             continue
         itemsize = array.dtype.itemsize
@@ -310,11 +341,12 @@ def _check_vector_copies(step, values):
               and all(s % nbytes == 0 for s, d in zip(strides[:-1], array.shape) if d > 1)
               and pointer % nbytes == 0)
         if not ok:
+            role = "output" if name in outputs else "input"
             raise FuserirError(
-                f"input {name}: the kernel copies it {nbytes} bytes ({width} elements) at a "
-                f"time with cp.async, so its last axis must be contiguous with a length that "
-                f"is a multiple of {width}, and every row must start {nbytes}-byte aligned; "
-                f"got shape {tuple(array.shape)}, strides {tuple(strides)} bytes")
+                f"{role} {name}: the kernel {verb} {nbytes} bytes ({width} elements) at a "
+                f"time {how}, so its last axis must be contiguous with a length that is a "
+                f"multiple of {width}, and every row must start {nbytes}-byte aligned; got "
+                f"shape {tuple(array.shape)}, strides {tuple(strides)} bytes")
 
 
 def _element_span(array):

@@ -972,15 +972,47 @@ class _Block(_Evaluator):
         pass
 
     def _store(self, s, act):
-        idx = self.ev(s.index, act)              # every read of the statement first ...
-        val = self.ev(s.value, act)
-        b = s.buffer
+        if s.width != 1:
+            return self._vector_store(s, act)
+        idx = self.ev(s.index, act)              # every read of the statement first,
+        val = self.ev(s.value, act)              # then the write
+        self._write(s.buffer, act, self._index(idx, len(act)), val)
+
+    def _vector_store(self, s, act):
+        """A copy of s.width consecutive elements (kir.Store of a kir.Load of that width):
+        both first elements aligned to the vector (in the shared pool's bytes; as element
+        offsets in a global array, whose strides the executable checks), every element
+        read through the race detector before any is written."""
+        w, src = s.width, s.value
+        if not isinstance(src, kir.Load) or src.width != w:
+            raise InterpError(f"a vector store of {w} elements to {s.buffer.name} must "
+                              f"store a load of {w} elements{self.where()}")
+        n = len(act)
+        starts = {}
+        for buffer, index in ((src.buffer, src.index), (s.buffer, s.index)):
+            idx = self._index(self.ev(index, act), n)
+            nbytes = w * buffer.dtype.itemsize
+            if buffer.memory is kir.Memory.shared:
+                bad = (self._layout(buffer).offset + idx * buffer.dtype.itemsize) % nbytes
+            else:
+                bad = idx % w
+            if np.any(bad != 0):
+                i = int(np.flatnonzero(bad)[0])
+                raise InterpError(f"vector access {buffer.name}[{int(idx[i])}] of thread "
+                                  f"{self.interp.coords(act[i])} is not aligned to {w} "
+                                  f"elements ({nbytes} bytes){self.where()}")
+            starts[id(buffer)] = idx
+        loads = [self._load(src, act, starts[id(src.buffer)] + j) for j in range(w)]
+        for j, val in enumerate(loads):
+            self._write(s.buffer, act, starts[id(s.buffer)] + j, val)
+
+    def _write(self, b, act, idx, val):
+        """buffer b[idx] = val for the active threads (idx: per thread element indices)."""
         val = _to(val, b.dtype) if val.dtype != b.dtype.numpy else val
         n = len(act)
-        idx = self._index(idx, n)
         if np.ndim(val) == 0:
             val = np.full(n, val, dtype=b.dtype.numpy)
-        if b.memory is kir.Memory.shared:        # ... then the write
+        if b.memory is kir.Memory.shared:
             lay = self._layout(b)
             ok = self._check(lay.name, idx, (idx >= 0) & (idx < lay.size), act,
                              lambda: f"outside {lay.name}[0, {lay.size})", lay)
@@ -1277,10 +1309,16 @@ class _Block(_Evaluator):
             return v[act]
         return v
 
-    def _load(self, e, act):
+    def _load(self, e, act, idx=None):
+        """e's values for the active threads (at element indices `idx` instead of
+        e.index's where given: one element of a vector load)."""
         b = e.buffer
         n = len(act)
-        idx = self._index(self.ev(e.index, act), n)
+        if idx is None:
+            if e.width != 1:
+                raise InterpError(f"a vector load of {b.name} outside a vector store"
+                                  f"{self.where()}")
+            idx = self._index(self.ev(e.index, act), n)
         if b.memory is kir.Memory.shared:
             lay = self._layout(b)
             ok = self._check(lay.name, idx, (idx >= 0) & (idx < lay.size), act,

@@ -19,7 +19,7 @@ import networkx as nx
 from fuserir.dtypes import DataType
 from fuserir.transforms import concrete_loop
 from fuserir.ir.exprs import LoadStoreOp, MatmulOp
-from fuserir.ir.tensor import TensorView
+from fuserir.ir.tensor import MemoryType, TensorView
 from fuserir.errors import ScheduleError
 from fuserir.ir import extent as ext
 from fuserir.ir.iterdomain import ParallelType, Split, history
@@ -99,6 +99,23 @@ def is_async_copy(tv):
     return isinstance(tv.definition, LoadStoreOp) and tv.definition.async_copy
 
 
+def vector_copy_width(tv):
+    """Elements per access of a vectorized copy (a LoadStoreOp between global and shared
+    memory, same dtype, innermost loop axis vectorized to 4, 8 or 16 bytes), lowered as
+    one vector load and store; 0 where tv is not one (a vectorized compute op stays an
+    unrolled loop of element accesses)."""
+    expr = tv.definition
+    if not isinstance(expr, LoadStoreOp) or expr.async_copy or expr.ldmatrix or \
+            not tv.loop or tv.loop[-1].parallel is not ParallelType.vectorize:
+        return 0
+    producer, width = expr.inputs[0], tv.loop[-1].extent
+    memories = {tv.memory_type, producer.memory_type}
+    if producer.dtype is not tv.dtype or not memories <= {MemoryType.global_,
+                                                           MemoryType.shared}:
+        return 0
+    return width if width > 1 and width * tv.dtype.itemsize in (4, 8, 16) else 0
+
+
 def async_vector_bytes(tv):
     """Bytes one cp.async of tv moves: its vector (innermost vectorized axis) or one
     element."""
@@ -162,7 +179,7 @@ class LoweringContext:
         self.tensor_params = {}      # tensor -> kir.TensorParam
         self.scalar_vars = {}        # symbol name -> kir.Var
         self.store_info = {}         # kir.Store -> StoreInfo (what predicates need)
-        self.async_vectors = set()   # vector axes of async copies (not loops)
+        self.vector_axes = set()     # vector axes of async and vector copies (not loops)
         self.lane_index = {}         # mma axis -> per-lane index, while lowering a fragment
         self.frag_offset = None      # element of the fragment being lowered (None: 0)
         self.fragment_vars = []      # the loop variables of fragment-element loops
@@ -173,9 +190,9 @@ class LoweringContext:
         """Compute the exact map and parallel extents of the (now fully placed) fusion."""
         self.live = live_tensors(self.fusion)
         for tv in self.live:
-            if is_async_copy(tv) and tv.loop and \
-                    tv.loop[-1].parallel is ParallelType.vectorize:
-                self.async_vectors.add(tv.loop[-1])
+            if (is_async_copy(tv) and tv.loop and
+                    tv.loop[-1].parallel is ParallelType.vectorize) or vector_copy_width(tv):
+                self.vector_axes.add(tv.loop[-1])
         self.exact = build_exact_map(self.fusion)
         self._parallel_extents()
         self.serial_grid = any(tv.serial_grid for tv in self.live)
@@ -204,8 +221,8 @@ class LoweringContext:
 
     def is_loop(self, axis):
         """Does this (concrete) axis become a for-loop in the kernel? (Not the vector axis
-        of an async copy: one cp.async moves the whole vector.)"""
-        if axis.parallel not in LOOP_TYPES or axis in self.async_vectors:
+        of an async or vector copy: one instruction moves the whole vector.)"""
+        if axis.parallel not in LOOP_TYPES or axis in self.vector_axes:
             return False
         return not (axis.is_broadcast or axis.extent == 1)
 

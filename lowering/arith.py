@@ -11,11 +11,19 @@ operands and a positive constant divisor c:
     (c*q + r) / c  ->  q + r / c          (c*q + r) % c  ->  r % c
     r / c -> 0 and r % c -> r  when 0 <= r < c
     (x % (k*c)) % c -> x % c              (x / a) / b -> x / (a*b)
+    (g*q + s) / (g*m) -> (g*q) / (g*m)    (g*q + s) % (g*m) -> (g*q) % (g*m) + s
+                                          when 0 <= s < g
+
+The last pair keeps a vector's lane (s, 0 <= s < w) out of the divisions of a split or
+swizzle by a multiple of w, so that an index comes out as `base + lane`: that form is how
+lowering proves a vectorized copy contiguous (lowering.passes.indexing).
 
 This is more than cosmetics: an index into a register array must fold to a constant once
 loops are unrolled, or the array is demoted to (slow) local memory, and nvcc cannot do
 these folds on signed integers itself.
 """
+
+import math
 
 from . import kir
 
@@ -80,10 +88,10 @@ def _mul(a, b):
     return None if a is None or b is None else a * b
 
 
-def _terms(e):
+def addends(e):
     """The addends of a sum."""
     if isinstance(e, kir.BinOp) and e.op == "add":
-        return _terms(e.a) + _terms(e.b)
+        return addends(e.a) + addends(e.b)
     return [e]
 
 
@@ -96,6 +104,43 @@ def _quotient(e, c):
             if isinstance(y, kir.Const) and isinstance(y.value, int) and y.value % c == 0:
                 k = y.value // c
                 return x if k == 1 else kir.BinOp("mul", x, kir.Const(k, y.dtype), e.dtype)
+    return None
+
+
+def known_factor(e):
+    """A constant that e is known to be a multiple of (0 for the constant 0: a multiple
+    of everything; 1 when nothing is known)."""
+    if isinstance(e, kir.Const) and isinstance(e.value, int):
+        return abs(e.value)
+    if isinstance(e, kir.BinOp) and e.op == "mul":
+        return known_factor(e.a) * known_factor(e.b)
+    if isinstance(e, kir.BinOp) and e.op == "add":
+        return math.gcd(known_factor(e.a), known_factor(e.b))
+    if isinstance(e, kir.BinOp) and e.op == "mod" and isinstance(e.b, kir.Const) and \
+            isinstance(e.b.value, int) and e.b.value > 0:
+        return math.gcd(known_factor(e.a), e.b.value)
+    return 1
+
+
+def _drop_small_part(op, terms, c, ranges, build, dtype):
+    """(g*q + s) / c -> (g*q) / c and (g*q + s) % c -> (g*q) % c + s, where g divides c,
+    the large terms are multiples of g and the small ones sum to [0, g). None if no such
+    split exists."""
+    for g in sorted({math.gcd(c, known_factor(t)) for t in terms}, reverse=True):
+        if g <= 1:
+            break
+        large = [t for t in terms if known_factor(t) % g == 0]
+        small = [t for t in terms if known_factor(t) % g != 0]
+        highs = [ranges.of(t)[1] for t in small]
+        if not large or not small or None in highs or sum(highs) >= g:
+            continue
+        big, part = kir.Const(0, dtype), kir.Const(0, dtype)
+        for t in large:
+            big = build("add", big, t)
+        for t in small:
+            part = build("add", part, t)
+        divided = build(op, big, kir.Const(c, dtype))
+        return divided if op == "div" else build("add", divided, part)
     return None
 
 
@@ -116,7 +161,7 @@ def simplify_binop(op, a, b, ranges, build):
             isinstance(a.b, kir.Const) and isinstance(a.b.value, int) and \
             a.b.value % c == 0:
         return build("mod", a.a, b)
-    terms = _terms(a)
+    terms = addends(a)
     if len(terms) < 2 or not all(ranges.nonneg(t) for t in terms):
         single = _quotient(a, c)
         if single is not None:
@@ -126,7 +171,7 @@ def simplify_binop(op, a, b, ranges, build):
     whole = [q for _, q in multiples if q is not None]
     rest = [t for t, q in multiples if q is None]
     if not whole:
-        return None
+        return _drop_small_part(op, terms, c, ranges, build, b.dtype)
     remainder = kir.Const(0, b.dtype)
     for t in rest:
         remainder = build("add", remainder, t)

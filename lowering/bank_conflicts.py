@@ -22,9 +22,8 @@ Hardware model (NVIDIA sm_80 / sm_90)
     active lanes touch in one bank (one word read by several lanes is a broadcast). An
     access of w bytes at address a touches the words a/4 .. (a + w - 1)/4. Degree 1 is
     conflict free; degree d needs d wavefronts.
-  * Width: kir.Load / kir.Store carry no vector width today (a vectorized axis is a loop
-    of element accesses), so they are `itemsize` wide; CpAsync is `nbytes` wide; an
-    ldmatrix row 16 bytes.
+  * Width: a kir.Load / kir.Store is `width` elements of `itemsize` bytes (width > 1: a
+    vector copy); CpAsync is `nbytes` wide; an ldmatrix row 16 bytes.
 
 Evaluation
   Addresses are evaluated per thread with numpy over the whole block at once (C integer
@@ -32,8 +31,9 @@ Evaluation
   Select, && and || evaluate lazily, as the emitted C does). Lanes are active where every
   enclosing IfThenElse (and every Select arm / && / || operand around a Load) lets them
   through; threads beyond the block size do not exist. blockIdx is `block` (default
-  0, 0, 0). Every warp of the block is examined, at every combination of the enclosing
-  loops' first `max_iterations` values plus their last value (an extent is evaluated with
+  0, 0, 0), or for an access no lane of that block makes, the grid's last block (where
+  a serial split-K's last split runs the epilogue). Every warp of the block is
+  examined, at every combination of the enclosing loops' first `max_iterations` values plus their last value (an extent is evaluated with
   the outer loops' values and must be the same for every active thread), at most
   `max_combinations` combinations (a note says when that cut the search).
   What cannot be evaluated makes the entry unknown (worst None) with a note: an address
@@ -311,10 +311,11 @@ def _accesses(stmts, chain=()):
             for load, conds in _loads(e, []):
                 if _is_shared(load.buffer):
                     yield _Access(s, "load", load.buffer, load.index,
-                                  load.buffer.dtype.itemsize, chain, conds,
+                                  load.width * load.buffer.dtype.itemsize, chain, conds,
                                   kir.format_expr(load))
         if isinstance(s, kir.Store) and _is_shared(s.buffer):
-            yield _Access(s, "store", s.buffer, s.index, s.buffer.dtype.itemsize, chain, [],
+            yield _Access(s, "store", s.buffer, s.index, s.width * s.buffer.dtype.itemsize,
+                          chain, [],
                           f"{s.buffer.name}[{kir.format_expr(s.index)}]")
         elif isinstance(s, kir.LdMatrix) and _is_shared(s.src):
             yield _Access(s, "ldmatrix", s.src, s.address, LDMATRIX_ROW_BYTES, chain, [],
@@ -392,6 +393,9 @@ def report(kernel, scalars=None, max_iterations=2, block=(0, 0, 0), max_combinat
         except (KeyError, TypeError, ValueError, ZeroDivisionError) as error:
             setup_error = f"the shared-memory layout has no value: {error}"
     ev = None if dims is None else _Evaluator(scalars, dims, tuple(block), grid)
+    last = None
+    if dims is not None and grid is not None and tuple(g - 1 for g in grid) != tuple(block):
+        last = _Evaluator(scalars, dims, tuple(g - 1 for g in grid), grid)
     for acc in accesses:
         lanes, phases = _phases(acc)
         r = AccessReport(acc.stmt, acc.stmt.label, kir.format_stmt(acc.stmt).split("  //")[0],
@@ -407,11 +411,28 @@ def report(kernel, scalars=None, max_iterations=2, block=(0, 0, 0), max_combinat
             else:
                 try:
                     _examine(r, acc, ev, base, dims, max_iterations, max_combinations)
+                    if r.worst == 0 and last is not None:
+                        r = _in_last_block(r, acc, last, base, dims, max_iterations,
+                                           max_combinations)
                 except Unknown as why:
                     r.worst, r.example = None, None
                     r.notes.append(f"unknown: {why}")
         reports.append(r)
     return reports
+
+
+def _in_last_block(r, acc, ev, base, dims, max_iterations, max_combinations):
+    """r examined again in the grid's last block, where no lane of `block` made the access
+    (the last split of a serial split-K runs the epilogue; edge tiles take other
+    branches); r itself if no lane is active there either."""
+    again = dataclasses.replace(r, worst=None, example=None, examined=0, iterations=0,
+                                notes=[])
+    _examine(again, acc, ev, base, dims, max_iterations, max_combinations)
+    if again.worst == 0:
+        return r
+    again.notes.append(f"examined in block {ev.block}: no lane is active in the first "
+                       "block")
+    return again
 
 
 def conflicts(kernel, scalars=None, **options):

@@ -124,11 +124,14 @@ class Cast(ScalarExpr):
 
 @dataclass(frozen=True, eq=False)
 class Load(ScalarExpr):
-    """Element `index` of `buffer` (an element index, not bytes)."""
+    """Element `index` of `buffer` (an element index, not bytes). A vector load (width
+    w > 1: elements index .. index + w - 1 in one 4-, 8- or 16-byte access, index a
+    multiple of w) is only ever the value of a vector Store of the same width."""
 
     buffer: "Buffer"
     index: ScalarExpr
     access: "AccessInfo" = None
+    width: int = 1
 
     @property
     def dtype(self):
@@ -275,13 +278,16 @@ class Allocate(Stmt):
 
 @dataclass(eq=False)
 class Store(Stmt):
-    """buffer[index] = value."""
+    """buffer[index] = value. A vector store (width w > 1) copies w consecutive elements
+    in one access: value is a Load of the same width and dtype, both indices multiples of
+    w (lowering proves it; the executable checks global arrays' strides and alignment)."""
 
     buffer: Buffer
     index: ScalarExpr
     value: ScalarExpr
     access: AccessInfo = None
     label: str = None
+    width: int = 1
 
 
 @dataclass(eq=False)
@@ -596,7 +602,8 @@ def format_expr(e):
     if isinstance(e, Cast):
         return f"({e.dtype}){format_expr(e.a)}"
     if isinstance(e, Load):
-        return f"{e.buffer.name}[{format_expr(e.index)}]"
+        vector = f" x{e.width}" if e.width > 1 else ""
+        return f"{e.buffer.name}[{format_expr(e.index)}{vector}]"
     if isinstance(e, ShuffleXor):
         return f"shfl_xor({format_expr(e.value)}, {e.lane_mask})"
     raise TypeError(type(e).__name__)
@@ -609,7 +616,8 @@ def format_stmt(s):
         where = f" @ byte {format_expr(b.byte_offset)}" if b.byte_offset is not None else ""
         return f"alloc {b.memory.value} {b.dtype} {b.name}[{format_expr(b.size)}]{where}"
     if isinstance(s, Store):
-        return f"{s.buffer.name}[{format_expr(s.index)}] = {format_expr(s.value)}"
+        vector = f" x{s.width}" if s.width > 1 else ""
+        return f"{s.buffer.name}[{format_expr(s.index)}{vector}] = {format_expr(s.value)}"
     if isinstance(s, ForLoop):
         unroll = "unroll " if s.kind == "unroll" else ""
         return f"{unroll}for {s.var.name} in 0..{format_expr(s.extent)}"

@@ -19,6 +19,11 @@ element, or per vector when its innermost axis is vectorized: 4, 8 or 16 bytes),
 commit and a wait_group 0 after its own loops; sync insertion adds the barriers. Block
 reductions are left to the next pass. Where no cp.async fits (an element of 1 or 2
 bytes, not vectorized), an async cache is an ordinary load and shared store.
+
+A copy between global and shared memory whose innermost axis is vectorized (4, 8 or 16
+bytes, such as the matmul epilogue's 16-byte rows from the shared tile to the output)
+becomes one vector load and store of the whole vector, once lowering has proved both
+sides contiguous and aligned (see vector_copy).
 """
 
 import numpy as np
@@ -34,7 +39,8 @@ from fuserir.errors import ScheduleError
 from .. import kir
 from .. import fragments
 from ..analysis import (StoreInfo, async_vector_bytes, is_async_copy, mma_kind,
-                        mma_positions)
+                        mma_positions, vector_copy_width)
+from ..arith import addends, known_factor
 
 _BINARY_NAMES = {"maximum": "max", "minimum": "min"}
 
@@ -210,6 +216,74 @@ def async_copy(ctx, tv, index):
     return copy
 
 
+def _base_of(ctx, index, lane, width):
+    """b where `index` is b + lane with b a known multiple of `width` and free of lane, else
+    None: the proof that a vector's `width` elements are consecutive and aligned."""
+    terms = addends(index)
+    at = [i for i, t in enumerate(terms) if t is lane]
+    rest = terms[:at[0]] + terms[at[0] + 1:] if len(at) == 1 else None
+    if rest is None or any(e is lane for t in rest for e in kir.walk_expr(t)):
+        return None
+    base = ctx.const(0)
+    for t in rest:
+        base = ctx.binop("add", base, t)
+    return base if known_factor(base) % width == 0 else None
+
+
+def _vector_bases(ctx, tv, buffer, index, logical, lane, width):
+    """The lane-free base of each index a vector access of tv's buffer depends on (the
+    buffer index for shared memory; each logical axis index for a global tensor, whose
+    innermost axis holds the lane and whose strides the executable checks), or None."""
+    if buffer.memory is not kir.Memory.global_:
+        return [_base_of(ctx, index, lane, width)]
+    inner = tv.shape_axes[-1]
+    others = [logical.get(a, ctx.const(0)) for a in tv.shape_axes[:-1]]
+    lane_free = all(e is not lane for i in others for e in kir.walk_expr(i))
+    return [_base_of(ctx, logical[inner], lane, width) if lane_free else None]
+
+
+def _copy_at_lane(ctx, tv, lane):
+    """(root indices, load, store) of tv's copy with its vector axis indexed by `lane`."""
+    axis = ctx.concrete_axis(tv, len(tv.loop) - 1)
+    ctx.lane_index[axis] = lane
+    try:
+        index = ctx.root_indices(tv)
+        source = load(ctx, tv.definition, tv.definition.inputs[0], index)
+        return index, source, store(ctx, tv, source, index, "compute")
+    finally:
+        del ctx.lane_index[axis]
+
+
+def vector_copy(ctx, tv, width):
+    """tv's copy of `width` consecutive elements in one load and one store. Lowered once
+    with the vector axis indexed by a symbolic lane v (0 <= v < width), each side's index
+    must come out as base + v with base a multiple of width (lowering.arith folds the lane
+    out of the splits and swizzles around it): that proves both sides contiguous and
+    aligned. The vector access is then lowered at v = 0. A copy that cannot be proven so
+    is refused."""
+    lane = kir.Var(f"v{len(ctx.loop_vars)}", ctx.index_dtype)
+    ctx.ranges.vars[id(lane)] = (0, width - 1)
+    index, source, copy = _copy_at_lane(ctx, tv, lane)
+    del ctx.store_info[copy]
+    producer = tv.definition.inputs[0]
+    src_logical = {p: index[c] for c, p in tv.definition.root_map(producer).items()}
+    bases = (_vector_bases(ctx, tv, copy.buffer, copy.index, index, lane, width)
+             + _vector_bases(ctx, producer, source.buffer, source.index, src_logical, lane,
+                             width))
+    if None in bases:
+        raise ScheduleError(
+            f"vectorize: {tv.name} copies {width} elements at a time from {producer.name}, "
+            f"but lowering cannot prove them consecutive and {width}-aligned in both "
+            f"({producer.name}[{kir.format_expr(source.index)}] at lane {lane.name}); "
+            "vectorize an axis that is contiguous in the producer's layout too")
+    _, source, copy = _copy_at_lane(ctx, tv, ctx.const(0))
+    vector = kir.Store(copy.buffer, copy.index,
+                       kir.Load(source.buffer, source.index, source.access, width),
+                       copy.access, width=width)
+    ctx.store_info[vector] = ctx.store_info.pop(copy)
+    return vector
+
+
 def ldmatrix(ctx, tv):
     """ldmatrix of one operand fragment of tv from the shared tile it caches."""
     num, trans, lane_index = fragments.ldmatrix_plan(ctx, tv)
@@ -270,6 +344,8 @@ def lower_part(ctx, part):
     index = ctx.root_indices(tv)
     if role == "compute" and is_async_copy(tv):
         return async_copy(ctx, tv, index)
+    if role == "compute" and vector_copy_width(tv):
+        return vector_copy(ctx, tv, vector_copy_width(tv))
     if role == "compute":
         return store(ctx, tv, pointwise_value(ctx, expr, index), index, role)
     acc = ctx.accumulators[tv]

@@ -1,0 +1,257 @@
+"""Vectorized copies: a copy between global and shared memory whose innermost axis is
+vectorized becomes one vector load and store (kir Store/Load of width > 1), once lowering
+has proved both sides contiguous and aligned (lowering.passes.indexing.vector_copy, with
+the lane-aware folds of lowering.arith). Covered here: the folds, the lowering and its
+refusal, the CUDA emission and its checks, the interpreter (values, alignment), the
+executable's run-time check of global arrays, the bank-conflict report, and the matmul
+epilogue that motivated it (16-byte rows from the shared tile to the output)."""
+
+import numpy as np
+import pytest
+
+import codegen
+import fuserir
+from codegen.cuda import CodegenError, emit_cuda
+from codegen.interp import InterpError, run_kernel
+from fuserir.errors import FuserirError, ScheduleError
+from lowering import bank_conflicts, kir
+from lowering.analysis import LoweringContext
+from lowering.arith import Ranges, known_factor
+
+from fuserir.dtypes import DataType
+
+from kir_examples import add, binop, const, finish, launch, mul, tensor, tid
+
+I32, F32 = DataType.i32, DataType.f32
+
+# global x [M, N] f16 -> shared tile, 8 elements (16 bytes) per thread, then computed on
+GLOBAL_TO_SHARED = """
+fusion f(x: f16[M, N]) {
+  y = cast(x, f32) * 2
+  output y
+}
+schedule f {
+  xs = x.cache_after(shared)
+  y.split(1, 128)
+  y.parallelize(0, BIDx)
+  y.parallelize(2, TIDx)
+  xs.compute_at(y, 2)
+  xs.split(2, 8)
+  xs.parallelize(2, TIDx)
+  xs.vectorize(3)
+}
+"""
+
+# computed into a shared tile, then stored to the global output 4 f32 (16 bytes) at a time
+SHARED_TO_GLOBAL = """
+fusion g(x: f32[M, N]) {
+  y = x * 2
+  output y
+}
+schedule g {
+  ys = y.cache_before(shared)
+  y.split(1, 4)
+  y.split(1, 32)
+  y.parallelize(0, BIDx)
+  y.parallelize(2, TIDx)
+  y.vectorize(3)
+  ys.compute_at(y, 1)
+}
+"""
+
+# the shared tile is laid out column-major: 4 consecutive columns are M elements apart
+NOT_CONTIGUOUS = """
+fusion g(x: f32[M, N]) {
+  y = x * 2
+  output y
+}
+schedule g {
+  ys = y.cache_before(shared)
+  y.split(1, 4)
+  y.vectorize(2)
+  ys.reorder({0: 1, 1: 0})
+  ys.compute_at(y, 0)
+}
+"""
+
+
+def vector_stores(kernel):
+    return [s for s in kir.walk(kernel.body) if isinstance(s, kir.Store) and s.width > 1]
+
+
+# -- the folds that keep a vector's lane out of divisions ------------------------------------
+
+def ctx_with(**ranges):
+    ctx = LoweringContext.__new__(LoweringContext)
+    ctx.index_dtype, ctx.ranges = I32, Ranges()
+    names = {}
+    for name, (lo, hi) in ranges.items():
+        names[name] = kir.Var(name, I32)
+        ctx.ranges.vars[id(names[name])] = (lo, hi)
+    return ctx, names
+
+
+def test_known_factor():
+    x = kir.Var("x", I32)
+    assert known_factor(mul(x, 8)) == 8
+    assert known_factor(add(mul(x, 8), const(24))) == 8
+    assert known_factor(binop("mod", mul(x, 8), const(12))) == 4
+    assert known_factor(const(0)) == 0 and known_factor(x) == 1
+
+
+def test_lane_is_folded_out_of_splits():
+    ctx, v = ctx_with(x=(0, 1000), lane=(0, 7))
+    x, lane = v["x"], v["lane"]
+    fmt = kir.format_expr
+    # (8x + lane) / 128 == (8x) / 128; (8x + lane) % 128 == (8x) % 128 + lane
+    assert fmt(ctx.binop("div", add(mul(x, 8), lane), const(128))) == "((x * 8) / 128)"
+    assert fmt(ctx.binop("mod", add(mul(x, 8), lane), const(128))) == \
+        "(((x * 8) % 128) + lane)"
+    # nested: ((8x % 128) + lane) / 64 == (8x % 128) / 64
+    inner = ctx.binop("mod", add(mul(x, 8), lane), const(128))
+    assert fmt(ctx.binop("div", inner, const(64))) == "(((x * 8) % 128) / 64)"
+    # not when the small part can reach the next multiple: (8x + lane) with lane < 9
+    ctx2, v2 = ctx_with(x=(0, 1000), lane=(0, 8))
+    e = ctx2.binop("div", add(mul(v2["x"], 8), v2["lane"]), const(128))
+    assert "lane" in fmt(e)
+
+
+def test_folds_agree_with_c_arithmetic():
+    ctx, v = ctx_with(x=(0, 1000), lane=(0, 7))
+    for op, d in (("div", 128), ("mod", 128), ("div", 8), ("mod", 64), ("div", 24)):
+        e = ctx.binop(op, add(mul(v["x"], 8), v["lane"]), const(d))
+        for x in range(0, 300, 7):
+            for lane in range(8):
+                value = kir.evaluate_scalar(kir.substitute(e, {id(v["x"]): const(x),
+                                                               id(v["lane"]): const(lane)}))
+                want = (8 * x + lane) // d if op == "div" else (8 * x + lane) % d
+                assert value == want, (op, d, x, lane)
+
+
+# -- lowering --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, shape, nbytes", [(GLOBAL_TO_SHARED, (3, 256), 16),
+                                                 (SHARED_TO_GLOBAL, (5, 256), 16)])
+def test_vectorized_copies_lower_to_one_vector_access_and_run(text, shape, nbytes, rng):
+    fusion = fuserir.parse(text)
+    exe = codegen.compile(fusion, backend="interp")
+    [copy] = vector_stores(exe.kernels[0].kir)
+    assert copy.width * copy.buffer.dtype.itemsize == nbytes
+    assert isinstance(copy.value, kir.Load) and copy.value.width == copy.width
+    # the element loop is gone: the copy's own vector axis is no loop variable
+    assert f" x{copy.width}]" in kir.format_stmt(copy)
+    x = rng.integers(-5, 5, shape).astype(fusion.inputs[0].dtype.numpy)
+    out = exe.run({"x": x})
+    ref = fuserir.evaluate(fusion, {"x": x})
+    assert all(np.array_equal(out[k], ref[k]) for k in ref)
+    source = emit_cuda(exe.kernels[0].kir)
+    assert "*reinterpret_cast<u32x4*>(&" in source and "u32x4 {" in source
+
+
+def test_a_copy_not_contiguous_in_its_producer_is_refused():
+    with pytest.raises(ScheduleError) as refused:
+        codegen.compile(fuserir.parse(NOT_CONTIGUOUS), backend="interp")
+    assert str(refused.value).startswith(
+        "vectorize: y copies 4 elements at a time from ys, but lowering cannot prove them "
+        "consecutive and 4-aligned in both (ys[")
+    assert "vectorize an axis that is contiguous in the producer's layout too" in \
+        str(refused.value)
+
+
+def test_outputs_stored_by_vectors_are_checked_before_the_launch(rng):
+    exe = codegen.compile(fuserir.parse(SHARED_TO_GLOBAL), backend="interp")
+    with pytest.raises(FuserirError) as refused:
+        exe.run({"x": rng.integers(-5, 5, (5, 250)).astype(np.float32)})
+    assert str(refused.value) == (
+        "output y: the kernel stores it 16 bytes (4 elements) at a time in a vectorized "
+        "copy, so its last axis must be contiguous with a length that is a multiple of 4, "
+        "and every row must start 16-byte aligned; got shape (5, 250), strides (1000, 4) "
+        "bytes")
+
+
+def test_inputs_loaded_by_vectors_are_checked(rng):
+    exe = codegen.compile(fuserir.parse(GLOBAL_TO_SHARED), backend="interp")
+    with pytest.raises(FuserirError, match="input x: the kernel loads it 16 bytes \\(8 "
+                                           "elements\\) at a time in a vectorized copy"):
+        exe.run({"x": np.zeros((3, 512), np.float16)[:, ::2]})
+
+
+def test_matmul_with_an_unaligned_output_row_falls_back_when_automatic(rng):
+    text = """fusion mm(A: f16[M, K], B: f16[N, K]) {
+  acc = matmul(A, B, layout=TN)
+  out = cast(acc, f16)
+  output out
+}"""
+    a = rng.integers(-2, 3, (64, 32)).astype(np.float16)
+    b = rng.integers(-2, 3, (60, 32)).astype(np.float16)     # N = 60: rows of 120 bytes
+    want = (a.astype(np.float32) @ b.astype(np.float32).T).astype(np.float16)
+    out = codegen.compile(fuserir.parse(text), backend="interp").run({"A": a, "B": b})
+    assert np.array_equal(out["out"], want)
+
+
+# -- the matmul epilogue ---------------------------------------------------------------------
+
+def test_matmul_epilogue_stores_16_byte_rows_without_bank_conflicts():
+    from fuserir.scheduler import MatmulParams, schedule_matmul
+    fusion = fuserir.parse(open("examples/splitk_matmul.fz").read().split("schedule")[0])
+    schedule_matmul(fusion, MatmulParams(cta_tile=(256, 128, 32), warp_tile=(64, 64, 32),
+                                         stages=3, splitk_factor=5, use_smem_epilogue=True,
+                                         promote_prologue_smem_reuse=True))
+    kernel = codegen.compile(fusion, backend="interp").kernels[0].kir
+    [copy] = vector_stores(kernel)
+    assert (copy.buffer.name, copy.value.buffer.name, copy.width) == ("out", "out_cache", 8)
+    scalars = {"M": 256, "N": 128, "K": 416, "splitk": 5}
+    reports = bank_conflicts.report(kernel, scalars)
+    read = next(r for r in reports if r.stmt is copy)
+    # only the last split runs the epilogue: examined in the grid's last block
+    assert (read.width, read.worst) == (16, 1)
+    assert read.notes == ["examined in block (0, 0, 4): no lane is active in the first "
+                          "block"]
+    assert all(r.worst == 1 for r in reports), [(r.label, r.worst) for r in reports]
+
+
+# -- backends on hand-built kernels ----------------------------------------------------------
+
+def vector_copy_kernel(shift=0, width=4, value_width=None):
+    """y[t*width + shift ..] = x[t*width + shift ..] for 32 threads, `width` f32 at once."""
+    x, y = tensor("x", F32, [const(256)]), tensor("y", F32, [const(256)], is_output=True)
+    index = add(mul(tid(), width), shift)
+    body = [kir.Store(y.buffer, index, kir.Load(x.buffer, index, None,
+                                                value_width or width), width=width)]
+    return finish(kir.Kernel("vcopy", [x, y], [], body, launch((const(1),), (const(32),))))
+
+
+def test_interpreter_runs_vector_copies_and_refuses_misaligned_ones():
+    x = np.arange(256, dtype=np.float32)
+    y = np.zeros(256, np.float32)
+    run_kernel(vector_copy_kernel(), {"x": x, "y": y})
+    assert np.array_equal(y[:128], x[:128]) and not y[128:].any()
+    with pytest.raises(InterpError, match=r"vector access x\[2\] of thread .* is not "
+                                          r"aligned to 4 elements \(16 bytes\)"):
+        run_kernel(vector_copy_kernel(shift=2), {"x": x, "y": y})
+
+
+def test_cuda_emitter_refuses_vector_stores_it_cannot_emit():
+    with pytest.raises(CodegenError, match="a vector store of 4 elements to y must store a "
+                                           "load of 4 elements"):
+        emit_cuda(vector_copy_kernel(value_width=1))
+    with pytest.raises(CodegenError, match="a vector store moves 4, 8 or 16 bytes, got 3 x "
+                                           "f32"):
+        emit_cuda(vector_copy_kernel(width=3))
+    with pytest.raises(CodegenError, match=r"vector access y\[2\] is not aligned to 4 "
+                                           "elements"):
+        k = vector_copy_kernel()
+        k.body[0].index = const(2)
+        emit_cuda(k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("text, shape", [(GLOBAL_TO_SHARED, (3, 256)),
+                                         (SHARED_TO_GLOBAL, (5, 256))])
+def test_vectorized_copies_on_the_gpu(text, shape, rng):
+    import cupy
+    fusion = fuserir.parse(text)
+    x = rng.integers(-5, 5, shape).astype(fusion.inputs[0].dtype.numpy)
+    out = codegen.compile(fusion, backend="cuda").run({"x": cupy.asarray(x)})
+    ref = fuserir.evaluate(fusion, {"x": x})
+    assert all(np.array_equal(cupy.asnumpy(out[k]), ref[k]) for k in ref)
