@@ -47,6 +47,11 @@ access across them. The emitter checks what it can see (memories, dtypes, sizes,
 for 16 bytes, constant alignment and fragment bounds); contiguity and alignment of a copy's
 global source are the lowering's to guarantee.
 
+Vector copies (a Store of width w > 1 whose value is a Load of width w, 4, 8 or 16 bytes)
+are one load and one store of an aligned word type (`unsigned int`, u32x2, u32x4) through
+reinterpret_cast: lowering proved both sides contiguous and aligned, the executable
+checks the global arrays' strides and alignment before the launch.
+
 Grid synchronization (split-K turnstiles, DESIGN.md section 5): Fence is
 `__threadfence()`; SemWait spins on `ld.acquire.gpu.global.b32` of its i32 global cell
 until it reads the value; SemRelease is `__threadfence()` then

@@ -16,9 +16,10 @@ with the operands staged global -> shared (cp.async, circular-buffered over the 
 loop, XOR-swizzled) -> registers (ldmatrix), the epilogue's pointwise ops on the
 accumulator's registers, and the output stored from registers or staged through shared
 memory (optionally reusing the operand bytes) and stored by rows of 16 bytes (a
-vectorized axis; codegen still emits it as one store per element). Split-K is serial
-(a turnstile across the CTAs of a tile) or two kernels (f32 partials, then their sum with
-the epilogue). `matmul_heuristic` chooses the parameters from the sizes.
+vectorized copy: one 16-byte load and store per thread and row). Split-K is serial (a
+turnstile across the CTAs of a tile) or two kernels (f32 partials, then their sum by 32 x
+16 threads per 32 outputs and the epilogue). `matmul_heuristic` chooses the parameters
+from the sizes.
 """
 
 from dataclasses import dataclass, fields
