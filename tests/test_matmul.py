@@ -287,21 +287,22 @@ def test_gpu_seed_size_fresh_inputs_and_bitwise_repeatable():
 from fuserir.scheduler.matmul import matmul_heuristic, splitk_for  # noqa: E402
 
 
-@pytest.mark.parametrize("size, tile, splitk", [
-    ((1024, 2048, 4096), (128, 128, 32), 1),       # 128 tiles: nearly fills 132 SMs
-    ((4096, 4096, 4096), (256, 128, 32), 1),       # 512 tiles even at 256x128
-    ((1024, 1024, 4096), (128, 128, 32), 2),       # 64 tiles: split to fill the SMs
-    ((128, 128, 262144), (128, 128, 32), 132),     # one tile, K long: one split per SM
-    ((136, 184, 175704), (128, 128, 32), 33),      # 4 tiles
-    ((128, 128, 1024), (128, 128, 32), 4),         # 32 K tiles: at least 8 per split
+@pytest.mark.parametrize("size, tile, splitk, stages", [
+    ((1024, 2048, 4096), (256, 128, 32), 2, 4),    # 64 wide tiles x 2 splits: 128 CTAs
+    ((4096, 4096, 4096), (256, 128, 32), 1, 4),    # 512 tiles even at 256x128
+    ((1024, 1024, 4096), (256, 128, 32), 4, 4),    # 32 wide tiles x 4 splits
+    ((128, 128, 262144), (128, 128, 32), 132, 4),  # one tile, K long: one split per SM
+    ((136, 184, 175704), (128, 128, 32), 66, 6),   # 4 tiles, 83 K tiles per split: 2/SM
+    ((128, 128, 1024), (128, 128, 32), 4, 4),      # 32 K tiles: at least 8 per split
+    ((256, 128, 416), (128, 128, 32), 1, 4),       # one wide tile would idle 131 SMs
 ])
-def test_heuristic_fills_the_sms_and_keeps_8_k_tiles_per_split(size, tile, splitk):
+def test_heuristic_fills_the_sms_and_keeps_8_k_tiles_per_split(size, tile, splitk, stages):
     p = matmul_heuristic(*size)
-    assert (p.cta_tile, p.splitk_factor) == (tile, splitk)
+    assert (p.cta_tile, p.splitk_factor, p.stages) == (tile, splitk, stages)
     assert splitk_for(*size, p.cta_tile) == splitk
     serial = splitk <= 8           # long chains of serial splits become two kernels
     assert p.splitk_mode == ("serial" if serial else "two_kernel")
-    assert p.stages == 4 and p.use_smem_epilogue == p.promote_prologue_smem_reuse == serial
+    assert p.use_smem_epilogue == p.promote_prologue_smem_reuse == serial
 
 
 def test_heuristic_fits_the_device_shared_memory():

@@ -377,26 +377,45 @@ def _k_tiles_per_split(k, tk, splitk):
 
 
 def splitk_for(m, n, k, cta_tile, sms=H200_SMS):
-    """The serial split-K factor for these sizes and tiles: when the output tiles under-fill
-    the SMs, as many splits as fill them, keeping at least 8 K tiles per split."""
+    """The split-K factor for these sizes and tiles: when the output tiles under-fill the
+    SMs, as many splits as fill them, keeping at least 8 K tiles per split. Where that
+    takes more splits than a serial turnstile should chain (a two-kernel split-K) and
+    every split would still get 64 K tiles, twice as many: two CTAs per SM, twice the
+    warps to hide memory latency (136x184x175704: 98.8 -> 83.1 us on the H200; at
+    128x128x262144 a split would get 31 K tiles, and 264 splits measured slower than 132,
+    docs/perf.md)."""
     tm, tn, tk = cta_tile
     tiles = -(-m // tm) * -(-n // tn)
     if tiles >= sms:
         return 1
-    return max(1, min(sms // tiles, -(-k // tk) // 8))
+    k_tiles = -(-k // tk)
+    splits = min(sms // tiles, k_tiles // 8)
+    if splits > TWO_KERNEL_SPLITS and k_tiles // (2 * (sms // tiles)) >= 64:
+        splits = 2 * (sms // tiles)
+    return max(1, splits)
+
+
+def _ctas_per_sm(m, n, splitk, cta_tile, sms):
+    """CTAs each SM runs at once in the heuristic's plan: 2 for the doubled splits of
+    splitk_for, else 1 (a grid of more output tiles than SMs runs in waves)."""
+    tiles = -(-m // cta_tile[0]) * -(-n // cta_tile[1])
+    return 2 if tiles < sms < tiles * splitk else 1
 
 
 def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=None):
     """MatmulParams for an M x N x K matmul (any layout; dtypes: the operands' and
     optionally the output's):
 
-    * CTA tile 256x128 (8 warps of 64x64) when that still gives every SM a tile, else
-      128x128 (4 warps); K tile 32, instruction tile 16x8x16;
+    * CTA tile 256x128 (8 warps of 64x64) when M holds one and those tiles, split along
+      K, keep 90% of the SMs busy, else 128x128 (4 warps); K tile 32, instruction tile
+      16x8x16;
     * split-K when the output tiles under-fill the SMs and K is long: as many splits as
-      fill the SMs, keeping at least 8 K tiles per split; serial up to 8 splits, two
-      kernels beyond;
-    * the most stages (up to 4) whose operand buffers fit the device's shared memory,
-      and the output staged through shared memory that reuses the operand bytes.
+      fill the SMs, keeping at least 8 K tiles per split (twice as many, two CTAs per SM,
+      where they are many and long: splitk_for); serial up to 8 splits, two kernels
+      beyond;
+    * the most stages (up to 4; 6 at two CTAs per SM) whose operand buffers fit the
+      device's shared memory, and the output staged through shared memory that reuses
+      the operand bytes.
 
     `device`: {"sms": int, "shared_limit": bytes, "cc": (major, minor)} (the H200 when
     None). Raises ScheduleError below sm_80 (no mma.sync m16n8k16 / cp.async)."""
@@ -421,13 +440,23 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
         raise ScheduleError(f"matmul_heuristic: output {dtypes[2]}: tensor cores produce "
                             "f32, cast to f16, bf16 or f32")
     tk = 32
-    tm, tn = (256, 128) if -(-m // 256) * -(-n // 128) >= sms else (128, 128)
+    # 8 warps of 64x64 on a 256x128 tile where M holds a whole tile, those tiles (split
+    # along K) keep 90% of the SMs busy and 3 stages of them fit (1024x2048x4096: 76.2 ->
+    # 61.6 us on the H200); else 4 warps on 128x128.
+    wide = (256, 128, tk)
+    wide_ctas = -(-m // 256) * -(-n // 128) * splitk_for(m, n, k, wide, sms)
+    wide_fits = 3 * (256 + 128) * tk * 2 <= limit
+    tm, tn = (256, 128) if m >= 256 and wide_ctas >= 0.9 * sms and wide_fits else (128, 128)
     splitk = splitk_for(m, n, k, (tm, tn, tk), sms)
     # Many splits make the serial turnstile a long chain of CTAs: sum them in a second
     # kernel instead, where every split's partials are written in parallel.
     mode = "two_kernel" if splitk > TWO_KERNEL_SPLITS else "serial"
     stage_bytes = (tm + tn) * tk * 2
-    stages = next((s for s in (4, 3, 2) if s * stage_bytes <= limit), None)
+    # Up to 4 stages; 6 where two CTAs share an SM (more bytes in flight per CTA).
+    per_sm = _ctas_per_sm(m, n, splitk, (tm, tn, tk), sms)
+    most = 6 if per_sm == 2 else 4
+    stages = next((s for s in range(most, 1, -1) if per_sm * s * stage_bytes <= limit),
+                  None)
     if stages is None:
         raise ScheduleError(f"matmul_heuristic: one pipeline stage needs {stage_bytes} "
                             f"bytes of shared memory, over the limit of {limit}")
