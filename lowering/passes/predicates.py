@@ -5,7 +5,8 @@ Three kinds of guard, none where provably unnecessary:
   past that axis's extent: the last tile of the split. This applies to every split in
   the history, not only splits of root axes: an uneven split of an inner piece makes
   its iterations overlap the next piece's, so that two threads would compute (and write)
-  one element (nvFuser's non-divisible split predicates);
+  one element (nvFuser's non-divisible split predicates). The bound of a split's outer
+  piece is left out where the split's input is bounded too, which implies it;
 * thread extents: an axis bound to a thread/block index whose extent is smaller than the
   launch dimension (one index type bound to different extents in different tensors, or
   blockDim.x rounded up to whole warps for a block reduction);
@@ -55,14 +56,21 @@ def conditions(ctx, info, launch):
     # exactly the ones it needs (its own splits may be replays over a larger loop).
     bounded = ctx.inline_target(tv)
     index = info.root_index if bounded is tv else ctx.root_indices(bounded)
-    for t in history(bounded.loop):
-        split_axis = t.input if isinstance(t, Split) else None
-        if split_axis is None or _divisible(t) or split_axis.is_broadcast:
+    splits = [t for t in history(bounded.loop) if isinstance(t, Split)]
+    bounds = {}
+    for t in splits:
+        split_axis = t.input
+        if _divisible(t) or split_axis.is_broadcast:
             continue
         if split_axis.is_reduction and bounded is tv and role != "accumulate":
             continue     # a reduction's init and final store sit outside its reduction loops
-        cond = ctx.binop("lt", index[split_axis], ctx.extent(split_axis.extent))
-        if all(kir.format_expr(cond) != kir.format_expr(c) for c in conds):
+        bounds[split_axis] = ctx.binop("lt", index[split_axis], ctx.extent(split_axis.extent))
+    # The outer piece's bound is implied by its split input's: index(input) = index(outer)
+    # * extent(inner) + index(inner) >= extent(input) once index(outer) >= extent(outer).
+    implied = {t.outer for t in splits if t.input in bounds}
+    for axis, cond in bounds.items():
+        if axis not in implied and all(kir.format_expr(cond) != kir.format_expr(c)
+                                       for c in conds):
             conds.append(cond)
     bound_here = set()
     if mma_positions(tv):
