@@ -41,7 +41,7 @@ def _private_cache(tmp_path, monkeypatch):
 class FakeArray:
     """What launch() and run() read of a cupy.ndarray: shape, strides, dtype, address."""
 
-    def __init__(self, shape, dtype, strides=None, address=1 << 20):
+    def __init__(self, shape, dtype, strides, address):
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
         self.itemsize = self.dtype.itemsize
@@ -83,6 +83,9 @@ class FakeFunction:
 
 
 class FakeGPU:
+    """CuPy's device side as launch() and run() use it: arrays at distinct 64 KB-aligned
+    addresses, one recording function, the shared-memory opt-ins asked for."""
+
     def __init__(self):
         self.function = FakeFunction()
         self.loads = 0              # full checks: load_function is only asked by them
@@ -122,8 +125,8 @@ def gpu(monkeypatch):
 I32 = np.int32
 
 
-def pointwise_args(gpu, m=4, n=8, **changes):
-    return {"x": gpu.array((m, n)), "y": gpu.array((m, n)), "M": m, "N": n, **changes}
+def pointwise_args(gpu, m=4, n=8):
+    return {"x": gpu.array((m, n)), "y": gpu.array((m, n)), "M": m, "N": n}
 
 
 # -- launch() ----------------------------------------------------------------------------------
@@ -326,7 +329,7 @@ def test_run_checks_vector_alignment_of_each_call(rng, binds):
     assert len(binds) == 1
 
 
-def test_cuda_run_checks_each_signature_once_and_allocates_each_call(rng, gpu, binds):
+def test_cuda_run_checks_each_signature_once_and_allocates_each_call(gpu, binds):
     exe = codegen.compile(fuserir.parse(BIAS_RELU), backend="cuda")
     outputs = []
     for m, n in [(3, 300), (3, 300), (5, 130)]:
@@ -420,3 +423,17 @@ def test_run_with_changing_signatures_on_gpu(rng):
     vectors.run({"x": x[:, :256]})
     with pytest.raises(FuserirError, match="input x: the kernel copies it 16 bytes"):
         vectors.run({"x": x[:, 1:257]})            # the same shape, strides and dtype
+
+
+@pytest.mark.gpu
+def test_run_with_torch_tensors_of_changing_strides_on_gpu(rng):
+    torch = pytest.importorskip("torch")
+    fusion = fuserir.parse(BIAS_RELU)
+    exe = codegen.compile(fusion, backend="cuda")
+    for transposed in (False, False, True):
+        data = bias_relu_inputs(rng)
+        x = (torch.from_numpy(data["x"].T.copy()).cuda().t() if transposed
+             else torch.from_numpy(data["x"]).cuda())
+        got = exe.run({"x": x, "b": torch.from_numpy(data["b"]).cuda()})["y"]
+        assert isinstance(got, torch.Tensor)
+        np.testing.assert_array_equal(got.cpu().numpy(), fuserir.evaluate(fusion, data)["y"])
