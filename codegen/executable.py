@@ -34,7 +34,8 @@ checked launch (codegen.launch.bind). A later run() with that signature builds t
 signature, converts its inputs for the backend, allocates fresh outputs and launches:
 any change of shape, stride, dtype, type or scalar value goes the full way again, with
 the same checks and errors. (An automatic schedule's run-time scalars are functions of
-the sizes, so they are kept with them.) Up to codegen.launch.SIGNATURES_KEPT signatures
+the sizes, so they are kept with them.) Inputs it cannot describe so (a memoryview, a
+list) are checked in full on every call. Up to codegen.launch.SIGNATURES_KEPT signatures
 are kept per Executable.
 """
 
