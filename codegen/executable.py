@@ -22,11 +22,27 @@ switches to 64-bit index kernels when a tensor is too large for 32-bit indices a
 segmented plan when a row does not fit the device's shared memory, and launches: on the
 GPU through CuPy (on torch's current stream when given torch tensors, which it returns),
 or in the interpreter (which raises RaceError for any hazard it observes).
+
+What run() does once. Its checks and choices depend on the inputs only through their
+signature (each name with a scalar's type and value, or an array's type, shape, strides
+and dtype; the device; poison) and, for the choice of plan, the input arrays' addresses
+modulo 16 (the alignment the vector copies need). The first run() of a signature binds
+and checks the inputs against the fusion and keeps the sizes and run-time scalars
+(_BoundInputs); the first run of a plan for it keeps, per step, the kernel chosen, how
+each output is allocated (shape, dtype, layout) and the scalars, and on the GPU the
+checked launch (codegen.launch.bind). A later run() with that signature builds the
+signature, converts its inputs for the backend, allocates fresh outputs and launches:
+any change of shape, stride, dtype, type or scalar value goes the full way again, with
+the same checks and errors. (An automatic schedule's run-time scalars are functions of
+the sizes, so they are kept with them.) Inputs it cannot describe so (a memoryview, a
+list) are checked in full on every call. Up to codegen.launch.SIGNATURES_KEPT signatures
+are kept per Executable.
 """
 
 import collections
+import contextlib
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,6 +55,8 @@ from lowering import kir
 from lowering.pipeline import lower
 
 from .cuda import emit_cuda
+from .launch import (BoundLaunch, WorkspacePool, bind, cupy_module, cupy_zeros,
+                     current_device, device_shared_limit, launch_config, remember)
 
 BACKENDS = ("cuda", "interp")
 
@@ -82,6 +100,55 @@ class Step:
     vectors: dict = None         # globals accessed by vectors: {name: bytes}
 
 
+@dataclass
+class _BoundInputs:
+    """What run() keeps for one signature of inputs (see _signature), checked once: the
+    size symbols and run-time scalars, the names of the input arrays, whether they are
+    torch tensors, whether outputs are poisoned, and the step plans by the input
+    addresses modulo VECTOR_ALIGNMENT."""
+
+    env: dict
+    arrays: tuple
+    torch_inputs: bool
+    poison: bool
+    plans: dict = field(default_factory=dict)    # addresses mod 16 -> [_PlannedStep]
+
+
+@dataclass
+class _PlannedStep:
+    """One step of a run() plan and what its first run fixed: the kernel (32- or 64-bit
+    indices), [(name, _Allocation)] of what it writes, its scalar arguments, and on the GPU
+    the codegen.launch.BoundLaunch of its first launch (made with launch()'s checks)."""
+
+    step: Step
+    kernel: CompiledKernel = None
+    outputs: list = None
+    scalars: dict = None
+    launch: BoundLaunch = None
+
+
+@dataclass(frozen=True)
+class _Allocation:
+    """A fresh output or intermediate: `stored` extents in memory order, `back` the
+    transpose to the tensor's axis order (None: the same), the array's numpy dtype (bf16 on
+    the GPU as uint16 bits), the poison `fill` (None: left unwritten, GPU only)."""
+
+    on_gpu: bool
+    stored: tuple
+    back: tuple
+    dtype: object
+    fill: object
+
+    def new(self):
+        if not self.on_gpu:
+            array = np.full(self.stored, self.fill, dtype=self.dtype)
+        elif self.fill is None:
+            array = cupy_module().empty(self.stored, dtype=self.dtype)
+        else:
+            array = cupy_module().full(self.stored, self.fill, dtype=self.dtype)
+        return array if self.back is None else array.transpose(self.back)
+
+
 class Executable:
     def __init__(self, fusion, backend, options, plan, automatic=False, built=None):
         self.fusion = fusion
@@ -90,6 +157,7 @@ class Executable:
         self._plan = plan            # (persistent: bool) -> [Step]; see compile()
         self._steps = {} if built is None else built   # persistent -> [Step]
         self._workspaces = None      # WorkspacePool of the kernels' workspaces
+        self._bound_inputs = {}      # (device, poison, input signature) -> _BoundInputs
         self.automatic = automatic   # scheduled by fuserir.scheduler.auto (several plans)
         self.steps = self._steps_for(True)
 
@@ -122,25 +190,61 @@ class Executable:
         (or an integer sentinel) first, so that an unwritten element shows: always in the
         interpreter; on the GPU it costs a write of every output, so ask for it."""
         poison = self.backend == "interp" if poison is None else poison
-        given, env = self._bind(inputs)
-        for step in self.steps:
-            # run-time scalars an automatic schedule chooses from the sizes (the split-K
-            # factor of a matmul), unless the caller gives them
-            for name, rule in getattr(step.fusion, "run_scalars", {}).items():
-                env.setdefault(name, rule(env))
-            for p in step.kernel.kir.scalar_params:
-                if p.var.name not in env:
-                    raise EvaluationError(f"kernel {step.kernel.name} needs a value for "
-                                          f"'{p.var.name}'; pass it in the inputs")
+        bound = self._bound(inputs, poison)
         if blocks is not None and self.backend != "interp":
             raise FuserirError("run(blocks=...) selects blocks in the interpreter only")
         if blocks is not None:
             blocks = [tuple(b) + (0,) * (3 - len(b)) for b in blocks]
+        values = self.prepare_inputs({name: inputs[name] for name in bound.arrays})
+        alignment = tuple([_address(values[name]) % VECTOR_ALIGNMENT
+                           for name in bound.arrays])
+        steps = bound.plans.get(alignment)
+        if steps is None:
+            steps = remember(bound.plans, alignment, self._step_runs(bound, values))
+        with _stream(bound.torch_inputs and self.backend == "cuda"):
+            for planned in steps:
+                if planned.kernel is None:      # the plan's first run
+                    self._prepare(planned, bound, values)
+                values.update((name, allocation.new()) for name, allocation in planned.outputs)
+                self._launch(planned, values, blocks)
+        results = {t.name: values[t.name] for t in self.fusion.outputs}
+        if bound.torch_inputs:
+            results = {t.name: _to_torch(results[t.name], t.dtype) for t in self.fusion.outputs}
+        return results
+
+    def _bound(self, inputs, poison):
+        """The _BoundInputs of `inputs`' signature, checking them in full when new."""
+        device = current_device() if self.backend == "cuda" else None
+        try:
+            key = (device, poison, _signature(inputs))
+            bound = self._bound_inputs.get(key)
+        except (AttributeError, TypeError):     # not a scalar or array it knows: no key
+            key = bound = None
+        if bound is None:
+            given, env = self._bind(inputs)
+            for step in self.steps:
+                # run-time scalars an automatic schedule chooses from the sizes (the
+                # split-K factor of a matmul), unless the caller gives them
+                for name, rule in getattr(step.fusion, "run_scalars", {}).items():
+                    env.setdefault(name, rule(env))
+                for p in step.kernel.kir.scalar_params:
+                    if p.var.name not in env:
+                        raise EvaluationError(f"kernel {step.kernel.name} needs a value for "
+                                              f"'{p.var.name}'; pass it in the inputs")
+            torch_inputs = any(type(v).__module__.startswith("torch") for v in given.values())
+            bound = _BoundInputs(env, tuple(given), torch_inputs, poison)
+            if key is not None:
+                remember(self._bound_inputs, key, bound)
+        return bound
+
+    def _step_runs(self, bound, values):
+        """The plan for inputs of `bound`'s signature at the addresses of `values` (modulo
+        VECTOR_ALIGNMENT): the steps whose rows fit the device's shared memory and whose
+        vector copies fit the inputs, each to be prepared at its first run."""
+        env = bound.env
         steps = self.steps
         if self.backend == "cuda" and not self._fits_shared_memory(steps, env):
             steps = self._steps_for(False)     # a row does not fit: segment the fusion
-        torch_inputs = any(type(v).__module__.startswith("torch") for v in given.values())
-        values = self.prepare_inputs(given)
         try:
             for step in steps:
                 _check_vector_copies(step, values, env)
@@ -152,47 +256,52 @@ class Executable:
             steps = self._steps_for(False)
             for step in steps:
                 _check_vector_copies(step, values, env)
-        final = {t.name for t in self.fusion.outputs}
-        with _stream(torch_inputs and self.backend == "cuda"):
-            for step in steps:
-                kernel = self._kernel_for(step, env, values)
-                outputs = {t.name: self.allocate(t, env, poison,
-                                                 intermediate=t.name not in final)
-                           for t in step.fusion.outputs}
-                args = {**{n: values[n] for n in step.inputs}, **outputs,
-                        **_scalars(kernel, env), **self._workspaces_for(kernel, env)}
-                if self.backend == "interp":
-                    from .interp import run_kernel
-                    try:
-                        run_kernel(kernel.kir, args, blocks=blocks)
-                    except FuserirError:
-                        if self._workspaces is not None:   # semaphores may be left set
-                            self._workspaces.forget(kernel.kir)
-                        raise
-                else:
-                    from .launch import launch
-                    launch(kernel.kir, kernel.cubin, args)
-                values.update(outputs)
-        results = {t.name: values[t.name] for t in self.fusion.outputs}
-        if torch_inputs:
-            results = {t.name: _to_torch(results[t.name], t.dtype) for t in self.fusion.outputs}
-        return results
+        return [_PlannedStep(step) for step in steps]
 
-    def _workspaces_for(self, kernel, env):
-        """{name: array} of the kernel's workspaces, kept across run() calls (see
+    def _prepare(self, planned, bound, values):
+        """Choose the kernel of one step of a plan (32- or 64-bit indices, from the spans of
+        the arrays in `values`: its inputs and what earlier steps made), and how its
+        outputs are allocated and its scalars passed."""
+        kernel = self._kernel_for(planned.step, bound.env, values)
+        final = {t.name for t in self.fusion.outputs}
+        planned.outputs = [(t.name, self._allocation(t, bound.env, bound.poison,
+                                                     intermediate=t.name not in final))
+                           for t in planned.step.fusion.outputs]
+        planned.scalars = _scalars(kernel, bound.env)
+        planned.kernel = kernel
+
+    def _launch(self, planned, values, blocks):
+        """Run one step on `values` (which hold its inputs and its fresh outputs)."""
+        workspaces = self._workspaces_for(planned)
+        if self.backend == "interp":
+            from .interp import run_kernel
+            try:
+                run_kernel(planned.kernel.kir, _step_args(planned, values, workspaces),
+                           blocks=blocks)
+            except FuserirError:
+                if self._workspaces is not None:   # semaphores may be left set
+                    self._workspaces.forget(planned.kernel.kir)
+                raise
+            return
+        if planned.launch is None:      # the plan's first launch: every check of launch()
+            planned.launch = bind(planned.kernel.kir, planned.kernel.cubin,
+                                  _step_args(planned, values, workspaces))
+        planned.launch([values[name] for name in planned.launch.tensor_names],
+                       [workspaces[name] for name in planned.launch.workspace_names])
+
+    def _workspaces_for(self, planned):
+        """{name: array} of the step's kernel's workspaces, kept across run() calls (see
         codegen.launch.WorkspacePool): a semaphore workspace is zeroed once, when it is
         allocated, since the kernel leaves it zero."""
-        if not kernel.kir.workspaces:
+        if not planned.kernel.kir.workspaces:
             return {}
-        from .launch import WorkspacePool, cupy_zeros
         if self._workspaces is None:
             zeros = ((lambda n, dtype: np.zeros(n, dtype=dtype.numpy))
                      if self.backend == "interp" else cupy_zeros)
             self._workspaces = WorkspacePool(zeros)
-        return self._workspaces.arrays(kernel.kir, _scalars(kernel, env))
+        return self._workspaces.arrays(planned.kernel.kir, planned.scalars)
 
     def _fits_shared_memory(self, steps, env):
-        from .launch import device_shared_limit, launch_config
         limit = device_shared_limit()
         return all(launch_config(s.kernel.kir, _scalars(s.kernel, env))[2] <= limit
                    for s in steps)
@@ -222,21 +331,24 @@ class Executable:
         out with those pieces outermost: [splitk, M, N] in memory for a [M, N, splitk]
         tensor, so that each split's writes and the final sum's reads are contiguous (the
         kernels index through strides, so only the strides change)."""
+        return self._allocation(tv, env, poison, intermediate).new()
+
+    def _allocation(self, tv, env, poison, intermediate):
+        """How allocate() makes `tv`'s array (see there)."""
         shape = [ext.evaluate(e, env) for e in tv.shape]
         order = list(range(len(shape)))
         if intermediate:
             pieces = [i for i, a in enumerate(tv.shape_axes) if a not in tv.root]
             order = pieces + [i for i in order if i not in pieces]
-        stored = [shape[i] for i in order]
-        back = [order.index(i) for i in range(len(shape))]
+        stored = tuple(shape[i] for i in order)
+        back = tuple(order.index(i) for i in range(len(shape)))
+        back = None if back == tuple(range(len(shape))) else back
         if self.backend == "interp":
-            return np.full(stored, _poison(tv.dtype), dtype=tv.dtype.numpy).transpose(back)
-        import cupy
-        host_dtype = np.uint16 if tv.dtype is DataType.bf16 else tv.dtype.numpy
-        if not poison:
-            return cupy.empty(stored, dtype=host_dtype).transpose(back)
-        fill = np.array(_poison(tv.dtype), dtype=tv.dtype.numpy).view(host_dtype)
-        return cupy.full(stored, fill, dtype=host_dtype).transpose(back)
+            return _Allocation(False, stored, back, tv.dtype.numpy, _poison(tv.dtype))
+        host_dtype = np.dtype(np.uint16 if tv.dtype is DataType.bf16 else tv.dtype.numpy)
+        fill = (np.array(_poison(tv.dtype), dtype=tv.dtype.numpy).view(host_dtype)
+                if poison else None)
+        return _Allocation(True, stored, back, host_dtype, fill)
 
     def prepare_inputs(self, inputs):
         """Inputs as the backend takes them (device arrays for cuda, host for interp)."""
@@ -249,7 +361,6 @@ class Executable:
 def _stream(on_torch_stream):
     """Launch on torch's current stream when the inputs are torch tensors (so work stays
     ordered with the caller's), else on CuPy's current stream."""
-    import contextlib
     if not on_torch_stream:
         return contextlib.nullcontext()
     import cupy
@@ -270,7 +381,7 @@ def _to_torch(array, dtype):
 def _to_device(array):
     """A CuPy array of the same data (bf16, which CuPy lacks, as its uint16 bits); torch
     tensors are shared through DLPack, not copied."""
-    import cupy
+    cupy = cupy_module()
     if isinstance(array, np.ndarray) and array.dtype == DataType.bf16.numpy:
         array = array.view(np.uint16)
     if type(array).__module__.startswith("torch"):
@@ -315,6 +426,34 @@ def _contiguous_layout(tv, env):
                for i in range(len(shape))]
     return types.SimpleNamespace(shape=shape, dtype=np.dtype(tv.dtype.numpy),
                                  strides=tuple(strides))
+
+
+# The widest cp.async copy (kir.CpAsync copies 4, 8 or 16 bytes): an input's address
+# modulo 16 decides every alignment _check_vector_copies asks of it.
+VECTOR_ALIGNMENT = 16
+
+
+def _signature(inputs):
+    """What run()'s checks and choices read of `inputs`, as a tuple: each name with the
+    type and value of a scalar, or the type, shape, strides and dtype of an array (numpy,
+    CuPy, torch). Anything else raises AttributeError here or TypeError when hashed."""
+    described = []
+    for name, value in inputs.items():
+        kind = type(value)
+        if kind is int or isinstance(value, np.integer):
+            described.append((name, kind, value))
+        elif hasattr(value, "strides"):                 # numpy, CuPy
+            described.append((name, kind, value.shape, value.strides, value.dtype))
+        else:                                           # torch
+            described.append((name, kind, tuple(value.shape), value.stride(), value.dtype))
+    return tuple(described)
+
+
+def _step_args(planned, values, workspaces):
+    """{name: value} of every argument of a _PlannedStep's kernel, as launch() takes them."""
+    return {**{name: values[name] for name in planned.step.inputs},
+            **{name: values[name] for name, _ in planned.outputs},
+            **planned.scalars, **workspaces}
 
 
 def _check_vector_copies(step, values, env):

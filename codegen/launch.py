@@ -1,6 +1,9 @@
-"""Launch a compiled kernel on the GPU through CuPy: the minimal, correct path.
+"""Launch a compiled kernel on the GPU through CuPy, checking its arguments once per
+argument signature.
 
     launch(kernel, cubin, args, stream=None)
+    bound = bind(kernel, cubin, args)          # launch()'s checks, without launching
+    bound(tensors, workspaces, stream=None)    # launch with arrays of that signature
 
 `args` maps each TensorParam's buffer name to a CuPy array and each ScalarParam's name to
 an int. Arguments are passed in the ABI order of codegen.cuda (tensor pointers, then
@@ -18,13 +21,29 @@ not overlap (one stream at a time). codegen.executable keeps its own pool the sa
 
 Grid and block come from kernel.launch evaluated with the scalars
 (lowering.kir.evaluate_scalar, C integer semantics); the dynamic shared memory is
-lowering.kir.shared_bytes, with the function's opt-in limit raised above 48 KB.
+lowering.kir.shared_bytes. Above 48 KB the function's opt-in limit is raised
+(funcSetAttribute) only when a launch needs more than the function was opted in to
+before, so the limit only grows and a later launch needing less leaves it alone.
 
 Checked here: every argument is present, arrays are CuPy arrays of the buffer's dtype (a
 bf16 buffer takes a 2-byte integer array holding the bits, since CuPy has no bfloat16),
 their rank and shape match the kernel's sizes, strides are whole elements and fit the
-index type, extents are positive. The full executor (torch/numpy inputs, allocation of
+index type, extents are positive, workspaces are 1-D, contiguous and large enough, the
+shared memory fits the device. The full executor (torch/numpy inputs, allocation of
 outputs, size classes) lives elsewhere.
+
+What is computed once. All of the above depends on the arguments only through their
+signature: the current device, each scalar's type and value, each array's type, shape,
+strides and dtype, and which workspaces are given. The first launch of a kernel and cubin
+with a signature checks everything (bind) and keeps a BoundLaunch: the CUDA function, the
+launch configuration, and the strides and scalars already converted to kernel arguments.
+A later launch() with the same signature builds the signature tuple, finds the
+BoundLaunch and launches; any difference (a shape, a stride, a dtype, a scalar's value
+or type, an array's type, an argument missing) finds none and goes through the full
+checks, which raise the errors above. Each kernel keeps up to SIGNATURES_KEPT signatures
+(the oldest is forgotten first). Launch sizes, workspace sizes and configurations are
+also kept per kernel and scalar values, loaded modules per device and cubin, and a
+WorkspacePool answers again from what it answered until its arrays change.
 """
 
 import functools
@@ -35,20 +54,44 @@ import numpy as np
 from fuserir.dtypes import DataType
 from lowering import kir
 
-__all__ = ["launch", "load_function", "launch_config", "workspace_sizes", "WorkspacePool"]
+__all__ = ["launch", "bind", "BoundLaunch", "load_function", "launch_config",
+           "workspace_sizes", "WorkspacePool"]
 
 _STATIC_SHARED_LIMIT = 48 * 1024
+SIGNATURES_KEPT = 256   # per kernel: argument signatures whose checks are kept
 _modules = {}       # (device id, sha256 of cubin) -> cupy Module (kept loaded)
 _functions = {}     # (device id, id(cubin), name) -> (cubin, function): no rehash per launch
 _configs = {}       # (id(kernel), scalar values) -> (kernel, (grid, block, shared bytes))
+_opted_in = {}      # CUDA function handle -> dynamic shared bytes its opt-in limit allows
+_launchers = {}     # (id(kernel), id(cubin)) -> _Launcher (which holds both)
+
+
+@functools.cache
+def cupy_module():
+    """CuPy, imported when first needed (compiling and the interpreter need no GPU), once:
+    an import statement costs more than this call on a per-launch path."""
+    import cupy
+    return cupy
+
+
+def current_device():
+    """The id of CuPy's current CUDA device."""
+    return cupy_module().cuda.runtime.getDevice()
+
+
+def remember(cache, key, value):
+    """cache[key] = value, forgetting the oldest entries beyond SIGNATURES_KEPT."""
+    cache[key] = value
+    while len(cache) > SIGNATURES_KEPT:
+        del cache[next(iter(cache))]
+    return value
 
 
 def load_function(cubin, name):
     """The CUDA function `name` of `cubin` (bytes) on the current device, loading the
     module once per device."""
-    import cupy
     from cupy.cuda import function
-    device = cupy.cuda.Device().id
+    device = current_device()
     known = _functions.get((device, id(cubin), name))
     if known is not None and known[0] is cubin:
         return known[1]
@@ -65,21 +108,24 @@ def load_function(cubin, name):
 
 def device_shared_limit():
     """The most shared memory one block of the current device may opt in to (bytes)."""
-    import cupy
-    return _shared_limit(cupy.cuda.Device().id)
+    return _shared_limit(current_device())
 
 
 @functools.lru_cache(maxsize=None)
 def _shared_limit(device):
-    import cupy
-    runtime = cupy.cuda.runtime
+    runtime = cupy_module().cuda.runtime
     return runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, device)
+
+
+def _kernel_key(kernel, scalars):
+    """The key of what is kept per kernel and scalar values."""
+    return id(kernel), tuple(sorted(scalars.items()))
 
 
 def launch_config(kernel, scalars):
     """(grid, block, shared_bytes) of `kernel` for the scalar values `scalars` (computed
     once per kernel and values)."""
-    key = (id(kernel), tuple(sorted(scalars.items())))
+    key = _kernel_key(kernel, scalars)
     known = _configs.get(key)
     if known is not None and known[0] is kernel:
         return known[1]
@@ -114,7 +160,7 @@ _sizes_known = {}    # (id(kernel), scalar values) -> (kernel, (tensor sizes, wo
 
 
 def _sizes(kernel, scalars):
-    key = (id(kernel), tuple(sorted(scalars.items())))
+    key = _kernel_key(kernel, scalars)
     known = _sizes_known.get(key)
     if known is None or known[0] is not kernel:
         tensors = [tuple(kir.evaluate_scalar(e, scalars) for e in p.sizes)
@@ -137,22 +183,32 @@ def _workspace_sizes(kernel, scalars):
 class WorkspacePool:
     """Workspaces kept across launches: one array per (kernel, workspace), made by
     `zeros(elements, DataType)` when first needed and again (larger) when a launch needs
-    more elements than the kept one has. Kernels are held, so ids stay valid."""
+    more elements than the kept one has. Kernels are held, so ids stay valid. The
+    {name: array} answer for a kernel and scalar values is kept until the pool changes,
+    so asking again is one lookup."""
 
     def __init__(self, zeros):
         self._zeros = zeros
         self._arrays = {}       # (id(kernel), buffer name) -> (kernel, array)
+        self._answers = {}      # (id(kernel), scalar values) -> (kernel, {name: array})
 
     def arrays(self, kernel, scalars):
-        """{workspace buffer name: array} for a launch of `kernel` with `scalars`."""
+        """{workspace buffer name: array} for a launch of `kernel` with `scalars` (the
+        same dict while the pool keeps those arrays: do not modify it)."""
+        key = _kernel_key(kernel, scalars)
+        known = self._answers.get(key)
+        if known is not None and known[0] is kernel:
+            return known[1]
         out = {}
         for w, size in workspace_sizes(kernel, scalars):
-            key = (id(kernel), w.buffer.name)
-            known = self._arrays.get(key)
-            if known is None or known[0] is not kernel or len(known[1]) < size:
-                known = self._arrays[key] = (kernel, self._zeros(max(size, 1),
-                                                                 w.buffer.dtype))
-            out[w.buffer.name] = known[1]
+            array_key = (id(kernel), w.buffer.name)
+            kept = self._arrays.get(array_key)
+            if kept is None or kept[0] is not kernel or len(kept[1]) < size:
+                self._answers.clear()       # answers may name the array replaced here
+                kept = self._arrays[array_key] = (kernel, self._zeros(max(size, 1),
+                                                                      w.buffer.dtype))
+            out[w.buffer.name] = kept[1]
+        self._answers[key] = (kernel, out)
         return out
 
     def forget(self, kernel):
@@ -160,16 +216,23 @@ class WorkspacePool:
         semaphores set): the next launch allocates zeros again."""
         for key in [k for k, (kern, _) in self._arrays.items() if kern is kernel]:
             del self._arrays[key]
+        self._answers.clear()
 
 
 def cupy_zeros(elements, dtype):
     """A CuPy array of zeros (bf16 as its uint16 bits: CuPy has no bfloat16)."""
-    import cupy
     host = np.uint16 if dtype is DataType.bf16 else dtype.numpy
-    return cupy.zeros(elements, dtype=host)
+    return cupy_module().zeros(elements, dtype=host)
 
 
 _pools = {}         # device id -> WorkspacePool of launch()'s own workspaces
+
+
+def _pool(device):
+    pool = _pools.get(device)
+    if pool is None:
+        pool = _pools[device] = WorkspacePool(cupy_zeros)
+    return pool
 
 
 def _positive(kernel, what, value):
@@ -179,96 +242,187 @@ def _positive(kernel, what, value):
     return value
 
 
+class BoundLaunch:
+    """A launch of one kernel checked for one argument signature: the function, grid,
+    block and dynamic shared bytes, the strides and scalars as kernel arguments, and the
+    scalar values by name. Calling it launches with `tensors` (in the order of
+    `tensor_names`) and `workspaces` (in the order of `workspace_names`) without checking
+    them: they must have the signature it was bound for."""
+
+    __slots__ = ("func", "grid", "block", "shared", "strides", "scalars", "scalar_values",
+                 "tensor_names", "workspace_names", "pooled")
+
+    def __init__(self, launcher, func, config, strides, scalar_values, pooled):
+        self.func = func
+        self.grid, self.block, self.shared = config
+        self.strides = tuple(strides)
+        index = launcher.kernel.index_dtype.numpy.type
+        self.scalars = tuple(index(scalar_values[name]) for name in launcher.scalar_names)
+        self.scalar_values = scalar_values
+        self.tensor_names = launcher.tensor_names
+        self.workspace_names = launcher.workspace_names
+        self.pooled = pooled      # a workspace not given: launch() takes the pool's
+
+    def __call__(self, tensors, workspaces, stream=None):
+        self.func(self.grid, self.block, (*tensors, *self.strides, *workspaces, *self.scalars),
+                  shared_mem=self.shared, stream=stream)
+
+
+_ABSENT = object()      # a workspace not given in args
+
+
+def _layout(array):
+    return type(array), array.shape, array.strides, array.dtype
+
+
+class _Launcher:
+    """launch()'s state for one kernel and cubin: the argument names in ABI order, and a
+    BoundLaunch per argument signature seen."""
+
+    def __init__(self, kernel, cubin):
+        self.kernel = kernel
+        self.cubin = cubin
+        self.scalar_names = tuple(p.var.name for p in kernel.scalar_params)
+        self.tensor_names = tuple(p.buffer.name for p in kernel.tensor_params)
+        self.workspace_names = tuple(w.buffer.name for w in kernel.workspaces)
+        self.bound = {}         # signature -> BoundLaunch
+
+    def launch(self, args, stream):
+        device = current_device()
+        bound = self.bound_for(args, device)
+        workspaces = [args.get(name, _ABSENT) for name in self.workspace_names]
+        if bound.pooled:
+            kept = _pool(device).arrays(self.kernel, bound.scalar_values)
+            workspaces = [kept[name] if w is _ABSENT else w
+                          for name, w in zip(self.workspace_names, workspaces)]
+        bound([args[name] for name in self.tensor_names], workspaces, stream)
+
+    def bound_for(self, args, device):
+        """The BoundLaunch of `args`' signature, checking `args` in full when new."""
+        try:
+            scalars = tuple([args[name] for name in self.scalar_names])
+            signature = (device, scalars, tuple(map(type, scalars)),
+                         tuple([_layout(args[name]) for name in self.tensor_names]),
+                         tuple([_layout(args[name]) if name in args else None
+                                for name in self.workspace_names]))
+            bound = self.bound.get(signature)
+        except (KeyError, AttributeError, TypeError):     # missing, not an array, unhashable
+            signature = bound = None
+        if bound is None:
+            bound = self._check(args, device)
+            if signature is not None:
+                remember(self.bound, signature, bound)
+        return bound
+
+    def _check(self, args, device):
+        """Every check of launch() on `args`, raising its errors; the BoundLaunch."""
+        cupy = cupy_module()
+        kernel = self.kernel
+        index_np = kernel.index_dtype.numpy
+        limits = np.iinfo(index_np)
+        scalars = {}
+        for p in kernel.scalar_params:
+            name = p.var.name
+            if name not in args:
+                raise ValueError(f"kernel {kernel.name}: missing scalar argument {name!r}")
+            value = args[name]
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"kernel {kernel.name}: scalar {name} must be an int, got "
+                                f"{type(value).__name__}")
+            value = int(value)
+            if not limits.min <= value <= limits.max:
+                raise ValueError(f"kernel {kernel.name}: scalar {name}={value} does not fit "
+                                 f"the index type {kernel.index_dtype}")
+            scalars[name] = value
+
+        strides = []
+        expected = tensor_sizes(kernel, scalars)
+        for p, want_shape in zip(kernel.tensor_params, expected):
+            b = p.buffer
+            if b.name not in args:
+                raise ValueError(f"kernel {kernel.name}: missing tensor argument {b.name!r}")
+            a = args[b.name]
+            if not isinstance(a, cupy.ndarray):
+                raise TypeError(f"kernel {kernel.name}: {b.name} must be a cupy array, got "
+                                f"{type(a).__name__}")
+            if not _dtype_ok(a.dtype, b.dtype):
+                raise TypeError(f"kernel {kernel.name}: {b.name} is {b.dtype}, the array is "
+                                f"{a.dtype}")
+            if a.ndim != len(p.sizes):
+                raise ValueError(f"kernel {kernel.name}: {b.name} has rank {len(p.sizes)}, "
+                                 f"the array has shape {a.shape}")
+            for axis, (size, want) in enumerate(zip(p.sizes, want_shape)):
+                if a.shape[axis] != want:
+                    raise ValueError(f"kernel {kernel.name}: {b.name} axis {axis} must have "
+                                     f"extent {kir.format_expr(size)} = {want}, the array "
+                                     f"has shape {a.shape}")
+            for axis, stride in enumerate(a.strides):
+                if stride % a.itemsize:
+                    raise ValueError(f"kernel {kernel.name}: {b.name} axis {axis} has stride "
+                                     f"{stride} bytes, not a whole number of {a.itemsize}-"
+                                     "byte elements")
+                elements = stride // a.itemsize
+                if not limits.min <= elements <= limits.max:
+                    raise ValueError(f"kernel {kernel.name}: {b.name} stride {elements} does "
+                                     f"not fit the index type {kernel.index_dtype}")
+                strides.append(index_np.type(elements))
+
+        pooled = any(name not in args for name in self.workspace_names)
+        if kernel.workspaces:
+            kept = _pool(device).arrays(kernel, scalars) if pooled else {}
+            for w, size in workspace_sizes(kernel, scalars):
+                name = w.buffer.name
+                a = args[name] if name in args else kept[name]
+                if not isinstance(a, cupy.ndarray):
+                    raise TypeError(f"kernel {kernel.name}: workspace {name} must be a cupy "
+                                    f"array, got {type(a).__name__}")
+                if not _dtype_ok(a.dtype, w.buffer.dtype):
+                    raise TypeError(f"kernel {kernel.name}: workspace {name} is "
+                                    f"{w.buffer.dtype}, the array is {a.dtype}")
+                if a.ndim != 1 or a.size < size or (a.size > 1 and a.strides[0] != a.itemsize):
+                    raise ValueError(f"kernel {kernel.name}: workspace {name} needs a "
+                                     f"contiguous 1-D array of at least {size} elements, got "
+                                     f"shape {a.shape}, strides {a.strides}")
+
+        config = launch_config(kernel, scalars)
+        func = load_function(self.cubin, kernel.name)
+        _opt_in(kernel, func, config[2])
+        return BoundLaunch(self, func, config, strides, scalars, pooled)
+
+
+def _opt_in(kernel, func, shared):
+    """Let `func` take `shared` bytes of dynamic shared memory (above 48 KB it must opt in;
+    the limit is raised only when this needs more than it allows already)."""
+    if shared <= _STATIC_SHARED_LIMIT or shared <= _opted_in.get(func.ptr, 0):
+        return
+    limit = device_shared_limit()
+    if shared > limit:
+        raise ValueError(f"kernel {kernel.name} needs {shared} bytes of shared memory; "
+                         f"this device allows {limit} per block")
+    from cupy.cuda import driver
+    driver.funcSetAttribute(func.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            shared)
+    _opted_in[func.ptr] = shared
+
+
+def _launcher(kernel, cubin):
+    key = (id(kernel), id(cubin))
+    known = _launchers.get(key)
+    if known is None or known.kernel is not kernel or known.cubin is not cubin:
+        known = _launchers[key] = _Launcher(kernel, cubin)
+    return known
+
+
 def launch(kernel, cubin, args, stream=None):
     """Run `kernel` (its compiled `cubin`) once with `args`; asynchronous on `stream`
     (default: CuPy's current stream)."""
-    import cupy
-    from cupy.cuda import driver
+    _launcher(kernel, cubin).launch(args, stream)
 
-    index_np = kernel.index_dtype.numpy
-    limits = np.iinfo(index_np)
-    scalars = {}
-    for p in kernel.scalar_params:
-        name = p.var.name
-        if name not in args:
-            raise ValueError(f"kernel {kernel.name}: missing scalar argument {name!r}")
-        value = args[name]
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"kernel {kernel.name}: scalar {name} must be an int, got "
-                            f"{type(value).__name__}")
-        value = int(value)
-        if not limits.min <= value <= limits.max:
-            raise ValueError(f"kernel {kernel.name}: scalar {name}={value} does not fit the "
-                             f"index type {kernel.index_dtype}")
-        scalars[name] = value
 
-    pointers, strides = [], []
-    expected = tensor_sizes(kernel, scalars)
-    for p, want_shape in zip(kernel.tensor_params, expected):
-        b = p.buffer
-        if b.name not in args:
-            raise ValueError(f"kernel {kernel.name}: missing tensor argument {b.name!r}")
-        a = args[b.name]
-        if not isinstance(a, cupy.ndarray):
-            raise TypeError(f"kernel {kernel.name}: {b.name} must be a cupy array, got "
-                            f"{type(a).__name__}")
-        if not _dtype_ok(a.dtype, b.dtype):
-            raise TypeError(f"kernel {kernel.name}: {b.name} is {b.dtype}, the array is "
-                            f"{a.dtype}")
-        if a.ndim != len(p.sizes):
-            raise ValueError(f"kernel {kernel.name}: {b.name} has rank {len(p.sizes)}, the "
-                             f"array has shape {a.shape}")
-        for axis, (size, want) in enumerate(zip(p.sizes, want_shape)):
-            if a.shape[axis] != want:
-                raise ValueError(f"kernel {kernel.name}: {b.name} axis {axis} must have "
-                                 f"extent {kir.format_expr(size)} = {want}, the array has "
-                                 f"shape {a.shape}")
-        for axis, stride in enumerate(a.strides):
-            if stride % a.itemsize:
-                raise ValueError(f"kernel {kernel.name}: {b.name} axis {axis} has stride "
-                                 f"{stride} bytes, not a whole number of {a.itemsize}-byte "
-                                 "elements")
-            elements = stride // a.itemsize
-            if not limits.min <= elements <= limits.max:
-                raise ValueError(f"kernel {kernel.name}: {b.name} stride {elements} does not "
-                                 f"fit the index type {kernel.index_dtype}")
-            strides.append(index_np.type(elements))
-        pointers.append(a)
-
-    workspaces = []
-    if kernel.workspaces:
-        if any(w.buffer.name not in args for w in kernel.workspaces):
-            device = cupy.cuda.Device().id
-            pool = _pools.setdefault(device, WorkspacePool(cupy_zeros))
-            kept = pool.arrays(kernel, scalars)
-        for w, size in workspace_sizes(kernel, scalars):
-            name = w.buffer.name
-            a = args[name] if name in args else kept[name]
-            if not isinstance(a, cupy.ndarray):
-                raise TypeError(f"kernel {kernel.name}: workspace {name} must be a cupy "
-                                f"array, got {type(a).__name__}")
-            if not _dtype_ok(a.dtype, w.buffer.dtype):
-                raise TypeError(f"kernel {kernel.name}: workspace {name} is "
-                                f"{w.buffer.dtype}, the array is {a.dtype}")
-            if a.ndim != 1 or a.size < size or (a.size > 1 and a.strides[0] != a.itemsize):
-                raise ValueError(f"kernel {kernel.name}: workspace {name} needs a "
-                                 f"contiguous 1-D array of at least {size} elements, got "
-                                 f"shape {a.shape}, strides {a.strides}")
-            workspaces.append(a)
-
-    grid, block, shared = launch_config(kernel, scalars)
-    func = load_function(cubin, kernel.name)
-    if shared > _STATIC_SHARED_LIMIT:
-        limit = device_shared_limit()
-        if shared > limit:
-            raise ValueError(f"kernel {kernel.name} needs {shared} bytes of shared memory; "
-                             f"this device allows {limit} per block")
-        driver.funcSetAttribute(func.ptr,
-                                driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                shared)
-    values = pointers + strides + workspaces + [index_np.type(scalars[p.var.name])
-                                                for p in kernel.scalar_params]
-    func(grid, block, tuple(values), shared_mem=shared, stream=stream)
+def bind(kernel, cubin, args):
+    """The BoundLaunch of `args`' signature on the current device: every check of
+    launch(), once per signature (the same errors), and no launch."""
+    return _launcher(kernel, cubin).bound_for(args, current_device())
 
 
 def _dtype_ok(array_dtype, dtype):

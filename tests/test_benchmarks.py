@@ -169,6 +169,17 @@ def test_script_quick_on_gpu(script, tmp_path):
     assert report["copy"]["gbps"] > 0 and report["environment"]["device"]
 
 
+@pytest.mark.gpu
+def test_host_overhead_on_gpu():
+    run = subprocess.run([sys.executable, "benchmarks/host_overhead.py", "--calls", "20"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    seed, pointwise_line = run.stdout.splitlines()
+    assert seed.startswith("seed kernel at 256x128x64: exe.run() ")
+    assert pointwise_line.startswith("pointwise_chain at 256x256: exe.run() ")
+    assert all("codegen.launch with bound arguments" in line for line in (seed, pointwise_line))
+
+
 def test_perf_page_has_the_table_header():
     assert common.TABLE_HEADER in (ROOT / "docs" / "perf.md").read_text()
 

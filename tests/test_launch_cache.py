@@ -1,0 +1,439 @@
+"""What launch() and Executable.run() keep per argument signature, and that a change of
+signature goes the full way again: a launch or run like an earlier one is not checked
+again and still passes its own arrays; another shape, strides, dtype, scalar value or
+type, array type or alignment is checked again, with the errors of a first call.
+
+On the CPU, CuPy's device side is replaced by fakes that record what would be launched
+(FakeGPU); on a GPU (marked `gpu`) the same contracts hold with real arrays."""
+
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import codegen
+import fuserir
+import kir_examples as ex
+from codegen import executable, nvrtc
+from codegen import launch as launching
+from codegen.cuda import emit_cuda
+from fuserir.dtypes import DataType
+from fuserir.errors import EvaluationError, FuserirError
+from lowering import kir
+
+from test_async_copy import F16_VECTORS
+from test_builder import BIAS_RELU
+from test_grid_sync import turnstile
+from test_matmul import seed_fusion
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SHARED_LIMIT = 232448          # sm_90's opt-in limit per block
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSERIR_CACHE_DIR", str(tmp_path / "cache"))
+
+
+# -- a GPU that records instead of running ---------------------------------------------------
+
+class FakeArray:
+    """What launch() and run() read of a cupy.ndarray: shape, strides, dtype, address."""
+
+    def __init__(self, shape, dtype, strides, address):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.itemsize = self.dtype.itemsize
+        self.ndim = len(self.shape)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        if strides is None:                  # C order
+            strides, step = [], self.itemsize
+            for extent in reversed(self.shape):
+                strides.insert(0, step)
+                step *= max(extent, 1)
+        self.strides = tuple(strides)
+        self.data = types.SimpleNamespace(ptr=address)
+
+    def __len__(self):
+        return self.shape[0]
+
+    def transpose(self, axes):
+        return FakeArray([self.shape[a] for a in axes], self.dtype,
+                         [self.strides[a] for a in axes], self.data.ptr)
+
+
+FakeArray.__module__ = "cupy"      # how codegen.executable tells a device array
+
+
+class FakeFunction:
+    """A loaded CUDA function that records its launches."""
+
+    ptr = 0xF00D
+
+    def __init__(self):
+        self.launches = []
+
+    def __call__(self, grid, block, args, shared_mem=0, stream=None):
+        self.launches.append((grid, block, args, shared_mem))
+
+    @property
+    def last_args(self):
+        return self.launches[-1][2]
+
+
+class FakeGPU:
+    """CuPy's device side as launch() and run() use it: arrays at distinct 64 KB-aligned
+    addresses, one recording function, the shared-memory opt-ins asked for."""
+
+    def __init__(self):
+        self.function = FakeFunction()
+        self.loads = 0              # full checks: load_function is only asked by them
+        self.opt_ins = []           # funcSetAttribute(shared bytes)
+        self.next_address = 1 << 20
+        self.cupy = types.SimpleNamespace(
+            ndarray=FakeArray, empty=self.array, zeros=self.array, asarray=lambda a: a,
+            full=lambda shape, fill, dtype: self.array(shape, dtype),
+            cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 0)))
+
+    def array(self, shape, dtype=np.float32, strides=None):
+        self.next_address += 1 << 16
+        shape = (shape,) if isinstance(shape, int) else shape
+        return FakeArray(shape, dtype, strides, self.next_address)
+
+    def load_function(self, cubin, name):
+        self.loads += 1
+        return self.function
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    from cupy.cuda import driver
+    fake = FakeGPU()
+    monkeypatch.setattr(launching, "cupy_module", lambda: fake.cupy)
+    monkeypatch.setattr(executable, "cupy_module", lambda: fake.cupy)
+    monkeypatch.setattr(launching, "load_function", fake.load_function)
+    monkeypatch.setattr(launching, "device_shared_limit", lambda: SHARED_LIMIT)
+    monkeypatch.setattr(executable, "device_shared_limit", lambda: SHARED_LIMIT)
+    monkeypatch.setattr(driver, "funcSetAttribute",
+                        lambda func, attribute, value: fake.opt_ins.append(value))
+    for cache in ("_launchers", "_opted_in", "_pools"):
+        monkeypatch.setattr(launching, cache, {})
+    return fake
+
+
+I32 = np.int32
+
+
+def pointwise_args(gpu, m=4, n=8):
+    return {"x": gpu.array((m, n)), "y": gpu.array((m, n)), "M": m, "N": n}
+
+
+# -- launch() ----------------------------------------------------------------------------------
+
+def test_launch_checks_a_signature_once_and_passes_each_calls_arrays(gpu):
+    kernel = ex.pointwise_kernel()
+    for _ in range(3):
+        args = pointwise_args(gpu)
+        launching.launch(kernel, b"cubin", args)
+        assert gpu.function.last_args == (args["x"], args["y"], I32(8), I32(1), I32(8),
+                                          I32(1), I32(4), I32(8))
+    assert gpu.loads == 1 and len(gpu.function.launches) == 3
+    grid, block, _, shared = gpu.function.launches[-1]
+    assert grid == (1, 1, 1) and block == (32, 8, 1) and shared == 0
+
+
+@pytest.mark.parametrize("change, error, message", [
+    ({"y": ("array", (1, 9))}, ValueError, r"y axis 1 must have extent N = 8"),
+    ({"x": ("array", (1, 8), np.float64)}, TypeError, "x is f32, the array is float64"),
+    ({"x": np.zeros((1, 8), np.float32)}, TypeError, "x must be a cupy array"),
+    ({"x": ("array", (1, 8), np.float32, (34, 4))}, ValueError,
+     "stride 34 bytes, not a whole number"),
+    ({"M": 2 ** 31}, ValueError, "does not fit the index type i32"),
+    ({"M": True}, TypeError, "scalar M must be an int, got bool"),     # True == 1, same hash
+    ({"M": 1.0}, TypeError, "scalar M must be an int, got float"),
+    ({"N": None}, ValueError, "missing scalar argument 'N'"),
+    ({"y": None}, ValueError, "missing tensor argument 'y'"),
+])
+def test_launch_checks_a_new_signature_after_a_good_launch(gpu, change, error, message):
+    kernel = ex.pointwise_kernel()
+    launching.launch(kernel, b"cubin", pointwise_args(gpu, m=1))
+    args = pointwise_args(gpu, m=1)
+    for name, value in change.items():
+        if value is None:
+            del args[name]
+        elif isinstance(value, tuple):
+            args[name] = gpu.array(*value[1:])
+        else:
+            args[name] = value
+    with pytest.raises(error, match=message):
+        launching.launch(kernel, b"cubin", args)
+    assert len(gpu.function.launches) == 1
+    launching.launch(kernel, b"cubin", pointwise_args(gpu, m=1))     # still launches
+    assert len(gpu.function.launches) == 2
+
+
+def test_launch_passes_the_strides_and_sizes_of_a_new_signature(gpu):
+    kernel = ex.pointwise_kernel()
+    launching.launch(kernel, b"cubin", pointwise_args(gpu, m=40, n=70))
+    column_major = gpu.array((40, 70), strides=(4, 160))
+    launching.launch(kernel, b"cubin", {**pointwise_args(gpu, m=40, n=70), "y": column_major})
+    assert gpu.function.last_args[2:] == (I32(70), I32(1), I32(1), I32(40), I32(40), I32(70))
+    launching.launch(kernel, b"cubin", pointwise_args(gpu, m=9, n=33))
+    grid, _, args, _ = gpu.function.launches[-1]
+    assert grid == (2, 2, 1) and args[2:] == (I32(33), I32(1), I32(33), I32(1), I32(9), I32(33))
+    assert gpu.loads == 3
+
+
+def symbolic_shared_kernel():
+    """A kernel needing 10 * n bytes of dynamic shared memory."""
+    n = kir.Var("n", DataType.i32)
+    xs = kir.Buffer("xs", DataType.f32, kir.Memory.shared, size=ex.binop("mul", n, ex.const(2)),
+                    byte_offset=ex.const(0))
+    ys = kir.Buffer("ys", DataType.f16, kir.Memory.shared, size=n,
+                    byte_offset=ex.binop("mul", n, ex.const(8)))
+    return kir.Kernel("k", [], [kir.ScalarParam(n)], [kir.Allocate(xs), kir.Allocate(ys)],
+                      ex.launch([ex.const(1)], [ex.const(1)]))
+
+
+def test_the_shared_memory_opt_in_is_raised_only_when_a_launch_needs_more(gpu):
+    kernel = symbolic_shared_kernel()
+    for n in (6000, 6000, 5000, 4000, 8000, 6000, 8000):
+        launching.launch(kernel, b"cubin", {"n": n})
+        assert gpu.function.launches[-1][3] == 10 * n
+    assert gpu.opt_ins == [60000, 80000]        # 40000 needs no opt-in
+    with pytest.raises(ValueError, match=f"k needs 300000 bytes of shared memory; this "
+                                         f"device allows {SHARED_LIMIT} per block"):
+        launching.launch(kernel, b"cubin", {"n": 30000})
+
+
+def test_launch_takes_the_pools_current_workspaces(gpu):
+    kernel = turnstile()
+
+    def launch(n):
+        args = {"x": gpu.array((5, n)), "y": gpu.array((n,)), "N": n, "S": 5}
+        launching.launch(kernel, b"cubin", args)
+        ws, sem = gpu.function.last_args[5:7]
+        return ws, sem
+
+    small = launch(300)
+    assert launch(300) == small and small[0].shape == (300,)
+    grown = launch(700)
+    assert grown[0] is not small[0] and grown[0].shape == (700,)
+    assert launch(300) == grown             # the kept (grown) arrays, not the replaced ones
+    given = gpu.array((700,)), gpu.array((6,), np.int32)
+    args = {"x": gpu.array((5, 300)), "y": gpu.array((300,)), "N": 300, "S": 5,
+            "ws": given[0], "sem": given[1]}
+    launching.launch(kernel, b"cubin", args)
+    assert gpu.function.last_args[5:7] == given
+    with pytest.raises(ValueError, match="workspace sem needs a contiguous 1-D array of at "
+                                         "least 3 elements, got shape \\(2,\\)"):
+        launching.launch(kernel, b"cubin", {**args, "sem": gpu.array((2,), np.int32)})
+
+
+# -- Executable.run() --------------------------------------------------------------------------
+
+@pytest.fixture
+def binds(monkeypatch):
+    """How many times run() checked its inputs against the fusion."""
+    calls = []
+    bind = executable.Executable._bind
+
+    def counting(self, inputs):
+        calls.append(1)
+        return bind(self, inputs)
+    monkeypatch.setattr(executable.Executable, "_bind", counting)
+    return calls
+
+
+def bias_relu_inputs(rng, m=3, n=300):
+    return {"x": rng.integers(-9, 9, (m, n)).astype(np.float32),
+            "b": rng.integers(-9, 9, n).astype(np.float32)}
+
+
+def test_run_checks_a_signature_once_and_again_for_a_new_one(rng, binds):
+    fusion = fuserir.parse(BIAS_RELU)
+    exe = codegen.compile(fusion, backend="interp")
+    for m, n in [(3, 300), (3, 300), (5, 130), (3, 300)]:
+        data = bias_relu_inputs(rng, m, n)
+        np.testing.assert_array_equal(exe.run(data)["y"], fuserir.evaluate(fusion, data)["y"])
+    assert len(binds) == 2
+    wide = rng.integers(-9, 9, (3, 600)).astype(np.float32)
+    strided = {"x": wide[:, ::2], "b": data["b"]}       # same shape, other strides
+    np.testing.assert_array_equal(exe.run(strided)["y"], fuserir.evaluate(fusion, strided)["y"])
+    assert len(binds) == 3
+
+
+def test_run_checks_inputs_without_a_signature_every_time(rng, binds):
+    fusion = fuserir.parse(BIAS_RELU)
+    exe = codegen.compile(fusion, backend="interp")
+    data = bias_relu_inputs(rng)
+    for _ in range(2):                  # a memoryview has strides but no dtype
+        got = exe.run({"x": memoryview(data["x"]), "b": data["b"]})["y"]
+        np.testing.assert_array_equal(got, fuserir.evaluate(fusion, data)["y"])
+    assert len(binds) == 2
+    with pytest.raises(EvaluationError, match="input x: expected f32, got float64"):
+        exe.run({"x": data["x"].tolist(), "b": data["b"]})
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"x": np.zeros((3, 4), np.float64), "b": np.zeros(4, np.float32)},
+     "input x: expected f32, got float64"),
+    ({"x": np.zeros((3, 4), np.float32), "b": np.zeros(5, np.float32)},
+     "input b: axis 0 is N = 5, but N = 4 from input x axis 1"),
+    ({"x": np.zeros((3, 4), np.float32)}, "missing input 'b'"),
+    ({"x": np.zeros((3, 4), np.float32), "b": np.zeros(4, np.float32), "c": 1.5},
+     "'c' is not an input of fusion bias_relu"),
+])
+def test_run_checks_a_new_signature_after_a_good_run(bad, message):
+    exe = codegen.compile(fuserir.parse(BIAS_RELU), backend="interp")
+    exe.run({"x": np.zeros((3, 4), np.float32), "b": np.zeros(4, np.float32)})
+    with pytest.raises(EvaluationError, match=message):
+        exe.run(bad)
+
+
+def test_run_checks_named_scalars_of_each_signature(rng, binds):
+    exe = codegen.compile(fuserir.parse((EXAMPLES / "splitk_matmul.fz").read_text()),
+                          backend="interp")
+    a = rng.integers(-3, 4, (8, 4)).astype(np.float16)
+    want = (a.astype(np.float32).T @ a.astype(np.float32)).astype(np.float16)
+    for splitk in (1, 2, 1, 3):
+        np.testing.assert_array_equal(exe.run({"A": a, "B": a, "splitk": splitk})["out"], want)
+    assert len(binds) == 3
+    with pytest.raises(EvaluationError, match="'splitk' is not an input"):
+        exe.run({"A": a, "B": a, "splitk": True})     # True == 1, but not a size
+    with pytest.raises(EvaluationError, match="run-time scalar 'splitk' must be >= 1"):
+        exe.run({"A": a, "B": a, "splitk": 0})
+    with pytest.raises(EvaluationError, match="needs a value for 'splitk'"):
+        exe.run({"A": a, "B": a})
+
+
+def aligned(array, offset=0):
+    """A copy of `array` whose data starts `offset` bytes past a 64-byte boundary."""
+    raw = np.zeros(array.nbytes + 128, np.uint8)
+    start = -raw.ctypes.data % 64 + offset
+    copy = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    copy[...] = array
+    return copy
+
+
+def test_run_checks_vector_alignment_of_each_call(rng, binds):
+    fusion = fuserir.parse(F16_VECTORS)
+    exe = codegen.compile(fusion, backend="interp")
+    x = rng.integers(-5, 5, (3, 256)).astype(np.float16)
+    want = fuserir.evaluate(fusion, {"x": x})["y"]
+    np.testing.assert_array_equal(exe.run({"x": aligned(x)})["y"], want)
+    with pytest.raises(FuserirError, match="input x: the kernel copies it 16 bytes"):
+        exe.run({"x": aligned(x, offset=2)})      # the same shape, strides and dtype
+    np.testing.assert_array_equal(exe.run({"x": aligned(x, offset=16)})["y"], want)
+    assert len(binds) == 1
+
+
+def test_cuda_run_checks_each_signature_once_and_allocates_each_call(gpu, binds):
+    exe = codegen.compile(fuserir.parse(BIAS_RELU), backend="cuda")
+    outputs = []
+    for m, n in [(3, 300), (3, 300), (5, 130)]:
+        x, b = gpu.array((m, n)), gpu.array((n,))
+        out = exe.run({"x": x, "b": b})["y"]
+        assert out.shape == (m, n) and out.strides == (4 * n, 4) and out.dtype == np.float32
+        assert gpu.function.last_args == (x, b, out, I32(n), I32(1), I32(1), I32(n),
+                                          I32(1), I32(m), I32(n))
+        outputs.append(out)
+    assert len({id(out) for out in outputs}) == 3 and len(binds) == 2 and gpu.loads == 2
+    with pytest.raises(EvaluationError, match="input x: expected f32, got float16"):
+        exe.run({"x": gpu.array((5, 130), np.float16), "b": gpu.array((130,))})
+    with pytest.raises(FuserirError, match=r"run\(blocks=...\) selects blocks in the "
+                                           "interpreter only"):
+        exe.run({"x": gpu.array((5, 130)), "b": gpu.array((130,))}, blocks=[(0,)])
+
+
+def test_cuda_run_passes_each_runs_intermediates(gpu, binds):
+    exe = codegen.compile(seed_fusion(splitk_mode="two_kernel"), backend="cuda")
+    first, second = ([p.buffer.name for p in k.kir.tensor_params] for k in exe.kernels)
+    a, b = gpu.array((64, 256), np.float16), gpu.array((64, 128), np.float16)
+    partials = []
+    for _ in range(2):
+        exe.run({"A": a, "B": b, "splitk": 4})
+        made, read = gpu.function.launches[-2][2], gpu.function.launches[-1][2]
+        partials.append(made[first.index("acc_rf")])
+        assert read[second.index("acc_rf")] is partials[-1]
+    assert partials[0] is not partials[1] and partials[1].shape == (256, 128, 4)
+    assert partials[1].strides == (512, 4, 131072)       # splits outermost in memory
+    assert len(binds) == 1 and gpu.loads == 2
+
+
+def test_cuda_run_passes_the_kept_workspaces(gpu):
+    exe = codegen.compile(fuserir.parse((EXAMPLES / "seed_matmul.fz").read_text()),
+                          backend="cuda")
+    kernel = exe.kernels[0].kir
+    assert [w.buffer.name for w in kernel.workspaces] == ["acc_work", "acc_sem"]
+    after = len(kernel.tensor_params) + sum(len(p.sizes) for p in kernel.tensor_params)
+    a, b = gpu.array((64, 256), np.float16), gpu.array((64, 128), np.float16)
+    kept = []
+    for splitk in (1, 1, 2):
+        exe.run({"A": a, "B": b, "splitk": splitk})
+        kept.append(gpu.function.last_args[after:after + 2])
+    assert kept[0] == kept[1] == kept[2] and kept[0][1].dtype == np.int32
+    assert gpu.loads == 2
+
+
+# -- on the GPU --------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_launch_with_changing_signatures_on_gpu(rng):
+    import cupy as cp
+    kernel = ex.pointwise_kernel()
+    cubin = nvrtc.compile_to_cubin(emit_cuda(kernel), kernel.name)
+    for m, n, column_major in [(37, 70, False), (37, 70, False), (37, 70, True), (5, 9, False)]:
+        host = rng.standard_normal((m, n)).astype(np.float32)
+        y = cp.full((n, m), np.nan, cp.float32).T if column_major else \
+            cp.full((m, n), np.nan, cp.float32)
+        launching.launch(kernel, cubin, {"x": cp.asarray(host), "y": y, "M": m, "N": n})
+        np.testing.assert_array_equal(cp.asnumpy(y), host * np.float32(2) + np.float32(1))
+    with pytest.raises(ValueError, match=r"y axis 1 must have extent N = 9"):
+        launching.launch(kernel, cubin, {"x": cp.zeros((5, 9), cp.float32),
+                                         "y": cp.zeros((5, 8), cp.float32), "M": 5, "N": 9})
+    big = ex.shared_reverse_kernel(pad_bytes=60 * 1024)          # the opt-in, once
+    cubin = nvrtc.compile_to_cubin(emit_cuda(big), big.name)
+    for n in (300, 300, 1000):
+        host = rng.standard_normal(n).astype(np.float32)
+        y = cp.full(n, np.nan, cp.float32)
+        launching.launch(big, cubin, {"x": cp.asarray(host), "y": y, "N": n})
+        got = cp.asnumpy(y)
+        full = n // 128 * 128
+        np.testing.assert_array_equal(got[:full].reshape(-1, 128),
+                                      host[:full].reshape(-1, 128)[:, ::-1])
+
+
+@pytest.mark.gpu
+def test_run_with_changing_signatures_on_gpu(rng):
+    import cupy as cp
+    fusion = fuserir.parse(BIAS_RELU)
+    exe = codegen.compile(fusion, backend="cuda")
+    for m, n, step in [(3, 300, 1), (3, 300, 1), (3, 300, 2), (7, 130, 1)]:
+        wide = bias_relu_inputs(rng, m, step * n)
+        data = {"x": wide["x"][:, ::step], "b": wide["b"][:n]}
+        device = {"x": cp.asarray(wide["x"])[:, ::step], "b": cp.asarray(data["b"])}
+        got = cp.asnumpy(exe.run(device)["y"])
+        np.testing.assert_array_equal(got, fuserir.evaluate(fusion, data)["y"])
+    with pytest.raises(EvaluationError, match="input b: axis 0 is N = 5, but N = 130"):
+        exe.run({"x": cp.zeros((7, 130), cp.float32), "b": cp.zeros(5, cp.float32)})
+    vectors = codegen.compile(fuserir.parse(F16_VECTORS), backend="cuda")
+    x = cp.asarray(rng.integers(-5, 5, (3, 264)).astype(np.float16))
+    vectors.run({"x": x[:, :256]})
+    with pytest.raises(FuserirError, match="input x: the kernel copies it 16 bytes"):
+        vectors.run({"x": x[:, 1:257]})            # the same shape, strides and dtype
+
+
+@pytest.mark.gpu
+def test_run_with_torch_tensors_of_changing_strides_on_gpu(rng):
+    torch = pytest.importorskip("torch")
+    fusion = fuserir.parse(BIAS_RELU)
+    exe = codegen.compile(fusion, backend="cuda")
+    for transposed in (False, False, True):
+        data = bias_relu_inputs(rng)
+        x = (torch.from_numpy(data["x"].T.copy()).cuda().t() if transposed
+             else torch.from_numpy(data["x"]).cuda())
+        got = exe.run({"x": x, "b": torch.from_numpy(data["b"]).cuda()})["y"]
+        assert isinstance(got, torch.Tensor)
+        np.testing.assert_array_equal(got.cpu().numpy(), fuserir.evaluate(fusion, data)["y"])
