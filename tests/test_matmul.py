@@ -288,13 +288,13 @@ from fuserir.scheduler.matmul import matmul_heuristic, splitk_for  # noqa: E402
 
 
 @pytest.mark.parametrize("size, tile, splitk, stages", [
-    ((1024, 2048, 4096), (256, 128, 32), 2, 4),    # 64 wide tiles x 2 splits: 128 CTAs
+    ((1024, 2048, 4096), (128, 128, 32), 2, 4),    # 128 tiles x 2 splits: 2 CTAs per SM
     ((4096, 4096, 4096), (256, 128, 32), 1, 4),    # 512 tiles even at 256x128
-    ((1024, 1024, 4096), (256, 128, 32), 4, 4),    # 32 wide tiles x 4 splits
-    ((128, 128, 262144), (128, 128, 32), 132, 4),  # one tile, K long: one split per SM
+    ((1024, 1024, 4096), (128, 128, 32), 4, 4),    # 64 tiles x 4 splits
+    ((128, 128, 262144), (128, 128, 32), 132, 6),  # 264 splits would keep 31 K tiles each
     ((136, 184, 175704), (128, 128, 32), 66, 6),   # 4 tiles, 83 K tiles per split: 2/SM
     ((128, 128, 1024), (128, 128, 32), 4, 4),      # 32 K tiles: at least 8 per split
-    ((256, 128, 416), (128, 128, 32), 1, 4),       # one wide tile would idle 131 SMs
+    ((256, 128, 416), (128, 128, 32), 1, 4),       # 13 K tiles: no split
 ])
 def test_heuristic_fills_the_sms_and_keeps_8_k_tiles_per_split(size, tile, splitk, stages):
     p = matmul_heuristic(*size)

@@ -377,45 +377,39 @@ def _k_tiles_per_split(k, tk, splitk):
 
 
 def splitk_for(m, n, k, cta_tile, sms=H200_SMS):
-    """The split-K factor for these sizes and tiles: when the output tiles under-fill the
-    SMs, as many splits as fill them, keeping at least 8 K tiles per split. Where that
-    takes more splits than a serial turnstile should chain (a two-kernel split-K) and
-    every split would still get 64 K tiles, twice as many: two CTAs per SM, twice the
-    warps to hide memory latency (136x184x175704: 98.8 -> 83.1 us on the H200; at
-    128x128x262144 a split would get 31 K tiles, and 264 splits measured slower than 132,
-    docs/perf.md)."""
+    """The split-K factor for these sizes and tiles. Where the output tiles give fewer
+    than two CTAs per SM, as many splits as make two (two 4-warp CTAs share an SM: twice
+    the warps to hide latency), keeping at least 8 K tiles per split; the benchmark
+    matrix's best configurations at 1024x2048x4096 and 1024x1024x4096 are exactly these
+    (docs/perf.md). Where that means more splits than a serial turnstile should chain (a
+    two-kernel split-K) and a split would keep fewer than 64 K tiles, one CTA per SM
+    instead: the partial sums to write and add grow with the splits (128x128x262144: 132
+    splits 60.9 us, 264 splits 71.8 us on the H200; 136x184x175704: 33 splits 98.8 us,
+    66 splits 83.1 us)."""
     tm, tn, tk = cta_tile
     tiles = -(-m // tm) * -(-n // tn)
     if tiles >= sms:
         return 1
     k_tiles = -(-k // tk)
-    splits = min(sms // tiles, k_tiles // 8)
-    if splits > TWO_KERNEL_SPLITS and k_tiles // (2 * (sms // tiles)) >= 64:
-        splits = 2 * (sms // tiles)
+    splits = min(2 * sms // tiles, k_tiles // 8)
+    if splits > TWO_KERNEL_SPLITS and k_tiles // splits < 64:
+        splits = min(sms // tiles, k_tiles // 8)
     return max(1, splits)
-
-
-def _ctas_per_sm(m, n, splitk, cta_tile, sms):
-    """CTAs each SM runs at once in the heuristic's plan: 2 for the doubled splits of
-    splitk_for, else 1 (a grid of more output tiles than SMs runs in waves)."""
-    tiles = -(-m // cta_tile[0]) * -(-n // cta_tile[1])
-    return 2 if tiles < sms < tiles * splitk else 1
 
 
 def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=None):
     """MatmulParams for an M x N x K matmul (any layout; dtypes: the operands' and
     optionally the output's):
 
-    * CTA tile 256x128 (8 warps of 64x64) when M holds one and those tiles, split along
-      K, keep 90% of the SMs busy, else 128x128 (4 warps); K tile 32, instruction tile
-      16x8x16;
-    * split-K when the output tiles under-fill the SMs and K is long: as many splits as
-      fill the SMs, keeping at least 8 K tiles per split (twice as many, two CTAs per SM,
-      where they are many and long: splitk_for); serial up to 8 splits, two kernels
-      beyond;
-    * the most stages (up to 4; 6 at two CTAs per SM) whose operand buffers fit the
-      device's shared memory, and the output staged through shared memory that reuses
-      the operand bytes.
+    * CTA tile 256x128 (8 warps of 64x64) when that still gives every SM a tile, else
+      128x128 (4 warps, two CTAs per SM); K tile 32, instruction tile 16x8x16;
+    * split-K when the output tiles give fewer than two CTAs per SM and K is long: as
+      many splits as make two, keeping at least 8 K tiles per split (one CTA per SM for
+      a two-kernel split-K whose splits would get fewer than 64: splitk_for); serial up
+      to 8 splits, two kernels beyond;
+    * the most stages (up to 4, 6 for two kernels) whose operand buffers fit the
+      device's shared memory for the CTAs that share an SM, and the output staged
+      through shared memory that reuses the operand bytes.
 
     `device`: {"sms": int, "shared_limit": bytes, "cc": (major, minor)} (the H200 when
     None). Raises ScheduleError below sm_80 (no mma.sync m16n8k16 / cp.async)."""
@@ -440,23 +434,23 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
         raise ScheduleError(f"matmul_heuristic: output {dtypes[2]}: tensor cores produce "
                             "f32, cast to f16, bf16 or f32")
     tk = 32
-    # 8 warps of 64x64 on a 256x128 tile where M holds a whole tile, those tiles (split
-    # along K) keep 90% of the SMs busy and 3 stages of them fit (1024x2048x4096: 76.2 ->
-    # 61.6 us on the H200); else 4 warps on 128x128.
-    wide = (256, 128, tk)
-    wide_ctas = -(-m // 256) * -(-n // 128) * splitk_for(m, n, k, wide, sms)
-    wide_fits = 3 * (256 + 128) * tk * 2 <= limit
-    tm, tn = (256, 128) if m >= 256 and wide_ctas >= 0.9 * sms and wide_fits else (128, 128)
+    # 8 warps of 64x64 on a 256x128 tile where those tiles alone give every SM one (and 3
+    # stages of them fit); else 4 warps on 128x128, two CTAs per SM (splitk_for).
+    wide_tiles = -(-m // 256) * -(-n // 128)
+    wide = wide_tiles >= sms and 3 * (256 + 128) * tk * 2 <= limit
+    tm, tn = (256, 128) if wide else (128, 128)
     splitk = splitk_for(m, n, k, (tm, tn, tk), sms)
     # Many splits make the serial turnstile a long chain of CTAs: sum them in a second
     # kernel instead, where every split's partials are written in parallel.
     mode = "two_kernel" if splitk > TWO_KERNEL_SPLITS else "serial"
     stage_bytes = (tm + tn) * tk * 2
-    # Up to 4 stages; 6 where two CTAs share an SM (more bytes in flight per CTA).
-    per_sm = _ctas_per_sm(m, n, splitk, (tm, tn, tk), sms)
-    most = 6 if per_sm == 2 else 4
-    stages = next((s for s in range(most, 1, -1) if per_sm * s * stage_bytes <= limit),
-                  None)
+    # The most stages (up to 4; up to 6 for a two-kernel split-K's long splits, 6 measured
+    # better there) whose buffers fit the CTAs that share an SM, else one CTA.
+    tiles = -(-m // tm) * -(-n // tn)
+    per_sm = 2 if tiles < sms < tiles * splitk else 1
+    most = 6 if mode == "two_kernel" else 4
+    stages = next((s for share in (per_sm, 1) for s in range(most, 1, -1)
+                   if share * s * stage_bytes <= limit), None)
     if stages is None:
         raise ScheduleError(f"matmul_heuristic: one pipeline stage needs {stage_bytes} "
                             f"bytes of shared memory, over the limit of {limit}")
