@@ -16,6 +16,8 @@ kernel serves every shape (sizes and the split factor are kernel arguments).
   GPU: |out - ref| <= atol + rtol |ref| with rtol = 2^-10, atol = 1e-5 K (DESIGN.md 7).
 * --stress N: N runs with fresh random inputs each, counting mismatching elements/runs.
 * --determinism N: N runs on fixed inputs, all bitwise equal to the first.
+* % of copy: the ideal traffic (A and B read once, the output written once) over the
+  kernel time, against cudaMemcpyAsync's device-to-device rate measured in the process.
 * timing: benchmarks/common.py's method (CUDA events, L2 flushed before each call,
   warm-up, median of --repeat) for fuserir and for cuBLAS through torch.matmul (f16,
   reduced-precision reduction off, so f32 accumulation) in the same process. fuserir is
@@ -238,6 +240,7 @@ def main(argv=None):
     if args.matrix:
         return run_matrix(args, bench)
     drop = tuple(s for s in args.drop_syncs.split(",") if s)
+    copy_gbps = None if args.once else bench.copy_bandwidth()["gbps"]
     rng = cp.random.default_rng(0)
     pool = WorkspacePool(cupy_zeros)
     built, compile_s = {}, 0.0
@@ -314,6 +317,9 @@ def main(argv=None):
         stats = bench.time(kernels_alone(exe, {"A": a, "B": b}, scalars))
         r["fuserir_us"] = stats["median_us"]
         r["tflops"] = 2 * m * n * k / stats["median_us"] / 1e6
+        # the ideal traffic (operands read once, the f16 output written once) over the time
+        ideal_bytes = 2 * (m * k + k * n + m * n)
+        r["copy_fraction"] = ideal_bytes / stats["median_us"] / 1e3 / copy_gbps
         if torch is not None:
             ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
             cublas = bench.time(lambda: torch.matmul(ta.t(), tb))
@@ -322,17 +328,18 @@ def main(argv=None):
         results.append(r)
         print(json.dumps(r), flush=True)
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    print(f"\n## fuserir matmul, {device}, {datetime.date.today()}, compile {compile_s:.2f} s")
+    print(f"\n## fuserir matmul, {device}, {datetime.date.today()}, compile {compile_s:.2f} s, "
+          f"copy bandwidth {copy_gbps:.0f} GB/s (cudaMemcpyAsync D2D, read + write)")
     print("| shape | splitk | mode | CTA/warp tile | stages | warps | smem epi | kernel us | "
-          "run() us | cuBLAS us | fuserir/cuBLAS speed | TFLOP/s | mismatches |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "run() us | cuBLAS us | fuserir/cuBLAS speed | TFLOP/s | % of copy | mismatches |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['shape']} | {r['splitk']} | {r['mode']} | {r['tiles']} | {r['stages']} | "
               f"{r['warps']} | "
               f"{int(r['smem_epilogue'])} | {r['fuserir_us']:.1f} | {r['run_us']:.1f} | "
               f"{r.get('cublas_us', float('nan')):.1f} | "
               f"{r.get('speedup_vs_cublas', float('nan')):.2f}x | {r['tflops']:.1f} | "
-              f"{r['mismatches']} |")
+              f"{100 * r['copy_fraction']:.1f} | {r['mismatches']} |")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
