@@ -28,7 +28,7 @@ around that loop's back edge, the offsets of every access tagged for it (the pro
 pending copies included) drop by one. An untagged access overlaps every stage.
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from . import kir
 
@@ -41,6 +41,13 @@ class Access:
     info: kir.AccessInfo
     carried: kir.ForLoop = None   # the loop whose back edge this access came around
     pending: bool = False         # an async copy not yet retired by a wait
+    # Identifies the access within a state; states are deduplicated and compared by it
+    # over and over, so it is computed once.
+    key: tuple = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "key", (id(self.stmt), id(self.buffer), self.is_write,
+                                         id(self.carried), self.pending, _stage(self)))
 
 
 @dataclass(frozen=True)
@@ -128,12 +135,8 @@ def conflict(earlier, later):
     return kir.HazardKind.WAR if later.is_write else kir.HazardKind.RAW
 
 
-def _key(a):
-    return (id(a.stmt), id(a.buffer), a.is_write, id(a.carried), a.pending, _stage(a))
-
-
 def _dedupe(accesses):
-    return list({_key(a): a for a in accesses}.values())
+    return list({a.key: a for a in accesses}.values())
 
 
 def _may_repeat(loop):
@@ -165,8 +168,9 @@ class State:
                      tuple(tuple(_dedupe(x + y)) for x, y in zip(a, b)))
 
     def key(self):
-        return (frozenset(map(_key, self.plain)), frozenset(map(_key, self.uncommitted)),
-                tuple(frozenset(map(_key, g)) for g in self.groups))
+        return (frozenset(a.key for a in self.plain),
+                frozenset(a.key for a in self.uncommitted),
+                tuple(frozenset(a.key for a in g) for g in self.groups))
 
 
 def find_hazards(body):
@@ -222,8 +226,20 @@ def find_hazards(body):
         return state
 
     def _loop(loop, entry):
-        """The state after some number (>= 1) of iterations; accesses coming around the back
-        edge are marked as carried by this loop while the body is analysed again."""
+        """The state after some number (>= 1) of iterations."""
+        # The same entry state gives the same exit state and findings: analysing an inner
+        # loop once per distinct entry keeps nested loops from multiplying the work.
+        memo_key = (id(loop), entry.key())
+        if memo_key not in memo:
+            memo[memo_key] = _iterate(loop, entry)
+        return memo[memo_key]
+
+    def _iterate(loop, entry):
+        """Accesses coming around the back edge are marked as carried by this loop while
+        the body is analysed again, until the state repeats."""
+        state = visit(loop.body, entry)
+        if not _may_repeat(loop):
+            return state
         inside = {id(x) for x in kir.walk(loop.body)}
         name = loop.var.name
 
@@ -235,22 +251,12 @@ def find_hazards(body):
             return replace(a, carried=loop) if id(a.stmt) in inside and a.carried is None \
                 else a
 
-        # The same entry state gives the same exit state and findings: analysing an inner
-        # loop once per distinct entry keeps nested loops from multiplying the work.
-        memo_key = (id(loop), entry.key())
-        if memo_key in memo:
-            return memo[memo_key]
-        memo[memo_key] = _iterate(loop, entry, around)
-        return memo[memo_key]
-
-    def _iterate(loop, entry, around):
-        state = visit(loop.body, entry)
-        if not _may_repeat(loop):
-            return state
         seen = set()
-        while state.key() not in seen and len(seen) < 16:
-            seen.add(state.key())
+        key = state.key()
+        while key not in seen and len(seen) < 16:
+            seen.add(key)
             state = state.join(visit(loop.body, state.map(around)))
+            key = state.key()
         return state.map(lambda a: replace(a, carried=None) if a.carried is loop else a)
 
     memo = {}
