@@ -26,9 +26,15 @@ touches only the bytes of stage (iteration + offset) % S of that loop. Two acces
 for the same loop overlap only when their offsets agree modulo S; each time the state goes
 around that loop's back edge, the offsets of every access tagged for it (the prologue's
 pending copies included) drop by one. An untagged access overlaps every stage.
+
+Sync insertion asks about one body many times, adding and removing synchronization
+statements in between. A HazardAnalysis answers all of its questions: it keeps each
+statement's accesses and the analysis after every prefix of the top-level statement list
+it has seen, so a call analyses only what follows the first change (find_hazards is one
+fresh analysis).
 """
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from . import kir
 
@@ -41,6 +47,13 @@ class Access:
     info: kir.AccessInfo
     carried: kir.ForLoop = None   # the loop whose back edge this access came around
     pending: bool = False         # an async copy not yet retired by a wait
+    # Identifies the access within a state; states are deduplicated and compared by it
+    # over and over, so it is computed once.
+    key: tuple = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "key", (id(self.stmt), id(self.buffer), self.is_write,
+                                         id(self.carried), self.pending, _stage(self)))
 
 
 @dataclass(frozen=True)
@@ -128,12 +141,8 @@ def conflict(earlier, later):
     return kir.HazardKind.WAR if later.is_write else kir.HazardKind.RAW
 
 
-def _key(a):
-    return (id(a.stmt), id(a.buffer), a.is_write, id(a.carried), a.pending, _stage(a))
-
-
 def _dedupe(accesses):
-    return list({_key(a): a for a in accesses}.values())
+    return list({a.key: a for a in accesses}.values())
 
 
 def _may_repeat(loop):
@@ -165,24 +174,89 @@ class State:
                      tuple(tuple(_dedupe(x + y)) for x, y in zip(a, b)))
 
     def key(self):
-        return (frozenset(map(_key, self.plain)), frozenset(map(_key, self.uncommitted)),
-                tuple(frozenset(map(_key, g)) for g in self.groups))
+        return (frozenset(a.key for a in self.plain),
+                frozenset(a.key for a in self.uncommitted),
+                tuple(frozenset(a.key for a in g) for g in self.groups))
 
 
 def find_hazards(body):
     """Every unordered conflicting pair of shared-memory accesses, in discovery order."""
-    found = {}
+    return HazardAnalysis().find(body)
 
-    def record(first, second, kind):
+
+class HazardAnalysis:
+    """find_hazards for a caller that analyses a kernel body again and again, adding,
+    removing or moving statements in between (sync insertion) but changing no statement's
+    own fields (expressions, buffers, wait counts) and no buffer's byte range. It keeps:
+    * each statement's accesses;
+    * the analysis after every prefix of the top-level statement list it has seen. The
+      state, the findings so far and the loop memo after a prefix depend on nothing but
+      the statements in it, so a body that starts with the same statements (the same
+      objects, nested the same way) resumes after them: a barrier placed in the epilogue
+      does not send the analysis through the main loop again.
+    Each call returns what a fresh find_hazards returns, in the same order."""
+
+    def __init__(self):
+        self._accesses = {}                     # statement -> its accesses
+        self._prefixes = {}                     # first statement's shape -> _Prefix
+
+    def find(self, body):
+        shapes = [_shape(s) for s in body]
+        done, children = 0, self._prefixes
+        after = _Prefix(State(), {}, {})
+        for shape in shapes:
+            if shape not in children:
+                break
+            after = children[shape]
+            done, children = done + 1, after.children
+        run = _Interpretation(self._accesses_of, dict(after.found), dict(after.memo))
+        state = after.state
+        for stmt, shape in zip(body[done:], shapes[done:]):
+            state = run.visit((stmt,), state)
+            after = children[shape] = _Prefix(state, dict(run.found), dict(run.memo))
+            children = after.children
+        for copy in state.pending():
+            run.record(copy, Access(END, copy.buffer, False, None), kir.HazardKind.ASYNC)
+        return list(run.found.values())
+
+    def _accesses_of(self, stmt):
+        if stmt not in self._accesses:
+            self._accesses[stmt] = tuple(accesses_of(stmt))
+        return self._accesses[stmt]
+
+
+def _shape(stmt):
+    """A statement and the statements nested in it, as a hashable value that is equal only
+    for the same objects nested the same way."""
+    return (stmt, tuple(tuple(map(_shape, body)) for body in stmt.bodies()))
+
+
+class _Prefix:
+    """The analysis after a prefix of a top-level statement list, and the longer prefixes
+    analysed so far (keyed by the shape of their next statement)."""
+
+    def __init__(self, state, found, memo):
+        self.state, self.found, self.memo = state, found, memo
+        self.children = {}
+
+
+class _Interpretation:
+    """One run of the analysis in program order: `found` maps each finding's key to the
+    first finding with it, `memo` each (loop, entry state key) to the loop's exit state."""
+
+    def __init__(self, accesses_of, found, memo):
+        self.accesses_of, self.found, self.memo = accesses_of, found, memo
+
+    def record(self, first, second, kind):
         f = Found(first, second, kind)
-        found.setdefault(f.key(), f)
+        self.found.setdefault(f.key(), f)
 
-    def check(accesses, state):
+    def check(self, accesses, state):
         for access in accesses:
             for earlier in state.plain:
                 kind = conflict(earlier, access)
                 if kind is not None:
-                    record(earlier, access, kind)
+                    self.record(earlier, access, kind)
             for copy in state.pending():
                 # One copy statement writes each element of its tensor once per placement
                 # (its own loops and threads enumerate the elements), so its executions do
@@ -190,40 +264,53 @@ def find_hazards(body):
                 if access.pending and copy.stmt is access.stmt:
                     continue
                 if accesses_overlap(copy, access):
-                    record(copy, access, kir.HazardKind.ASYNC)
+                    self.record(copy, access, kir.HazardKind.ASYNC)
             if access.pending:
                 state = replace(state, uncommitted=state.uncommitted + (access,))
             else:
                 state = replace(state, plain=tuple(_dedupe(state.plain + (access,))))
         return state
 
+    @staticmethod
     def wait(state, n):
         keep = len(state.groups) - n if n else len(state.groups)
         retired = [replace(a, pending=False) for g in state.groups[:max(keep, 0)] for a in g]
         return State(tuple(_dedupe(state.plain + tuple(retired))), state.uncommitted,
                      state.groups[max(keep, 0):])
 
-    def visit(stmts, state):
+    def visit(self, stmts, state):
         for s in stmts:
             if isinstance(s, kir.Barrier):
                 state = replace(state, plain=())
             elif isinstance(s, kir.CpAsyncCommit):
                 state = State(state.plain, (), state.groups + (state.uncommitted,))
             elif isinstance(s, kir.CpAsyncWait):
-                state = wait(state, s.n)
+                state = self.wait(state, s.n)
             elif isinstance(s, kir.ForLoop):
-                state = check(accesses_of(s), state)
-                state = state.join(_loop(s, state))
+                state = self.check(self.accesses_of(s), state)
+                state = state.join(self.loop(s, state))
             elif isinstance(s, kir.IfThenElse):
-                state = check(accesses_of(s), state)
-                state = visit(s.then_body, state).join(visit(s.else_body, state))
+                state = self.check(self.accesses_of(s), state)
+                state = self.visit(s.then_body, state).join(self.visit(s.else_body, state))
             else:
-                state = check(accesses_of(s), state)
+                state = self.check(self.accesses_of(s), state)
         return state
 
-    def _loop(loop, entry):
-        """The state after some number (>= 1) of iterations; accesses coming around the back
-        edge are marked as carried by this loop while the body is analysed again."""
+    def loop(self, loop, entry):
+        """The state after some number (>= 1) of iterations."""
+        # The same entry state gives the same exit state and findings: analysing an inner
+        # loop once per distinct entry keeps nested loops from multiplying the work.
+        memo_key = (loop, entry.key())
+        if memo_key not in self.memo:
+            self.memo[memo_key] = self.iterate(loop, entry)
+        return self.memo[memo_key]
+
+    def iterate(self, loop, entry):
+        """Accesses coming around the back edge are marked as carried by this loop while
+        the body is analysed again, until the state repeats."""
+        state = self.visit(loop.body, entry)
+        if not _may_repeat(loop):
+            return state
         inside = {id(x) for x in kir.walk(loop.body)}
         name = loop.var.name
 
@@ -235,29 +322,13 @@ def find_hazards(body):
             return replace(a, carried=loop) if id(a.stmt) in inside and a.carried is None \
                 else a
 
-        # The same entry state gives the same exit state and findings: analysing an inner
-        # loop once per distinct entry keeps nested loops from multiplying the work.
-        memo_key = (id(loop), entry.key())
-        if memo_key in memo:
-            return memo[memo_key]
-        memo[memo_key] = _iterate(loop, entry, around)
-        return memo[memo_key]
-
-    def _iterate(loop, entry, around):
-        state = visit(loop.body, entry)
-        if not _may_repeat(loop):
-            return state
         seen = set()
-        while state.key() not in seen and len(seen) < 16:
-            seen.add(state.key())
-            state = state.join(visit(loop.body, state.map(around)))
+        key = state.key()
+        while key not in seen and len(seen) < 16:
+            seen.add(key)
+            state = state.join(self.visit(loop.body, state.map(around)))
+            key = state.key()
         return state.map(lambda a: replace(a, carried=None) if a.carried is loop else a)
-
-    memo = {}
-    end = visit(body, State())
-    for copy in end.pending():
-        record(copy, Access(END, copy.buffer, False, None), kir.HazardKind.ASYNC)
-    return list(found.values())
 
 
 # The second access of a copy still pending when the kernel ends.

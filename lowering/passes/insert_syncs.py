@@ -19,16 +19,19 @@ refuses the kernel. One barrier often orders several hazards; afterwards every b
 the others make redundant is removed. Each barrier left gets an id (sync1, sync2, ... in
 program order) and the list of hazards it orders: exactly those that appear when it alone
 is dropped, so every barrier is necessary by construction.
+
+All these questions are about one body, give or take synchronization statements: a single
+lowering.hazards.HazardAnalysis answers them, analysing again only what follows a change.
 """
 
 from ..errors import HazardError
 
 from .. import kir
-from ..hazards import END, find_hazards, path_to, thread_dependent
+from ..hazards import END, HazardAnalysis, path_to, thread_dependent
 from .verify_hazards import to_hazards
 
 
-def _place(body, found):
+def _place(analysis, body, found):
     """Insert the synchronization one hazard needs; returns the inserted statements. An
     async-pending hazard needs a drain first: commit what is issued (an empty group is
     legal) and wait for every group, then the barrier that makes the landed bytes visible
@@ -53,8 +56,8 @@ def _place(body, found):
         unit = [kir.CpAsyncCommit(), kir.CpAsyncWait(0)] + unit
     at = len(stmts) if found.loop is not None else index
     if found.kind is not kir.HazardKind.ASYNC:
-        stmts, at = _best_position(body, found, [(stmts, at)] + _after_waits(second, depth),
-                                   unit)
+        places = [(stmts, at)] + _after_waits(second, depth)
+        stmts, at = _best_position(analysis, body, found, places, unit)
     stmts[at:at] = unit
     return unit
 
@@ -73,12 +76,12 @@ def _after_waits(second, depth):
     return places
 
 
-def _best_position(body, found, places, unit):
+def _best_position(analysis, body, found, places, unit):
     """The place that orders `found` and leaves the fewest hazards (the first on a tie)."""
     best, fewest = places[0], None
     for stmts, at in places:
         stmts[at:at] = unit
-        left = find_hazards(body)
+        left = analysis.find(body)
         del stmts[at:at + len(unit)]
         if any(f.key() == found.key() for f in left):
             continue
@@ -108,9 +111,10 @@ def _reasons(found):
 
 
 def run(ctx, kernel):
+    analysis = HazardAnalysis()
     inserted = []
     while True:
-        found = find_hazards(kernel.body)
+        found = analysis.find(kernel.body)
         if not found:
             break
         f = found[0]
@@ -119,11 +123,11 @@ def run(ctx, kernel):
         if f.first.stmt is f.second.stmt and f.loop is None and not f.first.pending:
             raise _unplaceable(f, "two threads conflict within one statement; no barrier "
                                "can order them")
-        inserted.append(_place(kernel.body, f))
+        inserted.append(_place(analysis, kernel.body, f))
     # Drop every inserted unit the others make redundant.
     for unit in reversed(inserted):
         places = [_detach(kernel.body, stmt) for stmt in reversed(unit)]
-        if find_hazards(kernel.body):
+        if analysis.find(kernel.body):
             for (stmts, index), stmt in zip(reversed(places), unit):
                 stmts.insert(index, stmt)
     # Name the barriers and waits left, in program order, and record why each exists: the
@@ -134,6 +138,6 @@ def run(ctx, kernel):
     for n, sync in enumerate(syncs, 1):
         sync.sync_id = f"sync{n}"
         stmts, index = _detach(kernel.body, sync)
-        sync.reasons = _reasons(find_hazards(kernel.body))
+        sync.reasons = _reasons(analysis.find(kernel.body))
         stmts.insert(index, sync)
     return kernel
