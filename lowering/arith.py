@@ -13,6 +13,7 @@ operands and a positive constant divisor c:
     (x % (k*c)) % c -> x % c              (x / a) / b -> x / (a*b)
     (g*q + s) / (g*m) -> (g*q) / (g*m)    (g*q + s) % (g*m) -> (g*q) % (g*m) + s
                                           when 0 <= s < g
+    (g*q + s) ^ r -> g*q + (s ^ r)        when g is a power of two, 0 <= s, r < g
 
 The last pair keeps a vector's lane (s, 0 <= s < w) out of the divisions of a split or
 swizzle by a multiple of w, so that an index comes out as `base + lane`: that form is how
@@ -144,9 +145,34 @@ def _drop_small_part(op, terms, c, ranges, build, dtype):
     return None
 
 
+def _xor_low_bits(a, b, ranges, build, dtype):
+    """(g*q + s) ^ r -> g*q + (s ^ r) for g a power of two, 0 <= s, r < g: the xor only
+    touches the low bits (an XOR swizzle's chunk index, whose row part is a multiple of
+    the chunks per row). None if a does not split so."""
+    r_lo, r_hi = ranges.of(b)
+    if r_lo is None or r_lo < 0 or r_hi is None:
+        return None
+    g = 1 << max(r_hi, 1).bit_length()
+    terms = addends(a)
+    large = [t for t in terms if known_factor(t) % g == 0]
+    small = [t for t in terms if known_factor(t) % g != 0]
+    highs = [ranges.of(t)[1] for t in small]
+    if not large or not small or None in highs or sum(highs) >= g or \
+            not all(ranges.nonneg(t) for t in terms):
+        return None
+    big, part = kir.Const(0, dtype), kir.Const(0, dtype)
+    for t in large:
+        big = build("add", big, t)
+    for t in small:
+        part = build("add", part, t)
+    return build("add", big, kir.BinOp("xor", part, b, dtype))
+
+
 def simplify_binop(op, a, b, ranges, build):
     """A simpler expression equal to `a op b`, or None. `build(op, a, b)` makes (and
     simplifies) sub-expressions."""
+    if op == "xor":
+        return _xor_low_bits(a, b, ranges, build, b.dtype)
     if op not in ("div", "mod") or not isinstance(b, kir.Const) or \
             not isinstance(b.value, int) or b.value <= 0 or not ranges.nonneg(a):
         return None

@@ -79,7 +79,7 @@ def vector_stores(kernel):
     return [s for s in kir.walk(kernel.body) if isinstance(s, kir.Store) and s.width > 1]
 
 
-# -- the folds that keep a vector's lane out of divisions ------------------------------------
+# -- the folds that keep a vector's lane out of divisions (and an xor in its low bits) --------
 
 def ctx_with(**ranges):
     ctx = LoweringContext.__new__(LoweringContext)
@@ -114,6 +114,24 @@ def test_lane_is_folded_out_of_splits():
     ctx2, v2 = ctx_with(x=(0, 1000), lane=(0, 8))
     e = ctx2.binop("div", add(mul(v2["x"], 8), v2["lane"]), const(128))
     assert "lane" in fmt(e)
+
+
+def test_xor_touches_only_the_low_bits():
+    ctx, v = ctx_with(row=(0, 1000), col=(0, 7), r=(0, 7))
+    row, col, r = v["row"], v["col"], v["r"]
+    e = ctx.binop("xor", add(mul(row, 8), col), r)
+    assert kir.format_expr(e) == "((row * 8) + (col ^ r))"
+    # not when the xor reaches the large part: r may be 8 or more
+    ctx2, v2 = ctx_with(row=(0, 1000), col=(0, 7), r=(0, 8))
+    e2 = ctx2.binop("xor", add(mul(v2["row"], 8), v2["col"]), v2["r"])
+    assert kir.format_expr(e2) == "(((row * 8) + col) ^ r)"
+    for x in range(0, 40, 3):
+        for c in range(8):
+            for rr in range(8):
+                got = kir.evaluate_scalar(kir.substitute(e, {id(row): const(x),
+                                                             id(col): const(c),
+                                                             id(r): const(rr)}))
+                assert got == (8 * x + c) ^ rr
 
 
 def test_folds_agree_with_c_arithmetic():

@@ -93,9 +93,11 @@ def swizzled(ctx, tv, index):
     row_elems = ctx.const(tv.swizzle_row)
     row = ctx.binop("div", index, row_elems)
     chunk = ctx.binop("div", ctx.binop("mod", index, row_elems), chunk_elems)
-    moved = kir.BinOp("xor", chunk, ctx.binop("mod", row, ctx.const(8)), ctx.index_dtype)
-    return ctx.binop("add", index, ctx.binop("mul", ctx.binop("sub", moved, chunk),
-                                             chunk_elems))
+    moved = ctx.binop("xor", chunk, ctx.binop("mod", row, ctx.const(8)))
+    # row * row_elems + moved chunk * chunk_elems + the element within the chunk
+    return ctx.binop("add", ctx.binop("add", ctx.binop("mul", row, row_elems),
+                                      ctx.binop("mul", moved, chunk_elems)),
+                     ctx.binop("mod", index, chunk_elems))
 
 
 def buffer_index(ctx, tv, loop_index):
