@@ -397,6 +397,26 @@ schedule prop {
     assert list(guarded(exe.kernels[0].kir).values()) == [["(i2 < 2)"]]
 
 
+def test_an_outer_piece_bound_implied_by_its_split_input_is_left_out():
+    # N -> [ceildiv(N, 4), 4] -> [ceildiv(ceildiv(N, 4), 3), 3, 4]: both splits are
+    # uneven, but (i0 * 3 + i1) * 4 + i2 < N implies i0 * 3 + i1 < ceildiv(N, 4).
+    text = """
+fusion f(x: f32[N]) {
+  y = x * 2
+  output y
+}
+schedule f {
+  y.split(0, 4)
+  y.split(0, 3)
+}"""
+    for n in (1, 11, 12, 13, 25):
+        x = np.arange(n, dtype=np.float32)
+        exe, got, want = run_interp(text, {"x": x})
+        np.testing.assert_array_equal(got["y"], want["y"])
+    assert list(guarded(exe.kernels[0].kir).values()) == [
+        ["(((((i0 * 3) + i1) * 4) + i2) < N)"]]
+
+
 def test_dead_code_is_not_computed():
     text = """
 fusion f(x: f32[M, N]) {

@@ -65,6 +65,10 @@ def conditions(ctx, info, launch):
         if split_axis.is_reduction and bounded is tv and role != "accumulate":
             continue     # a reduction's init and final store sit outside its reduction loops
         bounds[split_axis] = ctx.binop("lt", index[split_axis], ctx.extent(split_axis.extent))
+    if bounded is not tv:
+        # The consumer's guards on loops this statement does not run inside do not apply.
+        in_scope = {id(v) for v in ctx.loop_vars.values()} & _loop_vars_enclosing(ctx, tv)
+        bounds = {a: c for a, c in bounds.items() if _free_loop_vars(ctx, c) <= in_scope}
     # The outer piece's bound is implied by its split input's: index(input) = index(outer)
     # * extent(inner) + index(inner) >= extent(input) once index(outer) >= extent(outer).
     implied = {t.outer for t in splits if t.input in bounds}
@@ -87,10 +91,6 @@ def conditions(ctx, info, launch):
         extent = ctx.extent(ctx.concrete_axis(tv, i).extent)   # the loop's extent
         if kir.format_expr(launch[ptype]) != kir.format_expr(extent):
             conds.append(ctx.binop("lt", _special(ctx, ptype), extent))
-    if bounded is not tv:
-        # The consumer's guards on loops this statement does not run inside do not apply.
-        in_scope = {id(v) for v in ctx.loop_vars.values()} & _loop_vars_enclosing(ctx, tv)
-        conds = [c for c in conds if _free_loop_vars(ctx, c) <= in_scope]
     if info.memory is not kir.Memory.local and role != "accumulate":
         used = [p for p in THREAD_TYPES if ctx.bound[p]]
         if info.memory is kir.Memory.global_:
