@@ -377,8 +377,8 @@ def _k_tiles_per_split(k, tk, splitk):
 
 
 def splitk_for(m, n, k, cta_tile, sms=H200_SMS):
-    """The split-K factor for these sizes and tiles. Where the output tiles give fewer
-    than two CTAs per SM, as many splits as make two (two 4-warp CTAs share an SM: twice
+    """The split-K factor for these sizes and tiles. Where the output tiles do not fill
+    the SMs, as many splits as make two CTAs per SM (two 4-warp CTAs share an SM: twice
     the warps to hide latency), keeping at least 8 K tiles per split; the benchmark
     matrix's best configurations at 1024x2048x4096 and 1024x1024x4096 are exactly these
     (docs/perf.md). Where that means more splits than a serial turnstile should chain (a
