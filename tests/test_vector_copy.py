@@ -11,6 +11,7 @@ import pytest
 
 import codegen
 import fuserir
+from codegen import nvrtc
 from codegen.cuda import CodegenError, emit_cuda
 from codegen.interp import InterpError, run_kernel
 from fuserir.errors import FuserirError, ScheduleError
@@ -164,6 +165,23 @@ def test_vectorized_copies_lower_to_one_vector_access_and_run(text, shape, nbyte
     assert all(np.array_equal(out[k], ref[k]) for k in ref)
     source = emit_cuda(exe.kernels[0].kir)
     assert "*reinterpret_cast<u32x4*>(&" in source and "u32x4 {" in source
+
+
+@pytest.mark.parametrize("dtype, width, word", [("f16", 2, "unsigned int"),
+                                                ("f16", 4, "u32x2"), ("f32", 2, "u32x2"),
+                                                ("f16", 8, "u32x4")])
+def test_every_vector_width_runs_and_compiles(dtype, width, word, rng):
+    text = SHARED_TO_GLOBAL.replace("f32", dtype).replace("y.split(1, 4)",
+                                                         f"y.split(1, {width})")
+    fusion = fuserir.parse(text)
+    exe = codegen.compile(fusion, backend="interp")
+    [copy] = vector_stores(exe.kernels[0].kir)
+    assert copy.width == width
+    x = rng.integers(-5, 5, (3, 32 * width * 2)).astype(fusion.inputs[0].dtype.numpy)
+    assert np.array_equal(exe.run({"x": x})["y"], fuserir.evaluate(fusion, {"x": x})["y"])
+    source = emit_cuda(exe.kernels[0].kir)
+    assert f"*reinterpret_cast<{word}*>(&y[" in source
+    assert nvrtc.compile_to_cubin(source, exe.kernels[0].kir.name, arch="sm_90")
 
 
 def test_a_copy_not_contiguous_in_its_producer_is_refused():
