@@ -123,6 +123,23 @@ def known_factor(e):
     return 1
 
 
+def _split_low(terms, g, ranges, build, dtype):
+    """(sum of the terms that are known multiples of g, sum of the others) where the
+    others are non-negative and sum to less than g; None where the terms do not split so."""
+    large = [t for t in terms if known_factor(t) % g == 0]
+    small = [t for t in terms if known_factor(t) % g != 0]
+    highs = [ranges.of(t)[1] for t in small]
+    if not large or not small or None in highs or sum(highs) >= g or \
+            not all(ranges.nonneg(t) for t in small):
+        return None
+    big, part = kir.Const(0, dtype), kir.Const(0, dtype)
+    for t in large:
+        big = build("add", big, t)
+    for t in small:
+        part = build("add", part, t)
+    return big, part
+
+
 def _drop_small_part(op, terms, c, ranges, build, dtype):
     """(g*q + s) / c -> (g*q) / c and (g*q + s) % c -> (g*q) % c + s, where g divides c,
     the large terms are multiples of g and the small ones sum to [0, g). None if no such
@@ -130,18 +147,11 @@ def _drop_small_part(op, terms, c, ranges, build, dtype):
     for g in sorted({math.gcd(c, known_factor(t)) for t in terms}, reverse=True):
         if g <= 1:
             break
-        large = [t for t in terms if known_factor(t) % g == 0]
-        small = [t for t in terms if known_factor(t) % g != 0]
-        highs = [ranges.of(t)[1] for t in small]
-        if not large or not small or None in highs or sum(highs) >= g:
-            continue
-        big, part = kir.Const(0, dtype), kir.Const(0, dtype)
-        for t in large:
-            big = build("add", big, t)
-        for t in small:
-            part = build("add", part, t)
-        divided = build(op, big, kir.Const(c, dtype))
-        return divided if op == "div" else build("add", divided, part)
+        split = _split_low(terms, g, ranges, build, dtype)
+        if split is not None:
+            big, part = split
+            divided = build(op, big, kir.Const(c, dtype))
+            return divided if op == "div" else build("add", divided, part)
     return None
 
 
@@ -150,21 +160,12 @@ def _xor_low_bits(a, b, ranges, build, dtype):
     touches the low bits (an XOR swizzle's chunk index, whose row part is a multiple of
     the chunks per row). None if a does not split so."""
     r_lo, r_hi = ranges.of(b)
-    if r_lo is None or r_lo < 0 or r_hi is None:
+    if r_lo is None or r_lo < 0 or r_hi is None or not ranges.nonneg(a):
         return None
-    g = 1 << max(r_hi, 1).bit_length()
-    terms = addends(a)
-    large = [t for t in terms if known_factor(t) % g == 0]
-    small = [t for t in terms if known_factor(t) % g != 0]
-    highs = [ranges.of(t)[1] for t in small]
-    if not large or not small or None in highs or sum(highs) >= g or \
-            not all(ranges.nonneg(t) for t in terms):
+    split = _split_low(addends(a), 1 << max(r_hi, 1).bit_length(), ranges, build, dtype)
+    if split is None:
         return None
-    big, part = kir.Const(0, dtype), kir.Const(0, dtype)
-    for t in large:
-        big = build("add", big, t)
-    for t in small:
-        part = build("add", part, t)
+    big, part = split
     return build("add", big, kir.BinOp("xor", part, b, dtype))
 
 

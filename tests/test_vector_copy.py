@@ -22,26 +22,14 @@ from lowering.arith import Ranges, known_factor
 from fuserir.dtypes import DataType
 
 from kir_examples import add, binop, const, finish, launch, mul, tensor, tid
+from test_async_copy import F16_VECTORS
 
 I32, F32 = DataType.i32, DataType.f32
 
-# global x [M, N] f16 -> shared tile, 8 elements (16 bytes) per thread, then computed on
-GLOBAL_TO_SHARED = """
-fusion f(x: f16[M, N]) {
-  y = cast(x, f32) * 2
-  output y
-}
-schedule f {
-  xs = x.cache_after(shared)
-  y.split(1, 128)
-  y.parallelize(0, BIDx)
-  y.parallelize(2, TIDx)
-  xs.compute_at(y, 2)
-  xs.split(2, 8)
-  xs.parallelize(2, TIDx)
-  xs.vectorize(3)
-}
-"""
+# global x [M, N] f16 -> shared tile, 8 elements (16 bytes) per thread, then computed on:
+# test_async_copy's schedule with an ordinary (not async) cache
+GLOBAL_TO_SHARED = F16_VECTORS.replace("cache_after(shared, async_copy=true)",
+                                       "cache_after(shared)")
 
 # computed into a shared tile, then stored to the global output 4 f32 (16 bytes) at a time
 SHARED_TO_GLOBAL = """

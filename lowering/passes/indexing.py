@@ -346,8 +346,9 @@ def lower_part(ctx, part):
     index = ctx.root_indices(tv)
     if role == "compute" and is_async_copy(tv):
         return async_copy(ctx, tv, index)
-    if role == "compute" and vector_copy_width(tv):
-        return vector_copy(ctx, tv, vector_copy_width(tv))
+    width = vector_copy_width(tv) if role == "compute" else 0
+    if width:
+        return vector_copy(ctx, tv, width)
     if role == "compute":
         return store(ctx, tv, pointwise_value(ctx, expr, index), index, role)
     acc = ctx.accumulators[tv]
