@@ -33,9 +33,10 @@ Evaluation
   through; threads beyond the block size do not exist. blockIdx is `block` (default
   0, 0, 0), or for an access no lane of that block makes, the grid's last block (where
   a serial split-K's last split runs the epilogue). Every warp of the block is
-  examined, at every combination of the enclosing loops' first `max_iterations` values plus their last value (an extent is evaluated with
-  the outer loops' values and must be the same for every active thread), at most
-  `max_combinations` combinations (a note says when that cut the search).
+  examined, at every combination of the enclosing loops' first `max_iterations` values
+  plus their last value (an extent is evaluated with the outer loops' values and must be
+  the same for every active thread), at most `max_combinations` combinations (a note
+  says when that cut the search).
   What cannot be evaluated makes the entry unknown (worst None) with a note: an address
   that depends on a load (or a shuffle), a scalar missing from `scalars` (the report needs
   sizes), a thread-dependent loop extent, float arithmetic, an operator this evaluator
