@@ -203,6 +203,8 @@ def _fuserir_skip_gpu_tests_without_gpu(request):
 
 # -- statistics that tests report in the session summary ---------------------------------
 import collections  # noqa: E402
+import os  # noqa: E402
+import tempfile  # noqa: E402
 
 STATS = collections.Counter()
 
@@ -225,6 +227,10 @@ KERNEL_SOURCES = {}   # generated CUDA source -> kernel name (deduplicated by so
 
 
 def pytest_configure(config):
+    # The suite's cubins go to a cache of its own, never the user's ~/.cache/fuserir
+    # (tests that look at the cache set FUSERIR_CACHE_DIR to a directory of their own).
+    if not os.environ.get("FUSERIR_CACHE_DIR"):
+        os.environ["FUSERIR_CACHE_DIR"] = tempfile.mkdtemp(prefix="fuserir-tests-")
     import codegen.executable as executable
     emit = executable.emit_cuda
 

@@ -346,10 +346,10 @@ def test_casts_on_gpu_round_exactly(cp):
 
 def test_the_cast_oracle_does_not_round_twice():
     # 1 + 2^-8 + 2^-30 is just above a bf16 tie; through f32 it lands on the tie and rounds
-    # down to even (what ml_dtypes does from f64), but the exact answer rounds up.
+    # down to even, but the exact answer rounds up. (ml_dtypes before 0.7 rounded f64 to
+    # bf16 through f32 like that: the oracle must not depend on it.)
     v = 1 + 2 ** -8 + 2 ** -30
     assert exact_round(v, BF16) == 1 + 2 ** -7
-    assert float(np.float64(v).astype(ml_dtypes.bfloat16)) == 1.0
     assert exact_round(2 ** 25 + 2 ** 17 + 1, BF16) == 2 ** 25 + 2 ** 18
     assert exact_round(65520, F16) == math.inf and exact_round(65519, F16) == 65504
     assert exact_round(-0.0, F16) == 0 and math.copysign(1, exact_round(-0.0, F16)) < 0
