@@ -24,10 +24,16 @@ kernel serves every shape (sizes and the split factor are kernel arguments).
   timed twice: the kernel (arguments bound once, codegen.launch per call; the ratio to
   cuBLAS uses this) and a whole exe.run() call (host binding included).
 * --once: one launch at the first shape and exit (for compute-sanitizer on a small grid).
-* --matrix: the seed benchmark matrix of issue 7 (every layout, 4 or 8 warps, 3-5 stages,
+* --matrix: the seed benchmark matrix (every layout, 4 or 8 warps, 3-5 stages,
   shared-memory epilogue or not, at the seed shapes with split-K 2..6): 48 kernels
   compiled ahead in a process pool, each configuration checked against float64 and timed
   (--repeat) against cuBLAS; prints counts and the best configuration per layout/shape.
+* --user-path: the path a user takes, per layout (--layouts) and shape: the unscheduled
+  fusion through codegen.compile(fusion).run(inputs), which schedules per size class,
+  against the same heuristic told the sizes (an explicit schedule_matmul with
+  matmul_heuristic's parameters), cuBLAS and the Triton baseline
+  (benchmarks/triton_matmul.py, when Triton is installed), all in this process; both
+  fuserir paths checked against float64. Timed as the kernels alone and as whole calls.
 """
 
 import argparse
@@ -74,9 +80,18 @@ def parse_args(argv=None):
                    help="the seed benchmark matrix (layouts x warps x stages x shapes x "
                         "splitk 2..6 x smem epilogue) instead")
     p.add_argument("--matrix-shapes", default=MATRIX_SHAPES)
+    p.add_argument("--user-path", action="store_true",
+                   help="unscheduled fusions through compile().run() against the "
+                        "heuristic's explicit schedule, cuBLAS and Triton")
+    p.add_argument("--layouts", default="NT", help="with --user-path: TT,TN,NT,NN")
+    p.add_argument("--no-triton", action="store_true", help="leave out the Triton baseline")
     args = p.parse_args(argv)
     args.no_torch, args.copy_mib = False, 1024
     args.shape_list = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+    args.layout_list = [x.strip().upper() for x in args.layouts.split(",")]
+    for layout in args.layout_list:
+        if layout not in OPERANDS:
+            p.error(f"--layouts: unknown layout {layout!r} (TT, TN, NT, NN)")
     args.warp_tile = tuple(int(x) for x in args.warp_tile.split("x"))
     args.cta_tile = tuple(int(x) for x in args.cta_tile.split("x")) if args.cta_tile else \
         (32 * args.warps, 128, args.warp_tile[2])
@@ -116,14 +131,41 @@ MATRIX_SHAPES = "1024x2048x4096,1024x2048x50304,1024x1024x4096,1024x1024x50304,"
                 "136x184x175704,128x128x262144"
 
 
-def matrix_fusion(layout, warps, stages, smem):
+def layout_fusion(layout):
+    """The unscheduled f16 matmul of a layout, cast to f16."""
     a, b = OPERANDS[layout]
-    f = fuserir.parse(f"""
+    return fuserir.parse(f"""
 fusion mm_{layout}(A: f16{a}, B: f16{b}) {{
   acc = matmul(A, B, layout={layout})
   out = cast(acc, f16)
   output out
 }}""")
+
+
+def layout_inputs(cp, rng, layout, m, n, k):
+    """Fresh uniform(-1, 1) f16 operands of a layout, and their float64 product."""
+    dims = {"M": m, "N": n, "K": k}
+    sa, sb = (tuple(dims[d] for d in spec.strip("[]").split(", "))
+              for spec in OPERANDS[layout])
+    a = rng.uniform(-1, 1, sa, dtype=cp.float32).astype(cp.float16)
+    b = rng.uniform(-1, 1, sb, dtype=cp.float32).astype(cp.float16)
+    return a, b
+
+
+def layout_reference(cp, layout, a, b):
+    a64 = a.astype(cp.float64) if layout[0] == "T" else a.astype(cp.float64).T
+    b64 = b.astype(cp.float64) if layout[1] == "T" else b.astype(cp.float64).T
+    return a64 @ b64
+
+
+def as_row_major(torch, layout, a, b):
+    """torch views of the operands as [M, K] and [K, N] (transposed views, no copies)."""
+    ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
+    return (ta if layout[0] == "T" else ta.t()), (tb if layout[1] == "T" else tb.t())
+
+
+def matrix_fusion(layout, warps, stages, smem):
+    f = layout_fusion(layout)
     schedule_matmul(f, MatmulParams(cta_tile=(32 * warps, 128, 32), warp_tile=(64, 64, 32),
                                     stages=stages, use_smem_epilogue=smem,
                                     promote_prologue_smem_reuse=smem))
@@ -163,19 +205,11 @@ def run_matrix(args, bench):
     for layout in OPERANDS:
         for m, n, k in shapes:
             dims = {"M": m, "N": n, "K": k}
-            sa, sb = (tuple(dims[d] for d in spec.strip("[]").split(", "))
-                      for spec in OPERANDS[layout])
-            a = rng.uniform(-1, 1, sa, dtype=cp.float32).astype(cp.float16)
-            b = rng.uniform(-1, 1, sb, dtype=cp.float32).astype(cp.float16)
-            a64 = a.astype(cp.float64) if layout[0] == "T" else a.astype(cp.float64).T
-            b64 = b.astype(cp.float64) if layout[1] == "T" else b.astype(cp.float64).T
-            ref = a64 @ b64
-            del a64, b64
+            a, b = layout_inputs(cp, rng, layout, m, n, k)
+            ref = layout_reference(cp, layout, a, b)
             cublas = None
             if torch is not None:
-                ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
-                ta = ta if layout[0] == "T" else ta.t()
-                tb = tb if layout[1] == "T" else tb.t()
+                ta, tb = as_row_major(torch, layout, a, b)
                 cublas = bench.time(lambda: torch.matmul(ta, tb))["median_us"]
             out = cp.empty((m, n), dtype=cp.float16)
             best = None
@@ -227,18 +261,114 @@ def run_matrix(args, bench):
     return 0 if not counts["failed"] else 1
 
 
+def kernels_alone(steps, allocate, arrays, scalars, pool):
+    """A call launching `steps`' kernels with arguments bound once (intermediates such as
+    the two-kernel split-K partials allocated once): the kernels' time alone."""
+    from codegen.launch import launch
+    values, launches = dict(arrays), []
+    for step in steps:
+        kernel = step.kernel
+        outs = {t.name: allocate(t, scalars, False, intermediate=t.name != "out")
+                for t in step.fusion.outputs}
+        values.update(outs)
+        bound = {**{n: values[n] for n in step.inputs}, **outs, **scalars,
+                 **pool.arrays(kernel.kir, scalars)}
+        launches.append((kernel, bound))
+    return lambda: [launch(k.kir, k.cubin, a) for k, a in launches]
+
+
+def run_user_path(args, bench):
+    """Per layout and shape: the unscheduled fusion's compile().run() (scheduled at run()
+    for the size class) against matmul_heuristic's explicit schedule, cuBLAS and Triton,
+    each checked (fuserir) and timed in this process. Prints a JSON line per row and a
+    Markdown table."""
+    import cupy as cp
+    import codegen
+    from codegen.launch import WorkspacePool, cupy_zeros, device_model
+    torch = bench.torch
+    triton_matmul = None
+    if torch is not None and not args.no_triton:
+        try:
+            from benchmarks import triton_matmul
+        except ImportError as missing:
+            print(f"no Triton baseline: {missing}", file=sys.stderr)
+    device = device_model()
+    rng = cp.random.default_rng(0)
+    pool = WorkspacePool(cupy_zeros)
+    rows = []
+    for layout in args.layout_list:
+        auto = codegen.compile(layout_fusion(layout), backend="cuda")
+        for m, n, k in args.shape_list:
+            dims = {"M": m, "N": n, "K": k}
+            a, b = layout_inputs(cp, rng, layout, m, n, k)
+            ref = layout_reference(cp, layout, a, b)
+            _, scalars, steps = auto.plan_for(dims)
+            params = matmul_heuristic(m, n, k, layout=layout, device=device)
+            explicit = layout_fusion(layout)
+            schedule_matmul(explicit, params, device)
+            told = codegen.compile(explicit, backend="cuda")
+            r = {"layout": layout, "shape": f"{m}x{n}x{k}", "splitk": params.splitk_factor,
+                 "mode": params.splitk_mode,
+                 "tiles": "x".join(map(str, params.cta_tile)), "stages": params.stages,
+                 "same_kernels": [s.kernel.source for s in steps]
+                 == [c.source for c in told.kernels],
+                 "mismatches_auto": mismatches(cp, auto.run({"A": a, "B": b})["out"], ref, k),
+                 "mismatches_told": mismatches(cp, told.run({"A": a, "B": b})["out"], ref, k)}
+            arrays = {"A": a, "B": b}
+            r["auto_us"] = bench.time(kernels_alone(steps, auto.allocate, arrays,
+                                                    {**dims, **scalars}, pool))["median_us"]
+            r["told_us"] = bench.time(kernels_alone(told.steps, told.allocate, arrays,
+                                                    {**dims, **explicit.scalars},
+                                                    pool))["median_us"]
+            r["auto_run_us"] = bench.time(lambda: auto.run(arrays))["median_us"]
+            r["told_run_us"] = bench.time(lambda: told.run(arrays))["median_us"]
+            if torch is not None:
+                ta, tb = as_row_major(torch, layout, a, b)
+                r["cublas_us"] = bench.time(lambda: torch.matmul(ta, tb))["median_us"]
+                if triton_matmul is not None:
+                    fn, holder = triton_matmul.matmul_fn(ta, tb, torch.float16, device.sms)
+                    fn()
+                    got = cp.from_dlpack(holder[0])
+                    r["mismatches_triton"] = mismatches(cp, got, ref, k)
+                    r["triton_us"] = bench.time(fn)["median_us"]
+            del ref
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    print(f"\n## the user's path, {device.describe()}, {datetime.date.today()}")
+    print("| layout | shape | plan (tile, stages, split-K) | compile().run() kernels us | "
+          "heuristic told the sizes us | ratio | run() us | cuBLAS us | Triton us | "
+          "fuserir/cuBLAS | Triton/cuBLAS | mismatches (auto, told, Triton) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    nan = float("nan")
+    for r in rows:
+        cublas = r.get("cublas_us", nan)
+        print(f"| {r['layout']} | {r['shape']} | {r['tiles']}, {r['stages']}, {r['splitk']} "
+              f"{r['mode']} | {r['auto_us']:.1f} | {r['told_us']:.1f} | "
+              f"{r['auto_us'] / r['told_us']:.3f} | {r['auto_run_us']:.1f} | {cublas:.1f} | "
+              f"{r.get('triton_us', nan):.1f} | {cublas / r['auto_us']:.2f}x | "
+              f"{cublas / r.get('triton_us', nan):.2f}x | {r['mismatches_auto']}, "
+              f"{r['mismatches_told']}, {r.get('mismatches_triton', '-')} |")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(rows, indent=1))
+    bad = [r for r in rows if r["mismatches_auto"] or r["mismatches_told"]
+           or not r["same_kernels"]]
+    return 1 if bad else 0
+
+
 def main(argv=None):
     args = parse_args(argv)
     common.require_gpu()
     import cupy as cp
     import codegen
-    from codegen.launch import WorkspacePool, cupy_zeros, launch
+    from codegen.launch import WorkspacePool, cupy_zeros
     bench = common.Bench(args)
     torch = bench.torch
     if torch is not None:
         torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
     if args.matrix:
         return run_matrix(args, bench)
+    if args.user_path:
+        return run_user_path(args, bench)
     drop = tuple(s for s in args.drop_syncs.split(",") if s)
     copy_gbps = None if args.once else bench.copy_bandwidth()["gbps"]
     rng = cp.random.default_rng(0)
@@ -262,26 +392,12 @@ def main(argv=None):
         b = rng.uniform(-1, 1, (k, n), dtype=cp.float32).astype(cp.float16)
         return a, b
 
-    def kernels_alone(exe, arrays, scalars):
-        """A call launching the executable's kernels with arguments bound once
-        (intermediates such as the two-kernel split-K partials allocated once)."""
-        values, launches = dict(arrays), []
-        for step in exe.steps:
-            kernel = step.kernel
-            outs = {t.name: exe.allocate(t, scalars, False, intermediate=t.name != "out")
-                    for t in step.fusion.outputs}
-            values.update(outs)
-            args_k = {**{n: values[n] for n in step.inputs}, **outs, **scalars,
-                      **pool.arrays(kernel.kir, scalars)}
-            launches.append((kernel, args_k))
-        return lambda: [launch(k.kir, k.cubin, a) for k, a in launches]
-
     results = []
     for m, n, k in args.shape_list:
         exe, params = compiled((m, n, k))
 
         def run(a, b):
-            return exe.run({"A": a, "B": b, **params.scalars()})["out"]
+            return exe.run({"A": a, "B": b})["out"]      # splitk: the schedule's default
 
         a, b = inputs(m, n, k)
         out = run(a, b)
@@ -313,8 +429,9 @@ def main(argv=None):
         r["run_us"] = stats["median_us"]
         # The kernel alone: arguments bound once, then codegen.launch per call (run()'s
         # binding and checks are host work that can exceed the L2 flush it hides behind).
-        scalars = {"M": m, "N": n, "K": k, **params.scalars()}
-        stats = bench.time(kernels_alone(exe, {"A": a, "B": b}, scalars))
+        scalars = {"M": m, "N": n, "K": k, **exe.fusion.scalars}
+        stats = bench.time(kernels_alone(exe.steps, exe.allocate, {"A": a, "B": b},
+                                         scalars, pool))
         r["fuserir_us"] = stats["median_us"]
         r["tflops"] = 2 * m * n * k / stats["median_us"] / 1e6
         # the ideal traffic (operands read once, the f16 output written once) over the time

@@ -46,17 +46,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fuserir import reference, stages
+from fuserir import device as devices, reference, stages
 from fuserir.dtypes import DataType
 from fuserir.errors import EvaluationError, FuserirError
 from fuserir.ir import extent as ext
 from fuserir.ir.equality import fusion_signature
+from fuserir.scheduler.auto import schedule_key
 from lowering import kir
 from lowering.pipeline import lower
 
 from .cuda import emit_cuda
 from .launch import (BoundLaunch, WorkspacePool, bind, cupy_module, cupy_zeros,
-                     current_device, device_shared_limit, launch_config, remember)
+                     current_device, device_model, device_shared_limit, launch_config,
+                     remember)
 
 BACKENDS = ("cuda", "interp")
 
@@ -104,13 +106,15 @@ class Step:
 class _BoundInputs:
     """What run() keeps for one signature of inputs (see _signature), checked once: the
     size symbols and run-time scalars, the names of the input arrays, whether they are
-    torch tensors, whether outputs are poisoned, and the step plans by the input
-    addresses modulo VECTOR_ALIGNMENT."""
+    torch tensors, whether outputs are poisoned, the automatic schedule chosen for its
+    sizes, and the step plans by the input addresses modulo VECTOR_ALIGNMENT."""
 
     env: dict
     arrays: tuple
     torch_inputs: bool
     poison: bool
+    schedule: tuple = None   # an automatic schedule's key (fuserir.scheduler.auto)
+    device: object = None    # the fuserir.device.Device it is chosen for
     plans: dict = field(default_factory=dict)    # addresses mod 16 -> [_PlannedStep]
 
 
@@ -154,22 +158,43 @@ class Executable:
         self.fusion = fusion
         self.backend = backend
         self._options = options
-        self._plan = plan            # (persistent: bool) -> [Step]; see compile()
-        self._steps = {} if built is None else built   # persistent -> [Step]
+        self._plan = plan            # (persistent, sizes, device) -> [Step]; see compile()
+        self._steps = {} if built is None else built   # (persistent, schedule) -> [Step]
         self._workspaces = None      # WorkspacePool of the kernels' workspaces
         self._bound_inputs = {}      # (device, poison, input signature) -> _BoundInputs
         self.automatic = automatic   # scheduled by fuserir.scheduler.auto (several plans)
-        self.steps = self._steps_for(True)
+        # the kernels compile() shows (an automatic schedule's for unknown, large sizes)
+        device = self._device()
+        schedule = schedule_key(fusion, {}, device)[0] if automatic else None
+        self.steps = self._steps_for(True, schedule, {}, device)
 
     @property
     def kernels(self):
         """Every kernel, in launch order (several where the fusion was segmented)."""
         return [step.kernel for step in self.steps]
 
-    def _steps_for(self, persistent):
-        if persistent not in self._steps:
-            self._steps[persistent] = self._plan(persistent)
-        return self._steps[persistent]
+    def _steps_for(self, persistent, schedule, sizes, device):
+        """The steps of the plan for `schedule` (an automatic schedule's key, None for an
+        explicit schedule's), built at the first size class that takes it: size classes
+        whose sizes choose the same schedule share its kernels."""
+        key = (persistent, schedule)
+        if key not in self._steps:
+            self._steps[key] = self._plan(persistent, sizes, device)
+        return self._steps[key]
+
+    def _device(self):
+        """The device model schedules are chosen for (the GPU, or the default H200)."""
+        return device_model() if self.backend == "cuda" else devices.DEFAULT
+
+    def plan_for(self, sizes):
+        """(schedule key, run-time scalars, steps) an automatic schedule takes at `sizes`
+        ({symbol: int}) on this executable's device; (None, {}, the steps) for an explicit
+        schedule. What `fuserir inspect --size` shows."""
+        device = self._device()
+        if not self.automatic:
+            return None, {}, self.steps
+        schedule, scalars = schedule_key(self.fusion, sizes, device)
+        return schedule, scalars, self._steps_for(True, schedule, sizes, device)
 
     def _bind(self, inputs):
         """(input arrays by name, symbol values) checked against the fusion."""
@@ -222,17 +247,23 @@ class Executable:
             key = bound = None
         if bound is None:
             given, env = self._bind(inputs)
-            for step in self.steps:
-                # run-time scalars an automatic schedule chooses from the sizes (the
-                # split-K factor of a matmul), unless the caller gives them
-                for name, rule in getattr(step.fusion, "run_scalars", {}).items():
-                    env.setdefault(name, rule(env))
+            schedule = None
+            steps = self.steps
+            if self.automatic:
+                # scheduled for these sizes on this device: the plan of its schedule key,
+                # with the run-time scalars it chose (a matmul's split-K factor)
+                schedule, scalars, steps = self.plan_for(env)
+                env.update(scalars)
+            for step in steps:
                 for p in step.kernel.kir.scalar_params:
                     if p.var.name not in env:
-                        raise EvaluationError(f"kernel {step.kernel.name} needs a value for "
-                                              f"'{p.var.name}'; pass it in the inputs")
+                        raise EvaluationError(
+                            f"kernel {step.kernel.name} needs a value for '{p.var.name}', "
+                            f"which has no default; pass it in the inputs "
+                            f"({step.fusion.describe_run_time()})")
             torch_inputs = any(type(v).__module__.startswith("torch") for v in given.values())
-            bound = _BoundInputs(env, tuple(given), torch_inputs, poison)
+            bound = _BoundInputs(env, tuple(given), torch_inputs, poison, schedule,
+                                 self._device())
             if key is not None:
                 remember(self._bound_inputs, key, bound)
         return bound
@@ -242,9 +273,10 @@ class Executable:
         VECTOR_ALIGNMENT): the steps whose rows fit the device's shared memory and whose
         vector copies fit the inputs, each to be prepared at its first run."""
         env = bound.env
-        steps = self.steps
+        sizes = (bound.schedule, env, bound.device)
+        steps = self._steps_for(True, *sizes)
         if self.backend == "cuda" and not self._fits_shared_memory(steps, env):
-            steps = self._steps_for(False)     # a row does not fit: segment the fusion
+            steps = self._steps_for(False, *sizes)   # a row does not fit: segment the fusion
         try:
             for step in steps:
                 _check_vector_copies(step, values, env)
@@ -253,7 +285,7 @@ class Executable:
                 raise
             # an automatic schedule's 16-byte copies do not fit these inputs: the plan
             # without special requirements (no tensor cores, no vector copies) does
-            steps = self._steps_for(False)
+            steps = self._steps_for(False, *sizes)
             for step in steps:
                 _check_vector_copies(step, values, env)
         return [_PlannedStep(step) for step in steps]
@@ -539,15 +571,18 @@ def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=Tru
         stages.env_after_compile(exe)
         return exe
 
-    def explicit(persistent):
+    def explicit(persistent, sizes, device):
         from .segmentation import cut
         return [Step(s.fusion, s.inputs, s.outputs, _build(s.fusion, backend, **options))
                 for s in cut(fusion)]
 
-    def automatic(persistent):
-        from .segmentation import plan
-        return [Step(s.fusion, s.inputs, s.outputs, _build(s.fusion, backend, **options))
-                for s in plan(fusion, persistent)]
+    def automatic(persistent, sizes, device):
+        # each segment's schedule may put intermediates in global memory (a two-kernel
+        # split-K's partial sums): it is cut into its kernels as an explicit schedule is
+        from .segmentation import cut, plan
+        return [Step(part.fusion, part.inputs, part.outputs,
+                     _build(part.fusion, backend, **options))
+                for s in plan(fusion, persistent, sizes, device) for part in cut(s.fusion)]
 
     exe = Executable(fusion, backend, options, explicit if fusion.trace else automatic,
                      automatic=not fusion.trace)

@@ -46,11 +46,15 @@ also kept per kernel and scalar values, loaded modules per device and cubin, and
 WorkspacePool answers again from what it answered until its arrays change.
 """
 
+import ctypes
 import functools
 import hashlib
+import os
+import struct
 
 import numpy as np
 
+from fuserir import device as devices
 from fuserir.dtypes import DataType
 from lowering import kir
 
@@ -108,13 +112,33 @@ def load_function(cubin, name):
 
 def device_shared_limit():
     """The most shared memory one block of the current device may opt in to (bytes)."""
-    return _shared_limit(current_device())
+    return device_model().shared_limit
+
+
+def device_model():
+    """The fuserir.device.Device of CuPy's current GPU, or fuserir.device.DEFAULT (the
+    H200) where no GPU answers (compiling and the interpreter need none)."""
+    try:
+        device = current_device()
+    except Exception:  # noqa: BLE001 - no driver, no device, no CuPy
+        return devices.DEFAULT
+    return _device_model(device)
 
 
 @functools.lru_cache(maxsize=None)
-def _shared_limit(device):
+def _device_model(device):
     runtime = cupy_module().cuda.runtime
-    return runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, device)
+    props = runtime.getDeviceProperties(device)
+
+    def attribute(name):
+        return runtime.deviceGetAttribute(getattr(runtime, name), device)
+
+    name = props["name"]
+    return devices.Device(
+        name.decode() if isinstance(name, bytes) else str(name),
+        (props["major"], props["minor"]), sms=attribute("cudaDevAttrMultiProcessorCount"),
+        shared_limit=attribute("cudaDevAttrMaxSharedMemoryPerBlockOptin"),
+        l2_bytes=attribute("cudaDevAttrL2CacheSize"))
 
 
 def _kernel_key(kernel, scalars):
@@ -247,10 +271,18 @@ class BoundLaunch:
     block and dynamic shared bytes, the strides and scalars as kernel arguments, and the
     scalar values by name. Calling it launches with `tensors` (in the order of
     `tensor_names`) and `workspaces` (in the order of `workspace_names`) without checking
-    them: they must have the signature it was bound for."""
+    them: they must have the signature it was bound for.
+
+    Where the CUDA driver is at hand, the call goes straight to cuLaunchKernel with every
+    parameter packed into one buffer as the kernel's ABI lays them out (each at its natural
+    alignment, in order: pointers 8 bytes, index-typed strides and scalars 4 or 8), built
+    once; a call only writes the arrays' addresses into it. CuPy's launch converts every
+    argument to a C value on every call, which cost most of a launch's host time (18 us for
+    the seed kernel's 17 arguments on the H200's host). Without the driver (the tests'
+    recording GPU) it launches through CuPy with the same arguments."""
 
     __slots__ = ("func", "grid", "block", "shared", "strides", "scalars", "scalar_values",
-                 "tensor_names", "workspace_names", "pooled")
+                 "tensor_names", "workspace_names", "pooled", "_packed")
 
     def __init__(self, launcher, func, config, strides, scalar_values, pooled):
         self.func = func
@@ -262,10 +294,80 @@ class BoundLaunch:
         self.tensor_names = launcher.tensor_names
         self.workspace_names = launcher.workspace_names
         self.pooled = pooled      # a workspace not given: launch() takes the pool's
+        self._packed = _PackedLaunch.for_bound(self, len(self.tensor_names),
+                                               len(self.workspace_names))
 
     def __call__(self, tensors, workspaces, stream=None):
+        if self._packed is not None:
+            self._packed(tensors, workspaces, stream)
+            return
         self.func(self.grid, self.block, (*tensors, *self.strides, *workspaces, *self.scalars),
                   shared_mem=self.shared, stream=stream)
+
+
+@functools.cache
+def _cu_launch_kernel():
+    """The driver's cuLaunchKernel through ctypes, or None where there is no driver (or
+    FUSERIR_LAUNCH=cupy asks for CuPy's launch)."""
+    if os.environ.get("FUSERIR_LAUNCH") == "cupy":
+        return None
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+        fn = driver.cuLaunchKernel
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    return fn
+
+
+class _PackedLaunch:
+    """cuLaunchKernel of one BoundLaunch with its parameters in one packed buffer (see
+    BoundLaunch): the strides and scalars written once, the pointers of the tensors and
+    workspaces at their offsets on each call."""
+
+    END, BUFFER_POINTER, BUFFER_SIZE = 0, 1, 2      # CU_LAUNCH_PARAM_*
+
+    @classmethod
+    def for_bound(cls, bound, tensors, workspaces):
+        fn = _cu_launch_kernel()
+        if fn is None or not isinstance(getattr(bound.func, "ptr", None), int):
+            return None
+        return cls(fn, bound, tensors, workspaces)
+
+    def __init__(self, fn, bound, tensors, workspaces):
+        values = ([None] * tensors + list(bound.strides) + [None] * workspaces
+                  + list(bound.scalars))
+        offsets, offset = [], 0
+        for v in values:
+            size = 8 if v is None else v.itemsize        # None: a pointer
+            offset = -(-offset // size) * size
+            offsets.append(offset)
+            offset += size
+        self.buffer = ctypes.create_string_buffer(max(offset, 1))
+        for v, at in zip(values, offsets):
+            if v is not None:
+                struct.pack_into(v.dtype.char, self.buffer, at, v)
+        self.tensor_offsets = offsets[:tensors]
+        self.workspace_offsets = offsets[tensors + len(bound.strides):][:workspaces]
+        self.size = ctypes.c_size_t(offset)
+        self.extra = (ctypes.c_void_p * 5)(
+            self.BUFFER_POINTER, ctypes.addressof(self.buffer), self.BUFFER_SIZE,
+            ctypes.addressof(self.size), self.END)
+        self.fn = fn
+        self.args = (bound.func.ptr, *bound.grid, *bound.block, bound.shared)
+
+    def __call__(self, tensors, workspaces, stream):
+        buffer = self.buffer
+        for at, array in zip(self.tensor_offsets, tensors):
+            struct.pack_into("Q", buffer, at, array.data.ptr)
+        for at, array in zip(self.workspace_offsets, workspaces):
+            struct.pack_into("Q", buffer, at, array.data.ptr)
+        if stream is None:
+            stream = cupy_module().cuda.get_current_stream()
+        status = self.fn(*self.args, stream.ptr, None, self.extra)
+        if status:
+            raise RuntimeError(f"cuLaunchKernel failed with CUresult {status}")
 
 
 _ABSENT = object()      # a workspace not given in args

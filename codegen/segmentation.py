@@ -57,27 +57,29 @@ def extract(fusion, exprs, name):
     return Segment(sub, [t.name for t in sub.inputs], [t.name for t in outputs])
 
 
-def _schedulable(fusion, exprs, name, persistent):
+def _schedulable(fusion, exprs, name, persistent, sizes, device):
     try:
         segment = extract(fusion, exprs, name)
-        schedule_auto(segment.fusion, persistent)
-        lower(segment.fusion, trial=True)
+        schedule_auto(segment.fusion, persistent, sizes, device)
+        for part in cut(segment.fusion):   # a schedule may make several kernels
+            lower(part.fusion, trial=True)
         return segment
     except (ScheduleError, HazardError):
         return None
 
 
-def plan(fusion, persistent=True):
-    """The segments (scheduled fusions) that together compute `fusion`."""
+def plan(fusion, persistent=True, sizes=None, device=None):
+    """The segments (scheduled fusions) that together compute `fusion`, each scheduled for
+    `sizes` ({symbol: int}; None: unknown) on `device` (fuserir.scheduler.auto)."""
     live = live_tensors(fusion)
     exprs = [e for e in fusion.exprs if e.output in live]
-    whole = _schedulable(fusion, exprs, fusion.name, persistent)
+    whole = _schedulable(fusion, exprs, fusion.name, persistent, sizes, device)
     if whole is not None:
         return [whole]
     segments, current, best = [], [], None
     for expr in exprs:
         trial = _schedulable(fusion, current + [expr], f"{fusion.name}_{len(segments)}",
-                             persistent)
+                             persistent, sizes, device)
         if trial is not None:
             current, best = current + [expr], trial
             continue
@@ -85,7 +87,8 @@ def plan(fusion, persistent=True):
             raise FuserirError(f"no automatic schedule fits {expr} of fusion {fusion.name}")
         segments.append(best)
         current = [expr]
-        best = _schedulable(fusion, current, f"{fusion.name}_{len(segments)}", persistent)
+        best = _schedulable(fusion, current, f"{fusion.name}_{len(segments)}", persistent,
+                            sizes, device)
         if best is None:
             raise FuserirError(f"no automatic schedule fits {expr} of fusion {fusion.name}")
     segments.append(best)

@@ -41,22 +41,33 @@ def evaluate(fusion, inputs):
 
 def bind_inputs(fusion, inputs, convert=None):
     """Check `inputs` against the fusion's inputs (names, dtypes, ranks, sizes) and bind
-    its size symbols. Returns ({input tensor: array}, {symbol: int}). Arrays are converted
+    its size symbols and run-time scalars (a declared scalar not passed takes its default;
+    a name that is neither an input nor declared is refused, listing what is). Returns ({input tensor: array}, {symbol: int}). Arrays are converted
     with `convert` (default: to numpy); the backends pass their own."""
     convert = convert or to_numpy
     names = {t.name for t in fusion.inputs}
     env, arrays = {}, {}
     origin = {}  # symbol -> where its value came from, for error messages
+    scalars = set(fusion.scalars) | set(fusion.size_symbols())
     for name, value in inputs.items():
-        if name not in names:
-            if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-                if value < 1:
-                    raise EvaluationError(f"run-time scalar '{name}' must be >= 1, got {value}")
-                env[name] = int(value)
-                origin[name] = f"the value passed for {name}"
-                continue
-            raise EvaluationError(f"'{name}' is not an input of fusion {fusion.name} (inputs: "
-                                  f"{', '.join(sorted(names))})")
+        if name in names:
+            continue
+        if name not in scalars and hasattr(value, "shape"):
+            raise EvaluationError(f"'{name}' is not an input of fusion {fusion.name} "
+                                  f"(inputs: {', '.join(sorted(names))})")
+        if name not in scalars:
+            raise EvaluationError(f"'{name}' is neither an input nor a run-time scalar of "
+                                  f"fusion {fusion.name} ({fusion.describe_run_time()})")
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise EvaluationError(f"run-time scalar '{name}' must be an integer, got "
+                                  f"{value!r}")
+        if value < 1:
+            raise EvaluationError(f"run-time scalar '{name}' must be >= 1, got {value}")
+        env[name] = int(value)
+        origin[name] = f"the value passed for {name}"
+    for name, default in fusion.scalars.items():
+        if default is not None:
+            env.setdefault(name, default)
     for tv in fusion.inputs:
         if tv.name not in inputs:
             raise EvaluationError(f"missing input '{tv.name}' of fusion {fusion.name}")

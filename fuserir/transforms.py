@@ -10,7 +10,7 @@ Every illegal request raises ScheduleError naming the transform, the tensor and 
 so that a schedule that cannot be lowered is refused here rather than miscompiled later.
 """
 
-from .errors import ScheduleError
+from .errors import FusionError, ScheduleError
 from .ir import extent as ext
 from .ir.exprs import LoadStoreOp, MatmulOp, ReductionOp
 from .ir.iterdomain import (IterDomain, IterKind, Merge, ParallelType, Split, history, replay,
@@ -99,6 +99,11 @@ def split(tv, axis, factor, inner=True):
         raise ScheduleError(f"split: factor {factor!r} is not a valid scalar name (tensor "
                             f"{tv.name}, axis {axis})")
     _not_shared("split", tv, [p])
+    if isinstance(factor, (str, ext.Sym)):
+        try:                      # a named factor is a run-time scalar of the fusion
+            tv.fusion.declare(str(factor))
+        except FusionError as e:
+            raise ScheduleError(f"split: {e} (tensor {tv.name}, axis {axis})") from None
     s = Split(tv.loop[p], factor, inner)
     tv.loop[p:p + 1] = [s.outer, s.inner]
 

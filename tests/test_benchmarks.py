@@ -194,7 +194,7 @@ def test_matmul_arguments_and_fusion():
     assert args.shape_list == [(256, 128, 416), (64, 64, 64)] and args.splitk == 3
     fusion, params = matmul_bench.build(args)
     assert params.splitk_mode == "serial"
-    assert params.cta_tile == (256, 128, 32) and params.scalars() == {"splitk": 3}
+    assert params.cta_tile == (256, 128, 32) and fusion.scalars == {"splitk": 3}
     assert fusion.tensor("acc").serial_grid
 
 

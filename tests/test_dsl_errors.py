@@ -96,7 +96,7 @@ UNKNOWN_NAMES = [
     (schedule("y.compute_at(yy, 1)"), 6, 16,
      "unknown tensor 'yy' in fusion f; did you mean 'y'?"),
     (schedule("autotune(level=3)"), 6, 3,
-     "unknown scheduler 'autotune'; the schedulers are: matmul"),
+     "unknown scheduler 'autotune'; the schedulers are: matmul, scalar"),
 ]
 
 

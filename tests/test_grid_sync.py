@@ -482,7 +482,7 @@ def _executable(backend):
     if backend == "cuda":
         compiled.cubin = nvrtc.compile_to_cubin(compiled.source, kernel.name)
     step = executable.Step(fusion, ["x"], ["y"], compiled)
-    return executable.Executable(fusion, backend, {}, lambda persistent: [step])
+    return executable.Executable(fusion, backend, {}, lambda persistent, sizes, device: [step])
 
 
 def test_interp_executor_keeps_workspaces_across_runs(rng):

@@ -18,6 +18,7 @@ import kir_examples as ex
 from codegen import executable, nvrtc
 from codegen import launch as launching
 from codegen.cuda import emit_cuda
+from fuserir.device import H200
 from fuserir.dtypes import DataType
 from fuserir.errors import EvaluationError, FuserirError
 from lowering import kir
@@ -115,6 +116,8 @@ def gpu(monkeypatch):
     monkeypatch.setattr(launching, "load_function", fake.load_function)
     monkeypatch.setattr(launching, "device_shared_limit", lambda: SHARED_LIMIT)
     monkeypatch.setattr(executable, "device_shared_limit", lambda: SHARED_LIMIT)
+    monkeypatch.setattr(executable, "device_model", lambda: H200)
+    monkeypatch.setattr(launching, "_cu_launch_kernel", lambda: None)   # CuPy's launch
     monkeypatch.setattr(driver, "funcSetAttribute",
                         lambda func, attribute, value: fake.opt_ins.append(value))
     for cache in ("_launchers", "_opted_in", "_pools"):
@@ -141,6 +144,34 @@ def test_launch_checks_a_signature_once_and_passes_each_calls_arrays(gpu):
     assert gpu.loads == 1 and len(gpu.function.launches) == 3
     grid, block, _, shared = gpu.function.launches[-1]
     assert grid == (1, 1, 1) and block == (32, 8, 1) and shared == 0
+
+
+def test_a_packed_launch_lays_the_parameters_out_as_the_abi_does(gpu, monkeypatch):
+    import ctypes
+    import struct
+    calls = []
+
+    def cu_launch_kernel(func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        size = ctypes.c_size_t.from_address(extra[3]).value
+        calls.append(((func, gx, gy, gz, bx, by, bz, shared, stream, params),
+                      ctypes.string_at(extra[1], size), (extra[0], extra[2], extra[4])))
+        return 0
+
+    monkeypatch.setattr(launching, "_cu_launch_kernel", lambda: cu_launch_kernel)
+    kernel = turnstile()     # x f32[S, N], y f32[N]; workspaces ws f32, sem i32; N, S
+    for n in (300, 300):
+        x, y = gpu.array((5, n)), gpu.array((n,))
+        ws, sem = gpu.array((n,)), gpu.array((3,), np.int32)
+        launching.launch(kernel, b"cubin", {"x": x, "y": y, "ws": ws, "sem": sem, "N": n,
+                                            "S": 5}, stream=types.SimpleNamespace(ptr=77))
+        head, packed, markers = calls[-1]
+        assert head[0] == gpu.function.ptr and head[8:] == (77, None)
+        assert markers == (1, 2, None)       # BUFFER_POINTER, BUFFER_SIZE, END (null)
+        # pointers at 0 and 8, three i32 strides, the workspace pointers aligned to 8,
+        # then the i32 scalars N and S: 56 bytes
+        assert packed == struct.pack("<QQiiixxxxQQii", x.data.ptr, y.data.ptr, n, 1, 1,
+                                     ws.data.ptr, sem.data.ptr, n, 5)
+    assert not gpu.function.launches        # no launch went through CuPy
 
 
 @pytest.mark.parametrize("change, error, message", [
@@ -283,7 +314,8 @@ def test_run_checks_inputs_without_a_signature_every_time(rng, binds):
      "input b: axis 0 is N = 5, but N = 4 from input x axis 1"),
     ({"x": np.zeros((3, 4), np.float32)}, "missing input 'b'"),
     ({"x": np.zeros((3, 4), np.float32), "b": np.zeros(4, np.float32), "c": 1.5},
-     "'c' is not an input of fusion bias_relu"),
+     "'c' is neither an input nor a run-time scalar of fusion bias_relu \\(inputs: x, b; "
+     "run-time scalars: none; sizes: M, N\\)"),
 ])
 def test_run_checks_a_new_signature_after_a_good_run(bad, message):
     exe = codegen.compile(fuserir.parse(BIAS_RELU), backend="interp")
@@ -300,7 +332,7 @@ def test_run_checks_named_scalars_of_each_signature(rng, binds):
     for splitk in (1, 2, 1, 3):
         np.testing.assert_array_equal(exe.run({"A": a, "B": a, "splitk": splitk})["out"], want)
     assert len(binds) == 3
-    with pytest.raises(EvaluationError, match="'splitk' is not an input"):
+    with pytest.raises(EvaluationError, match="run-time scalar 'splitk' must be an integer"):
         exe.run({"A": a, "B": a, "splitk": True})     # True == 1, but not a size
     with pytest.raises(EvaluationError, match="run-time scalar 'splitk' must be >= 1"):
         exe.run({"A": a, "B": a, "splitk": 0})

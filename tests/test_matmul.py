@@ -284,6 +284,7 @@ def test_gpu_seed_size_fresh_inputs_and_bitwise_repeatable():
 
 # -- the heuristic, and fusions without a schedule -------------------------------------------
 
+from fuserir.device import H200  # noqa: E402
 from fuserir.scheduler.matmul import matmul_heuristic, splitk_for  # noqa: E402
 
 
@@ -307,18 +308,18 @@ def test_heuristic_fills_the_sms_and_keeps_8_k_tiles_per_split(size, tile, split
 
 def test_heuristic_fits_the_device_shared_memory():
     small = matmul_heuristic(1024, 1024, 4096, dtypes=("f16", "f16", "f32"),
-                             device={"shared_limit": 48 * 1024})
+                             device=H200.with_(shared_limit=48 * 1024))
     assert small.stages == 3                        # 3 x 16 KiB of operand stages
     assert not small.use_smem_epilogue              # a 64 KiB f32 tile would not fit
-    half = matmul_heuristic(1024, 1024, 4096, device={"shared_limit": 48 * 1024})
+    half = matmul_heuristic(1024, 1024, 4096, device=H200.with_(shared_limit=48 * 1024))
     assert half.use_smem_epilogue                   # a 32 KiB f16 tile does
     with pytest.raises(ScheduleError, match="one pipeline stage needs 16384 bytes of "
                                             "shared memory, over the limit of 8192"):
-        matmul_heuristic(1024, 1024, 4096, device={"shared_limit": 8192})
+        matmul_heuristic(1024, 1024, 4096, device=H200.with_(shared_limit=8192))
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(device={"cc": (7, 5)}), "compute capability 7.5 has no tensor-core mma.sync "
+    (dict(device=H200.with_(cc=(7, 5))), "compute capability 7.5 has no tensor-core mma.sync "
      "m16n8k16 with cp.async; sm_80 or newer is needed"),
     (dict(dtypes=("f16", "bf16")), "operands f16 x bf16: tensor cores take two f16 or two "
      "bf16 operands"),
@@ -351,7 +352,8 @@ def test_a_matmul_without_a_schedule_uses_tensor_cores_and_the_heuristics_split(
     data = {"A": rng.integers(-3, 4, (m, k)).astype(np.float16),
             "B": rng.integers(-3, 4, (n, k)).astype(np.float16),
             "bias": rng.integers(-3, 4, (n,)).astype(np.float16)}
-    assert exe.steps[0].fusion.run_scalars["splitk"]({"M": m, "N": n, "K": k}) == 2
+    schedule, scalars, steps = exe.plan_for({"M": m, "N": n, "K": k})
+    assert scalars == {"splitk": 2} and steps[0].fusion.scalars == {"splitk": 2}
     assert np.array_equal(exe.run(data)["out"], fuserir.evaluate(f, data)["out"])
 
 
@@ -363,7 +365,8 @@ def test_inputs_too_narrow_for_16_byte_copies_take_the_plain_plan(rng):
             "B": rng.integers(-3, 4, (n, k)).astype(np.float16),
             "bias": rng.integers(-3, 4, (n,)).astype(np.float16)}
     assert np.array_equal(exe.run(data)["out"], fuserir.evaluate(f, data)["out"])
-    plain = exe._steps_for(False)[0].kernel.kir_text
+    schedule = exe.plan_for({"M": m, "N": n, "K": k})[0]
+    plain = exe._steps_for(False, schedule, {}, None)[0].kernel.kir_text
     assert "mma" not in plain and "cp.async" not in plain
 
 
@@ -377,7 +380,7 @@ def test_a_schedule_over_the_shared_memory_limit_is_refused_with_both_numbers():
         "232448 bytes per block; use fewer stages or smaller tiles")
     f = fuserir.parse(DEFINITION)
     with pytest.raises(ScheduleError, match="needs 73728 bytes .* over the limit of 49152"):
-        schedule_matmul(f, MatmulParams(**SEED), shared_limit=48 * 1024)
+        schedule_matmul(f, MatmulParams(**SEED), device=H200.with_(shared_limit=48 * 1024))
 
 
 def test_two_kernel_split_k_runs_two_checked_kernels(rng):

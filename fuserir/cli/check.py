@@ -15,7 +15,8 @@ import numpy as np
 from .. import evaluate
 from .common import (UsageError, add_file_arguments, add_sync_arguments, build, format_hazard,
                      format_sizes, hazard_dict, kernel_scalars, named_scalars, one_fusion,
-                     parse_sizes, random_inputs, shared_ranges, sizes_for, sync_options)
+                     parse_sizes, random_inputs, shared_ranges, sizes_for, sync_options,
+                     with_plan_scalars)
 
 
 def add_parser(sub):
@@ -63,13 +64,14 @@ def cmd_check(args):
     options = sync_options(args)
 
     verified = "verify_hazards" not in options["disable_passes"]
-    exe, units, refused = build(fusion, options)
+    exe, units, refused = build(fusion, options, sizes=sizes)
+    at = with_plan_scalars(exe, sizes)      # what the kernels take (an automatic split-K)
     verifier = refused.hazards if refused is not None else []
     grids = {}
     for unit in units:
         try:
             grids[unit.kernel.name] = launch_config(unit.kernel,
-                                                    kernel_scalars(unit.kernel, sizes))[0]
+                                                    kernel_scalars(unit.kernel, at))[0]
         except (ValueError, KeyError) as error:
             raise UsageError(f"kernel {unit.kernel.name}: launch configuration at "
                              f"{format_sizes(sizes)}: {error}") from None
@@ -78,7 +80,7 @@ def cmd_check(args):
     ranges = {}
     for unit in units:
         if refused is None or unit.kernel.name == refused.kernel_name:
-            scalars = kernel_scalars(unit.kernel, sizes)
+            scalars = kernel_scalars(unit.kernel, at)
             for stmt, start, end in shared_ranges(unit.kernel, scalars):
                 ranges.setdefault(stmt.buffer.name, (start, end))
 

@@ -58,6 +58,8 @@ def default_sizes(fusion):
                         tiles[name] = max(tiles.get(name, 1), t.factor)
     sizes = {name: 2 * tiles[name] + 3 if name in tiles else DEFAULT_SIZE for name in dims}
     sizes.update({name: DEFAULT_SCALAR for name in factors - dims})
+    # a declared run-time scalar's default is what run() uses: the tools use it too
+    sizes.update({name: d for name, d in fusion.scalars.items() if d is not None})
     return sizes
 
 
@@ -98,12 +100,9 @@ def random_inputs(fusion, sizes, rng, integer_valued=False):
 
 
 def named_scalars(fusion, sizes):
-    """The sizes that no input's shape binds (split factors such as splitk)."""
-    dims = set()
-    for tv in fusion.inputs:
-        for e in tv.shape:
-            dims |= ext.symbols(e)
-    return {k: v for k, v in sizes.items() if k not in dims}
+    """The values in `sizes` of the run-time scalars the fusion declares (split factors
+    such as splitk): what run() and evaluate() take besides the inputs."""
+    return {k: v for k, v in sizes.items() if k in fusion.scalars}
 
 
 # ---------------------------------------------------------------------------------------
@@ -298,11 +297,19 @@ class Unit:
                 f"{', '.join(self.inputs)}; writes {', '.join(self.outputs)})")
 
 
-def build(fusion, options, backend="interp"):
+def with_plan_scalars(exe, sizes):
+    """`sizes` plus the run-time scalars an automatic schedule picks for them (a matmul's
+    split-K factor), as run() passes them to its kernels."""
+    if getattr(exe, "automatic", False):
+        return {**sizes, **exe.plan_for(sizes)[1]}
+    return sizes
+
+
+def build(fusion, options, backend="interp", sizes=None):
     """(executable, [Unit], HazardError or None). Compiles as codegen.compile does (an
-    unscheduled fusion gets automatic schedules, perhaps several kernels); a kernel the
-    verifier refuses is built again with verify=False, and the refusal returned, so that
-    the tools can still show it."""
+    unscheduled fusion gets automatic schedules, perhaps several kernels, chosen for
+    `sizes` as run() would choose them); a kernel the verifier refuses is built again with
+    verify=False, and the refusal returned, so that the tools can still show it."""
     import codegen
     refused = None
     try:
@@ -311,6 +318,8 @@ def build(fusion, options, backend="interp"):
         refused = error
         exe = codegen.compile(fusion, backend=backend, verify=False, **options)
     steps = getattr(exe, "steps", None)
+    if sizes is not None and getattr(exe, "automatic", False):
+        steps = exe.plan_for(sizes)[2]
     if steps:
         parts = [(s.fusion, s.kernel, s.inputs, s.outputs) for s in steps]
     else:

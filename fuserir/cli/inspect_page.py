@@ -12,7 +12,7 @@ import json
 from .. import stages
 from .common import (UsageError, add_file_arguments, add_sync_arguments, build, format_sizes,
                      kernel_scalars, normalize_arch, one_fusion, parse_sizes, shared_limit,
-                     shared_ranges, sizes_for, sync_options)
+                     shared_ranges, sizes_for, sync_options, with_plan_scalars)
 
 BANK_BLOCK = (0, 0, 0)      # the blockIdx the bank-conflict report examines
 BANK_ITERATIONS = 2         # each enclosing loop's first iterations (and its last)
@@ -48,8 +48,10 @@ def cmd_inspect(args):
 # ---------------------------------------------------------------------------------------
 
 def build_page(fusion, sizes, options, arch):
-    _, units, refused = build(fusion, options)
-    page = {"fusion": fusion.name, "sizes": sizes,
+    exe, units, refused = build(fusion, options, sizes=sizes)
+    plan = _plan(fusion, exe, sizes)
+    sizes = with_plan_scalars(exe, sizes)
+    page = {"fusion": fusion.name, "sizes": sizes, "plan": plan,
             "options": {"without": list(options["disable_passes"]),
                         "drop": list(options["drop_syncs"])},
             "kernels": [_kernel_page(u, sizes, arch) for u in units],
@@ -58,6 +60,21 @@ def build_page(fusion, sizes, options, arch):
                          "hazards": len(refused.hazards) if refused is not None else 0,
                          "kernel": refused.kernel_name if refused is not None else None}}
     return page
+
+
+def _plan(fusion, exe, sizes):
+    """The run-time scalars the scheduled fusion declares, and for an automatic schedule
+    which schedule these sizes take on the device and why."""
+    from ..scheduler import auto
+    from codegen.launch import device_model
+    plan = {"declared": dict(fusion.scalars), "sizes": fusion.size_symbols(),
+            "automatic": bool(getattr(exe, "automatic", False))}
+    if plan["automatic"]:
+        device = device_model()
+        schedule, scalars, _ = exe.plan_for(sizes)
+        plan.update(device=device.describe(), scalars=scalars,
+                    why=auto.explain(fusion, sizes, device))
+    return plan
 
 
 def _kernel_page(unit, sizes, arch):
@@ -209,6 +226,7 @@ def render(page):
     kernels = page["kernels"]
     if len(kernels) > 1:
         lines[0] += f": {len(kernels)} kernels (automatic schedule, segmented)"
+    lines += ["", *_render_plan(page["plan"])]
     for k in kernels:
         lines.append("")
         if len(kernels) > 1:
@@ -224,6 +242,19 @@ def render(page):
         lines.append("verifier: not run (--without verify_hazards)")
     else:
         lines.append("verifier: proved free of shared-memory hazards")
+    return lines
+
+
+def _render_plan(plan):
+    declared = [name if d is None else f"{name} (default {d})"
+                for name, d in plan["declared"].items()]
+    lines = [f"run-time scalars: {', '.join(declared) or 'none declared'}; sizes: "
+             f"{', '.join(plan['sizes']) or 'none'}"]
+    if plan["automatic"]:
+        passed = ", ".join(f"{k}={v}" for k, v in plan["scalars"].items())
+        lines.append(f"automatic schedule for these sizes on {plan['device']}"
+                     + (f" (run() passes {passed})" if passed else ""))
+        lines += [f"  {line}" for line in plan["why"]]
     return lines
 
 

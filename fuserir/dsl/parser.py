@@ -49,7 +49,7 @@ SCHEDULE_METHODS = ("split", "merge", "reorder", "parallelize", "vectorize", "rf
                     "cache_after", "cache_before", "set_memory_type", "compute_at",
                     "inline_most", "circular_buffer", "swizzle", "promote_reuse",
                     "serial_grid_reduction")
-SCHEDULERS = ("matmul",)
+SCHEDULERS = ("matmul", "scalar")
 ANONYMOUS_NAME = re.compile(r"t\d+")  # how fuserir.ops names unnamed tensors
 # Words the grammar gives a meaning of its own: a tensor so named could never be read.
 RESERVED_NAMES = frozenset({"true", "false", "inf", "nan", "output", "fusion", "schedule"})
@@ -522,6 +522,24 @@ class _Builder(Interpreter):
                 params = params_from_keys({k: v for k, (v, _) in keys.items()},
                                           lambda k, why: self.error(why, keys[k][1]))
                 schedule_matmul(self.fusion, params)
+            return
+        if name == "scalar":
+            positional = [a for a in args if a.data != "keyword"]
+            keywords = {str(a.children[0]): a.children[1] for a in args
+                        if a.data == "keyword"}
+            if len(positional) != 1 or positional[0].data != "name" or \
+                    set(keywords) - {"default"} or len(keywords) + 1 != len(args):
+                raise self.error("scalar(...) takes a name and optionally default=N, e.g. "
+                                 "scalar(splitk, default=4)", name)
+            scalar_name = positional[0].children[0]
+            default = None
+            if "default" in keywords:
+                default = self.constant(keywords["default"])
+                if isinstance(default, bool) or not isinstance(default, int) or default < 1:
+                    raise self.error(f"scalar {scalar_name}: default must be an integer "
+                                     ">= 1", keywords["default"])
+            with self.located(scalar_name):
+                self.fusion.declare_scalar(str(scalar_name), default)
             return
         raise self.error(f"unknown scheduler '{name}'; the schedulers are: "
                          f"{', '.join(SCHEDULERS)}", name)

@@ -3,7 +3,7 @@
 Two fusions are structurally equal when their signatures are: tensors and expressions in
 topological order, each tensor's dtype, memory type, placement (compute-at, circular
 buffering) and domains (root, logical, loop, and the transforms between them, axes numbered
-in order of appearance). Names are compared for tensors a user named; unnamed
+in order of appearance), and the declared run-time scalars with their defaults. Names are compared for tensors a user named; unnamed
 intermediates are identified by position, so a printed-and-reparsed fusion compares equal
 to the original whatever counter produced their names.
 """
@@ -58,7 +58,8 @@ def fusion_signature(fusion):
         expr_sigs.append((type(e).__name__, e.op, tuple(operand(v) for v in e.inputs),
                           ident[e.output], attrs))
     return (fusion.name, tuple(ident[t] for t in fusion.inputs),
-            tuple(ident[t] for t in fusion.outputs), tuple(tensor_sigs), tuple(expr_sigs))
+            tuple(ident[t] for t in fusion.outputs), tuple(tensor_sigs), tuple(expr_sigs),
+            tuple(fusion.scalars.items()))
 
 
 def structurally_equal(a, b):
@@ -68,7 +69,7 @@ def structurally_equal(a, b):
 def first_difference(a, b):
     """A short description of where two fusions first differ (None if they do not)."""
     sa, sb = fusion_signature(a), fusion_signature(b)
-    labels = ("name", "inputs", "outputs", "tensors", "exprs")
+    labels = ("name", "inputs", "outputs", "tensors", "exprs", "run-time scalars")
     for label, x, y in zip(labels, sa, sb):
         if x != y:
             if isinstance(x, tuple) and isinstance(y, tuple) and label in ("tensors", "exprs"):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from ..errors import FusionError
+from .extent import Sym
 from .tensor import TensorView
 
 
@@ -42,6 +43,7 @@ class Fusion:
         self.outputs = []
         self.graph = nx.DiGraph()
         self.trace = []
+        self.scalars = {}           # declared run-time scalars: name -> default (None: none)
         self.definition_exprs = []  # copies of the expressions as defined, in creation order
         self._next_serial = 0  # creation order of graph nodes (an int: fusions deep-copy)
         self._recording_depth = 0
@@ -140,6 +142,56 @@ class Fusion:
         for i in itertools.count(1):
             if f"{base}_{i}" not in names:
                 return f"{base}_{i}"
+
+    # -- run-time scalars ----------------------------------------------------------------
+    def declare_scalar(self, name, default=None):
+        """Declare `name` a run-time scalar of the scheduled fusion (a split factor that one
+        compiled kernel takes as an argument), with `default` (an int >= 1) as the value
+        run() uses when it is not passed; None keeps the current default. Recorded in the
+        schedule trace (printed as `scalar(name, default=N)`). Splitting by a name declares
+        it without a default; a schedule's literal (`matmul(splitk=5)`) declares it with
+        one. A size symbol of the inputs is bound from their shapes and cannot be declared.
+        """
+        with self.recording(None, "scalar", (name,),
+                            {} if default is None else {"default": default}):
+            self.declare(name, default)
+
+    def declare(self, name, default=None):
+        """declare_scalar without the trace entry (for transforms that declare a name)."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise FusionError(f"run-time scalar {name!r} of fusion {self.name} is not a "
+                              "valid name")
+        if default is not None and (isinstance(default, bool) or not isinstance(default, int)
+                                    or default < 1):
+            raise FusionError(f"run-time scalar {name} of fusion {self.name}: the default "
+                              f"must be an integer >= 1, got {default!r}")
+        if name in self.size_symbols():
+            if default is not None:
+                raise FusionError(f"{name} is a size of fusion {self.name} (bound from the "
+                                  "inputs' shapes); it cannot have a default")
+            return
+        if any(t.name == name for t in self.tensors):
+            raise FusionError(f"run-time scalar {name} of fusion {self.name}: a tensor has "
+                              "that name")
+        if default is not None or name not in self.scalars:
+            self.scalars[name] = default
+
+    def size_symbols(self):
+        """The symbolic sizes of the inputs' shapes, in order of first appearance."""
+        found = []
+        for tv in self.inputs:
+            for e in tv.shape:
+                if isinstance(e, Sym) and e.name not in found:
+                    found.append(e.name)
+        return found
+
+    def describe_run_time(self):
+        """What run() takes, in words: inputs, declared scalars (with defaults), sizes."""
+        scalars = [name if d is None else f"{name} (default {d})"
+                   for name, d in self.scalars.items()]
+        return (f"inputs: {', '.join(t.name for t in self.inputs) or 'none'}; run-time "
+                f"scalars: {', '.join(scalars) or 'none'}; sizes: "
+                f"{', '.join(self.size_symbols()) or 'none'}")
 
     # -- queries -------------------------------------------------------------------------
     def _topological(self):

@@ -16,9 +16,9 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
   outputs (TIDx, so each warp reads a contiguous piece of a row) and 16 rows of threads
   (TIDy) stride down the reduced rows, then combine;
 * a matmul: the tensor-core scheduler (fuserir.scheduler.matmul) with the parameters of
-  matmul_heuristic (for the sizes when they are constants, else for large ones); the
-  split-K factor is a run-time scalar the executable chooses per run from the sizes
-  (`fusion.run_scalars`). Where it does not apply (other epilogues, or the plan without
+  matmul_heuristic for the sizes and device it will run on (the executable schedules per
+  size class at run(): schedule_key says which size classes share a schedule). Where it
+  does not apply (other epilogues, or the plan without
   special requirements, `persistent=False`, which the executable takes when inputs are
   not aligned for 16-byte copies): one thread per output element, K serial.
 """
@@ -39,15 +39,17 @@ OUTER_COLUMNS = 32       # outer reductions: columns per block (TIDx) ...
 OUTER_ROWS = 16          # ... and rows reduced in parallel (TIDy)
 
 
-def schedule_auto(fusion, persistent=True):
+def schedule_auto(fusion, persistent=True, sizes=None, device=None):
     """Schedule `fusion` in place; `persistent=False` refuses normalizations (so that the
-    caller segments them, e.g. when a row does not fit in shared memory)."""
+    caller segments them, e.g. when a row does not fit in shared memory). `sizes` ({symbol:
+    int}) and `device` (fuserir.device.Device) are what the schedule is chosen for: the
+    sizes it will run at (unknown ones count as large) and the GPU it will run on."""
     if fusion.trace:
         raise ScheduleError(f"fusion {fusion.name} already has a schedule")
     _consumers_read_a_local_copy_of_outputs(fusion)
     exprs = fusion.exprs
     if any(isinstance(e, MatmulOp) for e in exprs):
-        if not (persistent and _schedule_tensor_cores(fusion)):
+        if not (persistent and _schedule_tensor_cores(fusion, sizes, device)):
             _schedule_matmul(fusion)
     elif any(isinstance(e, ReductionOp) for e in exprs):
         _schedule_reduction(fusion, persistent)
@@ -250,33 +252,79 @@ def _schedule_reduction(fusion, persistent):
 
 # -- matmul ----------------------------------------------------------------------------------
 
-LARGE = 4096     # the size assumed for a symbolic extent when choosing tiles
+LARGE = 4096     # the size assumed for a symbolic extent whose value is not known
 
 
-def _schedule_tensor_cores(fusion):
-    """schedule_matmul with heuristic parameters; False (fusion untouched) where the
-    tensor-core scheduler does not apply."""
-    from .matmul import SPLITK, matmul_heuristic, schedule_matmul, splitk_for
-    mm = next(e for e in fusion.exprs if isinstance(e, MatmulOp))
-    m, n, k = (a.extent for a in mm.output.root)
-    size = [e if isinstance(e, int) else LARGE for e in (m, n, k)]
+def matmul_params(fusion, sizes=None, device=None, reasons=None):
+    """The MatmulParams matmul_heuristic gives the fusion's matmul at `sizes` ({symbol:
+    int}; a symbol not given counts as LARGE) on `device`, or None where the fusion has no
+    matmul or the heuristic refuses it (operand dtypes, device). `reasons`: a list that
+    receives why, in words."""
+    from .matmul import matmul_heuristic
+    mm = next((e for e in fusion.exprs if isinstance(e, MatmulOp)), None)
+    if mm is None:
+        return None
+    sizes = sizes or {}
+    m, n, k = (_size(a.extent, sizes) for a in mm.output.root)
     out_dtype = fusion.outputs[0].dtype.value if len(fusion.outputs) == 1 else "f32"
     try:
-        params = matmul_heuristic(*size, layout=mm.layout,
-                                  dtypes=(mm.inputs[0].dtype.value,
-                                          mm.inputs[1].dtype.value, out_dtype))
-        schedule_matmul(fusion, params)
+        return matmul_heuristic(m, n, k, layout=mm.layout,
+                                dtypes=(mm.inputs[0].dtype.value, mm.inputs[1].dtype.value,
+                                        out_dtype), device=device, reasons=reasons)
+    except ScheduleError as refused:
+        if reasons is not None:
+            reasons.append(f"no tensor cores: {refused}")
+        return None
+
+
+def _size(extent, sizes):
+    try:
+        return ext.evaluate(extent, sizes)
+    except KeyError:
+        return LARGE
+
+
+def schedule_key(fusion, sizes=None, device=None):
+    """What the automatic schedule of `fusion` depends on at `sizes` on `device`, as
+    (key, run-time scalars): two size classes with equal keys get the same schedule, so
+    one compiled kernel serves both, each run passing its own scalars (a matmul's split-K
+    factor). Only a matmul's schedule depends on the sizes."""
+    params = matmul_params(fusion, sizes, device)
+    if params is None:
+        return None, {}
+    from .matmul import SPLITK
+    key = tuple((f, getattr(params, f)) for f in params.__dataclass_fields__
+                if f != "splitk_factor")
+    return key, {SPLITK: params.splitk_factor}
+
+
+def explain(fusion, sizes=None, device=None):
+    """Lines saying which automatic schedule `fusion` takes at `sizes` on `device`, and
+    why (`fuserir inspect`)."""
+    exprs = fusion.exprs
+    if not any(isinstance(e, MatmulOp) for e in exprs):
+        kind = ("reduction" if any(isinstance(e, ReductionOp) for e in exprs)
+                else "pointwise")
+        return [f"the {kind} scheduler (its schedule does not depend on the sizes)"]
+    reasons = []
+    params = matmul_params(fusion, sizes, device, reasons)
+    if params is None:
+        return reasons + ["one thread per output element, K serial"]
+    return [f"the tensor-core matmul scheduler: {params}"] + reasons
+
+
+def _schedule_tensor_cores(fusion, sizes, device):
+    """schedule_matmul with the heuristic's parameters for `sizes` on `device`; False
+    (fusion untouched) where the tensor-core scheduler does not apply."""
+    from .matmul import schedule_matmul
+    params = matmul_params(fusion, sizes, device)
+    if params is None:
+        return False
+    try:
+        schedule_matmul(fusion, params, device)
     except ScheduleError:
         return False
-    tile = params.cta_tile
-
-    def splitk(env):
-        return splitk_for(*(ext.evaluate(e, env) for e in (m, n, k)), tile)
-
-    fusion.run_scalars = {SPLITK: splitk}
     return True
-
-
 
 
 def _schedule_matmul(fusion):

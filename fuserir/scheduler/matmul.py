@@ -24,6 +24,7 @@ from the sizes.
 
 from dataclasses import dataclass, fields
 
+from .. import device as devices
 from ..errors import ScheduleError
 from ..ir.exprs import BinaryOp, CastOp, MatmulOp, UnaryOp, WhereOp
 from ..ir.iterdomain import ParallelType, roots_of
@@ -33,8 +34,6 @@ SPLITK = "splitk"     # the run-time scalar that carries the split-K factor
 REDUCE_COLUMNS = 32   # two-kernel split-K's sum: outputs per block (TIDx) ...
 REDUCE_ROWS = 16      # ... and splits summed in parallel (TIDy)
 POINTWISE = (UnaryOp, BinaryOp, CastOp, WhereOp)
-H200_SMS = 132
-SHARED_LIMIT = 227 * 1024      # bytes per block after opt-in on sm_90 (H100/H200)
 TWO_KERNEL_SPLITS = 8          # the heuristic's most serial splits
 
 
@@ -58,11 +57,6 @@ class MatmulParams:
             if isinstance(value, (list, tuple)):
                 setattr(self, name, tuple(value))
         self.check()
-
-    def scalars(self):
-        """The run-time scalars a kernel of this schedule takes besides sizes:
-        {"splitk": splitk_factor} (pass them to run(); one kernel serves every value)."""
-        return {SPLITK: self.splitk_factor}
 
     @property
     def warps(self):
@@ -132,6 +126,16 @@ def params_from_keys(keys, error):
         raise error(bad, str(e)) from None
 
 
+def _device(device):
+    if device is None:
+        return devices.DEFAULT
+    if not isinstance(device, devices.Device):
+        raise ScheduleError(f"device must be a fuserir.device.Device (e.g. "
+                            f"fuserir.device.H200.with_(shared_limit=...)), got "
+                            f"{type(device).__name__}")
+    return device
+
+
 def _find_matmul(fusion):
     mms = [e for e in fusion.exprs if isinstance(e, MatmulOp)]
     if len(mms) != 1:
@@ -160,17 +164,19 @@ def _find_matmul(fusion):
     return mm, acc, out, [t for t in after if t is not out]
 
 
-def schedule_matmul(fusion, params, shared_limit=None):
+def schedule_matmul(fusion, params, device=None):
     """Schedule `output = epilogue(matmul(A, B))` for tensor cores (see module docstring):
     any layout, f16 or bf16 operands, pointwise epilogue ops (bias, activation, residual,
     cast to f16, bf16 or f32) fused on the accumulator's registers. Returns a dict of the
-    tensors it created or scheduled, by role. `shared_limit`: bytes of shared memory a block
-    may use (sm_90's 227 KiB by default); a schedule that needs more is refused."""
+    tensors it created or scheduled, by role. The split-K factor is the run-time scalar
+    `splitk`, declared with params.splitk_factor as its default (run() may pass another:
+    one kernel serves every factor). `device` (a fuserir.device.Device, the H200 when None):
+    a schedule needing more shared memory than one of its blocks may use is refused."""
     if not isinstance(params, MatmulParams):
         raise ScheduleError(f"schedule_matmul: params must be a MatmulParams, got "
                             f"{type(params).__name__}")
     params.check()
-    shared_limit = SHARED_LIMIT if shared_limit is None else shared_limit
+    shared_limit = _device(device).shared_limit
     mm, acc, out, fused = _find_matmul(fusion)
     a, b = mm.inputs
     tm, tn, tk = params.cta_tile
@@ -185,6 +191,7 @@ def schedule_matmul(fusion, params, shared_limit=None):
             + (f", and a {tm}x{tn} epilogue tile" if epilogue else "")
             + f"), over the limit of {shared_limit} bytes per block; use fewer stages or "
             "smaller tiles")
+    fusion.declare_scalar(SPLITK, params.splitk_factor)
     wm, wn, _ = params.warp_tile
     im, in_, ik = params.instruction_tile
     warps_m, warps_n = tm // wm, tn // wn
@@ -376,7 +383,7 @@ def _k_tiles_per_split(k, tk, splitk):
     return -(-(-(-k // tk)) // splitk)
 
 
-def splitk_for(m, n, k, cta_tile, sms=H200_SMS):
+def splitk_for(m, n, k, cta_tile, sms=devices.DEFAULT.sms):
     """The split-K factor for these sizes and tiles. Where the output tiles do not fill
     the SMs, as many splits as make two CTAs per SM (two 4-warp CTAs share an SM: twice
     the warps to hide latency), keeping at least 8 K tiles per split; the benchmark
@@ -397,7 +404,8 @@ def splitk_for(m, n, k, cta_tile, sms=H200_SMS):
     return max(1, splits)
 
 
-def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=None):
+def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=None,
+                     reasons=None):
     """MatmulParams for an M x N x K matmul (any layout; dtypes: the operands' and
     optionally the output's):
 
@@ -411,12 +419,12 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
       device's shared memory for the CTAs that share an SM, and the output staged
       through shared memory that reuses the operand bytes.
 
-    `device`: {"sms": int, "shared_limit": bytes, "cc": (major, minor)} (the H200 when
-    None). Raises ScheduleError below sm_80 (no mma.sync m16n8k16 / cp.async)."""
-    device = dict(device or {})
-    sms = device.get("sms", H200_SMS)
-    limit = device.get("shared_limit", SHARED_LIMIT)
-    cc = tuple(device.get("cc", (9, 0)))
+    `device`: a fuserir.device.Device (the H200 when None). `reasons`: a list to which
+    each choice's reason is appended, in words (what `fuserir inspect` shows). Raises
+    ScheduleError below sm_80 (no mma.sync m16n8k16 / cp.async)."""
+    why = reasons.append if reasons is not None else (lambda line: None)
+    device = _device(device)
+    sms, limit, cc = device.sms, device.shared_limit, tuple(device.cc)
     if cc < (8, 0):
         raise ScheduleError(f"matmul_heuristic: compute capability {cc[0]}.{cc[1]} has no "
                             "tensor-core mma.sync m16n8k16 with cp.async; sm_80 or newer "
@@ -456,7 +464,19 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
                             f"bytes of shared memory, over the limit of {limit}")
     # The output tile staged through shared memory, reusing the operand stages' bytes.
     smem_epilogue = tm * tn * out_itemsize <= stages * stage_bytes
+    smem_epilogue = smem_epilogue and mode == "serial"
+    why(f"{m}x{n}x{k} on {device.name} ({sms} SMs): CTA tile {tm}x{tn}x{tk}, "
+        + (f"{wide_tiles} tiles of 256x128 fill the SMs" if wide else
+           f"{tiles} tiles of 128x128 (256x128 tiles would leave SMs idle: 4 warps, two "
+           "CTAs per SM)"))
+    why(f"split-K {splitk} ({mode}): " + ("the tiles alone fill the SMs" if splitk == 1
+        else f"{tiles} tiles x {splitk} splits, {-(-k // tk) // splitk} K tiles of {tk} per "
+        "split" + (f"; over {TWO_KERNEL_SPLITS} serial splits, so partials are summed by "
+                   "a second kernel" if mode == "two_kernel" else "")))
+    why(f"{stages} stages of {stage_bytes} bytes for {per_sm} CTA(s) per SM within "
+        f"{limit} bytes of shared memory; shared-memory epilogue "
+        + ("reusing the operand bytes" if smem_epilogue else "off"))
     return MatmulParams(cta_tile=(tm, tn, tk), warp_tile=(64, 64, tk), stages=stages,
                         splitk_factor=splitk, splitk_mode=mode,
-                        use_smem_epilogue=smem_epilogue and mode == "serial",
-                        promote_prologue_smem_reuse=smem_epilogue and mode == "serial")
+                        use_smem_epilogue=smem_epilogue,
+                        promote_prologue_smem_reuse=smem_epilogue)

@@ -1,0 +1,43 @@
+"""The device model: what schedulers and checks know of the GPU a fusion runs on.
+
+One frozen record per device: compute capability, SM count, the shared memory one block
+may opt in to, L2 size. Every heuristic and every limit check takes one, so a schedule
+chosen for a run is chosen for the device it runs on, and the same heuristic told the
+same device gives the same answer. It sits in the front end (schedulers may not import
+codegen); codegen builds the record of the GPU it finds (codegen.launch.device_model) and
+falls back to DEFAULT, the H200 these kernels are tuned and checked on, where there is
+none (compiling needs no GPU).
+"""
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Device:
+    """A GPU as the schedulers see it."""
+
+    name: str
+    cc: tuple                 # compute capability (major, minor)
+    sms: int                  # streaming multiprocessors
+    shared_limit: int         # bytes of shared memory per block after opt-in
+    l2_bytes: int             # L2 cache size
+
+    @property
+    def arch(self):
+        """The real architecture kernels compile for: sm_90a on Hopper (its wgmma, TMA
+        multicast and setmaxnreg need the `a` target), sm_XY below."""
+        major, minor = self.cc
+        return f"sm_{major}{minor}" + ("a" if major == 9 else "")
+
+    def with_(self, **changes):
+        """This device with some fields changed (a smaller shared memory, fewer SMs)."""
+        return replace(self, **changes)
+
+    def describe(self):
+        return (f"{self.name} (sm_{self.cc[0]}{self.cc[1]}, {self.sms} SMs, "
+                f"{self.shared_limit} B shared per block, {self.l2_bytes >> 20} MiB L2)")
+
+
+H200 = Device("NVIDIA H200", (9, 0), sms=132, shared_limit=227 * 1024,
+              l2_bytes=50 * 1024 * 1024)
+DEFAULT = H200     # what schedules are chosen for where no GPU answers
