@@ -326,11 +326,17 @@ def run_user_path(args, bench):
                 ta, tb = as_row_major(torch, layout, a, b)
                 r["cublas_us"] = bench.time(lambda: torch.matmul(ta, tb))["median_us"]
                 if triton_matmul is not None:
-                    fn, holder = triton_matmul.matmul_fn(ta, tb, torch.float16, device.sms)
-                    fn()
-                    got = cp.from_dlpack(holder[0])
-                    r["mismatches_triton"] = mismatches(cp, got, ref, k)
-                    r["triton_us"] = bench.time(fn)["median_us"]
+                    try:
+                        fn, holder = triton_matmul.matmul_fn(ta, tb, torch.float16,
+                                                             device.sms)
+                        fn()
+                    except Exception as failed:     # noqa: BLE001 - report, go on
+                        print(f"Triton baseline failed, left out: {failed}", file=sys.stderr)
+                        triton_matmul = None
+                    else:
+                        got = cp.from_dlpack(holder[0])
+                        r["mismatches_triton"] = mismatches(cp, got, ref, k)
+                        r["triton_us"] = bench.time(fn)["median_us"]
             del ref
             rows.append(r)
             print(json.dumps(r), flush=True)

@@ -18,7 +18,7 @@ import triton.language as tl
 CONFIGS = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4),
            (128, 128, 32, 4, 4), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4),
            (128, 128, 64, 8, 4), (64, 64, 64, 4, 5)]
-GROUP_M = 8
+GROUP_M = tl.constexpr(8)    # tile rows per group (grouped order for L2 reuse)
 
 
 def _configs():
@@ -34,7 +34,7 @@ def _matmul(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn,
     tiles_m, tiles_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
     group = pid // (GROUP_M * tiles_n)
     first_m = group * GROUP_M
-    rows = min(tiles_m - first_m, GROUP_M)
+    rows = tl.minimum(tiles_m - first_m, GROUP_M)
     pm = first_m + (pid % (GROUP_M * tiles_n)) % rows
     pn = (pid % (GROUP_M * tiles_n)) // rows
     om = pm * BM + tl.arange(0, BM)
@@ -98,7 +98,8 @@ def matmul_fn(a, b, out_dtype, sms):
     n = b.shape[1]
     holder = [None]
     if skinny(m, n, k, sms):
-        split = max(1, min(sms // (-(-m // 64) * -(-n // 64)), -(-k // 2048)))
+        # two programs per SM at 128x128 tiles, each split at least 2048 long
+        split = max(1, min(2 * sms // (-(-m // 128) * -(-n // 128)), k // 2048))
         acc = torch.zeros((m, n), device=a.device, dtype=torch.float32)
 
         def run():

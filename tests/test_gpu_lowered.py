@@ -32,14 +32,8 @@ def integer_inputs(fusion, rng, sizes=SIZES):
     for tv in fusion.inputs:
         shape = [e if isinstance(e, int) else sizes[str(e)] for e in tv.shape]
         out[tv.name] = rng.integers(-8, 8, shape).astype(tv.dtype.numpy)
-    out.update({n: sizes[n] for n in _symbols(fusion)
-                if n not in {str(e) for t in fusion.inputs for e in t.shape}})
+    out.update({n: sizes[n] for n in fusion.scalars})     # the declared run-time scalars
     return out
-
-
-def _symbols(fusion):
-    return {p.var.name for p in codegen.compile(fusion, backend="interp").kernels[0]
-            .kir.scalar_params}
 
 
 def check_on_gpu(fusion, inputs):
