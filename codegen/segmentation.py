@@ -124,7 +124,7 @@ def cut(fusion):
                 part.remove_expr(e)
         for tv in part.tensors:
             if tv not in keep and not tv.is_input:
-                part.graph.remove_node(tv)
+                part.remove_node(tv)
         segments.append(Segment(part, [t.name for t in part.inputs],
                                 [t.name for t in part.outputs]))
     return segments

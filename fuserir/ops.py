@@ -33,7 +33,7 @@ def _fusion_of(op, operands):
 
 
 def _new_tensor(fusion, dtype, root):
-    names = {t.name for t in fusion.tensors}
+    names = {n.name for n in fusion.graph.nodes if isinstance(n, TensorView)}  # no sort
     serial = len(names)
     while f"t{serial}" in names:
         serial += 1

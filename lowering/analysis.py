@@ -291,29 +291,44 @@ class LoweringContext:
         dtype = DataType.bool if op in kir.COMPARISONS + ("and", "or") else self.index_dtype
         return kir.BinOp(op, a, b, dtype)
 
+    @staticmethod
+    def _inlined_into(tv):
+        """The direct consumer tv is fully inlined into (every loop axis shared), or None."""
+        consumer = tv.compute_at_consumer
+        if tv.compute_at_pos and tv.compute_at_pos == tv.ndim and \
+                any(v is tv for v in consumer.definition.inputs):
+            return consumer
+        return None
+
     def inline_target(self, tv):
         """The tensor whose loops tv runs entirely inside (tv itself unless every loop axis
         of tv is shared through compute-at with a direct consumer)."""
-        while (tv.compute_at_pos and tv.compute_at_pos == tv.ndim
-               and tv in tv.compute_at_consumer.definition.tensor_inputs):
-            tv = tv.compute_at_consumer
+        while (consumer := self._inlined_into(tv)) is not None:
+            tv = consumer
         return tv
 
     def root_indices(self, tv):
         """{axis: index} for tv's root and logical axes (and everything between them and
         the loop axes). A fully inlined tensor computes, in each iteration, the element its
         consumer reads: its consumer's root indices through the root map (so a broadcast
-        merged into a larger loop never indexes past its own extent). Otherwise the loop
-        indices are replayed backwards through tv's splits and merges. Broadcast axes
-        always have index 0."""
-        if self.inline_target(tv) is not tv:
-            consumer = tv.compute_at_consumer
-            outer = self.root_indices(consumer)
-            index = {p: outer[c] for c, p in consumer.definition.root_map(tv).items()}
-            for a in tv.root + tv.logical:
+        merged into a larger loop never indexes past its own extent), down the chain of
+        consumers it is inlined into (walked, not recursed: a chain can be long).
+        Otherwise the loop indices are replayed backwards through tv's splits and merges.
+        Broadcast axes always have index 0."""
+        chain = [tv]
+        while (consumer := self._inlined_into(chain[-1])) is not None:
+            chain.append(consumer)
+        index = self._loop_root_indices(chain[-1])
+        for producer, consumer in zip(reversed(chain[:-1]), reversed(chain[1:])):
+            outer = index
+            index = {p: outer[c] for c, p in consumer.definition.root_map(producer).items()}
+            for a in producer.root + producer.logical:
                 if a.is_broadcast or a not in index:
                     index[a] = self.const(0)
-            return index
+        return index
+
+    def _loop_root_indices(self, tv):
+        """root_indices of a tensor that runs its own loops."""
         index = {a: self.loop_index(tv, i) for i, a in enumerate(tv.loop)}
         for t in reversed(history(tv.loop)):
             if isinstance(t, Split):

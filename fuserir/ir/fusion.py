@@ -47,15 +47,39 @@ class Fusion:
         self.definition_exprs = []  # copies of the expressions as defined, in creation order
         self._next_serial = 0  # creation order of graph nodes (an int: fusions deep-copy)
         self._recording_depth = 0
+        self._order = None     # the topological order, until the graph changes
+
+    def __deepcopy__(self, memo):
+        """A copy of the whole fusion whose depth does not grow with the graph's: every node
+        (tensor, expression) is first copied shallowly and entered in `memo`, then each
+        copy's attributes are deep-copied, finding every node they name already in `memo`.
+        (copy.deepcopy's own walk follows definition -> inputs -> definition ... and would
+        recurse once per dependent op: a chain of a few hundred ops hit Python's limit.)"""
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        copies = []
+        for node in self.graph.nodes:
+            twin = object.__new__(type(node))
+            memo[id(node)] = twin
+            copies.append((node, twin))
+        for node, twin in copies:
+            twin.__dict__.update(copy.deepcopy(node.__dict__, memo))
+        new.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return new
 
     # -- building ------------------------------------------------------------------------
     def _add_node(self, node):
         if node not in self.graph:
             self.graph.add_node(node, serial=self._next_serial)
             self._next_serial += 1
+            self._order = None
+
+    def _named(self, name):
+        """Is `name` the name of a tensor of the fusion? (No sort: fusions can be long.)"""
+        return any(isinstance(n, TensorView) and n.name == name for n in self.graph.nodes)
 
     def add_tensor(self, tv):
-        if any(t.name == tv.name for t in self.tensors):
+        if self._named(tv.name):
             raise FusionError(f"tensor name '{tv.name}' is already used in fusion {self.name}")
         self._add_node(tv)
         return tv
@@ -86,7 +110,7 @@ class Fusion:
         named=False renames an intermediate but keeps it unnamed (compared by position, not
         by name); the DSL parser does so for the names it reads back from printed text.
         """
-        if name != tv.name and any(t.name == name for t in self.tensors):
+        if name != tv.name and self._named(name):
             raise FusionError(f"tensor name '{name}' is already used in fusion {self.name}")
         tv.name = name
         tv.is_named = named
@@ -110,13 +134,16 @@ class Fusion:
         Outside scheduling calls this is part of the fusion's definition: a copy goes to
         `definition_exprs`, which later graph rewrites (rfactor, caches) leave untouched.
         """
+        fresh_output = expr.output not in self.graph or not self.graph.out_degree(expr.output)
         self._add_node(expr)
         for v in expr.tensor_inputs:
             self.graph.add_edge(v, expr)
         self._add_node(expr.output)
         self.graph.add_edge(expr, expr.output)
+        self._order = None
         expr.output.definition = expr
-        if not nx.is_directed_acyclic_graph(self.graph):
+        # an output tensor without consumers has no path back to an input: no cycle
+        if not fresh_output and not nx.is_directed_acyclic_graph(self.graph):
             raise FusionError(f"expression {expr} would create a cycle")
         if self._recording_depth == 0:
             as_defined = copy.copy(expr)
@@ -125,7 +152,12 @@ class Fusion:
         return expr
 
     def remove_expr(self, expr):
-        self.graph.remove_node(expr)
+        self.remove_node(expr)
+
+    def remove_node(self, node):
+        """Take an expression or tensor (and its edges) out of the graph."""
+        self.graph.remove_node(node)
+        self._order = None
 
     def replace_input(self, expr, old, new):
         """Make `expr` read `new` where it read `old`."""
@@ -133,6 +165,7 @@ class Fusion:
         if self.graph.has_edge(old, expr):
             self.graph.remove_edge(old, expr)
         self.graph.add_edge(new, expr)
+        self._order = None
 
     def fresh_name(self, base):
         """`base` if no tensor has that name yet, else base_1, base_2, ..."""
@@ -195,8 +228,14 @@ class Fusion:
 
     # -- queries -------------------------------------------------------------------------
     def _topological(self):
-        serial = nx.get_node_attributes(self.graph, "serial")
-        return list(nx.lexicographical_topological_sort(self.graph, key=lambda n: serial[n]))
+        """Every node in a deterministic topological order (creation order among the
+        ready), kept until the graph changes: queries are many, changes few. Change the
+        graph only through the methods above."""
+        if self._order is None:
+            serial = nx.get_node_attributes(self.graph, "serial")
+            self._order = list(nx.lexicographical_topological_sort(
+                self.graph, key=lambda n: serial[n]))
+        return self._order
 
     @property
     def exprs(self):
@@ -216,8 +255,8 @@ class Fusion:
 
     def uses(self, tv):
         """The expressions that read `tv`, in creation order."""
-        serial = nx.get_node_attributes(self.graph, "serial")
-        return sorted(self.graph.successors(tv), key=lambda e: serial[e])
+        nodes = self.graph.nodes
+        return sorted(self.graph.successors(tv), key=lambda e: nodes[e]["serial"])
 
     def consumers(self, tv):
         return [e.output for e in self.uses(tv)]
