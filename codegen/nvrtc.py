@@ -14,10 +14,12 @@ NVRTC's log and the generated lines each error points at.
 Cache. A compile is keyed by sha256 of (source, program name, options, arch, NVRTC version,
 fuserir version, cache format). Hits come from a per-process dict, then from
 `$FUSERIR_CACHE_DIR/cubin/` (default `~/.cache/fuserir/cubin/`), one file per key. A file
-is a header (magic, payload length, payload sha256) and the cubin; it is written to a
-temporary file in the same directory and renamed into place (os.replace), so readers never
-see half a file and concurrent writers of one key are harmless. An entry whose header,
-length or hash does not check out is recompiled and rewritten, never trusted. The disk
+is a header (magic, the key, the kernel's name, payload length, payload sha256) and the
+cubin; it is written to a temporary file in the same directory and renamed into place
+(os.replace), so readers never see half a file and concurrent writers of one key are
+harmless. An entry whose header does not name this key and kernel (a file copied or
+renamed from another entry), or whose length or hash does not check out, is recompiled
+and rewritten, never trusted. The disk
 cache is an optimisation only: where the directory cannot be written, compiles still work.
 """
 
@@ -42,8 +44,10 @@ DEFAULT_ARCH = "sm_90"
 BASE_OPTIONS = ("--std=c++17", "-lineinfo")
 ELF_MAGIC = b"\x7fELF"
 
-_MAGIC = b"fuserir-cubin\x01"          # file magic; the last byte is the format version
-_HEADER = struct.Struct(f"<{len(_MAGIC)}sQ32s")   # magic, payload length, payload sha256
+_MAGIC = b"fuserir-cubin\x02"          # file magic; the last byte is the format version
+# magic, the entry's key (sha256), the kernel name (padded), payload length, payload sha256
+_NAME_BYTES = 128
+_HEADER = struct.Struct(f"<{len(_MAGIC)}s32s{_NAME_BYTES}sQ32s")
 
 _memory = {}
 _lock = threading.Lock()
@@ -136,14 +140,14 @@ def compile_to_cubin(source, name, arch=None, options=(), cache=True):
             stats["memory_hits"] += 1
             return hit
     path = cache_dir() / f"{key}.cubin" if cache else None
-    cubin = _read_entry(path) if path is not None else None
+    cubin = _read_entry(path, key, name) if path is not None else None
     if cubin is not None:
         stats["disk_hits"] += 1
     else:
         cubin, _ = _compile(source, name, opts, want="cubin")
         stats["compiles"] += 1
         if path is not None:
-            _write_entry(path, cubin)
+            _write_entry(path, key, name, cubin)
     with _lock:
         _memory[key] = cubin
     return cubin
@@ -285,16 +289,24 @@ def _cuda_line_of_ptx(ptx_lines, n):
 # Disk cache entries
 # ---------------------------------------------------------------------------------------
 
-def _read_entry(path):
+def _name_field(name):
+    return hashlib.sha256(name.encode()).hexdigest().encode() + \
+        name.encode()[:_NAME_BYTES - 64].ljust(_NAME_BYTES - 64, b"\0")
+
+
+def _read_entry(path, key, name):
+    """The cubin of the entry at `path` if its header names this key and kernel and its
+    payload checks out (length, sha256, ELF); else None (counted as a reject)."""
     try:
         data = path.read_bytes()
     except OSError:
         return None
     ok = len(data) >= _HEADER.size
     if ok:
-        magic, length, digest = _HEADER.unpack_from(data)
+        magic, entry_key, entry_name, length, digest = _HEADER.unpack_from(data)
         payload = data[_HEADER.size:]
-        ok = (magic == _MAGIC and length == len(payload)
+        ok = (magic == _MAGIC and entry_key == bytes.fromhex(key)
+              and entry_name == _name_field(name) and length == len(payload)
               and hashlib.sha256(payload).digest() == digest
               and payload.startswith(ELF_MAGIC))
     if not ok:
@@ -303,14 +315,15 @@ def _read_entry(path):
     return payload
 
 
-def _write_entry(path, cubin):
+def _write_entry(path, key, name, cubin):
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem[:16]}.",
                                    suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
-            f.write(_HEADER.pack(_MAGIC, len(cubin), hashlib.sha256(cubin).digest()))
+            f.write(_HEADER.pack(_MAGIC, bytes.fromhex(key), _name_field(name), len(cubin),
+                                 hashlib.sha256(cubin).digest()))
             f.write(cubin)
         os.replace(tmp, path)
         tmp = None

@@ -98,3 +98,15 @@ def test_a_second_compile_of_the_same_fusion_reuses_its_kernels():
     assert other.kernels[0] is not first.kernels[0]          # options are part of the key
     changed = fuserir.parse(text.replace("stages=3", "stages=2"))
     assert codegen.compile(changed, backend="interp").kernels[0] is not first.kernels[0]
+
+
+def test_fusions_differing_only_in_an_output_name_do_not_share_an_executable():
+    # t0 and t1 look like generated names, but an output's name is the fusion's interface
+    x = np.arange(6, dtype=np.float32)
+    first = codegen.compile(fuserir.parse(
+        "fusion f(x: f32[N]) {\n  t0 = x + 1.0\n  output t0\n}\n"), backend="interp")
+    second = codegen.compile(fuserir.parse(
+        "fusion f(x: f32[N]) {\n  t1 = x + 1.0\n  output t1\n}\n"), backend="interp")
+    assert list(first.run({"x": x})) == ["t0"]
+    assert list(second.run({"x": x})) == ["t1"]
+    np.testing.assert_array_equal(second.run({"x": x})["t1"], x + 1)

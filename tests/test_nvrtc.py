@@ -194,6 +194,35 @@ def test_entry_with_a_bad_header_is_recompiled(cache):
     _corrupt_and_recompile(cache, bad_header)
 
 
+def test_an_entry_holding_another_kernels_cubin_is_recompiled(cache):
+    # a valid entry (header, hash, ELF) of another key, copied over this key's file: the
+    # header names its own key and kernel, so it is refused, not served
+    other = unique_source("another kernel")
+    nvrtc.compile_to_cubin(other, "k", arch=ARCH)
+    (other_path,) = entries(cache)
+    stolen = other_path.read_bytes()
+    other_path.unlink()
+
+    def replace_with_another_entry(data):
+        return stolen
+    _corrupt_and_recompile(cache, replace_with_another_entry)
+
+
+def test_an_entry_of_another_kernel_name_is_recompiled(cache):
+    source = unique_source("renamed")
+    nvrtc.compile_to_cubin(source, "k", arch=ARCH)
+    (path,) = entries(cache)
+    data = path.read_bytes()
+    nvrtc.clear_memory_cache()
+    key = nvrtc.cache_key(source, "other", nvrtc.normalize_arch(ARCH),
+                          nvrtc._all_options(nvrtc.normalize_arch(ARCH), ()))
+    (path.parent / f"{key}.cubin").write_bytes(data)   # k's entry under other's key
+    before = dict(nvrtc.stats)
+    nvrtc.compile_to_cubin(source, "other", arch=ARCH)
+    assert nvrtc.stats["disk_rejects"] == before["disk_rejects"] + 1
+    assert nvrtc.stats["compiles"] == before["compiles"] + 1
+
+
 def test_empty_entry_is_recompiled(cache):
     def empty(data):
         return b""

@@ -3,9 +3,10 @@
 Two fusions are structurally equal when their signatures are: tensors and expressions in
 topological order, each tensor's dtype, memory type, placement (compute-at, circular
 buffering) and domains (root, logical, loop, and the transforms between them, axes numbered
-in order of appearance), and the declared run-time scalars with their defaults. Names are compared for tensors a user named; unnamed
-intermediates are identified by position, so a printed-and-reparsed fusion compares equal
-to the original whatever counter produced their names.
+in order of appearance), and the declared run-time scalars with their defaults. Names are
+compared for inputs, outputs and tensors a user named; unnamed intermediates are
+identified by position, so a printed-and-reparsed fusion compares equal to the original
+whatever counter produced their names.
 """
 
 from .iterdomain import history
@@ -37,7 +38,11 @@ def _domain_signature(tv):
 
 def fusion_signature(fusion):
     tensors = fusion.tensors
-    ident = {t: (t.name if t.is_named else f"#{i}") for i, t in enumerate(tensors)}
+    # inputs and outputs are the fusion's interface: always by name (run() binds and
+    # returns them by name), however the name was given
+    interface = set(fusion.inputs) | set(fusion.outputs)
+    ident = {t: (t.name if t.is_named or t in interface else f"#{i}")
+             for i, t in enumerate(tensors)}
 
     def operand(v):
         if isinstance(v, Scalar):
