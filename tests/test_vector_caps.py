@@ -1,0 +1,171 @@
+"""Kernel variants with narrower vector copies: `lower(fusion, vector_caps={global tensor:
+bytes})` (pass narrow_vectors) narrows every vectorized copy and cp.async whose global
+side is a named tensor, so that arrays whose rows are not a whole number of 16-byte
+vectors (or not aligned) can run; codegen.vector_widths.widest_access_bytes picks the
+cap from an actual array. Covered here: the pass on small fusions (its loops, a no-op
+without caps, its errors), the zero fill of element copies (an async cache, a tile the
+tensor cores read) that replaces cp.async's, and the tensor-core matmul at sizes that
+need every width (TT and NT operands, the shared-memory epilogue's output), run in the
+interpreter on integer-valued inputs: bit for bit the reference, no race.
+"""
+
+import pytest
+
+import fuserir
+from codegen import nvrtc
+from codegen.cuda import emit_cuda
+from fuserir.scheduler import MatmulParams, schedule_matmul
+from lowering import bank_conflicts, kir
+from lowering.analysis import LoweringContext
+from lowering.errors import LoweringError
+from lowering.pipeline import lower
+from lowering.passes import narrow_vectors
+
+from test_async_copy import F16_VECTORS
+from test_vector_copy import SHARED_TO_GLOBAL
+
+
+def after(text, name, caps):
+    kernel, dumps = lower(fuserir.parse(text), vector_caps=caps, dump_after=[name],
+                          stop_after=name)
+    return dumps[name]
+
+
+# -- the pass on a small fusion ------------------------------------------------------------
+
+def narrowed(text, caps):
+    """The fusion as pass narrow_vectors leaves lowering's copy of it."""
+    ctx = LoweringContext(fuserir.parse(text), vector_caps=caps)
+    narrow_vectors.run(ctx, None)
+    return ctx.fusion
+
+
+XS = "xs: f16[M, N] shared loop=[iBIDx{M} i{ceildiv(N, 128)} iTIDx{16} {}] compute_at=2"
+
+
+Y = "y: f32[M, N] global loop=[iBIDx{M} i{ceildiv(ceildiv(N, 4), 32)} iTIDx{32} {}]"
+
+
+@pytest.mark.parametrize("text, tensor, caps, expected", [
+    (F16_VECTORS, "xs", None, XS.replace("{}", "ivectorize{8}")),        # 16 bytes
+    (F16_VECTORS, "xs", {"x": 16}, XS.replace("{}", "ivectorize{8}")),
+    (F16_VECTORS, "xs", {"x": 8}, XS.replace("{}", "iunroll{2} ivectorize{4}")),
+    (F16_VECTORS, "xs", {"x": 4}, XS.replace("{}", "iunroll{4} ivectorize{2}")),
+    (F16_VECTORS, "xs", {"x": 2}, XS.replace("{}", "iunroll{8}")),       # elements
+    (SHARED_TO_GLOBAL, "y", None, Y.replace("{}", "ivectorize{4}")),     # 16 bytes
+    (SHARED_TO_GLOBAL, "y", {"y": 8}, Y.replace("{}", "iunroll{2} ivectorize{2}")),
+    (SHARED_TO_GLOBAL, "y", {"y": 4}, Y.replace("{}", "iunroll{4}")),    # elements
+    (SHARED_TO_GLOBAL, "y", {"x": 4}, Y.replace("{}", "ivectorize{4}")),  # not y's copy
+])
+
+
+def test_narrow_vectors_splits_the_vector_axis(text, tensor, caps, expected):
+    assert narrowed(text, caps).tensor(tensor).describe() == expected
+
+
+def test_the_narrowed_copy_lowers_to_narrower_cp_async():
+    fusion = fuserir.parse(F16_VECTORS)
+    printed = fuserir.print_fusion(fusion)
+    lower(fusion, vector_caps={"x": 8})
+    assert fuserir.print_fusion(fusion) == printed          # the user's fusion: unchanged
+    # the narrowing is in the schedule of lowering's copy, as the transforms wrote it
+    assert "xs.vectorize(3)\n  xs.split(-1, 4)\n  xs.parallelize(-2, unroll)\n" \
+           "  xs.vectorize(-1)\n}" in after(F16_VECTORS, "narrow_vectors", {"x": 8})
+    assert after(F16_VECTORS, "predicates", {"x": 8}) == """\
+kernel f(f16 x[M, N], f32 y[M, N], i32 M, i32 N)
+  grid=(M, 1, 1) block=(128, 1, 1) index=i32
+   S1  alloc shared f16 xs[128] @ byte 0
+   S2  alloc local f32 t1[1]
+   S3  for i0 in 0..ceildiv(N, 128)
+   S4    unroll for i1 in 0..2
+   S5      if (threadIdx.x < 16)
+   S6        cp.async.ca xs[((threadIdx.x * 8) + (i1 * 4))] <- x[((blockIdx.x * x_stride0) + (((i0 * 128) + ((threadIdx.x * 8) + (i1 * 4))) * x_stride1))], 8 bytes, src-size ((((i0 * 128) + ((threadIdx.x * 8) + (i1 * 4))) < N) ? 8 : 0)
+   S7    cp.async.commit_group
+   S8    cp.async.wait_group 0
+   S9    if (((i0 * 128) + threadIdx.x) < N)
+  S10      t1[0] = (f32)xs[((((threadIdx.x / 8) * 8) + (((threadIdx.x % 8) / 4) * 4)) + (threadIdx.x % 4))]
+  S11    if (((i0 * 128) + threadIdx.x) < N)
+  S12      y[((blockIdx.x * y_stride0) + (((i0 * 128) + threadIdx.x) * y_stride1))] = (t1[0] * 2.0)
+"""
+
+
+def test_the_output_of_a_shared_tile_is_narrowed_too():
+    # y = set(ys), 4 f32 (16 bytes) per thread -> 2 x 8 bytes; the shared side keeps its
+    # layout (the allocation line is the same)
+    wide = after(SHARED_TO_GLOBAL, "indexing", None)
+    narrow = after(SHARED_TO_GLOBAL, "indexing", {"y": 8})
+    alloc = [line for line in wide.splitlines() if "alloc shared" in line]
+    assert alloc and alloc == [line for line in narrow.splitlines() if "alloc shared" in line]
+    stores = [s for s in kir.walk(lower(fuserir.parse(SHARED_TO_GLOBAL),
+                                        vector_caps={"y": 8})[0].body)
+              if isinstance(s, kir.Store) and s.buffer.name == "y"]
+    assert [s.width for s in stores] == [2]
+    assert "unroll for" in narrow and " x2]" in narrow
+
+
+def matmul_fusion(layout="NT", **changes):
+    a, b = {"TT": ("[M, K]", "[K, N]"), "NT": ("[K, M]", "[K, N]")}[layout]
+    f = fuserir.parse(f"""
+fusion mm(A: f16{a}, B: f16{b}) {{
+  acc = matmul(A, B, layout={layout})
+  out = cast(acc, f16)
+  output out
+}}""")
+    params = dict(cta_tile=(64, 64, 32), warp_tile=(32, 32, 32), stages=3, splitk_factor=2,
+                  use_smem_epilogue=True, promote_prologue_smem_reuse=True)
+    schedule_matmul(f, MatmulParams(**{**params, **changes}))
+    return f
+
+
+@pytest.mark.parametrize("text", [F16_VECTORS, SHARED_TO_GLOBAL, "matmul"])
+def test_without_caps_or_with_wide_ones_nothing_changes(text):
+    if text == "matmul":
+        fusion = matmul_fusion()
+        variants = [{}, {"A": 16, "B": 32, "out": 16}]
+    else:
+        fusion = fuserir.parse(text)
+        name = {F16_VECTORS: "x", SHARED_TO_GLOBAL: "y"}[text]
+        other = {F16_VECTORS: "y", SHARED_TO_GLOBAL: "x"}[text]   # no vector copy of it
+        variants = [{}, {name: 16}, {name: 64}, {other: 4}]
+    default = emit_cuda(lower(fusion)[0])
+    for caps in variants:
+        assert emit_cuda(lower(fusion, vector_caps=caps)[0]) == default, caps
+
+
+@pytest.mark.parametrize("caps, message", [
+    ([("x", 4)], "vector_caps must be a dict {global tensor name: bytes}, got list"),
+    ({"xs": 4}, "vector_caps names 'xs', which is not a global tensor of fusion f (its "
+                "inputs and outputs: x, y)"),
+    ({"x": 1}, "vector_caps['x'] = 1: a cap is a whole number of bytes per access, at "
+               "least one element of x (f16, 2 bytes)"),
+    ({"x": 4.0}, "vector_caps['x'] = 4.0: a cap is a whole number of bytes"),
+])
+
+
+def test_bad_caps_are_refused(caps, message):
+    with pytest.raises(LoweringError) as refused:
+        lower(fuserir.parse(F16_VECTORS), vector_caps=caps)
+    assert str(refused.value).startswith(message)
+
+
+def syncs(kernel):
+    return [(s.sync_id, type(s).__name__,
+             sorted({(r.kind.value, r.buffers) for r in s.reasons}))
+            for s in kir.walk(kernel.body)
+            if isinstance(s, (kir.Barrier, kir.CpAsyncWait)) and s.sync_id]
+
+
+@pytest.mark.parametrize("cap", [8, 4])
+def test_narrower_cp_async_needs_no_other_syncs_and_compiles(cap):
+    f = matmul_fusion("NT")
+    default, _ = lower(f)
+    kernel, _ = lower(f, vector_caps={"A": cap, "B": cap, "out": cap})
+    assert syncs(kernel) == syncs(default)
+    copies = [s for s in kir.walk(kernel.body) if isinstance(s, kir.CpAsync)]
+    assert {(s.nbytes, s.cache) for s in copies} == {(cap, "ca")}
+    # the tiles keep their layout and swizzle: the ldmatrix reads hit the same banks
+    sizes = {"M": 128, "N": 128, "K": 128, "splitk": 2}
+    reads = [[(r.kind, r.width, r.worst, r.examined) for r in bank_conflicts.report(k, sizes)
+              if r.kind == "ldmatrix"] for k in (default, kernel)]
+    assert reads[0] == reads[1] and [worst for _, _, worst, _ in reads[0]] == [1, 1]
+    assert nvrtc.compile_to_cubin(emit_cuda(kernel), kernel.name, arch="sm_90")
