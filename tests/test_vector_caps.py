@@ -9,11 +9,13 @@ need every width (TT and NT operands, the shared-memory epilogue's output), run 
 interpreter on integer-valued inputs: bit for bit the reference, no race.
 """
 
+import numpy as np
 import pytest
 
 import fuserir
 from codegen import nvrtc
 from codegen.cuda import emit_cuda
+from codegen.vector_widths import widest_access_bytes
 from fuserir.scheduler import MatmulParams, schedule_matmul
 from lowering import bank_conflicts, kir
 from lowering.analysis import LoweringContext
@@ -169,3 +171,50 @@ def test_narrower_cp_async_needs_no_other_syncs_and_compiles(cap):
               if r.kind == "ldmatrix"] for k in (default, kernel)]
     assert reads[0] == reads[1] and [worst for _, _, worst, _ in reads[0]] == [1, 1]
     assert nvrtc.compile_to_cubin(emit_cuda(kernel), kernel.name, arch="sm_90")
+
+
+# -- widest_access_bytes -------------------------------------------------------------------
+
+def widest(array, most=16, shift=0):
+    return widest_access_bytes(array.shape, array.strides, array.itemsize,
+                               array.__array_interface__["data"][0] + shift, most)
+
+
+def aligned(shape, dtype=np.float16):
+    """A C-contiguous array whose first element is 64-byte aligned."""
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape))
+    raw = np.zeros(n * dtype.itemsize + 64, np.uint8)
+    start = -raw.__array_interface__["data"][0] % 64
+    return raw[start:start + n * dtype.itemsize].view(dtype).reshape(shape)
+
+
+@pytest.mark.parametrize("shape, expected", [((3, 72), 16), ((3, 68), 8), ((3, 66), 4),
+                                             ((3, 67), 2), ((72,), 16), ((5, 1), 2)])
+
+
+def test_widest_access_of_contiguous_f16_rows(shape, expected):
+    assert widest(aligned(shape)) == expected
+
+
+def test_widest_access_checks_strides_address_and_the_cap():
+    x = aligned((4, 80))
+    assert widest(x) == 16
+    assert widest(x, most=8) == 8 and widest(x, most=6) == 4 and widest(x, most=3) == 2
+    assert widest(x[:, ::2]) == 2                  # last axis not contiguous
+    assert widest(x.T) == 2                        # transposed: columns are 160 bytes apart
+    assert widest(x[:, 4:76]) == 8                 # starts 8 bytes in, rows of 72
+    assert widest(x[:, 1:]) == 2                   # starts 2 bytes in
+    assert widest(x[:, :72]) == 16                 # 72 of every 80: rows 160 bytes apart
+    assert widest(x, shift=4) == 4                 # the address alone decides
+    assert widest(aligned((4, 80))[::3]) == 16     # every third row: 480-byte stride
+    assert widest(aligned((2, 3, 8))[:, 1:2]) == 16
+    assert widest(aligned((3, 4), np.float32)) == 16
+    assert widest(aligned((3, 6), np.float32)) == 8       # rows of 24 bytes
+    assert widest(aligned((3, 5), np.float32)) == 4       # element copies of f32
+    assert widest(aligned((3, 2), np.float64)) == 16
+    assert widest(aligned((3, 3), np.float64)) == 8
+    # an axis of extent 1 has no stride to respect; a 0-d array is one element
+    assert widest_access_bytes((1, 8), (3, 2), 2, 0, 16) == 16
+    assert widest_access_bytes((8, 1), (2, 7), 2, 0, 16) == 2
+    assert widest_access_bytes((), (), 2, 0, 16) == 2
