@@ -15,13 +15,15 @@ import pytest
 import fuserir
 from codegen import nvrtc
 from codegen.cuda import emit_cuda
+from codegen.errors import RaceError
+from codegen.interp import run_kernel
 from codegen.vector_widths import widest_access_bytes
 from fuserir.scheduler import MatmulParams, schedule_matmul
 from lowering import bank_conflicts, kir
 from lowering.analysis import LoweringContext
 from lowering.errors import LoweringError
 from lowering.pipeline import lower
-from lowering.passes import narrow_vectors
+from lowering.passes import narrow_vectors, predicates
 
 from test_async_copy import F16_VECTORS
 from test_vector_copy import SHARED_TO_GLOBAL
@@ -171,6 +173,119 @@ def test_narrower_cp_async_needs_no_other_syncs_and_compiles(cap):
               if r.kind == "ldmatrix"] for k in (default, kernel)]
     assert reads[0] == reads[1] and [worst for _, _, worst, _ in reads[0]] == [1, 1]
     assert nvrtc.compile_to_cubin(emit_cuda(kernel), kernel.name, arch="sm_90")
+
+
+# -- the zero fill of element copies -------------------------------------------------------
+
+def integer(rng, shape):
+    return rng.integers(-3, 4, shape).astype(np.float16)
+
+
+def operands(rng, layout, m, n, k):
+    a, b = {"TT": ((m, k), (k, n)), "NT": ((k, m), (k, n))}[layout]
+    return {"A": integer(rng, a), "B": integer(rng, b)}
+
+
+def accesses(kernel):
+    """{global tensor: {bytes per access}} of the copies between global and shared memory:
+    cp.async sources, shared stores of global loads, global stores of shared loads."""
+    found = {}
+    for s in kir.walk(kernel.body):
+        if isinstance(s, kir.CpAsync):
+            found.setdefault(s.src.name, set()).add(s.nbytes)
+            continue
+        if not isinstance(s, kir.Store):
+            continue
+        other = kir.Memory.global_ if s.buffer.memory is kir.Memory.shared else \
+            kir.Memory.shared if s.buffer.memory is kir.Memory.global_ else None
+        loads = [e.buffer for e in kir.walk_expr(s.value)
+                 if isinstance(e, kir.Load) and e.buffer.memory is other]
+        if other is not None and loads:
+            glob = s.buffer if other is kir.Memory.shared else loads[0]
+            found.setdefault(glob.name, set()).add(s.width * s.buffer.dtype.itemsize)
+    return found
+
+
+def run(kernel, arrays, m, n, k, splitk):
+    out = np.full((m, n), np.nan, np.float16)
+    run_kernel(kernel, {**arrays, "out": out, "M": m, "N": n, "K": k, "splitk": splitk})
+    return out
+
+
+def test_element_copies_of_an_async_cache_store_zero_out_of_bounds():
+    # caps at the element size: no cp.async moves 2 bytes, so ordinary loads and stores,
+    # unrolled; out of bounds they store 0 (as cp.async's zero fill would), and only the
+    # thread guard skips
+    text = after(F16_VECTORS, "predicates", {"x": 2})
+    assert "xs.parallelize(-1, unroll)\n}" in after(F16_VECTORS, "narrow_vectors", {"x": 2})
+    assert """\
+   S4    unroll for i1 in 0..8
+   S5      if (threadIdx.x < 16)
+   S6        xs[((threadIdx.x * 8) + i1)] = ((((i0 * 128) + ((threadIdx.x * 8) + i1)) < N) ? x[((blockIdx.x * x_stride0) + (((i0 * 128) + ((threadIdx.x * 8) + i1)) * x_stride1))] : 0.0)
+""" in text
+
+
+def enclosing_conditions(stmts, conds=()):
+    """(statement, [the conditions of the ifs around it]) for every statement."""
+    for s in stmts:
+        yield s, list(conds)
+        if isinstance(s, kir.IfThenElse):
+            yield from enclosing_conditions(s.then_body, conds + (s.cond,))
+            yield from enclosing_conditions(s.else_body, conds)
+        else:
+            for body in s.bodies():
+                yield from enclosing_conditions(body, conds)
+
+
+def test_prefetches_past_the_loop_end_still_skip_element_stores():
+    """circular_buffer's prefetch of tile i+S-1 past the loop's end is skipped, not
+    zero-filled: those stages are never read (and the interpreter runs clean above)."""
+    kernel, _ = lower(matmul_fusion("TT"), vector_caps={"A": 2})
+    loop = next(s for s in kir.walk(kernel.body) if isinstance(s, kir.ForLoop)
+                and any(isinstance(x, kir.CpAsyncWait) for x in s.body))
+    stores = [(s, conds) for s, conds in enclosing_conditions(loop.body)
+              if isinstance(s, kir.Store) and s.buffer.name == "A_cache"]
+    assert stores
+    for s, conds in stores:
+        assert isinstance(s.value, kir.Select) and kir.format_expr(s.value.b) == "0.0"
+        assert f"(({loop.var.name} + 2) < " in kir.format_expr(conds[0])
+
+
+def test_without_the_zero_fill_the_k_tail_reads_stale_bytes(rng, monkeypatch):
+    """What the zero fill prevents: an element copy that skips out-of-bounds elements
+    leaves the K tail of the last tile unwritten, and the tensor cores read it."""
+    f = matmul_fusion("TT")
+    arrays = operands(rng, "TT", 64, 64, 67)
+    monkeypatch.setattr(predicates, "zero_filled", lambda tv: False)
+    kernel, _ = lower(f, vector_caps={"A": 2})
+    with pytest.raises(RaceError) as caught:
+        run(kernel, arrays, 64, 64, 67, splitk=1)
+    assert any(h.kind == "uninitialized-read" and h.buffer == "A_cache"
+               for h in caught.value.hazards)
+
+
+def test_element_copies_of_ordinary_operand_caches_are_zero_filled_too(rng):
+    """Operands staged without cp.async (async_gmem_load_operands=False): their element
+    copies store 0 out of bounds as well, since the tensor cores read the whole tile."""
+    f = matmul_fusion("TT", stages=1, async_gmem_load_operands=False)
+    arrays = operands(rng, "TT", 64, 64, 67)
+    kernel, _ = lower(f, vector_caps={"A": 2, "B": 2})
+    assert accesses(kernel) == {"A": {2}, "B": {2}, "out": {16}}
+    out = run(kernel, arrays, 64, 64, 67, splitk=2)
+    assert np.array_equal(out, fuserir.evaluate(f, arrays)["out"])
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "known bug, older than vector caps: an ordinary (not async) operand cache copied by "
+    "16-byte vectors skips the vectors past K, so the tensor cores read stale bytes in "
+    "the last tile's K tail; a vector store of zeros would fix it"))
+
+
+def test_wide_ordinary_operand_copies_zero_the_k_tail(rng):
+    f = matmul_fusion("TT", stages=1, async_gmem_load_operands=False)
+    arrays = operands(rng, "TT", 64, 64, 72)
+    out = run(lower(f)[0], arrays, 64, 64, 72, splitk=1)
+    assert np.array_equal(out, fuserir.evaluate(f, arrays)["out"])
 
 
 # -- widest_access_bytes -------------------------------------------------------------------

@@ -22,7 +22,8 @@ swizzle (16-byte chunks, a multiple of every narrower vector) and the ldmatrix r
 follow address the same bytes (for ldmatrix's rows of 8 contiguous elements,
 lowering.fragments takes the pieces [w/c, c] as the axis they split). A narrowed cp.async
 of 4 or 8 bytes is `.ca`; an element copy of a 1- or 2-byte dtype has no cp.async and
-becomes an ordinary load and shared store.
+becomes an ordinary load and shared store, which the predicates pass makes write zero out
+of bounds as cp.async would.
 
 It runs first, before inline_defaults, so that every later pass (placement included)
 sees the narrowed loops as if the schedule had written them. Without vector_caps, or
