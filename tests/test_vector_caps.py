@@ -12,12 +12,14 @@ interpreter on integer-valued inputs: bit for bit the reference, no race.
 import numpy as np
 import pytest
 
+import codegen
 import fuserir
 from codegen import nvrtc
 from codegen.cuda import emit_cuda
 from codegen.errors import RaceError
 from codegen.interp import run_kernel
 from codegen.vector_widths import widest_access_bytes
+from fuserir.errors import FuserirError
 from fuserir.scheduler import MatmulParams, schedule_matmul
 from lowering import bank_conflicts, kir
 from lowering.analysis import LoweringContext
@@ -333,3 +335,64 @@ def test_widest_access_checks_strides_address_and_the_cap():
     assert widest_access_bytes((1, 8), (3, 2), 2, 0, 16) == 16
     assert widest_access_bytes((8, 1), (2, 7), 2, 0, 16) == 2
     assert widest_access_bytes((), (), 2, 0, 16) == 2
+
+
+# -- the tensor-core matmul at sizes that need every width ---------------------------------
+
+def caps_for(arrays):
+    return {name: widest(array) for name, array in arrays.items()}
+
+
+def test_nt_matmul_515x259x67_runs_with_element_copies(rng):
+    """The motivating size: A f16[67, 515], B f16[67, 259], out f16[515, 259]: no row is
+    a whole number of 4-byte words, so every operand row and output row is copied an
+    element at a time (the operands' K tail zero-filled), bit for bit the reference."""
+    m, n, k = 515, 259, 67
+    f = matmul_fusion("NT", cta_tile=(128, 128, 32), warp_tile=(64, 64, 32))
+    arrays = operands(rng, "NT", m, n, k)
+    caps = caps_for({**arrays, "out": aligned((m, n))})
+    assert caps == {"A": 2, "B": 2, "out": 2}
+    with pytest.raises(FuserirError, match="input A: the kernel copies it 16 bytes"):
+        codegen.compile(f, backend="interp").run({**arrays, "splitk": 2})
+    kernel, _ = lower(f, vector_caps=caps)
+    assert accesses(kernel) == {"A": {2}, "B": {2}, "out": {2}}
+    out = run(kernel, arrays, m, n, k, splitk=2)
+    assert np.array_equal(out, fuserir.evaluate(f, arrays)["out"])
+    assert nvrtc.compile_to_cubin(emit_cuda(kernel), kernel.name, arch="sm_90")
+
+
+def test_seed_tiles_at_515x259x67(rng):
+    m, n, k = 515, 259, 67
+    f = matmul_fusion("NT", cta_tile=(256, 128, 32), warp_tile=(64, 64, 32))
+    arrays = operands(rng, "NT", m, n, k)
+    kernel, _ = lower(f, vector_caps={"A": 2, "B": 2, "out": 2})
+    out = run(kernel, arrays, m, n, k, splitk=2)
+    assert np.array_equal(out, fuserir.evaluate(f, arrays)["out"])
+
+
+# (layout, M, N, K): the narrowed tensors' rows are 72, 68, 66 or 67 elements: 16, 8, 4
+# bytes or elements
+WIDTHS = {72: 16, 68: 8, 66: 4, 67: 2}
+
+
+CASES = ([("TT", 64, 64, e) for e in WIDTHS] +          # A[M, K]: rows along K
+         [("NT", e, 64, 40) for e in WIDTHS] +          # A[K, M]: rows along M
+         [("NT", 64, e, 40) for e in WIDTHS])           # B[K, N] and out[M, N]: along N
+
+
+@pytest.mark.parametrize("layout, m, n, k", CASES,
+                         ids=[f"{c[0]}-{c[1]}x{c[2]}x{c[3]}" for c in CASES])
+
+
+def test_every_width_equals_the_reference(rng, layout, m, n, k):
+    f = matmul_fusion(layout)
+    arrays = operands(rng, layout, m, n, k)
+    caps = caps_for({**arrays, "out": aligned((m, n))})
+    row = {"TT": k, "NT": m}[layout] if n == 64 else n
+    narrowed = {"A"} if n == 64 else {"B", "out"}
+    assert caps == {name: WIDTHS[row] if name in narrowed else 16
+                    for name in ("A", "B", "out")}
+    kernel, _ = lower(f, vector_caps=caps)
+    assert accesses(kernel) == {name: {caps[name]} for name in ("A", "B", "out")}
+    out = run(kernel, arrays, m, n, k, splitk=2)
+    assert np.array_equal(out, fuserir.evaluate(f, arrays)["out"])
