@@ -168,9 +168,10 @@ def live_tensors(fusion):
 class LoweringContext:
     """Facts about one scheduled fusion that the passes share (see module docstring)."""
 
-    def __init__(self, fusion, index_dtype=DataType.i32):
+    def __init__(self, fusion, index_dtype=DataType.i32, vector_caps=None):
         self.fusion = fusion
         self.index_dtype = index_dtype
+        self.vector_caps = vector_caps  # {global tensor name: most bytes per access}
         self.exact = None            # built by analyze(), once every tensor is placed
         self.loop_vars = {}          # concrete axis -> kir.Var
         self.buffers = {}            # tensor -> kir.Buffer

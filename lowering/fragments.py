@@ -46,10 +46,23 @@ def fragment_axes(ctx, tv, j):
     return {rows: row, cols: col}
 
 
+def _innermost_run(smem):
+    """The axis whose consecutive elements are the last ones of a shared tile's buffer: its
+    innermost loop axis, with the splits undone whose two pieces are its last loop axes in
+    order (the buffer is row-major over its loop axes, so those pieces are as contiguous
+    as the axis they split: narrow_vectors splits an 8-element vector axis into [4, 2])."""
+    loop = smem.loop
+    axis, pos = loop[-1], len(loop) - 1
+    while isinstance(axis.definition, Split) and axis is axis.definition.inner \
+            and pos > 0 and loop[pos - 1] is axis.definition.outer:
+        axis, pos = axis.definition.input, pos - 1
+    return axis
+
+
 def _contiguous_root(smem):
     """The root axis of a shared tile whose consecutive elements are consecutive in its
-    buffer (its innermost loop axis, followed inwards through splits and merges)."""
-    axis = smem.loop[-1]
+    buffer (its innermost run of loop axes, followed inwards through splits and merges)."""
+    axis = _innermost_run(smem)
     while axis.definition is not None:
         d = axis.definition
         if isinstance(d, Split):
@@ -71,10 +84,10 @@ def ldmatrix_plan(ctx, tv):
     is_a = is_a_operand(tv)
     k_root = next(p for c, p in matmul.definition.root_map(tv).items() if c.is_reduction)
     k_pos = tv.root.index(k_root)
-    contiguous = _contiguous_root(smem)
-    if contiguous is None or smem.loop[-1].extent % 8:
+    contiguous, run = _contiguous_root(smem), _innermost_run(smem)
+    if contiguous is None or not isinstance(run.extent, int) or run.extent % 8:
         raise ScheduleError(f"{tv.name}: ldmatrix reads rows of 8 contiguous elements of "
-                            f"{smem.name}, but its innermost axis {smem.loop[-1]} is not 8 "
+                            f"{smem.name}, but its innermost axis {run} is not 8 "
                             "contiguous elements (split the contiguous axis by 8)")
     trans = smem.root.index(contiguous) != k_pos
     x_axis, k_axis = [tv.loop[i] for i in mma_positions(tv)]

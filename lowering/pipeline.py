@@ -2,6 +2,7 @@
 
     lower(fusion) copies the fusion (lowering never changes the user's), then runs:
 
+    narrow_vectors    (only with vector_caps) narrow the vector copies of named globals
     inline_defaults   place every tensor no compute_at placed (inline as far as legal)
     validate          refuse what this lowering does not support, with a clear error
     loop_nests        kernel parameters, launch configuration, loop nests of placed exprs
@@ -29,11 +30,12 @@ from . import kir
 from .analysis import LoweringContext
 from .errors import LoweringError
 from .passes import (allocation, block_reductions, circular_buffer, grid_reductions, indexing,
-                     inline_defaults, insert_syncs, loop_nests, predicates, reuse_shared,
-                     validate, verify_hazards)
+                     inline_defaults, insert_syncs, loop_nests, narrow_vectors, predicates,
+                     reuse_shared, validate, verify_hazards)
 from .passes import drop_syncs as drop_syncs_pass
 
 PASSES = (
+    ("narrow_vectors", narrow_vectors.run),
     ("inline_defaults", inline_defaults.run),
     ("validate", validate.run),
     ("loop_nests", loop_nests.run),
@@ -52,12 +54,16 @@ OPTIONAL = ("insert_syncs", "verify_hazards")   # the passes a caller may disabl
 
 
 def lower(fusion, disable_passes=(), drop_syncs=(), verify=True, dump_after=(),
-          stop_after=None, index_dtype=DataType.i32, trial=False):
+          stop_after=None, index_dtype=DataType.i32, trial=False, vector_caps=None):
     """Lower a scheduled fusion to one kernel. Returns (kernel, dumps) where dumps maps
     each pass named in dump_after to the kernel IR text after it. `stop_after` ends the
     pipeline after the named pass (the kernel is then as that pass left it). Index
     arithmetic is in `index_dtype` (i32, or i64 for sizes past 2^31 elements). `trial`
-    lowerings (segmentation asking whether a segment lowers) print no FUSERIR_DUMP_AFTER."""
+    lowerings (segmentation asking whether a segment lowers) print no FUSERIR_DUMP_AFTER.
+    `vector_caps` ({global tensor name: bytes}) narrows the vector copies and cp.asyncs
+    of those tensors to at most that many bytes per access (pass narrow_vectors): a
+    variant of the kernel for arrays too short, strided or unaligned for the scheduled
+    vectors."""
     names = list(disable_passes) + list(dump_after) + ([stop_after] if stop_after else [])
     for name in names:
         if name not in PASS_NAMES:
@@ -70,7 +76,7 @@ def lower(fusion, disable_passes=(), drop_syncs=(), verify=True, dump_after=(),
     # FUSERIR_DUMP_AFTER (fuserir/stages.py); a trial lowering (segmentation asking "does
     # this lower?") prints nothing.
     env_after = () if trial else stages.env_dump_after(PASS_NAMES)
-    ctx = LoweringContext(copy.deepcopy(fusion), index_dtype)
+    ctx = LoweringContext(copy.deepcopy(fusion), index_dtype, vector_caps)
     kernel, dumps = None, {}
     for name, run in PASSES:
         if name == "verify_hazards" and drop_syncs:

@@ -148,7 +148,7 @@ command("dump-drop", "dump", TILED, "--drop", "sync1")
 command("dump-cuda", "dump", TILED, "--stage", "cuda")
 command("dump-ptx", "dump", TILED, "--stage", "ptx", "--arch", "sm_90")
 
-PASSES = ["inline_defaults", "validate", "loop_nests", "allocation", "indexing",
+PASSES = ["narrow_vectors", "inline_defaults", "validate", "loop_nests", "allocation", "indexing",
           "block_reductions", "grid_reductions", "predicates", "circular_buffer",
           "reuse_shared", "insert_syncs", "verify_hazards"]
 
@@ -157,7 +157,7 @@ def test_dump_list_passes_in_pipeline_order(ran):
     out = ok(ran["list-passes"])
     names = [line.split()[1] for line in out.splitlines()]
     assert names == PASSES[:-1] + ["drop_syncs", "verify_hazards"]
-    assert "11  insert_syncs" in out and "(optional: --without insert_syncs)" in out
+    assert "12  insert_syncs" in out and "(optional: --without insert_syncs)" in out
     assert " -  drop_syncs" in out and "(only with --drop ID,...)" in out
     rows = json.loads(ok(ran["list-passes-json"]))
     assert [r["name"] for r in rows if r["number"]] == PASSES
@@ -531,7 +531,7 @@ ERRORS = [
      "scheduled, kernel, cuda, ptx"),
     (("check", "splitk_tiled.fz"), {"FUSERIR_DUMP_AFTER": "x"},
      "FUSERIR_DUMP_AFTER: unknown name 'x'; expected a comma-separated list of: "
-     "inline_defaults,"),
+     "narrow_vectors, inline_defaults,"),
     (("inspect", "{tmp}/tidy.fz"), None,
      "fuserir: error: s: reduction axis 1 is bound to TIDz; block reductions are supported "
      "over TIDx or TIDy"),

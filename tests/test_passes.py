@@ -52,9 +52,9 @@ def after(text, name):
 
 
 def test_pipeline_lists_every_pass_in_order():
-    assert PASS_NAMES == ("inline_defaults", "validate", "loop_nests", "allocation",
-                          "indexing", "block_reductions", "grid_reductions", "predicates",
-                          "circular_buffer", "reuse_shared", "insert_syncs",
+    assert PASS_NAMES == ("narrow_vectors", "inline_defaults", "validate", "loop_nests",
+                          "allocation", "indexing", "block_reductions", "grid_reductions",
+                          "predicates", "circular_buffer", "reuse_shared", "insert_syncs",
                           "verify_hazards")
 
 

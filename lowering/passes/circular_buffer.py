@@ -44,7 +44,9 @@ def _loop_with_var(stmts, var):
 
 def _zero_fill_unless(ctx, stmt, cond):
     """Make every copy in stmt read nothing (zero-fill) unless cond holds; an ordinary
-    store (where no cp.async fits) is skipped instead. Returns the statement."""
+    store (where no cp.async fits) is skipped instead: cond fails only for tiles past the
+    loop's end, which no iteration reads (within the loop, the predicates pass already
+    made such a store write 0 out of bounds). Returns the statement."""
     for s in kir.walk([stmt]):
         if isinstance(s, kir.CpAsync):
             s.src_size = kir.Select(cond, s.src_size, ctx.const(0), ctx.index_dtype)

@@ -18,7 +18,8 @@ sync insertion. A cache_after(shared, async_copy=True) becomes cp.async copies (
 element, or per vector when its innermost axis is vectorized: 4, 8 or 16 bytes), then a
 commit and a wait_group 0 after its own loops; sync insertion adds the barriers. Block
 reductions are left to the next pass. Where no cp.async fits (an element of 1 or 2
-bytes, not vectorized), an async cache is an ordinary load and shared store.
+bytes, not vectorized), an async cache is an ordinary load and shared store (which the
+predicates pass makes store 0 out of bounds, as cp.async's zero fill does).
 
 A copy between global and shared memory whose innermost axis is vectorized (4, 8 or 16
 bytes, such as the matmul epilogue's 16-byte rows from the shared tile to the output)

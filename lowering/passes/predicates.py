@@ -16,13 +16,21 @@ Three kinds of guard, none where provably unnecessary:
   is written by block 0 along it.
 Each guarded Store is wrapped in its own IfThenElse, so a guard never encloses more than
 one store and sync insertion can always place a barrier between two statements.
+
+Out of bounds, an async copy is not skipped but zero-fills its bytes (the bounds become
+its src-size, as a pipeline's tail needs). Its element fallback (no cp.async moves 1 or
+2 bytes) and the element copies of a tile the tensor cores read do the same: the store
+writes `bounds ? value : 0` (zero_filled says which); only thread and
+redundant-write guards skip them.
 """
 
+from fuserir.ir.exprs import LoadStoreOp
 from fuserir.ir.iterdomain import ParallelType, Split, history
+from fuserir.ir.tensor import MemoryType
 
 from .. import kir
 
-from ..analysis import BLOCK_TYPES, THREAD_TYPES, mma_positions
+from ..analysis import BLOCK_TYPES, THREAD_TYPES, is_async_copy, mma_positions
 
 
 def _divisible(split):
@@ -101,6 +109,30 @@ def conditions(ctx, info, launch):
     return conds
 
 
+def zero_filled(tv):
+    """Do tv's elements outside its producer's bounds read as zero? True for an async copy
+    (a cp.async past the end zero-fills: src-size 0), and so for its element fallback,
+    which stores 0 there instead of skipping the store; and for a shared tile that an
+    ldmatrix cache reads: the tensor cores read whole tiles, the K tail included, so a
+    skipped element would add whatever its bytes held before. (A matmul that reads shared
+    tiles directly, without tensor cores, guards each product by the bounds, so it needs
+    no zeros.)"""
+    if is_async_copy(tv):
+        return True
+    return tv.memory_type is MemoryType.shared and any(
+        isinstance(c.definition, LoadStoreOp) and c.definition.ldmatrix
+        for c in tv.fusion.consumers(tv))
+
+
+def _bounds_apart(ctx, conds):
+    """(the conjunction of the bounds among `conds` or None, the thread guards)."""
+    bounds = [c for c in conds if not _thread_guard(c)]
+    inside = None
+    for c in bounds:
+        inside = c if inside is None else ctx.binop("and", inside, c)
+    return inside, [c for c in conds if _thread_guard(c)]
+
+
 def _guard(ctx, stmts, launch):
     out = []
     for s in stmts:
@@ -111,13 +143,19 @@ def _guard(ctx, stmts, launch):
         if isinstance(s, kir.CpAsync) and conds:
             # Out of the tensor's bounds an async copy reads nothing and zero-fills (as a
             # pipeline's tail does); thread and redundant-write guards still skip it.
-            bounds = [c for c in conds if not _thread_guard(c)]
-            conds = [c for c in conds if _thread_guard(c)]
-            if bounds:
-                inside = bounds[0]
-                for c in bounds[1:]:
-                    inside = ctx.binop("and", inside, c)
+            inside, conds = _bounds_apart(ctx, conds)
+            if inside is not None:
                 s.src_size = kir.Select(inside, s.src_size, ctx.const(0), ctx.index_dtype)
+        elif isinstance(s, kir.Store) and conds and s.width == 1 and \
+                info.role == "compute" and zero_filled(info.tv):
+            # The same for an element copy where no cp.async fits, and for any tile a
+            # matmul reads (zero_filled): out of bounds it stores 0 (the load is
+            # not made: C's ?:); thread and redundant-write guards still skip it.
+            inside, conds = _bounds_apart(ctx, conds)
+            if inside is not None:
+                dtype = s.buffer.dtype
+                zero = kir.Const(0.0 if dtype.is_float else 0, dtype)
+                s.value = kir.Select(inside, s.value, zero, dtype)
         if conds:
             cond = conds[0]
             for c in conds[1:]:
