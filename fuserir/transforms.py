@@ -119,6 +119,13 @@ def merge(tv, axis):
                                                                              inner.kind):
         raise ScheduleError(f"merge: cannot merge a reduction axis with an iteration axis "
                             f"(tensor {tv.name}, axes {p} and {p + 1}: {outer} and {inner})")
+    if IterKind.reduction in (outer.kind, inner.kind) and (outer.is_broadcast
+                                                           or inner.is_broadcast):
+        # a broadcast axis stands for no data: merged into a reduction, the merged loop
+        # would run the reduction once per broadcast index and count each element again
+        raise ScheduleError(f"merge: cannot merge a broadcast axis with a reduction axis "
+                            f"(tensor {tv.name}, axes {p} and {p + 1}: {outer} and {inner}); "
+                            "the merged loop would reduce every element more than once")
     _not_shared("merge", tv, [p, p + 1])
     tv.loop[p:p + 2] = [Merge(outer, inner).output]
 

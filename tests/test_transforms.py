@@ -1187,3 +1187,22 @@ def test_fusion_wide_inline_keeps_explicit_placements():
     assert_placements_consistent(f)
     for u in (xs, ys, t):
         assert_loop_bijection(u, env=ENV)
+
+
+def test_regression_merging_a_broadcast_into_a_reduction_is_refused():
+    # found by the random-schedule property test: t3 = sum(x, [1]) placed in its broadcast
+    # consumer gets that consumer's loop-only broadcast axes; merged with the reduction
+    # axis, b{2} x r{1} made a loop of 2 that summed the one element twice
+    f = Fusion("prop")
+    x = f.new_input("x", DataType.f32, [1, 1])
+    r = ops.sum(x, [1])
+    f.add_output(ops.add(ops.broadcast(r, [False, True]), x))
+    consumer = f.consumers(r)[0]
+    consumer.split(1, 2)
+    r.compute_at(consumer, 2)
+    assert [str(a) for a in r.loop] == ["i{1}", "b{1}", "b{2}", "r{1}"]
+    with pytest.raises(ScheduleError) as refused:
+        r.merge(2)
+    assert str(refused.value) == (
+        f"merge: cannot merge a broadcast axis with a reduction axis (tensor {r.name}, axes "
+        "2 and 3: b{2} and r{1}); the merged loop would reduce every element more than once")
