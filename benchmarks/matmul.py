@@ -261,14 +261,14 @@ def run_matrix(args, bench):
     return 0 if not counts["failed"] else 1
 
 
-def kernels_alone(steps, allocate, arrays, scalars, pool):
+def kernels_alone(exe, steps, arrays, scalars, pool):
     """A call launching `steps`' kernels with arguments bound once (intermediates such as
-    the two-kernel split-K partials allocated once): the kernels' time alone."""
+    the two-kernel split-K partials allocated once): the kernels' time alone. Each step
+    launches the variant run() picks for these arrays (exe.kernels_for)."""
     from codegen.launch import launch
     values, launches = dict(arrays), []
-    for step in steps:
-        kernel = step.kernel
-        outs = {t.name: allocate(t, scalars, False, intermediate=t.name != "out")
+    for step, kernel in zip(steps, exe.kernels_for(arrays)):
+        outs = {t.name: exe.allocate(t, scalars, False, intermediate=t.name != "out")
                 for t in step.fusion.outputs}
         values.update(outs)
         bound = {**{n: values[n] for n in step.inputs}, **outs, **scalars,
@@ -315,11 +315,12 @@ def run_user_path(args, bench):
                  "mismatches_auto": mismatches(cp, auto.run({"A": a, "B": b})["out"], ref, k),
                  "mismatches_told": mismatches(cp, told.run({"A": a, "B": b})["out"], ref, k)}
             arrays = {"A": a, "B": b}
-            r["auto_us"] = bench.time(kernels_alone(steps, auto.allocate, arrays,
+            r["auto_us"] = bench.time(kernels_alone(auto, steps, arrays,
                                                     {**dims, **scalars}, pool))["median_us"]
-            r["told_us"] = bench.time(kernels_alone(told.steps, told.allocate, arrays,
+            r["told_us"] = bench.time(kernels_alone(told, told.steps, arrays,
                                                     {**dims, **explicit.scalars},
                                                     pool))["median_us"]
+            r["caps"] = [k.caps for k in auto.kernels_for(arrays)]
             r["auto_run_us"] = bench.time(lambda: auto.run(arrays))["median_us"]
             r["told_run_us"] = bench.time(lambda: told.run(arrays))["median_us"]
             if torch is not None:
@@ -436,8 +437,7 @@ def main(argv=None):
         # The kernel alone: arguments bound once, then codegen.launch per call (run()'s
         # binding and checks are host work that can exceed the L2 flush it hides behind).
         scalars = {"M": m, "N": n, "K": k, **exe.fusion.scalars}
-        stats = bench.time(kernels_alone(exe.steps, exe.allocate, {"A": a, "B": b},
-                                         scalars, pool))
+        stats = bench.time(kernels_alone(exe, exe.steps, {"A": a, "B": b}, scalars, pool))
         r["fuserir_us"] = stats["median_us"]
         r["tflops"] = 2 * m * n * k / stats["median_us"] / 1e6
         # the ideal traffic (operands read once, the f16 output written once) over the time

@@ -498,16 +498,19 @@ class _Emitter:
 
     def vector_store(self, s, depth):
         """A Store of `width` elements whose value is a Load of as many: one load and one
-        store of a 4-, 8- or 16-byte word type."""
+        store of a 4-, 8- or 16-byte word type; or of the constant 0: a store of a zero
+        word (a zero-filled tile's vectors out of bounds)."""
         src, nbytes = s.value, s.width * s.buffer.dtype.itemsize
-        if not isinstance(src, kir.Load) or src.width != s.width:
+        zeros = isinstance(src, kir.Const) and src.value == 0
+        if not zeros and (not isinstance(src, kir.Load) or src.width != s.width):
             raise self.error(f"a vector store of {s.width} elements to {s.buffer.name} "
-                             f"must store a load of {s.width} elements")
+                             f"must store a load of {s.width} elements (or zeros)")
         word = _VECTOR_WORDS.get(nbytes) if not isinstance(s.width, bool) else None
         if word is None:
             raise self.error(f"a vector store moves 4, 8 or 16 bytes, got {s.width} x "
                              f"{s.buffer.dtype}")
-        for buffer, index in ((s.buffer, s.index), (src.buffer, src.index)):
+        sides = [(s.buffer, s.index)] + ([] if zeros else [(src.buffer, src.index)])
+        for buffer, index in sides:
             self.check_memory(buffer, (kir.Memory.global_, kir.Memory.shared),
                               "vector access")
             off = buffer.byte_offset
@@ -520,7 +523,8 @@ class _Emitter:
         if nbytes > 4:
             self.need("vectors")
         dst = f"*reinterpret_cast<{word}*>(&{self.subscript(s.buffer, s.index)})"
-        value = f"*reinterpret_cast<const {word}*>(&{self.subscript(src.buffer, src.index)})"
+        value = (f"{word}{{}}" if zeros else
+                 f"*reinterpret_cast<const {word}*>(&{self.subscript(src.buffer, src.index)})")
         self.emit(depth, f"{dst} = {value};", self.describe(s))
 
     def s_ForLoop(self, s, depth):

@@ -5,23 +5,28 @@
     exe.kernels[0].source         # CUDA text (both backends)
     outs = exe.run({"x": x, ...}) # {output name: array}
 
-Compilation never needs a GPU. A fusion compiled before (the same structure, schedule and
-names, backend, options and GPU architecture) reuses its kernels: an in-memory cache of
-the last 64 compiles (a cache hit prints no FUSERIR_DUMP_AFTER dumps: nothing is lowered). A fusion with a schedule is lowered (lowering.pipeline) to
+Compilation never needs a GPU. A fusion with a schedule is lowered (lowering.pipeline) to
 one kernel (or one per intermediate it put in global memory, then one for the outputs:
-codegen.segmentation.cut); one without gets automatic schedules, segmented into several kernels where
-one cannot do it (codegen.segmentation). For the cuda backend each kernel is compiled to a
-cubin by NVRTC at compile(); sizes and named scalars are kernel arguments bound at run().
+codegen.segmentation.cut); one without gets automatic schedules, chosen per size class at
+the first run() of its sizes (fuserir.scheduler.auto.schedule_key; plan_for shows which)
+and segmented into several kernels where one cannot do it (codegen.segmentation). For the
+cuda backend each kernel is compiled to a cubin by NVRTC when it is built; sizes and
+named scalars are kernel arguments bound at run(). A fusion compiled before (the same
+structure, schedule and names, backend, options and GPU architecture) reuses its kernels:
+an in-memory cache of the last 64 compiles (a cache hit prints no FUSERIR_DUMP_AFTER
+dumps: nothing is lowered).
 
 run() checks inputs against the fusion (dtypes, ranks, sizes; strides are passed to the
 kernels, so non-contiguous inputs are read correctly), allocates outputs and the global
 intermediates between kernels (poisoned in the interpreter, and on the GPU when asked),
 passes each kernel's workspaces (zeros when allocated, kept across run() calls and grown
 when a launch needs more: codegen.launch.WorkspacePool; numpy for the interpreter),
-switches to 64-bit index kernels when a tensor is too large for 32-bit indices and to the
-segmented plan when a row does not fit the device's shared memory, and launches: on the
-GPU through CuPy (on torch's current stream when given torch tensors, which it returns),
-or in the interpreter (which raises RaceError for any hazard it observes).
+switches to 64-bit index kernels when a tensor is too large for 32-bit indices, to kernels
+whose vector copies of a tensor are no wider than its array allows (16, 8 or 4 bytes, or
+element copies: codegen.vector_widths, lowered with lowering.pipeline's vector_caps), and
+to the segmented plan when a row does not fit the device's shared memory, and launches:
+on the GPU (codegen.launch; on torch's current stream when given torch tensors, which it
+returns), or in the interpreter (which raises RaceError for any hazard it observes).
 
 What run() does once. Its checks and choices depend on the inputs only through their
 signature (each name with a scalar's type and value, or an array's type, shape, strides
@@ -40,6 +45,7 @@ are kept per Executable.
 """
 
 import collections
+import collections.abc
 import contextlib
 import types
 from dataclasses import dataclass, field
@@ -56,19 +62,24 @@ from lowering import kir
 from lowering.pipeline import lower
 
 from .cuda import emit_cuda
-from .launch import (BoundLaunch, WorkspacePool, bind, cupy_module, cupy_zeros,
-                     current_device, device_model, device_shared_limit, launch_config,
-                     remember)
+from .launch import (BoundLaunch, WorkspacePool, bind, check_launch_limits, cupy_module,
+                     cupy_zeros, current_device, device_model, device_shared_limit,
+                     launch_config, remember)
+from .vector_widths import widest_access_bytes
 
 BACKENDS = ("cuda", "interp")
 
 
 @dataclass
 class CompiledKernel:
+    """A kernel as built: kernel IR, CUDA text, the cubin (cuda backend), and the vector
+    caps it was lowered with ({global tensor: bytes}; empty: the schedule's widths)."""
+
     name: str
     kir: kir.Kernel
     source: str
     cubin: bytes = None
+    caps: dict = field(default_factory=dict)
 
     @property
     def kir_text(self):
@@ -89,17 +100,17 @@ INDEX_LIMIT = 2 ** 31 - 1
 @dataclass
 class Step:
     """One kernel of an executable: the (scheduled) fusion it was lowered from, the tensors
-    it reads and writes by name, and its compiled kernel (32-bit indices; a 64-bit build is
-    made on demand)."""
+    it reads and writes by name, and its compiled kernel (32-bit indices, the schedule's
+    vector widths); variants with 64-bit indices or narrower copies are built on demand."""
 
     fusion: object
     inputs: list
     outputs: list
     kernel: CompiledKernel
-    wide: CompiledKernel = None
+    variants: dict = field(default_factory=dict)   # (index dtype, caps) -> CompiledKernel
     shapes: list = None          # shapes of the tensors it computes (index-width check)
     spans: dict = None           # sizes -> the largest of those shapes' element counts
-    vectors: dict = None         # globals accessed by vectors: {name: bytes}
+    vectors: dict = None         # globals accessed by vectors: {name: (bytes, ...)}
 
 
 @dataclass
@@ -129,6 +140,7 @@ class _PlannedStep:
     outputs: list = None
     scalars: dict = None
     launch: BoundLaunch = None
+    workspaces: tuple = None     # (the pool's generation, {name: array}) last asked
 
 
 @dataclass(frozen=True)
@@ -214,18 +226,11 @@ class Executable:
         kernel; the other blocks' outputs stay poisoned. `poison` fills outputs with NaN
         (or an integer sentinel) first, so that an unwritten element shows: always in the
         interpreter; on the GPU it costs a write of every output, so ask for it."""
-        poison = self.backend == "interp" if poison is None else poison
-        bound = self._bound(inputs, poison)
         if blocks is not None and self.backend != "interp":
             raise FuserirError("run(blocks=...) selects blocks in the interpreter only")
         if blocks is not None:
-            blocks = [tuple(b) + (0,) * (3 - len(b)) for b in blocks]
-        values = self.prepare_inputs({name: inputs[name] for name in bound.arrays})
-        alignment = tuple([_address(values[name]) % VECTOR_ALIGNMENT
-                           for name in bound.arrays])
-        steps = bound.plans.get(alignment)
-        if steps is None:
-            steps = remember(bound.plans, alignment, self._step_runs(bound, values))
+            blocks = _block_list(blocks)
+        bound, values, steps = self._planned(inputs, poison)
         with _stream(bound.torch_inputs and self.backend == "cuda"):
             for planned in steps:
                 if planned.kernel is None:      # the plan's first run
@@ -236,6 +241,32 @@ class Executable:
         if bound.torch_inputs:
             results = {t.name: _to_torch(results[t.name], t.dtype) for t in self.fusion.outputs}
         return results
+
+    def kernels_for(self, inputs):
+        """The kernels run(inputs) launches, in order: each step's variant for these arrays
+        (32- or 64-bit indices, copies as wide as the arrays allow). Plans and allocates as
+        run() does, without launching."""
+        bound, values, steps = self._planned(inputs, None)
+        for planned in steps:
+            if planned.kernel is None:
+                self._prepare(planned, bound, values)
+            values.update((name, allocation.new()) for name, allocation in planned.outputs)
+        return [planned.kernel for planned in steps]
+
+    def _planned(self, inputs, poison):
+        """(_BoundInputs, the inputs as the backend takes them, [_PlannedStep]) of a run."""
+        if type(inputs) is not dict and not isinstance(inputs, collections.abc.Mapping):
+            raise FuserirError(f"run() takes a dict of inputs by name ({{name: array}} "
+                               f"and {{name: int}}), got a {type(inputs).__name__}")
+        poison = self.backend == "interp" if poison is None else poison
+        bound = self._bound(inputs, poison)
+        values = self.prepare_inputs({name: inputs[name] for name in bound.arrays})
+        alignment = tuple([_address(values[name]) % VECTOR_ALIGNMENT
+                           for name in bound.arrays])
+        steps = bound.plans.get(alignment)
+        if steps is None:
+            steps = remember(bound.plans, alignment, self._step_runs(bound, values))
+        return bound, values, steps
 
     def _bound(self, inputs, poison):
         """The _BoundInputs of `inputs`' signature, checking them in full when new."""
@@ -270,36 +301,26 @@ class Executable:
 
     def _step_runs(self, bound, values):
         """The plan for inputs of `bound`'s signature at the addresses of `values` (modulo
-        VECTOR_ALIGNMENT): the steps whose rows fit the device's shared memory and whose
-        vector copies fit the inputs, each to be prepared at its first run."""
+        VECTOR_ALIGNMENT): the steps whose rows fit the device's shared memory, each to be
+        prepared at its first run."""
         env = bound.env
         sizes = (bound.schedule, env, bound.device)
         steps = self._steps_for(True, *sizes)
         if self.backend == "cuda" and not self._fits_shared_memory(steps, env):
             steps = self._steps_for(False, *sizes)   # a row does not fit: segment the fusion
-        try:
-            for step in steps:
-                _check_vector_copies(step, values, env)
-        except FuserirError:
-            if not self.automatic:
-                raise
-            # an automatic schedule's 16-byte copies do not fit these inputs: the plan
-            # without special requirements (no tensor cores, no vector copies) does
-            steps = self._steps_for(False, *sizes)
-            for step in steps:
-                _check_vector_copies(step, values, env)
         return [_PlannedStep(step) for step in steps]
 
     def _prepare(self, planned, bound, values):
         """Choose the kernel of one step of a plan (32- or 64-bit indices, from the spans of
-        the arrays in `values`: its inputs and what earlier steps made), and how its
-        outputs are allocated and its scalars passed."""
+        the arrays in `values`: its inputs and what earlier steps made; copies as wide as
+        those arrays allow), and how its outputs are allocated and its scalars passed."""
         kernel = self._kernel_for(planned.step, bound.env, values)
         final = {t.name for t in self.fusion.outputs}
         planned.outputs = [(t.name, self._allocation(t, bound.env, bound.poison,
                                                      intermediate=t.name not in final))
                            for t in planned.step.fusion.outputs]
         planned.scalars = _scalars(kernel, bound.env)
+        check_launch_limits(kernel.kir, bound.device, planned.scalars)
         planned.kernel = kernel
 
     def _launch(self, planned, values, blocks):
@@ -331,7 +352,11 @@ class Executable:
             zeros = ((lambda n, dtype: np.zeros(n, dtype=dtype.numpy))
                      if self.backend == "interp" else cupy_zeros)
             self._workspaces = WorkspacePool(zeros)
-        return self._workspaces.arrays(planned.kernel.kir, planned.scalars)
+        kept = planned.workspaces
+        if kept is None or kept[0] != self._workspaces.generation:   # the pool changed
+            arrays = self._workspaces.arrays(planned.kernel.kir, planned.scalars)
+            kept = planned.workspaces = (self._workspaces.generation, arrays)
+        return kept[1]
 
     def _fits_shared_memory(self, steps, env):
         limit = device_shared_limit()
@@ -339,8 +364,10 @@ class Executable:
                    for s in steps)
 
     def _kernel_for(self, step, env, values):
-        """The step's 32-bit-index kernel, or a 64-bit one where some tensor spans more
-        elements (or offsets) than an i32 holds."""
+        """The step's kernel for these arrays: 32-bit indices unless some tensor spans more
+        elements (or offsets) than an i32 holds, and each global tensor's vector copies
+        no wider than its array allows (_vector_caps); a variant is lowered and compiled
+        the first time it is asked for."""
         if step.shapes is None:      # (fusion.tensors sorts the graph: once per step)
             step.shapes = [t.shape for t in step.fusion.tensors if not t.is_input]
             step.spans = {}
@@ -350,12 +377,16 @@ class Executable:
                                    for shape in step.shapes), default=1)
         spans = [step.spans[key]]
         spans += [_element_span(values[n]) for n in step.inputs]
-        if max(spans, default=1) <= INDEX_LIMIT:
+        index = DataType.i32 if max(spans, default=1) <= INDEX_LIMIT else DataType.i64
+        caps = _vector_caps(step, values, env)
+        if index is DataType.i32 and not caps:
             return step.kernel
-        if step.wide is None:
-            step.wide = _build(step.fusion, self.backend, index_dtype=DataType.i64,
-                               **self._options)
-        return step.wide
+        variant = (index, tuple(sorted(caps.items())))
+        if variant not in step.variants:
+            step.variants[variant] = _build(step.fusion, self.backend, index_dtype=index,
+                                            vector_caps=caps or None,
+                                            device=self._device(), **self._options)
+        return step.variants[variant]
 
     def allocate(self, tv, env, poison, intermediate=False):
         """An output or intermediate (poisoned if asked). An intermediate holding the pieces
@@ -387,7 +418,9 @@ class Executable:
         if self.backend == "interp":
             return {k: reference.to_numpy(v) if hasattr(v, "shape") else v
                     for k, v in inputs.items()}
-        return {k: _to_device(v) if hasattr(v, "shape") else v for k, v in inputs.items()}
+        ndarray = cupy_module().ndarray       # (already a CuPy array: taken as it is)
+        return {k: v if type(v) is ndarray else _to_device(v) if hasattr(v, "shape") else v
+                for k, v in inputs.items()}
 
 
 def _stream(on_torch_stream):
@@ -426,6 +459,8 @@ def _to_device(array):
 
 def _address(array):
     """The device or host address of an array's first element (0 when it has none)."""
+    if type(array).__module__ == "cupy":                      # cupy.ndarray
+        return array.data.ptr
     if hasattr(array, "data_ptr"):                            # torch
         return array.data_ptr()
     if type(array).__module__.startswith("cupy"):
@@ -445,7 +480,7 @@ def _vector_accesses(kernel):
             nbytes = s.width * s.buffer.dtype.itemsize
             if s.buffer.memory is kir.Memory.global_:
                 found[s.buffer.name] = (nbytes, "stores it", "in a vectorized copy")
-            if s.value.buffer.memory is kir.Memory.global_:
+            if isinstance(s.value, kir.Load) and s.value.buffer.memory is kir.Memory.global_:
                 found[s.value.buffer.name] = (nbytes, "loads it", "in a vectorized copy")
     return found
 
@@ -461,7 +496,7 @@ def _contiguous_layout(tv, env):
 
 
 # The widest cp.async copy (kir.CpAsync copies 4, 8 or 16 bytes): an input's address
-# modulo 16 decides every alignment _check_vector_copies asks of it.
+# modulo 16 decides every alignment _vector_caps asks of it.
 VECTOR_ALIGNMENT = 16
 
 
@@ -488,36 +523,29 @@ def _step_args(planned, values, workspaces):
             **planned.scalars, **workspaces}
 
 
-def _check_vector_copies(step, values, env):
-    """A cp.async or vector copy of several elements accesses them at once: the global
-    array must be contiguous along its last axis, that axis a whole number of vectors, and
-    every row start aligned to the vector's bytes. Refuse anything else, naming what is
-    needed. (An output not allocated yet is checked by its shape: run() allocates it
-    contiguous and aligned.)"""
+def _vector_caps(step, values, env):
+    """{global tensor name: bytes} for each tensor the step's kernel moves in vectors (a
+    cp.async, or a vector load or store) wider than its array allows: its last axis must be
+    contiguous with a whole number of vectors per row, and every row start aligned to the
+    vector (codegen.vector_widths). The kernel variant for these caps copies those tensors
+    no wider (down to element copies), so every size, stride and alignment runs on the
+    same schedule. An output not allocated yet is taken as run() allocates it: contiguous
+    and aligned."""
     if step.vectors is None:
         step.vectors = _vector_accesses(step.kernel.kir)
     outputs = {t.name: t for t in step.fusion.outputs}
-    for name, (nbytes, verb, how) in step.vectors.items():
+    caps = {}
+    for name, (nbytes, _, _) in step.vectors.items():
         array = values.get(name)
         if array is None and name in outputs:
             array = _contiguous_layout(outputs[name], env)
         if array is None or not getattr(array, "shape", None):
             continue
-        itemsize = array.dtype.itemsize
-        width = nbytes // itemsize
-        strides = list(array.strides)
-        pointer = _address(array)
-        ok = (array.shape[-1] % width == 0
-              and (strides[-1] == itemsize or array.shape[-1] == 1)
-              and all(s % nbytes == 0 for s, d in zip(strides[:-1], array.shape) if d > 1)
-              and pointer % nbytes == 0)
-        if not ok:
-            role = "output" if name in outputs else "input"
-            raise FuserirError(
-                f"{role} {name}: the kernel {verb} {nbytes} bytes ({width} elements) at a "
-                f"time {how}, so its last axis must be contiguous with a length that is a "
-                f"multiple of {width}, and every row must start {nbytes}-byte aligned; got "
-                f"shape {tuple(array.shape)}, strides {tuple(strides)} bytes")
+        allowed = widest_access_bytes(array.shape, array.strides, array.dtype.itemsize,
+                                      _address(array), most=nbytes)
+        if allowed < nbytes:
+            caps[name] = allowed
+    return caps
 
 
 def _element_span(array):
@@ -544,6 +572,20 @@ class _ShapeOnly:
 def _is_device_array(value):
     module = type(value).__module__
     return module.startswith("cupy") or module.startswith("torch")
+
+
+def _block_list(blocks):
+    """run(blocks=...) as [(x, y, z)]: each block a tuple of 1 to 3 integers >= 0."""
+    listed = []
+    for b in blocks if isinstance(blocks, (list, tuple)) else [None]:
+        ok = isinstance(b, (list, tuple)) and 1 <= len(b) <= 3 and all(
+            isinstance(i, (int, np.integer)) and not isinstance(i, bool) and i >= 0
+            for i in b)
+        if not ok:
+            raise FuserirError(f"run(blocks=...): each block is a tuple (x,), (x, y) or "
+                               f"(x, y, z) of integers >= 0, got {b!r} in {blocks!r}")
+        listed.append(tuple(int(i) for i in b) + (0,) * (3 - len(b)))
+    return listed
 
 
 def _scalars(kernel, env):
@@ -573,7 +615,8 @@ def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=Tru
 
     def explicit(persistent, sizes, device):
         from .segmentation import cut
-        return [Step(s.fusion, s.inputs, s.outputs, _build(s.fusion, backend, **options))
+        return [Step(s.fusion, s.inputs, s.outputs,
+                     _build(s.fusion, backend, device=device, **options))
                 for s in cut(fusion)]
 
     def automatic(persistent, sizes, device):
@@ -581,7 +624,7 @@ def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=Tru
         # split-K's partial sums): it is cut into its kernels as an explicit schedule is
         from .segmentation import cut, plan
         return [Step(part.fusion, part.inputs, part.outputs,
-                     _build(part.fusion, backend, **options))
+                     _build(part.fusion, backend, device=device, **options))
                 for s in plan(fusion, persistent, sizes, device) for part in cut(s.fusion)]
 
     exe = Executable(fusion, backend, options, explicit if fusion.trace else automatic,
@@ -610,10 +653,14 @@ def _cache_key(fusion, backend, options):
 SM80_STATEMENTS = (kir.Mma, kir.LdMatrix, kir.CpAsync)
 
 
-def _build(fusion, backend, index_dtype=DataType.i32, **options):
-    kernel, _ = lower(fusion, index_dtype=index_dtype, **options)
+def _build(fusion, backend, index_dtype=DataType.i32, vector_caps=None, device=None,
+           **options):
+    """Lower, emit and (for the GPU) compile one kernel, refusing what `device` (the
+    device model; the default where None) cannot launch whatever the sizes."""
+    kernel, _ = lower(fusion, index_dtype=index_dtype, vector_caps=vector_caps, **options)
+    check_launch_limits(kernel, device or devices.DEFAULT)
     source = emit_cuda(kernel)
-    compiled = CompiledKernel(kernel.name, kernel, source)
+    compiled = CompiledKernel(kernel.name, kernel, source, caps=dict(vector_caps or {}))
     if backend == "cuda":
         from .nvrtc import CompileError, compile_to_cubin, default_arch
         arch = default_arch()

@@ -984,12 +984,14 @@ class _Block(_Evaluator):
         offsets in a global array, whose strides the executable checks), every element
         read through the race detector before any is written."""
         w, src = s.width, s.value
-        if not isinstance(src, kir.Load) or src.width != w:
+        zeros = isinstance(src, kir.Const) and src.value == 0     # a vector of zeros
+        if not zeros and (not isinstance(src, kir.Load) or src.width != w):
             raise InterpError(f"a vector store of {w} elements to {s.buffer.name} must "
-                              f"store a load of {w} elements{self.where()}")
+                              f"store a load of {w} elements (or zeros){self.where()}")
         n = len(act)
         starts = {}
-        for buffer, index in ((src.buffer, src.index), (s.buffer, s.index)):
+        sides = ([] if zeros else [(src.buffer, src.index)]) + [(s.buffer, s.index)]
+        for buffer, index in sides:
             idx = self._index(self.ev(index, act), n)
             nbytes = w * buffer.dtype.itemsize
             if buffer.memory is kir.Memory.shared:
@@ -1002,7 +1004,10 @@ class _Block(_Evaluator):
                                   f"{self.interp.coords(act[i])} is not aligned to {w} "
                                   f"elements ({nbytes} bytes){self.where()}")
             starts[id(buffer)] = idx
-        loads = [self._load(src, act, starts[id(src.buffer)] + j) for j in range(w)]
+        if zeros:
+            loads = [self.ev(src, act)] * w
+        else:
+            loads = [self._load(src, act, starts[id(src.buffer)] + j) for j in range(w)]
         for j, val in enumerate(loads):
             self._write(s.buffer, act, starts[id(s.buffer)] + j, val)
 

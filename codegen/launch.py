@@ -56,6 +56,7 @@ import numpy as np
 
 from fuserir import device as devices
 from fuserir.dtypes import DataType
+from fuserir.errors import FuserirError
 from lowering import kir
 
 __all__ = ["launch", "bind", "BoundLaunch", "load_function", "launch_config",
@@ -169,6 +170,58 @@ def _launch_config(kernel, scalars):
     return grid, block, kir.shared_bytes(kernel, scalars)
 
 
+class LaunchLimitError(FuserirError):
+    """A kernel the device cannot launch: too many threads in a block or along one of its
+    dimensions, too many blocks along a grid dimension, more shared memory than a block
+    may have, more local memory than a thread may have. The message has the numbers."""
+
+
+def check_launch_limits(kernel, device, scalars=None):
+    """Refuse (LaunchLimitError) what `device` (a fuserir.device.Device) cannot launch.
+    With `scalars` None (when the kernel is built) only what does not depend on run-time
+    sizes is checked: constant block dimensions, constant shared memory, local arrays;
+    with the scalar values (before a launch, on either backend) everything, including the
+    grid."""
+    def bad(why):
+        where = f" at {', '.join(f'{k}={v}' for k, v in sorted(scalars.items()))}" \
+            if scalars else ""
+        raise LaunchLimitError(f"kernel {kernel.name}{where}: {why}, over the limit of "
+                               f"{device.name}")
+
+    def value(expr):
+        try:
+            return kir.evaluate_scalar(expr, scalars or {})
+        except (KeyError, ValueError):
+            return None               # depends on a size not known yet
+
+    cfg = kernel.launch
+    block = [value(e) for e in cfg.block]
+    for axis, (n, most) in enumerate(zip(block, device.max_block)):
+        if n is not None and n > most:
+            bad(f"{n} threads along block {'xyz'[axis]} (at most {most})")
+    if None not in block and block[0] * block[1] * block[2] > device.max_threads:
+        bad(f"{block[0] * block[1] * block[2]} threads per block {tuple(block)} (at most "
+            f"{device.max_threads})")
+    if scalars is not None:
+        grid = [value(e) for e in cfg.grid]
+        for axis, (n, most) in enumerate(zip(grid, device.max_grid)):
+            if n is not None and n > most:
+                bad(f"{n} blocks along grid {'xyz'[axis]} (at most {most})")
+    try:
+        shared = kir.shared_bytes(kernel, scalars or {})
+    except (KeyError, ValueError):
+        shared = None
+    if shared is not None and shared > device.shared_limit:
+        bad(f"{shared} bytes of shared memory per block (at most {device.shared_limit})")
+    local = 0
+    for s in kir.walk(kernel.body):
+        if isinstance(s, kir.Allocate) and s.buffer.memory is kir.Memory.local:
+            elements = value(s.buffer.size)
+            local += (elements or 0) * s.buffer.dtype.itemsize
+    if local > device.local_bytes:
+        bad(f"{local} bytes of local arrays per thread (at most {device.local_bytes})")
+
+
 def workspace_sizes(kernel, scalars):
     """[(Workspace, elements)] of `kernel` for the scalar values `scalars` (computed once
     per kernel and values)."""
@@ -215,6 +268,8 @@ class WorkspacePool:
         self._zeros = zeros
         self._arrays = {}       # (id(kernel), buffer name) -> (kernel, array)
         self._answers = {}      # (id(kernel), scalar values) -> (kernel, {name: array})
+        self.generation = 0     # counts the changes of the arrays kept: an answer holds
+                                # while it has not changed
 
     def arrays(self, kernel, scalars):
         """{workspace buffer name: array} for a launch of `kernel` with `scalars` (the
@@ -229,6 +284,7 @@ class WorkspacePool:
             kept = self._arrays.get(array_key)
             if kept is None or kept[0] is not kernel or len(kept[1]) < size:
                 self._answers.clear()       # answers may name the array replaced here
+                self.generation += 1
                 kept = self._arrays[array_key] = (kernel, self._zeros(max(size, 1),
                                                                       w.buffer.dtype))
             out[w.buffer.name] = kept[1]
@@ -241,6 +297,7 @@ class WorkspacePool:
         for key in [k for k, (kern, _) in self._arrays.items() if kern is kernel]:
             del self._arrays[key]
         self._answers.clear()
+        self.generation += 1
 
 
 def cupy_zeros(elements, dtype):
@@ -357,12 +414,14 @@ class _PackedLaunch:
         self.fn = fn
         self.args = (bound.func.ptr, *bound.grid, *bound.block, bound.shared)
 
+    _pointer = struct.Struct("Q").pack_into
+
     def __call__(self, tensors, workspaces, stream):
-        buffer = self.buffer
+        buffer, put = self.buffer, self._pointer
         for at, array in zip(self.tensor_offsets, tensors):
-            struct.pack_into("Q", buffer, at, array.data.ptr)
+            put(buffer, at, array.data.ptr)
         for at, array in zip(self.workspace_offsets, workspaces):
-            struct.pack_into("Q", buffer, at, array.data.ptr)
+            put(buffer, at, array.data.ptr)
         if stream is None:
             stream = cupy_module().cuda.get_current_stream()
         status = self.fn(*self.args, stream.ptr, None, self.extra)

@@ -1,7 +1,7 @@
 """The device model: what schedulers and checks know of the GPU a fusion runs on.
 
 One frozen record per device: compute capability, SM count, the shared memory one block
-may opt in to, L2 size. Every heuristic and every limit check takes one, so a schedule
+may opt in to, L2 size, launch limits. Every heuristic and every limit check takes one, so a schedule
 chosen for a run is chosen for the device it runs on, and the same heuristic told the
 same device gives the same answer. It sits in the front end (schedulers may not import
 codegen); codegen builds the record of the GPU it finds (codegen.launch.device_model) and
@@ -21,6 +21,13 @@ class Device:
     sms: int                  # streaming multiprocessors
     shared_limit: int         # bytes of shared memory per block after opt-in
     l2_bytes: int             # L2 cache size
+    # launch limits (the same on every architecture since sm_30; CUDA's table of
+    # technical specifications): threads per block, per block dimension, blocks per grid
+    # dimension, local memory per thread
+    max_threads: int = 1024
+    max_block: tuple = (1024, 1024, 64)
+    max_grid: tuple = (2 ** 31 - 1, 65535, 65535)
+    local_bytes: int = 512 * 1024
 
     @property
     def arch(self):

@@ -90,3 +90,15 @@ def test_main_job_demo_runs_and_shows_every_barrier_with_its_reason():
     assert "mismatches vs float64 (rtol 2^-10, atol 1e-5*K): 0;" in out
     assert out.count("the verifier refuses the kernel") == 4
     assert out.count("the interpreter sees it") == 4
+
+
+@pytest.mark.parametrize("command", ["check", "inspect", "run"])
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.fz")))
+def test_the_cli_works_on_every_example_at_its_default_sizes(command, name):
+    # the defaults are twice the largest tile plus 3 (M=515 for the seed's 256-row tiles):
+    # partial tiles everywhere, and rows no 16-byte copy fits, on the same schedule
+    from test_cli import fuserir as cli
+    result = cli(command, EXAMPLES / name)
+    assert result.returncode == 0, result.stdout + result.stderr
+    if name == "seed_matmul.fz":
+        assert "K=67, M=515, N=259" in result.stdout

@@ -53,7 +53,7 @@ def test_sizes_past_32_bit_indexing_use_64_bit_kernels(fusion, monkeypatch):
     monkeypatch.setattr(executable, "INDEX_LIMIT", 100)
     data = inputs()
     got = exe.run(data)["y"]
-    wide = exe.steps[0].wide
+    (wide,) = exe.kernels_for(data)                   # the kernel of this run: 64-bit
     assert wide.kir.index_dtype is DataType.i64
     assert "i64" in wide.kir_text.splitlines()[1]
     np.testing.assert_array_equal(got, fuserir.evaluate(fusion, data)["y"])

@@ -355,9 +355,14 @@ def test_run_checks_vector_alignment_of_each_call(rng, binds):
     x = rng.integers(-5, 5, (3, 256)).astype(np.float16)
     want = fuserir.evaluate(fusion, {"x": x})["y"]
     np.testing.assert_array_equal(exe.run({"x": aligned(x)})["y"], want)
-    with pytest.raises(FuserirError, match="input x: the kernel copies it 16 bytes"):
-        exe.run({"x": aligned(x, offset=2)})      # the same shape, strides and dtype
-    np.testing.assert_array_equal(exe.run({"x": aligned(x, offset=16)})["y"], want)
+    assert exe.kernels_for({"x": aligned(x)}) == [exe.steps[0].kernel]   # 16 bytes fit
+    # the same shape, strides and dtype 2 and 8 bytes past a 16-byte boundary: variants
+    # with element and 8-byte copies of x, each built once for its alignment
+    for offset, caps in ((2, {"x": 2}), (8, {"x": 8}), (16, {})):
+        for _ in range(2):
+            np.testing.assert_array_equal(exe.run({"x": aligned(x, offset)})["y"], want)
+        (kernel,) = exe.kernels_for({"x": aligned(x, offset)})
+        assert kernel.caps == caps
     assert len(binds) == 1
 
 
@@ -452,9 +457,16 @@ def test_run_with_changing_signatures_on_gpu(rng):
         exe.run({"x": cp.zeros((7, 130), cp.float32), "b": cp.zeros(5, cp.float32)})
     vectors = codegen.compile(fuserir.parse(F16_VECTORS), backend="cuda")
     x = cp.asarray(rng.integers(-5, 5, (3, 264)).astype(np.float16))
-    vectors.run({"x": x[:, :256]})
-    with pytest.raises(FuserirError, match="input x: the kernel copies it 16 bytes"):
-        vectors.run({"x": x[:, 1:257]})            # the same shape, strides and dtype
+    host = cp.asnumpy(x)
+    for window in (slice(0, 256), slice(1, 257), slice(4, 260), slice(0, 256)):
+        # the same shape, strides and dtype at addresses 16, 2, 8 and 16 bytes aligned:
+        # 16-byte cp.async, element copies, 8-byte cp.async, 16-byte again
+        got = cp.asnumpy(vectors.run({"x": x[:, window]})["y"])
+        want = fuserir.evaluate(fuserir.parse(F16_VECTORS), {"x": host[:, window]})["y"]
+        np.testing.assert_array_equal(got, want)
+    caps = [k.caps for w in (slice(0, 256), slice(1, 257), slice(4, 260))
+            for k in vectors.kernels_for({"x": x[:, w]})]
+    assert caps == [{}, {"x": 2}, {"x": 8}]
 
 
 @pytest.mark.gpu

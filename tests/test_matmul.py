@@ -357,17 +357,18 @@ def test_a_matmul_without_a_schedule_uses_tensor_cores_and_the_heuristics_split(
     assert np.array_equal(exe.run(data)["out"], fuserir.evaluate(f, data)["out"])
 
 
-def test_inputs_too_narrow_for_16_byte_copies_take_the_plain_plan(rng):
+def test_rows_too_narrow_for_16_byte_copies_stay_on_tensor_cores(rng):
     f = fuserir.parse(AUTO)
     exe = codegen.compile(f, backend="interp")
-    m, n, k = 30, 20, 50                            # K rows of 100 bytes
+    m, n, k = 30, 20, 50                            # K rows of 100 bytes: 4-byte copies
     data = {"A": rng.integers(-3, 4, (m, k)).astype(np.float16),
             "B": rng.integers(-3, 4, (n, k)).astype(np.float16),
             "bias": rng.integers(-3, 4, (n,)).astype(np.float16)}
     assert np.array_equal(exe.run(data)["out"], fuserir.evaluate(f, data)["out"])
-    schedule = exe.plan_for({"M": m, "N": n, "K": k})[0]
-    plain = exe._steps_for(False, schedule, {}, None)[0].kernel.kir_text
-    assert "mma" not in plain and "cp.async" not in plain
+    (kernel,) = exe.kernels_for(data)
+    assert kernel.caps == {"A": 4, "B": 4, "out": 8}   # out's rows: 40 bytes
+    text = kernel.kir_text
+    assert "mma.m16n8k16.f16" in text and "4 bytes, src-size" in text and "cp.async.cg" not in text
 
 
 def test_a_schedule_over_the_shared_memory_limit_is_refused_with_both_numbers():

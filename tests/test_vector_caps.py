@@ -19,7 +19,6 @@ from codegen.cuda import emit_cuda
 from codegen.errors import RaceError
 from codegen.interp import run_kernel
 from codegen.vector_widths import widest_access_bytes
-from fuserir.errors import FuserirError
 from fuserir.scheduler import MatmulParams, schedule_matmul
 from lowering import bank_conflicts, kir
 from lowering.analysis import LoweringContext
@@ -277,16 +276,21 @@ def test_element_copies_of_ordinary_operand_caches_are_zero_filled_too(rng):
     assert np.array_equal(out, fuserir.evaluate(f, arrays)["out"])
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "known bug, older than vector caps: an ordinary (not async) operand cache copied by "
-    "16-byte vectors skips the vectors past K, so the tensor cores read stale bytes in "
-    "the last tile's K tail; a vector store of zeros would fix it"))
-
-
-def test_wide_ordinary_operand_copies_zero_the_k_tail(rng):
+@pytest.mark.parametrize("m, n, k", [(64, 64, 72), (128, 128, 72), (72, 40, 104)])
+def test_regression_wide_ordinary_operand_copies_zero_the_k_tail(rng, m, n, k):
+    # an ordinary (not async) operand cache copied by 16-byte vectors skipped the vectors
+    # past K, so the tensor cores read stale bytes in the last tile's K tail: it now
+    # stores a vector of zeros there (CUDA and the interpreter)
     f = matmul_fusion("TT", stages=1, async_gmem_load_operands=False)
-    arrays = operands(rng, "TT", 64, 64, 72)
-    out = run(lower(f)[0], arrays, 64, 64, 72, splitk=1)
+    kernel = lower(f)[0]
+    zeros = [s for s in kir.walk(kernel.body) if isinstance(s, kir.Store) and s.width > 1
+             and isinstance(s.value, kir.Const)]
+    assert {s.buffer.name for s in zeros} == {"A_cache", "B_cache"}
+    source = emit_cuda(kernel)
+    assert "= u32x4{};" in source
+    assert nvrtc.compile_to_cubin(source, kernel.name, arch="sm_90")
+    arrays = operands(rng, "TT", m, n, k)
+    out = run(kernel, arrays, m, n, k, splitk=1)
     assert np.array_equal(out, fuserir.evaluate(f, arrays)["out"])
 
 
@@ -352,12 +356,15 @@ def test_nt_matmul_515x259x67_runs_with_element_copies(rng):
     arrays = operands(rng, "NT", m, n, k)
     caps = caps_for({**arrays, "out": aligned((m, n))})
     assert caps == {"A": 2, "B": 2, "out": 2}
-    with pytest.raises(FuserirError, match="input A: the kernel copies it 16 bytes"):
-        codegen.compile(f, backend="interp").run({**arrays, "splitk": 2})
-    kernel, _ = lower(f, vector_caps=caps)
-    assert accesses(kernel) == {"A": {2}, "B": {2}, "out": {2}}
-    out = run(kernel, arrays, m, n, k, splitk=2)
+    # through the user's path: run() picks the variant with element copies of all three
+    exe = codegen.compile(f, backend="interp")
+    out = exe.run(arrays)["out"]                        # splitk: the schedule's default 2
     assert np.array_equal(out, fuserir.evaluate(f, arrays)["out"])
+    (compiled,) = exe.kernels_for(arrays)
+    assert compiled.caps == {"A": 2, "B": 2, "out": 2}
+    kernel = compiled.kir
+    assert accesses(kernel) == {"A": {2}, "B": {2}, "out": {2}}
+    assert "mma.m16n8k16.f16" in compiled.kir_text
     assert nvrtc.compile_to_cubin(emit_cuda(kernel), kernel.name, arch="sm_90")
 
 
@@ -382,8 +389,6 @@ CASES = ([("TT", 64, 64, e) for e in WIDTHS] +          # A[M, K]: rows along K
 
 @pytest.mark.parametrize("layout, m, n, k", CASES,
                          ids=[f"{c[0]}-{c[1]}x{c[2]}x{c[3]}" for c in CASES])
-
-
 def test_every_width_equals_the_reference(rng, layout, m, n, k):
     f = matmul_fusion(layout)
     arrays = operands(rng, layout, m, n, k)
@@ -396,3 +401,39 @@ def test_every_width_equals_the_reference(rng, layout, m, n, k):
     assert accesses(kernel) == {name: {caps[name]} for name in ("A", "B", "out")}
     out = run(kernel, arrays, m, n, k, splitk=2)
     assert np.array_equal(out, fuserir.evaluate(f, arrays)["out"])
+
+
+# -- on the GPU -----------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["TT", "NT"])
+def test_gpu_an_unscheduled_matmul_of_odd_sizes_runs_on_tensor_cores(layout):
+    """1023x2047x4095: no operand or output row fits a 16-byte copy; the automatic plan
+    keeps its tensor-core schedule with element copies and matches float64 (rtol 2^-10,
+    atol 1e-5 K) on fresh uniform inputs, outputs poisoned first."""
+    import cupy as cp
+    m, n, k = 1023, 2047, 4095
+    f = matmul_fusion(layout)
+    unscheduled = fuserir.parse(fuserir.print_fusion(f).split("schedule")[0])
+    exe = codegen.compile(unscheduled, backend="cuda")
+    rng = cp.random.default_rng()
+    shapes = {"TT": ((m, k), (k, n)), "NT": ((k, m), (k, n))}[layout]
+    a, b = (rng.uniform(-1, 1, s, dtype=cp.float32).astype(cp.float16) for s in shapes)
+    out = exe.run({"A": a, "B": b}, poison=True)["out"]
+    a64, b64 = a.astype(cp.float64), b.astype(cp.float64)
+    ref = (a64 if layout[0] == "T" else a64.T) @ b64
+    bad = cp.abs(out.astype(cp.float64) - ref) > 1e-5 * k + 2.0 ** -10 * cp.abs(ref)
+    assert int(bad.sum()) == 0
+    kernels = exe.kernels_for({"A": a, "B": b})
+    assert kernels[0].caps == {"A": 2, "B": 2, "out": 2}
+    assert "mma.m16n8k16.f16" in kernels[0].kir_text
+
+
+@pytest.mark.gpu
+def test_gpu_the_seed_schedule_at_515x259x67_equals_the_interpreter(rng):
+    m, n, k = 515, 259, 67
+    f = matmul_fusion("NT", cta_tile=(256, 128, 32), warp_tile=(64, 64, 32), splitk_factor=5)
+    arrays = operands(rng, "NT", m, n, k)
+    cpu = codegen.compile(f, backend="interp").run(arrays)["out"]
+    gpu = codegen.compile(f, backend="cuda").run(arrays, poison=True)["out"].get()
+    assert np.array_equal(gpu, cpu) and np.array_equal(cpu, fuserir.evaluate(f, arrays)["out"])

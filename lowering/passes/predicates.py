@@ -146,16 +146,22 @@ def _guard(ctx, stmts, launch):
             inside, conds = _bounds_apart(ctx, conds)
             if inside is not None:
                 s.src_size = kir.Select(inside, s.src_size, ctx.const(0), ctx.index_dtype)
-        elif isinstance(s, kir.Store) and conds and s.width == 1 and \
+        elif isinstance(s, kir.Store) and conds and \
                 info.role == "compute" and zero_filled(info.tv):
             # The same for an element copy where no cp.async fits, and for any tile a
             # matmul reads (zero_filled): out of bounds it stores 0 (the load is
-            # not made: C's ?:); thread and redundant-write guards still skip it.
+            # not made: C's ?:; a vector copy stores a vector of zeros instead); thread and
+            # redundant-write guards still skip it.
             inside, conds = _bounds_apart(ctx, conds)
             if inside is not None:
                 dtype = s.buffer.dtype
                 zero = kir.Const(0.0 if dtype.is_float else 0, dtype)
-                s.value = kir.Select(inside, s.value, zero, dtype)
+                if s.width == 1:
+                    s.value = kir.Select(inside, s.value, zero, dtype)
+                else:
+                    zeros = kir.Store(s.buffer, s.index, zero, s.access, width=s.width)
+                    ctx.store_info[zeros] = info
+                    s = kir.IfThenElse(inside, [s], [zeros])
         if conds:
             cond = conds[0]
             for c in conds[1:]:
