@@ -6,14 +6,16 @@ math helpers), then the kernel as `extern "C" __global__`.
 
 The ABI, shared with the launcher (codegen.launch) and the interpreter:
 
-    extern "C" __global__ void <kernel.name>(
+    extern "C" __global__ void <entry_point(kernel)>(
         one pointer per TensorParam, in kernel.tensor_params order
             (`const T* __restrict__` for inputs, `T*` for outputs),
         every stride Var of every TensorParam, tensor by tensor, axis by axis (elements),
         one pointer per Workspace, in kernel.workspaces order (`T*`),
         every ScalarParam var, in kernel.scalar_params order)
 
-strides and scalars in the kernel's index dtype (i32 = int, i64 = long long). Shared
+strides and scalars in the kernel's index dtype (i32 = int, i64 = long long); the user's
+names (tensors, sizes, scalars, the fusion's) are mangled (x -> x_, N -> N_s, f ->
+f_kernel: see mangle), generated ones kept (i0, x_stride0). Shared
 buffers live in one dynamic pool, `extern __shared__ unsigned char smem[]`, each at its
 byte_offset, so the launch passes shared_bytes(kernel, scalars) as dynamic shared memory.
 
@@ -70,7 +72,7 @@ from lowering import kir
 
 from .errors import CodegenError
 
-__all__ = ["emit_cuda", "C_TYPES"]
+__all__ = ["emit_cuda", "entry_point", "mangle", "C_TYPES"]
 
 C_TYPES = {DataType.f16: "f16", DataType.bf16: "bf16", DataType.f32: "f32",
            DataType.f64: "f64", DataType.i32: "i32", DataType.i64: "i64",
@@ -281,6 +283,7 @@ _RESERVED = (_CPP_KEYWORDS | set(C_TYPES.values())
              | {"erf", "erff", "fmod", "fmodf", "abs", "llabs", "min", "max"}
              | {f"ldm{i}" for i in range(4)})     # ldmatrix's result registers
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9_]*(?<!_)\Z")     # no leading or trailing _
 
 
 def _preamble(needed):
@@ -310,6 +313,40 @@ _RESERVED |= preamble_names()
 
 
 # ---------------------------------------------------------------------------------------
+# User names in C
+# ---------------------------------------------------------------------------------------
+# The user's names (kir's `user=True`: tensors, sizes and run-time scalars, the fusion) are
+# mangled, so that they never meet a generated name (loop indices i0, j0, v0, e0; strides
+# x_stride0; smem, ldm0..3), a C/C++ keyword, a CUDA built-in or macro (threadIdx, dim3,
+# printf, NULL, std) or each other (a size named like a tensor): the name, an underscore
+# and a tag for its kind, x -> x_, N -> N_s, fusion f -> f_kernel. The last underscore
+# splits a mangled name into (name, tag) and the tags differ, so mangling is one-to-one
+# across kinds; the tags are no suffix any built-in ends with. A name that is not a plain
+# ASCII identifier is spelled by its UTF-8 bytes, u<hex>_<tag>x: Python allows non-ASCII
+# identifiers, and C++ reserves names with a leading underscore or a double underscore
+# (CUDA's __global__, __align__, ... are macros), which mangling must never produce.
+# Dumps, messages and `fuserir inspect` show the names as written.
+
+_USER_TAGS = {"tensor": "", "scalar": "s", "fusion": "kernel"}
+
+
+def mangle(name, kind):
+    """The C identifier of the user's name `name` of `kind` ("tensor", "scalar" or
+    "fusion"); see above."""
+    tag = _USER_TAGS[kind]
+    if _PLAIN.match(name) and "__" not in name:
+        return f"{name}_{tag}"
+    return f"u{name.encode().hex()}_{tag}x"
+
+
+def entry_point(kernel):
+    """The C name of `kernel`'s entry point, which the launcher looks up in its cubin: a
+    user's fusion name mangled (mangle(name, "fusion")); a kernel built by hand in kernel
+    IR keeps its name."""
+    return mangle(kernel.name, "fusion") if kernel.user else kernel.name
+
+
+# ---------------------------------------------------------------------------------------
 # Emitter
 # ---------------------------------------------------------------------------------------
 
@@ -336,17 +373,43 @@ class _Emitter:
         self.stmt = None           # the statement being emitted (for messages)
 
     # -- names ---------------------------------------------------------------------------
-    def ident(self, name):
-        if name in self.names:
-            return self.names[name]
-        if not isinstance(name, str) or not _IDENT.match(name):
+    def ident(self, x):
+        """The C identifier of a Var or Buffer, one per name key (kir.name_key): a user's
+        name mangled (see mangle), a generated one as it is unless it is reserved or
+        taken (then with underscores appended)."""
+        key = x.key
+        if key in self.names:
+            return self.names[key]
+        name = x.name
+        if not isinstance(name, str) or not name:
+            raise self.error(f"{name!r} is not a name")
+        if x.user:          # distinct from every fixed name by construction (see mangle)
+            c = mangle(name, "tensor" if isinstance(x, kir.Buffer) else "scalar")
+            while c in _RESERVED or c in self.taken:
+                c += "_"
+        elif not _IDENT.match(name):
             raise self.error(f"{name!r} is not a C identifier")
-        c = name
-        while c in _RESERVED or c in self.taken or c.startswith("__"):
-            c = c.lstrip("_") + "_" if c.startswith("__") else c + "_"
-        self.names[name] = c
+        else:
+            c = name
+            while c in _RESERVED or c in self.taken or c.startswith("__"):
+                c = c.lstrip("_") + "_" if c.startswith("__") else c + "_"
+        self.names[key] = c
         self.taken.add(c)
         return c
+
+    def reserve_user_names(self):
+        """Give the user's names their identifiers first, so that no generated name that
+        happens to look like a mangled one (a loop index w_s of a tensor named s) takes
+        it."""
+        k = self.kernel
+        for p in k.tensor_params:
+            self.ident(p.buffer)
+        for s in kir.walk(k.body):
+            if isinstance(s, kir.Allocate) and s.buffer.user:
+                self.ident(s.buffer)
+        for p in k.scalar_params:
+            if p.var.user:
+                self.ident(p.var)
 
     def error(self, message):
         where = ""
@@ -363,11 +426,13 @@ class _Emitter:
     # -- driver --------------------------------------------------------------------------
     def run(self):
         k = self.kernel
-        if not isinstance(k.name, str) or not _IDENT.match(k.name) or k.name in _RESERVED:
+        entry = entry_point(k)
+        if not isinstance(entry, str) or not _IDENT.match(entry) or entry in _RESERVED:
             raise self.error(f"kernel name {k.name!r} is not a usable C identifier")
-        self.taken.add(k.name)
+        self.taken.add(entry)
         if k.index_dtype not in _INT:
             raise self.error(f"index dtype must be i32 or i64, got {k.index_dtype}")
+        self.reserve_user_names()
         signature = self.signature()
         body = []
         if any(isinstance(s, kir.Allocate) and s.buffer.memory is kir.Memory.shared
@@ -395,8 +460,8 @@ class _Emitter:
             if b.memory is not kir.Memory.global_:
                 raise self.error(f"tensor parameter {b.name} is in {b.memory.value} memory")
             t = self.type_of(b.dtype)
-            decl = f"{t}* {self.ident(b.name)}" if p.is_output else \
-                f"const {t}* __restrict__ {self.ident(b.name)}"
+            decl = f"{t}* {self.ident(b)}" if p.is_output else \
+                f"const {t}* __restrict__ {self.ident(b)}"
             sizes = ", ".join(_where(s) for s in p.sizes)
             params.append((decl, f"{'output' if p.is_output else 'input'} "
                                  f"{b.dtype}[{sizes}]"))
@@ -406,7 +471,7 @@ class _Emitter:
                                  f"{len(p.strides)} strides")
             for axis, s in enumerate(p.strides):
                 self.check_index_var(s, f"stride {axis} of {p.buffer.name}")
-                params.append((f"{ctype} {self.ident(s.name)}",
+                params.append((f"{ctype} {self.ident(s)}",
                                f"stride of {p.buffer.name} axis {axis} (elements)"))
         for w in k.workspaces:
             b = w.buffer
@@ -416,15 +481,15 @@ class _Emitter:
                 raise self.error(f"workspace {b.name} is in {b.memory.value} memory")
             t = self.type_of(b.dtype)
             zeroed = ", zeroed" if w.zeroed else ""
-            params.append((f"{t}* {self.ident(b.name)}",
+            params.append((f"{t}* {self.ident(b)}",
                            f"workspace {b.dtype}[{_where(w.size)}]{zeroed}"))
         for p in k.scalar_params:
             self.check_index_var(p.var, "scalar parameter")
-            params.append((f"{ctype} {self.ident(p.var.name)}", "scalar"))
+            params.append((f"{ctype} {self.ident(p.var)}", "scalar"))
         if not params:
-            return f'extern "C" __global__ void {k.name}() {{'
+            return f'extern "C" __global__ void {entry_point(k)}() {{'
         width = max(len(d) for d, _ in params) + 1
-        lines = [f'extern "C" __global__ void {k.name}(']
+        lines = [f'extern "C" __global__ void {entry_point(k)}(']
         for i, (decl, comment) in enumerate(params):
             sep = "," if i + 1 < len(params) else ")"
             lines.append(f"    {(decl + sep).ljust(width)}  // {comment}")
@@ -462,7 +527,7 @@ class _Emitter:
     def s_Allocate(self, s, depth):
         b = s.buffer
         t = self.type_of(b.dtype)
-        name = self.ident(b.name)
+        name = self.ident(b)
         what = kir.format_stmt(s)
         if b.memory is kir.Memory.local:
             if not isinstance(b.size, kir.Const) or b.size.dtype not in _INT or \
@@ -532,7 +597,7 @@ class _Emitter:
                              f"variable {v.name} is {v.dtype}")
         if s.kind not in ("serial", "unroll"):
             raise self.error(f"unknown loop kind {s.kind!r}")
-        name = self.ident(v.name)
+        name = self.ident(v)
         ext = self.expr(s.extent)
         if s.kind == "unroll":
             self.emit(depth, "#pragma unroll")
@@ -591,7 +656,7 @@ class _Emitter:
         constant)."""
         if index is None or index.dtype not in _INT:
             raise self.error(f"{role} index of {buffer.name} must be an integer expression")
-        name = self.ident(buffer.name)
+        name = self.ident(buffer)
         if isinstance(index, kir.Const):
             base = int(index.value)
             size = int(buffer.size.value) if isinstance(buffer.size, kir.Const) else None
@@ -760,7 +825,7 @@ class _Emitter:
         if index.dtype not in _INT:
             raise self.error(f"index {_where(index)} of {buffer.name} is {index.dtype}, "
                              "not an integer")
-        return f"{self.ident(buffer.name)}[{_bare(self.expr(index))}]"
+        return f"{self.ident(buffer)}[{_bare(self.expr(index))}]"
 
     def expr(self, e):
         """C text of `e`: an identifier, literal, call, subscript or parenthesized
@@ -774,7 +839,7 @@ class _Emitter:
         return _literal(e.value, e.dtype, self)
 
     def e_Var(self, e):
-        return self.ident(e.name)
+        return self.ident(e)
 
     def e_Special(self, e):
         if e.axis not in ("x", "y", "z") or not isinstance(e.kind, kir.SpecialKind):

@@ -485,7 +485,7 @@ def _step_args(planned, values, workspaces):
     """{name: value} of every argument of a _PlannedStep's kernel, as launch() takes them."""
     return {**{name: values[name] for name in planned.step.inputs},
             **{name: values[name] for name, _ in planned.outputs},
-            **planned.scalars, **workspaces}
+            **kir.scalar_args(planned.kernel.kir, planned.scalars), **workspaces}
 
 
 def _check_vector_copies(step, values, env):

@@ -19,6 +19,8 @@ Execution model
     block that can go on; if every remaining block waits, that is a "deadlock" hazard
     (naming the semaphore buffer). So a split-K turnstile where split z waits for z and
     releases z + 1 runs whatever the order of blockIdx.z in the launch.
+  * Names: variables are bound by kir.name_key, so a user's size called i0 is not the loop
+    index i0; arguments are taken by kir.arg_name (a size named like a tensor: scalar:N).
   * Memory: global buffers are the caller's arrays addressed through their strides (the
     kernel receives strides in elements, like the CUDA ABI); a Workspace is a 1-D array
     given in args, kept by the caller in run_kernel's `workspaces`, or fresh zeros (its
@@ -459,10 +461,10 @@ class _Interp:
     def _bind_args(self, args, workspaces=None):
         k = self.kernel
         for p in k.scalar_params:
-            name = p.var.name
+            name = kir.arg_name(k, p)
             if name not in args:
                 raise InterpError(f"kernel {k.name}: missing scalar argument {name}")
-            self.env[name] = self._scalar(name, args[name], p.var.dtype)
+            self.env[p.var.key] = self._scalar(name, args[name], p.var.dtype)
         self.globals = {}
         self.globals_by_name = {}
         for p in k.tensor_params:
@@ -481,18 +483,18 @@ class _Interp:
                                   f"kernel expects {len(p.sizes)}")
             for axis, (size, n) in enumerate(zip(p.sizes, arr.shape)):
                 if isinstance(size, kir.Var):
-                    if size.name not in self.env:
-                        self.env[size.name] = self._scalar(size.name, n, size.dtype)
-                    elif int(self.env[size.name]) != n:
+                    if size.key not in self.env:
+                        self.env[size.key] = self._scalar(size.name, n, size.dtype)
+                    elif int(self.env[size.key]) != n:
                         raise InterpError(
                             f"argument {b.name}: axis {axis} has extent {n} but "
-                            f"{size.name} = {int(self.env[size.name])}")
+                            f"{size.name} = {int(self.env[size.key])}")
                 elif isinstance(size, kir.Const) and int(size.value) != n:
                     raise InterpError(f"argument {b.name}: axis {axis} has extent {n}, "
                                       f"the kernel expects {int(size.value)}")
             g = _GlobalArg(b.name, arr)
             for var, s in zip(p.strides, g.strides):
-                self.env[var.name] = self._scalar(var.name, s, var.dtype)
+                self.env[var.key] = self._scalar(var.name, s, var.dtype)
             self.globals[b] = g
             self.globals_by_name[b.name] = g
         self._bind_workspaces(args, workspaces)
@@ -579,10 +581,10 @@ class _Interp:
         self.shared_by_name = {}
         for s, off, size in placed:
             lay = _SharedLayout(s.buffer, off, size, s,
-                                bufids.setdefault(s.buffer.name, len(bufids)), self.grain)
+                                bufids.setdefault(s.buffer.key, len(bufids)), self.grain)
             self.shared[s.buffer] = lay
             self.shared_by_name.setdefault(s.buffer.name, lay)
-        self.bufnames = {i: n for n, i in bufids.items()}
+        self.bufnames = {lay.bufid: lay.name for lay in self.shared.values()}
 
     def _layout_local(self, uniform):
         self.local_sizes = {}
@@ -693,7 +695,7 @@ class _Evaluator:
 
     def _var(self, e, act):
         try:
-            return self.env[e.name]
+            return self.env[e.key]
         except KeyError:
             raise InterpError(f"unbound variable {e.name}{self.where()}") from None
 
@@ -913,18 +915,18 @@ class _Block(_Evaluator):
                     f"{self.interp.coords(act[0])} runs {int(ext[0])} iterations, thread "
                     f"{self.interp.coords(act[i])} runs {int(ext[i])} (block {self.bidx})")
             ext = ext[0]
-        name = s.var.name
+        name, key = s.var.name, s.var.key
         typ = s.var.dtype.numpy.type
-        saved_env, saved_iters = self.env.get(name), self.iters
+        saved_env, saved_iters = self.env.get(key), self.iters
         for i in range(int(ext)):
-            self.env[name] = typ(i)
+            self.env[key] = typ(i)
             self.iters = saved_iters + ((name, i),)
             yield from self.exec_list(s.body, act)
         self.iters = saved_iters
         if saved_env is None:
-            self.env.pop(name, None)
+            self.env.pop(key, None)
         else:
-            self.env[name] = saved_env
+            self.env[key] = saved_env
 
     def _if(self, s, act):
         c = _truth(self.ev(s.cond, act))

@@ -40,10 +40,20 @@ class Const(ScalarExpr):
 
 @dataclass(frozen=True, eq=False)
 class Var(ScalarExpr):
-    """A named scalar: a loop index, a size or stride parameter, a named run-time scalar."""
+    """A named scalar: a loop index, a size or stride parameter, a named run-time scalar.
+
+    `user`: the name is one the user wrote (a size or a run-time scalar), not one lowering
+    generated (loop indices i0, j0, v0, e0, w_<tensor>; strides <tensor>_stride<k>). The two
+    are separate namespaces: a size the user called `i0` is not the loop index `i0`. Dumps
+    print both as written; backends tell them apart by `key` (see Names, below)."""
 
     name: str
     dtype: DataType
+    user: bool = False
+
+    @property
+    def key(self):
+        return name_key(self)
 
 
 class SpecialKind(Enum):
@@ -182,6 +192,11 @@ class Buffer:
     size: ScalarExpr = None
     byte_offset: ScalarExpr = None
     tensor: str = None   # the fusion tensor it holds (None: scratch, e.g. for reductions)
+    user: bool = False   # named after the user's tensor (as Var.user: a namespace apart)
+
+    @property
+    def key(self):
+        return name_key(self)
 
 
 @dataclass(eq=False)
@@ -517,10 +532,51 @@ class Kernel:
     launch: LaunchConfig
     index_dtype: DataType = DataType.i32
     workspaces: list = field(default_factory=list)   # list[Workspace]
+    user: bool = False       # named after the user's fusion (codegen.cuda mangles it)
 
     @property
     def params(self):
         return list(self.tensor_params) + list(self.workspaces) + list(self.scalar_params)
+
+
+# ---------------------------------------------------------------------------------------
+# Names: the user's and lowering's namespaces
+# ---------------------------------------------------------------------------------------
+# A kernel holds names from two sources: the user's (tensors, sizes, run-time scalars, the
+# fusion: `user=True` on Buffer, Var and Kernel) and lowering's (loop indices, strides,
+# accumulators, scratch, workspaces). They are kept as written, in dumps and messages,
+# and told apart by key: a user's size `i0` and the loop index `i0` are two variables. The
+# CUDA emitter gives every key its own C identifier (codegen.cuda: user names mangled so
+# that they meet neither generated names nor C/CUDA keywords and built-ins); the
+# interpreter binds variables by key.
+
+
+def name_key(x):
+    """What identifies a Var or Buffer's name: the text itself for a generated name,
+    ("tensor", text) for a user's tensor, ("scalar", text) for a user's size or scalar.
+    Two names with one key are one variable (or buffer)."""
+    if not x.user:
+        return x.name
+    return ("tensor" if isinstance(x, Buffer) else "scalar", x.name)
+
+
+def arg_name(kernel, param):
+    """The key under which run_kernel, launch and bind take the value of `param` (a
+    TensorParam, Workspace or ScalarParam): its name, except for a scalar whose name a
+    tensor or workspace of the kernel also has (a user may name a size like a tensor,
+    `fusion f(N: f32[N])`): `scalar:<name>`."""
+    if isinstance(param, ScalarParam):
+        name = param.var.name
+        taken = {p.buffer.name for p in kernel.tensor_params}
+        taken.update(w.buffer.name for w in kernel.workspaces)
+        return f"scalar:{name}" if name in taken else name
+    return param.buffer.name
+
+
+def scalar_args(kernel, values):
+    """{argument name (arg_name): value} of the kernel's scalar parameters, from `values`
+    ({scalar name: value})."""
+    return {arg_name(kernel, p): values[p.var.name] for p in kernel.scalar_params}
 
 
 def walk(stmts):

@@ -30,6 +30,14 @@ def _special(ctx, kind, axis):
     return kir.Special(kind, axis, ctx.index_dtype)
 
 
+def _fresh(name, taken):
+    """`name`, or `name` with underscores appended, that is not in `taken`."""
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
 def _turnstile(ctx, kernel, tv, rest):
     acc = ctx.accumulators[tv]
     grid, block = kernel.launch.grid, kernel.launch.block
@@ -42,8 +50,10 @@ def _turnstile(ctx, kernel, tv, rest):
     threads = ctx.binop("mul", block[0], ctx.binop("mul", block[1], block[2]))
     z, last = b("z"), ctx.binop("sub", grid[2], ctx.const(1))
 
-    work = kir.Buffer(f"{tv.name}_work", acc.dtype, kir.Memory.global_)
-    sem = kir.Buffer(f"{tv.name}_sem", DataType.i32, kir.Memory.global_)
+    # workspaces are arguments by name (kir.arg_name), beside the user's tensors and scalars
+    taken = {t.name for t in ctx.fusion.tensors} | set(ctx.scalar_vars) | set(ctx.fusion.scalars)
+    work = kir.Buffer(_fresh(f"{tv.name}_work", taken), acc.dtype, kir.Memory.global_)
+    sem = kir.Buffer(_fresh(f"{tv.name}_sem", taken), DataType.i32, kir.Memory.global_)
     kernel.workspaces += [
         kir.Workspace(work, ctx.binop("mul", tiles, ctx.binop("mul", acc.size, threads))),
         kir.Workspace(sem, tiles, zeroed=True)]
