@@ -31,7 +31,11 @@ f32 (exactly) or with round-to-odd where a direct PTX cvt needs sm_90.
 Semantics chosen where C leaves a choice: min/max propagate NaN and relu keeps it (as
 numpy's minimum/maximum do; fminf/fmaxf would drop it); `mod` on floats is fmod (the sign
 of the dividend, like C's %); `not` is logical and takes bool only; ceildiv is
-(a + b - 1) / b. NVRTC's default --fmad=true may contract an f32 `a * b + c` into one fma:
+(a + b - 1) / b. Where C's behaviour is undefined, fuserir.numerics defines it and the
+emitter spells it out: a float -> integer cast is PTX cvt.rzi (saturating, NaN -> 0;
+preamble f32_to_i32 ...), and an integer / or % whose divisor is not a constant other than
+0 and -1 goes through the preamble's div_i32 / mod_i32 (a / 0 = 0, a % 0 = a, MIN / -1 =
+MIN). NVRTC's default --fmad=true may contract an f32 `a * b + c` into one fma:
 results equal the interpreter's separately rounded ones wherever the product is exact
 (integer-valued data), and are within rounding elsewhere.
 
@@ -174,6 +178,32 @@ _snippet("vectors", r"""
 struct __align__(8) u32x2 { unsigned int x, y; };
 struct __align__(16) u32x4 { unsigned int x, y, z, w; };
 """)
+
+# float -> integer: PTX cvt.rzi truncates toward zero, saturates (+-inf and values past the
+# range give the type's minimum or maximum) and maps NaN to 0 (fuserir.numerics); a C cast
+# of such a value is undefined, so the instruction is spelled out.
+for _f, _fc in (("f32", "f"), ("f64", "d")):
+    for _i, _ic in (("i32", "r"), ("i64", "l")):
+        _snippet(f"{_f}_to_{_i}", f"""
+__device__ __forceinline__ {_i} {_f}_to_{_i}({_f} x) {{
+  {_i} r; asm("cvt.rzi.s{_i[1:]}.{_f} %0, %1;" : "={_ic}"(r) : "{_fc}"(x)); return r;
+}}
+""", deps=("types",))
+
+# Integer division and remainder where the divisor is not a constant other than 0 and -1:
+# C leaves a / 0 and MIN / -1 undefined; fuserir defines a / 0 = 0, a % 0 = a, MIN / -1 =
+# MIN (the quotient wraps) and MIN % -1 = 0 (fuserir.numerics), as the interpreter does.
+for _t, _u in (("i32", "unsigned int"), ("i64", "unsigned long long")):
+    _snippet(f"div_{_t}", f"""
+__device__ __forceinline__ {_t} div_{_t}({_t} a, {_t} b) {{
+  return b == 0 ? ({_t})0 : b == -1 ? ({_t})(({_u})0 - ({_u})a) : a / b;
+}}
+""", deps=("types",))
+    _snippet(f"mod_{_t}", f"""
+__device__ __forceinline__ {_t} mod_{_t}({_t} a, {_t} b) {{
+  return (b == 0) ? a : (b == -1) ? ({_t})0 : a % b;
+}}
+""", deps=("types",))
 
 _snippet("smem_addr", r"""
 // Addresses for inline PTX: the 32-bit shared-state-space address of a generic pointer into
@@ -937,12 +967,24 @@ class _Emitter:
             if t not in _INT:
                 raise self.error(f"ceildiv on {t}: {_where(e)}")
             one = "1LL" if t is DataType.i64 else "1"
-            return f"(({x} + {y} - {one}) / {y})"
+            return self.int_division("div", f"({x} + {y} - {one})", y, b)
         if op == "xor" and t not in _INT:
             raise self.error(f"xor on {t} (integers only): {_where(e)}")
         if op == "mod" and t in _FLOAT:
             return f"{'fmod' if t is DataType.f64 else 'fmodf'}({_bare(x)}, {_bare(y)})"
+        if op in ("div", "mod") and t in _INT:
+            return self.int_division(op, x, y, b)
         return f"({x} {_INFIX[op]} {y})"
+
+    def int_division(self, op, x, y, divisor):
+        """C's / or % where the divisor is a constant other than 0 and -1 (index
+        arithmetic), else the preamble's div_/mod_, which define the results C leaves
+        undefined (fuserir.numerics)."""
+        if isinstance(divisor, kir.Const) and int(divisor.value) not in (0, -1):
+            return f"({x} {_INFIX[op]} {y})"
+        name = f"{op}_{divisor.dtype.value}"
+        self.need(name)
+        return f"{name}({_bare(x)}, {_bare(y)})"
 
     def e_Cast(self, e):
         src, dst = e.a.dtype, e.dtype
@@ -963,6 +1005,9 @@ class _Emitter:
         if dst in _HALF:
             if src is DataType.bool:
                 return f"f32_to_{dst.value}((f32){x})"
+            return f"{src.value}_to_{dst.value}({_bare(x)})"
+        if src in _FLOAT and dst in _INT:      # saturating, NaN -> 0: PTX cvt.rzi
+            self.need(f"{src.value}_to_{dst.value}")
             return f"{src.value}_to_{dst.value}({_bare(x)})"
         return f"({C_TYPES[dst]}){x}"      # an operand anywhere but before [ or .
 

@@ -33,11 +33,11 @@ Execution model
     in f32 and rounded once (exact for + - * /); transcendental functions in f64, rounded
     to the node's dtype. min/max/relu are spelled as codegen.cuda's preamble spells them
     (NaN propagates). Integer math wraps like the GPU, / and % truncate toward zero
-    (C), ceildiv is (a + b - 1) / b. Casts follow kir.Cast: float->int truncates
-    (saturating, NaN -> 0, as cvt.rzi does), to bool is != 0, narrowing floats round to
-    nearest even exactly once (f64->bf16 by round-to-odd through f32). Integer division
-    by zero raises InterpError (only active threads, and only selected Select arms, are
-    evaluated, so it is a real bug of the kernel). The interpreter is more lenient than
+    (C), ceildiv is (a + b - 1) / b; by zero, a / 0 = 0 and a % 0 = a, and MIN / -1 wraps
+    to MIN (fuserir.numerics, which the CUDA emitter spells out). Casts follow kir.Cast
+    (fuserir.numerics.convert): float->int truncates (saturating, NaN -> 0, as cvt.rzi
+    does), to bool is != 0, narrowing floats round to nearest even exactly once (f64->bf16
+    by round-to-odd through f32). The interpreter is more lenient than
     the CUDA emitter about types: a stored value or operand of another dtype is converted
     with Cast semantics rather than refused.
 
@@ -132,6 +132,7 @@ import numpy as np
 from codegen.errors import Hazard, RaceError
 from fuserir.dtypes import DataType
 from fuserir.errors import FuserirError
+from fuserir.numerics import convert, int_div, int_mod
 from lowering import kir
 
 __all__ = ["run_kernel", "InterpError", "Wait", "schedule", "convert"]
@@ -139,90 +140,20 @@ __all__ = ["run_kernel", "InterpError", "Wait", "schedule", "convert"]
 
 class InterpError(FuserirError):
     """A kernel or argument the interpreter cannot run (missing argument, wrong dtype or
-    shape, thread-dependent loop extent, division by zero, unknown statement)."""
+    shape, thread-dependent loop extent, unknown statement)."""
 
 
 # ---------------------------------------------------------------------------------------
 # Conversions (kir.Cast semantics) and constants
 # ---------------------------------------------------------------------------------------
 
+# The conversions themselves are fuserir.numerics' (shared with the reference evaluator).
 _F16 = np.dtype(np.float16)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _BOOL = np.dtype(np.bool_)
 _HALF = (_F16, _BF16)
-
-
-def _f64_to_bf16(x):
-    """f64 -> bf16 rounded to nearest even exactly once: round to odd into f32 (24 bits
-    >= 8 + 2, so the second rounding is exact), then f32 -> bf16 (ml_dtypes, RNE).
-    (ml_dtypes' own f64 -> bf16 goes through f32 with two RNE roundings.)"""
-    x = np.asarray(x, dtype=_F64)
-    f = x.astype(_F32)
-    over = np.abs(f.astype(_F64)) > np.abs(x)          # RNE went away from zero
-    f = np.where(over, np.nextafter(f, np.float32(0)), f).astype(_F32)
-    inexact = (f.astype(_F64) != x).astype(np.uint32)  # NaN stays NaN with bit 0 set
-    return (f.view(np.uint32) | inexact).view(_F32).astype(_BF16)
-
-
-def _int_to_f64_odd(a):
-    """Integers -> f64 rounded to odd at <= 53 bits (exact up to 2^53), so that a later
-    rounding to bf16 through _f64_to_bf16 rounds the integer exactly once."""
-    a = a.astype(np.int64)
-    f = a.astype(_F64)
-    big = np.abs(f) > 2.0 ** 53
-    if not big.any():
-        return f
-    m = np.where(a < 0, -a, a).view(np.uint64)            # |a| (2^63 for INT64_MIN)
-    shift = np.maximum(np.frexp(m.astype(_F64))[1] - 53, 0).astype(np.uint64)
-    low = m & ((np.uint64(1) << shift) - np.uint64(1))
-    kept = ((m >> shift) | (low != 0).astype(np.uint64)) << shift
-    odd = np.where(a < 0, -kept.astype(_F64), kept.astype(_F64))
-    return np.where(big, odd, f)
-
-
-def _float_to_int(a, nt):
-    """Truncation toward zero, saturating, NaN -> 0 (cvt.rzi.s32/s64 semantics)."""
-    info = np.iinfo(nt)
-    t = np.trunc(a.astype(_F64))
-    nan = np.isnan(t)
-    big = t >= float(info.max) + 1.0        # 2^31 / 2^63, exact in f64
-    small = t < float(info.min)
-    safe = np.where(nan | big | small, 0.0, t).astype(nt)
-    return np.where(big, info.max, np.where(small, info.min, safe)).astype(nt)
-
-
-def convert(value, dtype):
-    """A numpy value (scalar or array) converted to DataType `dtype` as kir.Cast does."""
-    a = np.asarray(value)
-    src = a.dtype
-    nt = dtype.numpy
-    if src == nt:
-        return value
-    if dtype is DataType.bool:
-        r = (a.astype(_F32) if src in _HALF else a) != 0
-    elif src == _BOOL:
-        return convert(a.astype(np.int32), dtype)
-    elif dtype.is_int:
-        r = a.astype(nt) if src.kind in "iu" else _float_to_int(a, nt)
-    elif src.kind in "iu":
-        if nt == _BF16:
-            r = _f64_to_bf16(_int_to_f64_odd(a))
-        elif nt == _F16:
-            r = a.astype(_F64).astype(_F16)
-        else:
-            r = a.astype(nt)
-    elif nt == _BF16:
-        if src == _F64:
-            r = _f64_to_bf16(a)
-        else:
-            r = a.astype(_F32).astype(_BF16)
-    elif nt == _F16 and src == _BF16:
-        r = a.astype(_F32).astype(_F16)
-    else:
-        r = a.astype(nt)                      # widening (exact), f64->f32/f16, f32->f16
-    return r[()] if r.ndim == 0 else r
 
 
 def _const(value, dtype):
@@ -294,12 +225,6 @@ _FLOAT_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
 
 _INT_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
                "min": _min, "max": _max, "xor": np.bitwise_xor}
-
-
-def c_div(a, b):
-    """Integer division truncating toward zero (C), for numpy integer scalars/arrays."""
-    r = np.fmod(a, b)                  # C remainder: the sign of the dividend
-    return (a - r) // b                # exact division, so floor == trunc
 
 
 # ---------------------------------------------------------------------------------------
@@ -737,14 +662,12 @@ class _Evaluator:
         f = _INT_BINARY.get(op)
         if f is not None:
             return f(a, b)
-        if op in ("div", "mod", "ceildiv"):
-            if np.any(b == 0):
-                raise InterpError(f"integer division by zero{self.where()}")
-            if op == "div":
-                return c_div(a, b)
-            if op == "mod":
-                return np.fmod(a, b)
-            return c_div(a + b - b.dtype.type(1), b)
+        if op == "div":                 # fuserir.numerics: a / 0 = 0, MIN / -1 = MIN
+            return int_div(a, b)
+        if op == "mod":                 # a % 0 = a, MIN % -1 = 0
+            return int_mod(a, b)
+        if op == "ceildiv":
+            return int_div(a + b - b.dtype.type(1), b)
         raise InterpError(f"unknown operator {op}{self.where()}")
 
     def _logical(self, e, act):

@@ -18,6 +18,7 @@ import itertools
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 
+from fuserir import numerics
 from fuserir.dtypes import DataType
 
 # ---------------------------------------------------------------------------------------
@@ -76,8 +77,9 @@ class Special(ScalarExpr):
         return f"{self.kind.value}.{self.axis}"
 
 
-# Operators of BinOp. Index arithmetic uses C integer semantics (/ and % truncate toward
-# zero); "ceildiv" is (a + b - 1) / b on non-negative operands.
+# Operators of BinOp. Integer arithmetic uses C semantics (/ and % truncate toward zero,
+# the remainder has the dividend's sign) made total by fuserir.numerics: a / 0 = 0,
+# a % 0 = a, MIN / -1 = MIN; "ceildiv" is (a + b - 1) / b on non-negative operands.
 # "xor" is the bitwise xor of two integers of one int dtype (XOR swizzles).
 BINARY_OPS = ("add", "sub", "mul", "div", "mod", "ceildiv", "min", "max",
               "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "xor")
@@ -122,8 +124,9 @@ class Select(ScalarExpr):
 
 @dataclass(frozen=True, eq=False)
 class Cast(ScalarExpr):
-    """Convert a to dtype: float->int truncates toward zero; to bool is != 0; float
-    narrowing rounds to nearest even."""
+    """Convert a to dtype: float->int truncates toward zero and saturates, NaN -> 0 (PTX
+    cvt.rzi); int->int wraps; to bool is != 0; float narrowing rounds to nearest even
+    (fuserir.numerics.convert)."""
 
     a: ScalarExpr
     dtype: DataType
@@ -761,14 +764,6 @@ def _wrap_int(value, dtype):
     return value - (1 << bits) if value >> (bits - 1) else value
 
 
-def _c_div(a, b):
-    """C integer division: the quotient truncates toward zero."""
-    if b == 0:
-        raise ZeroDivisionError("integer division by zero in a launch-time expression")
-    q = abs(a) // abs(b)
-    return -q if (a < 0) != (b < 0) else q
-
-
 def evaluate_scalar(expr, env=None):
     """The value of a launch-time scalar expression (grid/block extents, shared-memory
     sizes and offsets, tensor sizes) given `env`, a {name: value} map of the kernel's
@@ -776,7 +771,9 @@ def evaluate_scalar(expr, env=None):
 
     Integer arithmetic follows C in the node's dtype, exactly as the emitted CUDA computes
     it: / and % truncate toward zero, ceildiv is (a + b - 1) / b, results wrap to 32 or 64
-    bits. Float nodes compute in their numpy type (f16/bf16 have no arithmetic). Returns a
+    bits; where C leaves a result undefined, fuserir.numerics defines it (a / 0 = 0,
+    a % 0 = a; a cast float -> integer saturates, NaN -> 0), as every backend does. Float
+    nodes compute in their numpy type (f16/bf16 have no arithmetic). Returns a
     Python int, bool or numpy float. Thread indices, loads and shuffles have no launch-time
     value: they raise TypeError; a variable missing from `env` raises KeyError.
     """
@@ -813,15 +810,11 @@ def evaluate_scalar(expr, env=None):
 
 
 def _eval_cast(value, src, dst):
-    import math
     if dst is DataType.bool:
         return bool(value != 0)
     if dst.is_int:
         if src.is_float:
-            value = float(value)
-            if not math.isfinite(value):
-                raise ValueError(f"cast of {value} to {dst} has no value")
-            value = math.trunc(value)
+            return int(numerics.convert(src.numpy.type(value), dst))   # saturating
         return _wrap_int(value, dst)
     return dst.numpy.type(value)
 
@@ -866,11 +859,11 @@ def _eval_binop(op, a, b, operand_dtype, dtype):
         elif op == "mul":
             r = a * b
         elif op == "div":
-            r = _c_div(a, b)
+            r = numerics.div_int(a, b)
         elif op == "mod":
-            r = a - b * _c_div(a, b)
+            r = numerics.mod_int(a, b)
         elif op == "ceildiv":
-            r = _c_div(_wrap_int(a + b - 1, dtype), b)
+            r = numerics.div_int(_wrap_int(a + b - 1, dtype), b)
         elif op == "min":
             r = min(a, b)
         elif op == "max":
