@@ -187,6 +187,38 @@ def test_a_reduction_over_no_elements_gives_its_identity(op, dtype):
     assert got.astype(np.float64).tolist() == [float(want)] * 3
 
 
+GRID = """
+fusion g(x: f32[M, K]) {
+  s = OP(x, axes=[1])
+  output s
+}
+schedule g {
+  s.split(1, S, inner=false)
+  s.split(0, 32)
+  s.parallelize(0, BIDx)
+  s.parallelize(1, TIDx)
+  s.parallelize(2, BIDz)
+  s.serial_grid_reduction()
+}
+"""
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_a_serial_grid_reduction_combines_partials_with_its_own_op(op):
+    # the turnstile added the splits' partial maxima; with more splits than K elements,
+    # some splits reduce nothing and contribute the identity
+    f = fuserir.parse(GRID.replace("OP", op))
+    exe = codegen.compile(f, backend="interp")
+    x = (np.random.default_rng(1).standard_normal((45, 7)) * 8).round().astype(np.float32)
+    for splits in (1, 3, 9):
+        got = exe.run({"x": x, "S": splits})["s"]
+        assert np.array_equal(got, fuserir.evaluate(f, {"x": x, "S": splits})["s"])
+    empty = np.zeros((45, 0), np.float32)
+    want = 0.0 if op == "sum" else -np.inf
+    assert exe.run({"x": empty, "S": 2})["s"].tolist() == [want] * 45
+    assert fuserir.evaluate(f, {"x": empty, "S": 2})["s"].tolist() == [want] * 45
+
+
 def test_a_matmul_over_no_k_is_zero_in_the_reference():
     f = fuserir.parse("fusion m(A: f16[M, K], B: f16[K, N]) {\n  c = matmul(A, B)\n"
                       "  output c\n}")

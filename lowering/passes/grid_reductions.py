@@ -7,7 +7,7 @@ synchronization section):
 
     if thread 0: SemWait(sem[tile] == z)                  acquire split z-1's partials
     Barrier
-    if z > 0:    acc[e] += work[tile, e, thread]          every accumulator element
+    if z > 0:    acc[e] = op(acc[e], work[tile, e, thread])   (+ for sum, max for max)
     if z < last: work[tile, e, thread] = acc[e]; Fence; Barrier
                  if thread 0: SemRelease(sem[tile] = z + 1)
     else:        if thread 0: SemRelease(sem[tile] = 0)   reset for the next launch
@@ -22,8 +22,10 @@ are zeroed once by the executor and left zero by every launch.
 
 from fuserir.dtypes import DataType
 from fuserir.errors import ScheduleError
+from fuserir.ir.exprs import ReductionOp
 
 from .. import kir
+from .indexing import combine
 
 
 def _special(ctx, kind, axis):
@@ -71,7 +73,8 @@ def _turnstile(ctx, kernel, tv, rest):
         cond = ctx.binop("eq", thread, ctx.const(0))
         return kir.IfThenElse(cond, [stmt])
 
-    add = each_element(kir.Store(acc, e, kir.BinOp("add", value, kir.Load(work, slot),
+    op = combine(tv.definition.op if isinstance(tv.definition, ReductionOp) else "sum")
+    add = each_element(kir.Store(acc, e, kir.BinOp(op, value, kir.Load(work, slot),
                                                    acc.dtype)))
     store = each_element(kir.Store(work, slot, value))
     not_last = [store, kir.Fence(), kir.Barrier(),
