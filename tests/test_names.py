@@ -27,10 +27,10 @@ from test_launch_cache import gpu  # noqa: F401 - the fixture: a GPU that record
 # the reduction's accumulator and scratch, the block reduction's warp index w_s, the
 # shared cache, an unnamed intermediate t2), the other roles' names, C/C++ keywords, CUDA
 # built-ins and macros, the preamble's helpers and types, and mangled-looking names.
-NAMES = ["i0", "i2", "j0", "v0", "w_s", "t2", "M", "N", "x", "y", "x_stride1",
+NAMES = ["i0", "i2", "j0", "v0", "w_s", "t2", "M", "N", "x", "y", "x_stride0", "x_stride1",
          "x_cache", "s_acc", "s_scratch", "NULL", "int", "main", "printf", "dim3", "std",
-         "threadIdx", "float", "half", "f16", "smem", "ldm0", "asm", "__global__",
-         "__global_", "_Z1f", "size_t", "expf", "x_", "N_s", "f_kernel"]
+         "threadIdx", "blockIdx", "float", "half", "f16", "smem", "ldm0", "asm",
+         "__global__", "__global_", "_Z1f", "size_t", "expf", "x_", "N_s", "f_kernel"]
 
 TEMPLATE = """fusion {f}({x}: f32[{M}, {N}]) {{
   {s} = sum({x}, axes=[1])

@@ -183,8 +183,17 @@ def test_a_reduction_over_no_elements_gives_its_identity(op, dtype):
     reference = fuserir.evaluate(f, {"x": x})["s"]
     assert reference.dtype == dtype.numpy
     assert reference.astype(np.float64).tolist() == [float(want)] * 3
-    got = codegen.compile(f, backend="interp").run({"x": x})["s"]
+    exe = codegen.compile(f, backend="interp")
+    got = exe.run({"x": x})["s"]
     assert got.astype(np.float64).tolist() == [float(want)] * 3
+    # CUDA starts the accumulator (f32 for 16-bit floats) at the same identity
+    literal = {("max", D.f64): "__longlong_as_double(0xfff0000000000000LL)",
+               ("max", D.i32): "-2147483647 - 1",               # INT_MIN
+               ("max", D.i64): "-9223372036854775807LL - 1LL",
+               ("sum", D.f64): "0.0", ("sum", D.i32): "0", ("sum", D.i64): "0LL"}.get(
+        (op, dtype), "__int_as_float(0xff800000)" if op == "max" else "0.0f")
+    (step,) = exe.plan_for({"M": 3, "K": 0})[2]
+    assert re.search(rf"s_acc\[0\] = {re.escape(literal)};", step.kernel.source)
 
 
 GRID = """
