@@ -6,14 +6,16 @@ math helpers), then the kernel as `extern "C" __global__`.
 
 The ABI, shared with the launcher (codegen.launch) and the interpreter:
 
-    extern "C" __global__ void <kernel.name>(
+    extern "C" __global__ void <entry_point(kernel)>(
         one pointer per TensorParam, in kernel.tensor_params order
             (`const T* __restrict__` for inputs, `T*` for outputs),
         every stride Var of every TensorParam, tensor by tensor, axis by axis (elements),
         one pointer per Workspace, in kernel.workspaces order (`T*`),
         every ScalarParam var, in kernel.scalar_params order)
 
-strides and scalars in the kernel's index dtype (i32 = int, i64 = long long). Shared
+strides and scalars in the kernel's index dtype (i32 = int, i64 = long long); the user's
+names (tensors, sizes, scalars, the fusion's) are mangled (x -> x_, N -> N_s, f ->
+f_kernel: see mangle), generated ones kept (i0, x_stride0). Shared
 buffers live in one dynamic pool, `extern __shared__ unsigned char smem[]`, each at its
 byte_offset, so the launch passes shared_bytes(kernel, scalars) as dynamic shared memory.
 
@@ -29,7 +31,11 @@ f32 (exactly) or with round-to-odd where a direct PTX cvt needs sm_90.
 Semantics chosen where C leaves a choice: min/max propagate NaN and relu keeps it (as
 numpy's minimum/maximum do; fminf/fmaxf would drop it); `mod` on floats is fmod (the sign
 of the dividend, like C's %); `not` is logical and takes bool only; ceildiv is
-(a + b - 1) / b. NVRTC's default --fmad=true may contract an f32 `a * b + c` into one fma:
+(a + b - 1) / b. Where C's behaviour is undefined, fuserir.numerics defines it and the
+emitter spells it out: a float -> integer cast is PTX cvt.rzi (saturating, NaN -> 0;
+preamble f32_to_i32 ...), and an integer / or % whose divisor is not a constant other than
+0 and -1 goes through the preamble's div_i32 / mod_i32 (a / 0 = 0, a % 0 = a, MIN / -1 =
+MIN). NVRTC's default --fmad=true may contract an f32 `a * b + c` into one fma:
 results equal the interpreter's separately rounded ones wherever the product is exact
 (integer-valued data), and are within rounding elsewhere.
 
@@ -70,7 +76,7 @@ from lowering import kir
 
 from .errors import CodegenError
 
-__all__ = ["emit_cuda", "C_TYPES"]
+__all__ = ["emit_cuda", "entry_point", "mangle", "C_TYPES"]
 
 C_TYPES = {DataType.f16: "f16", DataType.bf16: "bf16", DataType.f32: "f32",
            DataType.f64: "f64", DataType.i32: "i32", DataType.i64: "i64",
@@ -172,6 +178,32 @@ _snippet("vectors", r"""
 struct __align__(8) u32x2 { unsigned int x, y; };
 struct __align__(16) u32x4 { unsigned int x, y, z, w; };
 """)
+
+# float -> integer: PTX cvt.rzi truncates toward zero, saturates (+-inf and values past the
+# range give the type's minimum or maximum) and maps NaN to 0 (fuserir.numerics); a C cast
+# of such a value is undefined, so the instruction is spelled out.
+for _f, _fc in (("f32", "f"), ("f64", "d")):
+    for _i, _ic in (("i32", "r"), ("i64", "l")):
+        _snippet(f"{_f}_to_{_i}", f"""
+__device__ __forceinline__ {_i} {_f}_to_{_i}({_f} x) {{
+  {_i} r; asm("cvt.rzi.s{_i[1:]}.{_f} %0, %1;" : "={_ic}"(r) : "{_fc}"(x)); return r;
+}}
+""", deps=("types",))
+
+# Integer division and remainder where the divisor is not a constant other than 0 and -1:
+# C leaves a / 0 and MIN / -1 undefined; fuserir defines a / 0 = 0, a % 0 = a, MIN / -1 =
+# MIN (the quotient wraps) and MIN % -1 = 0 (fuserir.numerics), as the interpreter does.
+for _t, _u in (("i32", "unsigned int"), ("i64", "unsigned long long")):
+    _snippet(f"div_{_t}", f"""
+__device__ __forceinline__ {_t} div_{_t}({_t} a, {_t} b) {{
+  return b == 0 ? ({_t})0 : b == -1 ? ({_t})(({_u})0 - ({_u})a) : a / b;
+}}
+""", deps=("types",))
+    _snippet(f"mod_{_t}", f"""
+__device__ __forceinline__ {_t} mod_{_t}({_t} a, {_t} b) {{
+  return (b == 0) ? a : (b == -1) ? ({_t})0 : a % b;
+}}
+""", deps=("types",))
 
 _snippet("smem_addr", r"""
 // Addresses for inline PTX: the 32-bit shared-state-space address of a generic pointer into
@@ -281,6 +313,7 @@ _RESERVED = (_CPP_KEYWORDS | set(C_TYPES.values())
              | {"erf", "erff", "fmod", "fmodf", "abs", "llabs", "min", "max"}
              | {f"ldm{i}" for i in range(4)})     # ldmatrix's result registers
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9_]*(?<!_)\Z")     # no leading or trailing _
 
 
 def _preamble(needed):
@@ -310,6 +343,40 @@ _RESERVED |= preamble_names()
 
 
 # ---------------------------------------------------------------------------------------
+# User names in C
+# ---------------------------------------------------------------------------------------
+# The user's names (kir's `user=True`: tensors, sizes and run-time scalars, the fusion) are
+# mangled, so that they never meet a generated name (loop indices i0, j0, v0, e0; strides
+# x_stride0; smem, ldm0..3), a C/C++ keyword, a CUDA built-in or macro (threadIdx, dim3,
+# printf, NULL, std) or each other (a size named like a tensor): the name, an underscore
+# and a tag for its kind, x -> x_, N -> N_s, fusion f -> f_kernel. The last underscore
+# splits a mangled name into (name, tag) and the tags differ, so mangling is one-to-one
+# across kinds; the tags are no suffix any built-in ends with. A name that is not a plain
+# ASCII identifier is spelled by its UTF-8 bytes, u<hex>_<tag>x: Python allows non-ASCII
+# identifiers, and C++ reserves names with a leading underscore or a double underscore
+# (CUDA's __global__, __align__, ... are macros), which mangling must never produce.
+# Dumps, messages and `fuserir inspect` show the names as written.
+
+_USER_TAGS = {"tensor": "", "scalar": "s", "fusion": "kernel"}
+
+
+def mangle(name, kind):
+    """The C identifier of the user's name `name` of `kind` ("tensor", "scalar" or
+    "fusion"); see above."""
+    tag = _USER_TAGS[kind]
+    if _PLAIN.match(name) and "__" not in name:
+        return f"{name}_{tag}"
+    return f"u{name.encode().hex()}_{tag}x"
+
+
+def entry_point(kernel):
+    """The C name of `kernel`'s entry point, which the launcher looks up in its cubin: a
+    user's fusion name mangled (mangle(name, "fusion")); a kernel built by hand in kernel
+    IR keeps its name."""
+    return mangle(kernel.name, "fusion") if kernel.user else kernel.name
+
+
+# ---------------------------------------------------------------------------------------
 # Emitter
 # ---------------------------------------------------------------------------------------
 
@@ -336,17 +403,43 @@ class _Emitter:
         self.stmt = None           # the statement being emitted (for messages)
 
     # -- names ---------------------------------------------------------------------------
-    def ident(self, name):
-        if name in self.names:
-            return self.names[name]
-        if not isinstance(name, str) or not _IDENT.match(name):
+    def ident(self, x):
+        """The C identifier of a Var or Buffer, one per name key (kir.name_key): a user's
+        name mangled (see mangle), a generated one as it is unless it is reserved or
+        taken (then with underscores appended)."""
+        key = x.key
+        if key in self.names:
+            return self.names[key]
+        name = x.name
+        if not isinstance(name, str) or not name:
+            raise self.error(f"{name!r} is not a name")
+        if x.user:          # distinct from every fixed name by construction (see mangle)
+            c = mangle(name, "tensor" if isinstance(x, kir.Buffer) else "scalar")
+            while c in _RESERVED or c in self.taken:
+                c += "_"
+        elif not _IDENT.match(name):
             raise self.error(f"{name!r} is not a C identifier")
-        c = name
-        while c in _RESERVED or c in self.taken or c.startswith("__"):
-            c = c.lstrip("_") + "_" if c.startswith("__") else c + "_"
-        self.names[name] = c
+        else:
+            c = name
+            while c in _RESERVED or c in self.taken or c.startswith("__"):
+                c = c.lstrip("_") + "_" if c.startswith("__") else c + "_"
+        self.names[key] = c
         self.taken.add(c)
         return c
+
+    def reserve_user_names(self):
+        """Give the user's names their identifiers first, so that no generated name that
+        happens to look like a mangled one (a loop index w_s of a tensor named s) takes
+        it."""
+        k = self.kernel
+        for p in k.tensor_params:
+            self.ident(p.buffer)
+        for s in kir.walk(k.body):
+            if isinstance(s, kir.Allocate) and s.buffer.user:
+                self.ident(s.buffer)
+        for p in k.scalar_params:
+            if p.var.user:
+                self.ident(p.var)
 
     def error(self, message):
         where = ""
@@ -363,11 +456,13 @@ class _Emitter:
     # -- driver --------------------------------------------------------------------------
     def run(self):
         k = self.kernel
-        if not isinstance(k.name, str) or not _IDENT.match(k.name) or k.name in _RESERVED:
+        entry = entry_point(k)
+        if not isinstance(entry, str) or not _IDENT.match(entry) or entry in _RESERVED:
             raise self.error(f"kernel name {k.name!r} is not a usable C identifier")
-        self.taken.add(k.name)
+        self.taken.add(entry)
         if k.index_dtype not in _INT:
             raise self.error(f"index dtype must be i32 or i64, got {k.index_dtype}")
+        self.reserve_user_names()
         signature = self.signature()
         body = []
         if any(isinstance(s, kir.Allocate) and s.buffer.memory is kir.Memory.shared
@@ -395,8 +490,8 @@ class _Emitter:
             if b.memory is not kir.Memory.global_:
                 raise self.error(f"tensor parameter {b.name} is in {b.memory.value} memory")
             t = self.type_of(b.dtype)
-            decl = f"{t}* {self.ident(b.name)}" if p.is_output else \
-                f"const {t}* __restrict__ {self.ident(b.name)}"
+            decl = f"{t}* {self.ident(b)}" if p.is_output else \
+                f"const {t}* __restrict__ {self.ident(b)}"
             sizes = ", ".join(_where(s) for s in p.sizes)
             params.append((decl, f"{'output' if p.is_output else 'input'} "
                                  f"{b.dtype}[{sizes}]"))
@@ -406,7 +501,7 @@ class _Emitter:
                                  f"{len(p.strides)} strides")
             for axis, s in enumerate(p.strides):
                 self.check_index_var(s, f"stride {axis} of {p.buffer.name}")
-                params.append((f"{ctype} {self.ident(s.name)}",
+                params.append((f"{ctype} {self.ident(s)}",
                                f"stride of {p.buffer.name} axis {axis} (elements)"))
         for w in k.workspaces:
             b = w.buffer
@@ -416,15 +511,15 @@ class _Emitter:
                 raise self.error(f"workspace {b.name} is in {b.memory.value} memory")
             t = self.type_of(b.dtype)
             zeroed = ", zeroed" if w.zeroed else ""
-            params.append((f"{t}* {self.ident(b.name)}",
+            params.append((f"{t}* {self.ident(b)}",
                            f"workspace {b.dtype}[{_where(w.size)}]{zeroed}"))
         for p in k.scalar_params:
             self.check_index_var(p.var, "scalar parameter")
-            params.append((f"{ctype} {self.ident(p.var.name)}", "scalar"))
+            params.append((f"{ctype} {self.ident(p.var)}", "scalar"))
         if not params:
-            return f'extern "C" __global__ void {k.name}() {{'
+            return f'extern "C" __global__ void {entry_point(k)}() {{'
         width = max(len(d) for d, _ in params) + 1
-        lines = [f'extern "C" __global__ void {k.name}(']
+        lines = [f'extern "C" __global__ void {entry_point(k)}(']
         for i, (decl, comment) in enumerate(params):
             sep = "," if i + 1 < len(params) else ")"
             lines.append(f"    {(decl + sep).ljust(width)}  // {comment}")
@@ -462,7 +557,7 @@ class _Emitter:
     def s_Allocate(self, s, depth):
         b = s.buffer
         t = self.type_of(b.dtype)
-        name = self.ident(b.name)
+        name = self.ident(b)
         what = kir.format_stmt(s)
         if b.memory is kir.Memory.local:
             if not isinstance(b.size, kir.Const) or b.size.dtype not in _INT or \
@@ -536,7 +631,7 @@ class _Emitter:
                              f"variable {v.name} is {v.dtype}")
         if s.kind not in ("serial", "unroll"):
             raise self.error(f"unknown loop kind {s.kind!r}")
-        name = self.ident(v.name)
+        name = self.ident(v)
         ext = self.expr(s.extent)
         if s.kind == "unroll":
             self.emit(depth, "#pragma unroll")
@@ -595,7 +690,7 @@ class _Emitter:
         constant)."""
         if index is None or index.dtype not in _INT:
             raise self.error(f"{role} index of {buffer.name} must be an integer expression")
-        name = self.ident(buffer.name)
+        name = self.ident(buffer)
         if isinstance(index, kir.Const):
             base = int(index.value)
             size = int(buffer.size.value) if isinstance(buffer.size, kir.Const) else None
@@ -764,7 +859,7 @@ class _Emitter:
         if index.dtype not in _INT:
             raise self.error(f"index {_where(index)} of {buffer.name} is {index.dtype}, "
                              "not an integer")
-        return f"{self.ident(buffer.name)}[{_bare(self.expr(index))}]"
+        return f"{self.ident(buffer)}[{_bare(self.expr(index))}]"
 
     def expr(self, e):
         """C text of `e`: an identifier, literal, call, subscript or parenthesized
@@ -778,7 +873,7 @@ class _Emitter:
         return _literal(e.value, e.dtype, self)
 
     def e_Var(self, e):
-        return self.ident(e.name)
+        return self.ident(e)
 
     def e_Special(self, e):
         if e.axis not in ("x", "y", "z") or not isinstance(e.kind, kir.SpecialKind):
@@ -876,12 +971,24 @@ class _Emitter:
             if t not in _INT:
                 raise self.error(f"ceildiv on {t}: {_where(e)}")
             one = "1LL" if t is DataType.i64 else "1"
-            return f"(({x} + {y} - {one}) / {y})"
+            return self.int_division("div", f"({x} + {y} - {one})", y, b)
         if op == "xor" and t not in _INT:
             raise self.error(f"xor on {t} (integers only): {_where(e)}")
         if op == "mod" and t in _FLOAT:
             return f"{'fmod' if t is DataType.f64 else 'fmodf'}({_bare(x)}, {_bare(y)})"
+        if op in ("div", "mod") and t in _INT:
+            return self.int_division(op, x, y, b)
         return f"({x} {_INFIX[op]} {y})"
+
+    def int_division(self, op, x, y, divisor):
+        """C's / or % where the divisor is a constant other than 0 and -1 (index
+        arithmetic), else the preamble's div_/mod_, which define the results C leaves
+        undefined (fuserir.numerics)."""
+        if isinstance(divisor, kir.Const) and int(divisor.value) not in (0, -1):
+            return f"({x} {_INFIX[op]} {y})"
+        name = f"{op}_{divisor.dtype.value}"
+        self.need(name)
+        return f"{name}({_bare(x)}, {_bare(y)})"
 
     def e_Cast(self, e):
         src, dst = e.a.dtype, e.dtype
@@ -902,6 +1009,9 @@ class _Emitter:
         if dst in _HALF:
             if src is DataType.bool:
                 return f"f32_to_{dst.value}((f32){x})"
+            return f"{src.value}_to_{dst.value}({_bare(x)})"
+        if src in _FLOAT and dst in _INT:      # saturating, NaN -> 0: PTX cvt.rzi
+            self.need(f"{src.value}_to_{dst.value}")
             return f"{src.value}_to_{dst.value}({_bare(x)})"
         return f"({C_TYPES[dst]}){x}"      # an operand anywhere but before [ or .
 

@@ -21,11 +21,12 @@ kernels, so non-contiguous inputs are read correctly), allocates outputs and the
 intermediates between kernels (poisoned in the interpreter, and on the GPU when asked),
 passes each kernel's workspaces (zeros when allocated, kept across run() calls and grown
 when a launch needs more: codegen.launch.WorkspacePool; numpy for the interpreter),
-switches to 64-bit index kernels when a tensor is too large for 32-bit indices, to kernels
-whose vector copies of a tensor are no wider than its array allows (16, 8 or 4 bytes, or
-element copies: codegen.vector_widths, lowered with lowering.pipeline's vector_caps), and
-to the segmented plan when a row does not fit the device's shared memory, and launches:
-on the GPU (codegen.launch; on torch's current stream when given torch tensors, which it
+switches to 64-bit index kernels when some index or bound expression would leave the i32
+range at the run's sizes and strides (lowering.index_bounds), to kernels whose vector
+copies of a tensor are no wider than its array allows (16, 8 or 4 bytes, or element
+copies: codegen.vector_widths, lowered with lowering.pipeline's vector_caps), and to the
+segmented plan when a row does not fit the device's shared memory, and launches: on the
+GPU (codegen.launch; on torch's current stream when given torch tensors, which it
 returns), or in the interpreter (which raises RaceError for any hazard it observes).
 
 What run() does once. Its checks and choices depend on the inputs only through their
@@ -59,6 +60,7 @@ from fuserir.ir import extent as ext
 from fuserir.ir.equality import fusion_signature
 from fuserir.scheduler.auto import schedule_key
 from lowering import kir
+from lowering.index_bounds import index_dtype_for
 from lowering.pipeline import lower
 
 from .cuda import emit_cuda
@@ -108,8 +110,6 @@ class Step:
     outputs: list
     kernel: CompiledKernel
     variants: dict = field(default_factory=dict)   # (index dtype, caps) -> CompiledKernel
-    shapes: list = None          # shapes of the tensors it computes (index-width check)
-    spans: dict = None           # sizes -> the largest of those shapes' element counts
     vectors: dict = None         # globals accessed by vectors: {name: (bytes, ...)}
 
 
@@ -154,6 +154,15 @@ class _Allocation:
     back: tuple
     dtype: object
     fill: object
+
+    def layout(self):
+        """What new() would make, as shape and strides (bytes) only."""
+        contiguous = [int(np.prod(self.stored[i + 1:], dtype=np.int64)) * self.dtype.itemsize
+                      for i in range(len(self.stored))]
+        order = self.back if self.back is not None else range(len(self.stored))
+        return types.SimpleNamespace(shape=tuple(self.stored[a] for a in order),
+                                     strides=tuple(contiguous[a] for a in order),
+                                     dtype=np.dtype(self.dtype))
 
     def new(self):
         if not self.on_gpu:
@@ -364,20 +373,18 @@ class Executable:
                    for s in steps)
 
     def _kernel_for(self, step, env, values):
-        """The step's kernel for these arrays: 32-bit indices unless some tensor spans more
-        elements (or offsets) than an i32 holds, and each global tensor's vector copies
-        no wider than its array allows (_vector_caps); a variant is lowered and compiled
-        the first time it is asked for."""
-        if step.shapes is None:      # (fusion.tensors sorts the graph: once per step)
-            step.shapes = [t.shape for t in step.fusion.tensors if not t.is_input]
-            step.spans = {}
-        key = tuple(sorted(env.items()))
-        if key not in step.spans:
-            step.spans[key] = max((max(1, int(np.prod([ext.evaluate(e, env) for e in shape])))
-                                   for shape in step.shapes), default=1)
-        spans = [step.spans[key]]
-        spans += [_element_span(values[n]) for n in step.inputs]
-        index = DataType.i32 if max(spans, default=1) <= INDEX_LIMIT else DataType.i64
+        """The step's kernel for these arrays: 32-bit indices unless some index or bound
+        expression of it (an offset, a guard, a grid extent, a size) reaches past the i32
+        range at these sizes and strides (lowering.index_bounds), and each global tensor's
+        vector copies no wider than its array allows (_vector_caps); a variant is lowered
+        and compiled the first time it is asked for."""
+        strides = {n: _element_strides(values[n]) for n in step.inputs}
+        final = {t.name for t in self.fusion.outputs}
+        for t in step.fusion.outputs:          # as run() will allocate them
+            strides[t.name] = _element_strides(self._allocation(
+                t, env, False, intermediate=t.name not in final).layout())
+        index = index_dtype_for(step.kernel.kir, _scalars(step.kernel, env), strides,
+                                INDEX_LIMIT)
         caps = _vector_caps(step, values, env)
         if index is DataType.i32 and not caps:
             return step.kernel
@@ -520,7 +527,7 @@ def _step_args(planned, values, workspaces):
     """{name: value} of every argument of a _PlannedStep's kernel, as launch() takes them."""
     return {**{name: values[name] for name in planned.step.inputs},
             **{name: values[name] for name, _ in planned.outputs},
-            **planned.scalars, **workspaces}
+            **kir.scalar_args(planned.kernel.kir, planned.scalars), **workspaces}
 
 
 def _vector_caps(step, values, env):
@@ -548,13 +555,9 @@ def _vector_caps(step, values, env):
     return caps
 
 
-def _element_span(array):
-    """One past the largest element offset an array's strides reach."""
-    strides = getattr(array, "strides", None)
-    if strides is None or not array.shape:
-        return 1
-    itemsize = array.dtype.itemsize
-    return 1 + sum((d - 1) * abs(s) // itemsize for d, s in zip(array.shape, strides) if d)
+def _element_strides(array):
+    """An array's strides in elements."""
+    return [s // array.dtype.itemsize for s in array.strides]
 
 
 class _ShapeOnly:

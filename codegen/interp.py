@@ -19,6 +19,8 @@ Execution model
     block that can go on; if every remaining block waits, that is a "deadlock" hazard
     (naming the semaphore buffer). So a split-K turnstile where split z waits for z and
     releases z + 1 runs whatever the order of blockIdx.z in the launch.
+  * Names: variables are bound by kir.name_key, so a user's size called i0 is not the loop
+    index i0; arguments are taken by kir.arg_name (a size named like a tensor: scalar:N).
   * Memory: global buffers are the caller's arrays addressed through their strides (the
     kernel receives strides in elements, like the CUDA ABI); a Workspace is a 1-D array
     given in args, kept by the caller in run_kernel's `workspaces`, or fresh zeros (its
@@ -31,11 +33,11 @@ Execution model
     in f32 and rounded once (exact for + - * /); transcendental functions in f64, rounded
     to the node's dtype. min/max/relu are spelled as codegen.cuda's preamble spells them
     (NaN propagates). Integer math wraps like the GPU, / and % truncate toward zero
-    (C), ceildiv is (a + b - 1) / b. Casts follow kir.Cast: float->int truncates
-    (saturating, NaN -> 0, as cvt.rzi does), to bool is != 0, narrowing floats round to
-    nearest even exactly once (f64->bf16 by round-to-odd through f32). Integer division
-    by zero raises InterpError (only active threads, and only selected Select arms, are
-    evaluated, so it is a real bug of the kernel). The interpreter is more lenient than
+    (C), ceildiv is (a + b - 1) / b; by zero, a / 0 = 0 and a % 0 = a, and MIN / -1 wraps
+    to MIN (fuserir.numerics, which the CUDA emitter spells out). Casts follow kir.Cast
+    (fuserir.numerics.convert): float->int truncates (saturating, NaN -> 0, as cvt.rzi
+    does), to bool is != 0, narrowing floats round to nearest even exactly once (f64->bf16
+    by round-to-odd through f32). The interpreter is more lenient than
     the CUDA emitter about types: a stored value or operand of another dtype is converted
     with Cast semantics rather than refused.
 
@@ -130,6 +132,7 @@ import numpy as np
 from codegen.errors import Hazard, RaceError
 from fuserir.dtypes import DataType
 from fuserir.errors import FuserirError
+from fuserir.numerics import convert, int_div, int_mod
 from lowering import kir
 
 __all__ = ["run_kernel", "InterpError", "Wait", "schedule", "convert"]
@@ -137,90 +140,20 @@ __all__ = ["run_kernel", "InterpError", "Wait", "schedule", "convert"]
 
 class InterpError(FuserirError):
     """A kernel or argument the interpreter cannot run (missing argument, wrong dtype or
-    shape, thread-dependent loop extent, division by zero, unknown statement)."""
+    shape, thread-dependent loop extent, unknown statement)."""
 
 
 # ---------------------------------------------------------------------------------------
 # Conversions (kir.Cast semantics) and constants
 # ---------------------------------------------------------------------------------------
 
+# The conversions themselves are fuserir.numerics' (shared with the reference evaluator).
 _F16 = np.dtype(np.float16)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _BOOL = np.dtype(np.bool_)
 _HALF = (_F16, _BF16)
-
-
-def _f64_to_bf16(x):
-    """f64 -> bf16 rounded to nearest even exactly once: round to odd into f32 (24 bits
-    >= 8 + 2, so the second rounding is exact), then f32 -> bf16 (ml_dtypes, RNE).
-    (ml_dtypes' own f64 -> bf16 goes through f32 with two RNE roundings.)"""
-    x = np.asarray(x, dtype=_F64)
-    f = x.astype(_F32)
-    over = np.abs(f.astype(_F64)) > np.abs(x)          # RNE went away from zero
-    f = np.where(over, np.nextafter(f, np.float32(0)), f).astype(_F32)
-    inexact = (f.astype(_F64) != x).astype(np.uint32)  # NaN stays NaN with bit 0 set
-    return (f.view(np.uint32) | inexact).view(_F32).astype(_BF16)
-
-
-def _int_to_f64_odd(a):
-    """Integers -> f64 rounded to odd at <= 53 bits (exact up to 2^53), so that a later
-    rounding to bf16 through _f64_to_bf16 rounds the integer exactly once."""
-    a = a.astype(np.int64)
-    f = a.astype(_F64)
-    big = np.abs(f) > 2.0 ** 53
-    if not big.any():
-        return f
-    m = np.where(a < 0, -a, a).view(np.uint64)            # |a| (2^63 for INT64_MIN)
-    shift = np.maximum(np.frexp(m.astype(_F64))[1] - 53, 0).astype(np.uint64)
-    low = m & ((np.uint64(1) << shift) - np.uint64(1))
-    kept = ((m >> shift) | (low != 0).astype(np.uint64)) << shift
-    odd = np.where(a < 0, -kept.astype(_F64), kept.astype(_F64))
-    return np.where(big, odd, f)
-
-
-def _float_to_int(a, nt):
-    """Truncation toward zero, saturating, NaN -> 0 (cvt.rzi.s32/s64 semantics)."""
-    info = np.iinfo(nt)
-    t = np.trunc(a.astype(_F64))
-    nan = np.isnan(t)
-    big = t >= float(info.max) + 1.0        # 2^31 / 2^63, exact in f64
-    small = t < float(info.min)
-    safe = np.where(nan | big | small, 0.0, t).astype(nt)
-    return np.where(big, info.max, np.where(small, info.min, safe)).astype(nt)
-
-
-def convert(value, dtype):
-    """A numpy value (scalar or array) converted to DataType `dtype` as kir.Cast does."""
-    a = np.asarray(value)
-    src = a.dtype
-    nt = dtype.numpy
-    if src == nt:
-        return value
-    if dtype is DataType.bool:
-        r = (a.astype(_F32) if src in _HALF else a) != 0
-    elif src == _BOOL:
-        return convert(a.astype(np.int32), dtype)
-    elif dtype.is_int:
-        r = a.astype(nt) if src.kind in "iu" else _float_to_int(a, nt)
-    elif src.kind in "iu":
-        if nt == _BF16:
-            r = _f64_to_bf16(_int_to_f64_odd(a))
-        elif nt == _F16:
-            r = a.astype(_F64).astype(_F16)
-        else:
-            r = a.astype(nt)
-    elif nt == _BF16:
-        if src == _F64:
-            r = _f64_to_bf16(a)
-        else:
-            r = a.astype(_F32).astype(_BF16)
-    elif nt == _F16 and src == _BF16:
-        r = a.astype(_F32).astype(_F16)
-    else:
-        r = a.astype(nt)                      # widening (exact), f64->f32/f16, f32->f16
-    return r[()] if r.ndim == 0 else r
 
 
 def _const(value, dtype):
@@ -292,12 +225,6 @@ _FLOAT_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
 
 _INT_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
                "min": _min, "max": _max, "xor": np.bitwise_xor}
-
-
-def c_div(a, b):
-    """Integer division truncating toward zero (C), for numpy integer scalars/arrays."""
-    r = np.fmod(a, b)                  # C remainder: the sign of the dividend
-    return (a - r) // b                # exact division, so floor == trunc
 
 
 # ---------------------------------------------------------------------------------------
@@ -459,10 +386,10 @@ class _Interp:
     def _bind_args(self, args, workspaces=None):
         k = self.kernel
         for p in k.scalar_params:
-            name = p.var.name
+            name = kir.arg_name(k, p)
             if name not in args:
                 raise InterpError(f"kernel {k.name}: missing scalar argument {name}")
-            self.env[name] = self._scalar(name, args[name], p.var.dtype)
+            self.env[p.var.key] = self._scalar(name, args[name], p.var.dtype)
         self.globals = {}
         self.globals_by_name = {}
         for p in k.tensor_params:
@@ -481,18 +408,18 @@ class _Interp:
                                   f"kernel expects {len(p.sizes)}")
             for axis, (size, n) in enumerate(zip(p.sizes, arr.shape)):
                 if isinstance(size, kir.Var):
-                    if size.name not in self.env:
-                        self.env[size.name] = self._scalar(size.name, n, size.dtype)
-                    elif int(self.env[size.name]) != n:
+                    if size.key not in self.env:
+                        self.env[size.key] = self._scalar(size.name, n, size.dtype)
+                    elif int(self.env[size.key]) != n:
                         raise InterpError(
                             f"argument {b.name}: axis {axis} has extent {n} but "
-                            f"{size.name} = {int(self.env[size.name])}")
+                            f"{size.name} = {int(self.env[size.key])}")
                 elif isinstance(size, kir.Const) and int(size.value) != n:
                     raise InterpError(f"argument {b.name}: axis {axis} has extent {n}, "
                                       f"the kernel expects {int(size.value)}")
             g = _GlobalArg(b.name, arr)
             for var, s in zip(p.strides, g.strides):
-                self.env[var.name] = self._scalar(var.name, s, var.dtype)
+                self.env[var.key] = self._scalar(var.name, s, var.dtype)
             self.globals[b] = g
             self.globals_by_name[b.name] = g
         self._bind_workspaces(args, workspaces)
@@ -579,10 +506,10 @@ class _Interp:
         self.shared_by_name = {}
         for s, off, size in placed:
             lay = _SharedLayout(s.buffer, off, size, s,
-                                bufids.setdefault(s.buffer.name, len(bufids)), self.grain)
+                                bufids.setdefault(s.buffer.key, len(bufids)), self.grain)
             self.shared[s.buffer] = lay
             self.shared_by_name.setdefault(s.buffer.name, lay)
-        self.bufnames = {i: n for n, i in bufids.items()}
+        self.bufnames = {lay.bufid: lay.name for lay in self.shared.values()}
 
     def _layout_local(self, uniform):
         self.local_sizes = {}
@@ -693,7 +620,7 @@ class _Evaluator:
 
     def _var(self, e, act):
         try:
-            return self.env[e.name]
+            return self.env[e.key]
         except KeyError:
             raise InterpError(f"unbound variable {e.name}{self.where()}") from None
 
@@ -735,14 +662,12 @@ class _Evaluator:
         f = _INT_BINARY.get(op)
         if f is not None:
             return f(a, b)
-        if op in ("div", "mod", "ceildiv"):
-            if np.any(b == 0):
-                raise InterpError(f"integer division by zero{self.where()}")
-            if op == "div":
-                return c_div(a, b)
-            if op == "mod":
-                return np.fmod(a, b)
-            return c_div(a + b - b.dtype.type(1), b)
+        if op == "div":                 # fuserir.numerics: a / 0 = 0, MIN / -1 = MIN
+            return int_div(a, b)
+        if op == "mod":                 # a % 0 = a, MIN % -1 = 0
+            return int_mod(a, b)
+        if op == "ceildiv":
+            return int_div(a + b - b.dtype.type(1), b)
         raise InterpError(f"unknown operator {op}{self.where()}")
 
     def _logical(self, e, act):
@@ -913,18 +838,18 @@ class _Block(_Evaluator):
                     f"{self.interp.coords(act[0])} runs {int(ext[0])} iterations, thread "
                     f"{self.interp.coords(act[i])} runs {int(ext[i])} (block {self.bidx})")
             ext = ext[0]
-        name = s.var.name
+        name, key = s.var.name, s.var.key
         typ = s.var.dtype.numpy.type
-        saved_env, saved_iters = self.env.get(name), self.iters
+        saved_env, saved_iters = self.env.get(key), self.iters
         for i in range(int(ext)):
-            self.env[name] = typ(i)
+            self.env[key] = typ(i)
             self.iters = saved_iters + ((name, i),)
             yield from self.exec_list(s.body, act)
         self.iters = saved_iters
         if saved_env is None:
-            self.env.pop(name, None)
+            self.env.pop(key, None)
         else:
-            self.env[name] = saved_env
+            self.env[key] = saved_env
 
     def _if(self, s, act):
         c = _truth(self.ev(s.cond, act))

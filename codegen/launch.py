@@ -59,6 +59,8 @@ from fuserir.dtypes import DataType
 from fuserir.errors import FuserirError
 from lowering import kir
 
+from .cuda import entry_point
+
 __all__ = ["launch", "bind", "BoundLaunch", "load_function", "launch_config",
            "workspace_sizes", "WorkspacePool"]
 
@@ -346,7 +348,8 @@ class BoundLaunch:
         self.grid, self.block, self.shared = config
         self.strides = tuple(strides)
         index = launcher.kernel.index_dtype.numpy.type
-        self.scalars = tuple(index(scalar_values[name]) for name in launcher.scalar_names)
+        self.scalars = tuple(index(scalar_values[p.var.name])
+                             for p in launcher.kernel.scalar_params)
         self.scalar_values = scalar_values
         self.tensor_names = launcher.tensor_names
         self.workspace_names = launcher.workspace_names
@@ -443,7 +446,7 @@ class _Launcher:
     def __init__(self, kernel, cubin):
         self.kernel = kernel
         self.cubin = cubin
-        self.scalar_names = tuple(p.var.name for p in kernel.scalar_params)
+        self.scalar_names = tuple(kir.arg_name(kernel, p) for p in kernel.scalar_params)
         self.tensor_names = tuple(p.buffer.name for p in kernel.tensor_params)
         self.workspace_names = tuple(w.buffer.name for w in kernel.workspaces)
         self.bound = {}         # signature -> BoundLaunch
@@ -482,8 +485,7 @@ class _Launcher:
         index_np = kernel.index_dtype.numpy
         limits = np.iinfo(index_np)
         scalars = {}
-        for p in kernel.scalar_params:
-            name = p.var.name
+        for p, name in zip(kernel.scalar_params, self.scalar_names):
             if name not in args:
                 raise ValueError(f"kernel {kernel.name}: missing scalar argument {name!r}")
             value = args[name]
@@ -494,7 +496,7 @@ class _Launcher:
             if not limits.min <= value <= limits.max:
                 raise ValueError(f"kernel {kernel.name}: scalar {name}={value} does not fit "
                                  f"the index type {kernel.index_dtype}")
-            scalars[name] = value
+            scalars[p.var.name] = value
 
         strides = []
         expected = tensor_sizes(kernel, scalars)
@@ -546,7 +548,7 @@ class _Launcher:
                                      f"shape {a.shape}, strides {a.strides}")
 
         config = launch_config(kernel, scalars)
-        func = load_function(self.cubin, kernel.name)
+        func = load_function(self.cubin, entry_point(kernel))
         _opt_in(kernel, func, config[2])
         return BoundLaunch(self, func, config, strides, scalars, pooled)
 

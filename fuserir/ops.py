@@ -153,6 +153,9 @@ def _binary(op, a, b):
     if tb is None:
         b = _literal(op, b, ta.dtype, ta.name)
     in_dtype = dtypes.promote(a.dtype, b.dtype)
+    if op == "div" and in_dtype.is_int and isinstance(b, Scalar) and b.value == 0:
+        raise FusionError(f"div: {ta.name} / 0: integer division of {ta.name} "
+                          f"({ta.dtype}) by the literal 0")
     if op in ARITH_BINARY_OPS and in_dtype is DataType.bool:
         raise FusionError(f"{op}: operands are bool; cast them first")
     out_dtype = DataType.bool if op in COMPARE_OPS else in_dtype

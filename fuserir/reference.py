@@ -9,15 +9,22 @@ consumer), so that a schedule can be checked not to change meaning.
 Numerics: arithmetic on f16/bf16 is carried out in f32 and rounded to the result type
 after every operation, as generated code does; transcendental functions are computed in
 f64 and rounded once; reductions and matmul accumulate in f64 and round once to their
-output type (a closer answer than any f32 accumulation order). Integer division truncates
-toward zero, as in C.
+output type (a closer answer than any f32 accumulation order). Casts, integer division
+and empty reductions mean what fuserir.numerics defines, for every backend alike:
+  * a cast float -> integer truncates toward zero and saturates (+-inf and values past
+    the range give the type's minimum or maximum), NaN gives 0 (PTX cvt.rzi); integer ->
+    integer wraps; to bool is != 0; to a narrower float rounds to nearest even once;
+  * integer division truncates toward zero, as in C; a / 0 = 0 and MIN / -1 = MIN (C
+    leaves both undefined); a literal zero divisor is refused when the fusion is built;
+  * a reduction over no elements gives its identity: sum 0, max -inf (floats) or the
+    type's minimum (integers).
 """
 
 import math
 
 import numpy as np
 
-from . import dtypes
+from . import dtypes, numerics
 from .dtypes import DataType
 from .errors import EvaluationError
 from .ir import extent as ext
@@ -152,11 +159,7 @@ def _evaluate_expr(expr, values, env):
 
 
 def _cast(x, dtype):
-    if dtype is DataType.bool:
-        return x != 0
-    if dtype.is_int and x.dtype.kind == "f":
-        return np.trunc(x.astype(np.float64)).astype(dtype.numpy)
-    return x.astype(dtype.numpy)
+    return np.asarray(numerics.convert(x, dtype))
 
 
 def _unary(expr, values):
@@ -197,8 +200,7 @@ def _binary(expr, values):
     op = expr.op
     with np.errstate(all="ignore"):
         if op == "div" and in_dtype.is_int:
-            quotient = np.abs(x) // np.where(y == 0, 1, np.abs(y))
-            result = np.where((x < 0) != (y < 0), -quotient, quotient)
+            result = numerics.int_div(*np.broadcast_arrays(x, y))
         else:
             result = {
                 "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
@@ -212,31 +214,30 @@ def _binary(expr, values):
 # -- reductions: plain, and the partial reduction of an rfactor producer -------------------
 
 
-def _identity(op, np_dtype):
-    if op == "sum":
-        return 0
-    if np_dtype.kind == "f":
-        return -np.inf
-    return np.iinfo(np_dtype).min
-
-
 def _accumulator(dtype):
-    return np.float64 if dtype.is_float else dtype.numpy
+    return DataType.f64 if dtype.is_float else dtype
 
 
 def _reduction(expr, values, env):
     x = values[expr.inputs[0]]
     out = expr.output
-    reduce = np.sum if expr.op == "sum" else np.max
-    acc = x.astype(_accumulator(expr.inputs[0].dtype))
+    acc_dtype = _accumulator(expr.inputs[0].dtype)
+    identity = numerics.identity(expr.op, acc_dtype)       # what no elements reduce to
+    acc = x.astype(acc_dtype.numpy)
+
+    def reduce(a, axis):
+        if expr.op == "sum":
+            return np.sum(a, axis=axis)
+        return np.max(a, axis=axis, initial=identity)
+
     if out.logical == out.root:
         # The root says what is reduced: an rfactor producer whose rfactored axes were not
         # transformed keeps its other reduction roots as iteration axes.
         axes = tuple(i for i, r in enumerate(out.root) if r.is_reduction)
-        return _round(reduce(acc, axis=axes), out.dtype)
+        return _round(reduce(acc, axes), out.dtype)
     # rfactor producer: gather the reduction's root indices for each logical piece.
-    gathered, kept, reduced = _gather_pieces(out, acc, env, _identity(expr.op, acc.dtype))
-    return _round(_to_logical_order(out, reduce(gathered, axis=tuple(reduced)), kept),
+    gathered, kept, reduced = _gather_pieces(out, acc, env, identity)
+    return _round(_to_logical_order(out, reduce(gathered, tuple(reduced)), kept),
                   out.dtype)
 
 

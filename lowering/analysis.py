@@ -260,7 +260,7 @@ class LoweringContext:
             return self.const(e)
         if isinstance(e, ext.Sym):
             if e.name not in self.scalar_vars:
-                self.scalar_vars[e.name] = kir.Var(e.name, self.index_dtype)
+                self.scalar_vars[e.name] = kir.Var(e.name, self.index_dtype, user=True)
             return self.scalar_vars[e.name]
         if isinstance(e, ext.CeilDiv):
             return self.binop("ceildiv", self.extent(e.numerator), self.extent(e.denominator))

@@ -164,7 +164,7 @@ class _Evaluator:
                 raise Unknown(f"float constant {kir.format_expr(e)} in an index")
             return _wrap(np.full(n, int(e.value), np.int64), e.dtype)
         if isinstance(e, kir.Var):
-            if e.name in env:
+            if not e.user and e.name in env:        # a loop index (a user's size is not)
                 v = env[e.name]
             elif e.name in self.scalars:
                 v = self.scalars[e.name]

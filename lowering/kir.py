@@ -18,6 +18,7 @@ import itertools
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 
+from fuserir import numerics
 from fuserir.dtypes import DataType
 
 # ---------------------------------------------------------------------------------------
@@ -40,10 +41,20 @@ class Const(ScalarExpr):
 
 @dataclass(frozen=True, eq=False)
 class Var(ScalarExpr):
-    """A named scalar: a loop index, a size or stride parameter, a named run-time scalar."""
+    """A named scalar: a loop index, a size or stride parameter, a named run-time scalar.
+
+    `user`: the name is one the user wrote (a size or a run-time scalar), not one lowering
+    generated (loop indices i0, j0, v0, e0, w_<tensor>; strides <tensor>_stride<k>). The two
+    are separate namespaces: a size the user called `i0` is not the loop index `i0`. Dumps
+    print both as written; backends tell them apart by `key` (see Names, below)."""
 
     name: str
     dtype: DataType
+    user: bool = False
+
+    @property
+    def key(self):
+        return name_key(self)
 
 
 class SpecialKind(Enum):
@@ -66,8 +77,9 @@ class Special(ScalarExpr):
         return f"{self.kind.value}.{self.axis}"
 
 
-# Operators of BinOp. Index arithmetic uses C integer semantics (/ and % truncate toward
-# zero); "ceildiv" is (a + b - 1) / b on non-negative operands.
+# Operators of BinOp. Integer arithmetic uses C semantics (/ and % truncate toward zero,
+# the remainder has the dividend's sign) made total by fuserir.numerics: a / 0 = 0,
+# a % 0 = a, MIN / -1 = MIN; "ceildiv" is (a + b - 1) / b on non-negative operands.
 # "xor" is the bitwise xor of two integers of one int dtype (XOR swizzles).
 BINARY_OPS = ("add", "sub", "mul", "div", "mod", "ceildiv", "min", "max",
               "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "xor")
@@ -112,8 +124,9 @@ class Select(ScalarExpr):
 
 @dataclass(frozen=True, eq=False)
 class Cast(ScalarExpr):
-    """Convert a to dtype: float->int truncates toward zero; to bool is != 0; float
-    narrowing rounds to nearest even."""
+    """Convert a to dtype: float->int truncates toward zero and saturates, NaN -> 0 (PTX
+    cvt.rzi); int->int wraps; to bool is != 0; float narrowing rounds to nearest even
+    (fuserir.numerics.convert)."""
 
     a: ScalarExpr
     dtype: DataType
@@ -182,6 +195,11 @@ class Buffer:
     size: ScalarExpr = None
     byte_offset: ScalarExpr = None
     tensor: str = None   # the fusion tensor it holds (None: scratch, e.g. for reductions)
+    user: bool = False   # named after the user's tensor (as Var.user: a namespace apart)
+
+    @property
+    def key(self):
+        return name_key(self)
 
 
 @dataclass(eq=False)
@@ -517,10 +535,51 @@ class Kernel:
     launch: LaunchConfig
     index_dtype: DataType = DataType.i32
     workspaces: list = field(default_factory=list)   # list[Workspace]
+    user: bool = False       # named after the user's fusion (codegen.cuda mangles it)
 
     @property
     def params(self):
         return list(self.tensor_params) + list(self.workspaces) + list(self.scalar_params)
+
+
+# ---------------------------------------------------------------------------------------
+# Names: the user's and lowering's namespaces
+# ---------------------------------------------------------------------------------------
+# A kernel holds names from two sources: the user's (tensors, sizes, run-time scalars, the
+# fusion: `user=True` on Buffer, Var and Kernel) and lowering's (loop indices, strides,
+# accumulators, scratch, workspaces). They are kept as written, in dumps and messages,
+# and told apart by key: a user's size `i0` and the loop index `i0` are two variables. The
+# CUDA emitter gives every key its own C identifier (codegen.cuda: user names mangled so
+# that they meet neither generated names nor C/CUDA keywords and built-ins); the
+# interpreter binds variables by key.
+
+
+def name_key(x):
+    """What identifies a Var or Buffer's name: the text itself for a generated name,
+    ("tensor", text) for a user's tensor, ("scalar", text) for a user's size or scalar.
+    Two names with one key are one variable (or buffer)."""
+    if not x.user:
+        return x.name
+    return ("tensor" if isinstance(x, Buffer) else "scalar", x.name)
+
+
+def arg_name(kernel, param):
+    """The key under which run_kernel, launch and bind take the value of `param` (a
+    TensorParam, Workspace or ScalarParam): its name, except for a scalar whose name a
+    tensor or workspace of the kernel also has (a user may name a size like a tensor,
+    `fusion f(N: f32[N])`): `scalar:<name>`."""
+    if isinstance(param, ScalarParam):
+        name = param.var.name
+        taken = {p.buffer.name for p in kernel.tensor_params}
+        taken.update(w.buffer.name for w in kernel.workspaces)
+        return f"scalar:{name}" if name in taken else name
+    return param.buffer.name
+
+
+def scalar_args(kernel, values):
+    """{argument name (arg_name): value} of the kernel's scalar parameters, from `values`
+    ({scalar name: value})."""
+    return {arg_name(kernel, p): values[p.var.name] for p in kernel.scalar_params}
 
 
 def walk(stmts):
@@ -705,14 +764,6 @@ def _wrap_int(value, dtype):
     return value - (1 << bits) if value >> (bits - 1) else value
 
 
-def _c_div(a, b):
-    """C integer division: the quotient truncates toward zero."""
-    if b == 0:
-        raise ZeroDivisionError("integer division by zero in a launch-time expression")
-    q = abs(a) // abs(b)
-    return -q if (a < 0) != (b < 0) else q
-
-
 def evaluate_scalar(expr, env=None):
     """The value of a launch-time scalar expression (grid/block extents, shared-memory
     sizes and offsets, tensor sizes) given `env`, a {name: value} map of the kernel's
@@ -720,7 +771,9 @@ def evaluate_scalar(expr, env=None):
 
     Integer arithmetic follows C in the node's dtype, exactly as the emitted CUDA computes
     it: / and % truncate toward zero, ceildiv is (a + b - 1) / b, results wrap to 32 or 64
-    bits. Float nodes compute in their numpy type (f16/bf16 have no arithmetic). Returns a
+    bits; where C leaves a result undefined, fuserir.numerics defines it (a / 0 = 0,
+    a % 0 = a; a cast float -> integer saturates, NaN -> 0), as every backend does. Float
+    nodes compute in their numpy type (f16/bf16 have no arithmetic). Returns a
     Python int, bool or numpy float. Thread indices, loads and shuffles have no launch-time
     value: they raise TypeError; a variable missing from `env` raises KeyError.
     """
@@ -757,15 +810,11 @@ def evaluate_scalar(expr, env=None):
 
 
 def _eval_cast(value, src, dst):
-    import math
     if dst is DataType.bool:
         return bool(value != 0)
     if dst.is_int:
         if src.is_float:
-            value = float(value)
-            if not math.isfinite(value):
-                raise ValueError(f"cast of {value} to {dst} has no value")
-            value = math.trunc(value)
+            return int(numerics.convert(src.numpy.type(value), dst))   # saturating
         return _wrap_int(value, dst)
     return dst.numpy.type(value)
 
@@ -810,11 +859,11 @@ def _eval_binop(op, a, b, operand_dtype, dtype):
         elif op == "mul":
             r = a * b
         elif op == "div":
-            r = _c_div(a, b)
+            r = numerics.div_int(a, b)
         elif op == "mod":
-            r = a - b * _c_div(a, b)
+            r = numerics.mod_int(a, b)
         elif op == "ceildiv":
-            r = _c_div(_wrap_int(a + b - 1, dtype), b)
+            r = numerics.div_int(_wrap_int(a + b - 1, dtype), b)
         elif op == "min":
             r = min(a, b)
         elif op == "max":

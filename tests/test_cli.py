@@ -218,10 +218,10 @@ def test_dump_drop_shows_the_kernel_without_that_barrier_and_says_it_is_refused(
 
 def test_dump_cuda_and_ptx(ran):
     cuda = ok(ran["dump-cuda"])
-    assert 'extern "C" __global__ void splitk_nt(' in cuda
+    assert 'extern "C" __global__ void splitk_nt_kernel(' in cuda   # the mangled entry
     assert cuda.count("__syncthreads();") == 2
     ptx = ok(ran["dump-ptx"])
-    assert ".target sm_90" in ptx and ".entry splitk_nt(" in ptx and "bar.sync" in ptx
+    assert ".target sm_90" in ptx and ".entry splitk_nt_kernel(" in ptx and "bar.sync" in ptx
 
 
 # ---------------------------------------------------------------------------------------
@@ -469,7 +469,7 @@ def test_fuserir_dump_environment_prints_every_stage_during_compile(ran):
         "fusion", "scheduled", "after pass inline_defaults", "after pass allocation",
         "kernel", "cuda", "ptx")]
     assert "__syncthreads() [sync1]  // RAW on As" in result.stderr
-    assert ".entry splitk_nt(" in result.stderr
+    assert ".entry splitk_nt_kernel(" in result.stderr
 
 
 def test_fuserir_dump_environment_in_the_python_api():

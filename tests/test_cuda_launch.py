@@ -52,12 +52,17 @@ def test_evaluate_scalar_vars_select_cast_and_short_circuit():
     M = kir.Var("M", I32)
     env = {"M": 10}
     assert kir.evaluate_scalar(b("ceildiv", M, c(4)), env) == 3
-    sel = kir.Select(b("lt", M, c(5)), c(1), b("div", c(1), c(0)), I32)
-    with pytest.raises(ZeroDivisionError):
+    missing = kir.Var("missing", I32)        # evaluating it raises KeyError
+    sel = kir.Select(b("lt", M, c(5)), c(1), missing, I32)
+    with pytest.raises(KeyError):
         kir.evaluate_scalar(sel, env)
-    assert kir.evaluate_scalar(kir.Select(b("gt", M, c(5)), c(1), b("div", c(1), c(0)),
-                                          I32), env) == 1
-    assert kir.evaluate_scalar(b("or", c(True, BOOL), b("eq", b("div", c(1), c(0)), c(0))))
+    assert kir.evaluate_scalar(kir.Select(b("gt", M, c(5)), c(1), missing, I32), env) == 1
+    assert kir.evaluate_scalar(b("or", c(True, BOOL), b("eq", missing, c(0))))
+    # integer division is total (fuserir.numerics): a / 0 = 0, a % 0 = a, MIN / -1 = MIN
+    assert kir.evaluate_scalar(b("div", c(1), c(0))) == 0
+    assert kir.evaluate_scalar(b("mod", c(-7), c(0))) == -7
+    assert kir.evaluate_scalar(b("div", c(-2 ** 31), c(-1))) == -2 ** 31
+    assert kir.evaluate_scalar(b("mod", c(-2 ** 31), c(-1))) == 0
     assert kir.evaluate_scalar(kir.Cast(c(-2.7, F32), I32)) == -2
     assert kir.evaluate_scalar(kir.Cast(c(2 ** 32 + 5, I64), I32)) == 5
     assert kir.evaluate_scalar(kir.Cast(c(3, I32), BOOL)) is True

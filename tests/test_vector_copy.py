@@ -168,7 +168,7 @@ def test_every_vector_width_runs_and_compiles(dtype, width, word, rng):
     x = rng.integers(-5, 5, (3, 32 * width * 2)).astype(fusion.inputs[0].dtype.numpy)
     assert np.array_equal(exe.run({"x": x})["y"], fuserir.evaluate(fusion, {"x": x})["y"])
     source = emit_cuda(exe.kernels[0].kir)
-    assert f"*reinterpret_cast<{word}*>(&y[" in source
+    assert f"*reinterpret_cast<{word}*>(&y_[" in source       # y_: the user's tensor y
     assert nvrtc.compile_to_cubin(source, exe.kernels[0].kir.name, arch="sm_90")
 
 

@@ -100,7 +100,7 @@ def run(ctx, kernel):
         memory = kir.Memory.shared if tv.memory_type is MemoryType.shared else kir.Memory.local
         layout, size = _layout(ctx, tv, _kept_positions(ctx, tv), _fragment(tv, memory),
                                tv.circular_buffer_stages or 1)
-        buffer = kir.Buffer(tv.name, tv.dtype, memory, size, tensor=tv.name)
+        buffer = kir.Buffer(tv.name, tv.dtype, memory, size, tensor=tv.name, user=True)
         ctx.buffers[tv] = buffer
         place(buffer, layout)
     for tv in ctx.fusion.tensors:

@@ -7,7 +7,7 @@ synchronization section):
 
     if thread 0: SemWait(sem[tile] == z)                  acquire split z-1's partials
     Barrier
-    if z > 0:    acc[e] += work[tile, e, thread]          every accumulator element
+    if z > 0:    acc[e] = op(acc[e], work[tile, e, thread])   (+ for sum, max for max)
     if z < last: work[tile, e, thread] = acc[e]; Fence; Barrier
                  if thread 0: SemRelease(sem[tile] = z + 1)
     else:        if thread 0: SemRelease(sem[tile] = 0)   reset for the next launch
@@ -22,12 +22,22 @@ are zeroed once by the executor and left zero by every launch.
 
 from fuserir.dtypes import DataType
 from fuserir.errors import ScheduleError
+from fuserir.ir.exprs import ReductionOp
 
 from .. import kir
+from .indexing import combine
 
 
 def _special(ctx, kind, axis):
     return kir.Special(kind, axis, ctx.index_dtype)
+
+
+def _fresh(name, taken):
+    """`name`, or `name` with underscores appended, that is not in `taken`."""
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
 
 
 def _turnstile(ctx, kernel, tv, rest):
@@ -42,8 +52,10 @@ def _turnstile(ctx, kernel, tv, rest):
     threads = ctx.binop("mul", block[0], ctx.binop("mul", block[1], block[2]))
     z, last = b("z"), ctx.binop("sub", grid[2], ctx.const(1))
 
-    work = kir.Buffer(f"{tv.name}_work", acc.dtype, kir.Memory.global_)
-    sem = kir.Buffer(f"{tv.name}_sem", DataType.i32, kir.Memory.global_)
+    # workspaces are arguments by name (kir.arg_name), beside the user's tensors and scalars
+    taken = {t.name for t in ctx.fusion.tensors} | set(ctx.scalar_vars) | set(ctx.fusion.scalars)
+    work = kir.Buffer(_fresh(f"{tv.name}_work", taken), acc.dtype, kir.Memory.global_)
+    sem = kir.Buffer(_fresh(f"{tv.name}_sem", taken), DataType.i32, kir.Memory.global_)
     kernel.workspaces += [
         kir.Workspace(work, ctx.binop("mul", tiles, ctx.binop("mul", acc.size, threads))),
         kir.Workspace(sem, tiles, zeroed=True)]
@@ -61,7 +73,8 @@ def _turnstile(ctx, kernel, tv, rest):
         cond = ctx.binop("eq", thread, ctx.const(0))
         return kir.IfThenElse(cond, [stmt])
 
-    add = each_element(kir.Store(acc, e, kir.BinOp("add", value, kir.Load(work, slot),
+    op = combine(tv.definition.op if isinstance(tv.definition, ReductionOp) else "sum")
+    add = each_element(kir.Store(acc, e, kir.BinOp(op, value, kir.Load(work, slot),
                                                    acc.dtype)))
     store = each_element(kir.Store(work, slot, value))
     not_last = [store, kir.Fence(), kir.Barrier(),

@@ -123,7 +123,7 @@ def _nest(ctx, items, depth):
 def _params(ctx):
     tensor_params = []
     for tv in ctx.fusion.inputs + ctx.fusion.outputs:
-        buffer = kir.Buffer(tv.name, tv.dtype, kir.Memory.global_, tensor=tv.name)
+        buffer = kir.Buffer(tv.name, tv.dtype, kir.Memory.global_, tensor=tv.name, user=True)
         ctx.buffers[tv] = buffer
         sizes = [ctx.extent(e) for e in tv.shape]
         strides = [kir.Var(f"{tv.name}_stride{i}", ctx.index_dtype) for i in range(tv.rank)]
@@ -162,4 +162,4 @@ def run(ctx, kernel):
                                                 ParallelType.BIDz))
     scalar_params = [kir.ScalarParam(ctx.extent(ext.Sym(name))) for name in _symbols(ctx)]
     return kir.Kernel(ctx.fusion.name, tensor_params, scalar_params, body,
-                      kir.LaunchConfig(grid, block), ctx.index_dtype)
+                      kir.LaunchConfig(grid, block), ctx.index_dtype, user=True)

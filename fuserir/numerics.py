@@ -1,0 +1,161 @@
+"""What a value means: the one definition of conversions, integer division and remainder,
+and the identities of reductions, shared by the reference evaluator (fuserir.reference),
+the interpreter (codegen.interp) and launch-time evaluation (lowering.kir), and spelled
+out in CUDA by codegen.cuda. Where C leaves a result undefined, fuserir defines it:
+
+Conversions (a CastOp, a kir.Cast):
+  * float -> integer truncates toward zero and saturates: a value past the range gives
+    the type's minimum or maximum, +-inf too, NaN gives 0 (what PTX's cvt.rzi.s32/s64 do,
+    which the CUDA backend emits; a C cast of such a value is undefined).
+  * integer -> integer wraps (two's complement); anything -> bool is != 0 (NaN -> true);
+    bool -> anything is 0 or 1.
+  * to a narrower float: rounded to nearest even, once, with overflow to +-inf: f64 and
+    large integers reach bf16 through a round-to-odd f32 (ml_dtypes would round twice).
+Integer division and remainder (C: truncation toward zero, the remainder takes the sign
+of the dividend, a == (a / b) * b + a % b):
+  * a / 0 = 0 and a % 0 = a (C leaves both undefined; the GPU does not trap);
+  * MIN / -1 = MIN (the quotient wraps, as every integer operation does) and MIN % -1 = 0.
+  A literal zero divisor is refused when the fusion is built (fuserir.ops).
+Reductions over no elements give the identity: sum -> 0, max -> -inf for floats and the
+type's minimum for integers (matmul over K = 0 is a sum: 0).
+"""
+
+import ml_dtypes
+import numpy as np
+
+from .dtypes import DataType
+
+__all__ = ["convert", "float_to_int", "int_div", "int_mod", "div_int", "mod_int",
+           "identity"]
+
+_F16 = np.dtype(np.float16)
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_BOOL = np.dtype(np.bool_)
+_HALF = (_F16, _BF16)
+
+
+# -- conversions -----------------------------------------------------------------------------
+
+def _f64_to_bf16(x):
+    """f64 -> bf16 rounded to nearest even exactly once: round to odd into f32 (24 bits
+    >= 8 + 2, so the second rounding is exact), then f32 -> bf16 (ml_dtypes, RNE).
+    (ml_dtypes' own f64 -> bf16 goes through f32 with two RNE roundings.)"""
+    x = np.asarray(x, dtype=_F64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = x.astype(_F32)
+    over = np.abs(f.astype(_F64)) > np.abs(x)          # RNE went away from zero
+    f = np.where(over, np.nextafter(f, np.float32(0)), f).astype(_F32)
+    inexact = (f.astype(_F64) != x).astype(np.uint32)  # NaN stays NaN with bit 0 set
+    return (f.view(np.uint32) | inexact).view(_F32).astype(_BF16)
+
+
+def _int_to_f64_odd(a):
+    """Integers -> f64 rounded to odd at <= 53 bits (exact up to 2^53), so that a later
+    rounding to bf16 through _f64_to_bf16 rounds the integer exactly once."""
+    a = a.astype(np.int64)
+    f = a.astype(_F64)
+    big = np.abs(f) > 2.0 ** 53
+    if not big.any():
+        return f
+    m = np.where(a < 0, -a, a).view(np.uint64)            # |a| (2^63 for INT64_MIN)
+    shift = np.maximum(np.frexp(m.astype(_F64))[1] - 53, 0).astype(np.uint64)
+    low = m & ((np.uint64(1) << shift) - np.uint64(1))
+    kept = ((m >> shift) | (low != 0).astype(np.uint64)) << shift
+    odd = np.where(a < 0, -kept.astype(_F64), kept.astype(_F64))
+    return np.where(big, odd, f)
+
+
+def float_to_int(a, nt):
+    """Floats -> the numpy integer type `nt`: truncation toward zero, saturating, NaN -> 0
+    (cvt.rzi.s32/s64 semantics)."""
+    info = np.iinfo(nt)
+    t = np.trunc(np.asarray(a).astype(_F64))
+    nan = np.isnan(t)
+    big = t >= float(info.max) + 1.0        # 2^31 / 2^63, exact in f64
+    small = t < float(info.min)
+    safe = np.where(nan | big | small, 0.0, t).astype(nt)
+    return np.where(big, info.max, np.where(small, info.min, safe)).astype(nt)
+
+
+def convert(value, dtype):
+    """A numpy value (scalar or array) converted to DataType `dtype` (see the header)."""
+    a = np.asarray(value)
+    src = a.dtype
+    nt = dtype.numpy
+    if src == nt:
+        return value
+    if dtype is DataType.bool:
+        r = (a.astype(_F32) if src in _HALF else a) != 0
+    elif src == _BOOL:
+        return convert(a.astype(np.int32), dtype)
+    elif dtype.is_int:
+        r = a.astype(nt) if src.kind in "iu" else float_to_int(a, nt)
+    elif src.kind in "iu":
+        if nt == _BF16:
+            r = _f64_to_bf16(_int_to_f64_odd(a))
+        elif nt == _F16:
+            with np.errstate(over="ignore"):
+                r = a.astype(_F64).astype(_F16)   # f64 holds every i32; i64 > 2^53 is inf
+        else:
+            r = a.astype(nt)
+    elif nt == _BF16:
+        r = _f64_to_bf16(a) if src == _F64 else a.astype(_F32).astype(_BF16)
+    elif nt == _F16 and src == _BF16:
+        r = a.astype(_F32).astype(_F16)
+    else:
+        with np.errstate(over="ignore"):
+            r = a.astype(nt)                  # widening (exact), f64->f32/f16, f32->f16
+    return r[()] if r.ndim == 0 else r
+
+
+# -- integer division and remainder -----------------------------------------------------------
+
+def int_div(a, b):
+    """a / b on numpy integers of one type (arrays or scalars): truncated toward zero,
+    a / 0 = 0, MIN / -1 = MIN."""
+    a, b = np.asarray(a), np.asarray(b)
+    one = b.dtype.type(1)
+    safe = np.where((b == 0) | (b == -1), one, b)       # neither traps nor overflows
+    r = np.fmod(a, safe)                                # C remainder: the dividend's sign
+    q = (a - r) // safe                                 # exact, so floor == trunc
+    with np.errstate(over="ignore"):
+        q = np.where(b == -1, np.negative(a), q)        # wraps at MIN
+    q = np.where(b == 0, b.dtype.type(0), q).astype(np.result_type(a, b))
+    return q[()] if q.ndim == 0 else q
+
+
+def int_mod(a, b):
+    """a % b on numpy integers of one type: the sign of the dividend, a % 0 = a,
+    MIN % -1 = 0."""
+    a, b = np.asarray(a), np.asarray(b)
+    safe = np.where((b == 0) | (b == -1), b.dtype.type(1), b)
+    r = np.where(b == 0, a, np.where(b == -1, 0, np.fmod(a, safe)))
+    r = r.astype(np.result_type(a, b))
+    return r[()] if r.ndim == 0 else r
+
+
+def div_int(a, b):
+    """int_div on Python ints (unbounded: the caller wraps the quotient to its type)."""
+    if b == 0:
+        return 0
+    q = abs(a) // abs(b)
+    return -q if (a < 0) != (b < 0) else q
+
+
+def mod_int(a, b):
+    """int_mod on Python ints."""
+    return a if b == 0 else a - b * div_int(a, b)
+
+
+# -- reductions -------------------------------------------------------------------------------
+
+def identity(op, dtype):
+    """The value a reduction `op` ("sum" or "max") over no elements gives, as a Python
+    number of numpy DataType `dtype`'s kind."""
+    if op == "sum":
+        return 0.0 if dtype.is_float else 0
+    if op == "max":
+        return float("-inf") if dtype.is_float else int(np.iinfo(dtype.numpy).min)
+    raise ValueError(f"unknown reduction {op!r}")

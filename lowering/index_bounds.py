@@ -1,0 +1,225 @@
+"""How far a kernel's index arithmetic reaches at a run's sizes, and so which index type
+(32 or 64 bits) the run needs.
+
+A kernel is lowered with 32-bit index arithmetic (kir.Kernel.index_dtype); a run whose
+sizes make any index or bound expression leave the i32 range needs the 64-bit build. The
+extents alone do not say so: with N = 2^31 - 100, every tensor fits, but the grid's
+`(N + 127) / 128` and a guard's `blockIdx.x * 128 + threadIdx.x < N` pass 2^31 and wrap;
+a reduction over K = 2^31 + 1 elements of a broadcast (zero-stride) input has small
+tensors and a scalar K that no i32 holds.
+
+`reach(kernel, scalars, strides)` evaluates every integer expression of the kernel's index
+arithmetic over intervals, exactly (Python integers do not wrap): the scalar parameters
+and the tensors' strides at the run's values, loop variables over [0, extent), thread and
+block indices over the launch configuration, a load of an integer over its type's range.
+Every subexpression counts, as C computes it (ceildiv's `a + b - 1` too). Index
+arithmetic is every expression in an index position: launch extents, tensor sizes and
+strides, buffer and workspace sizes and offsets, loop extents, guards, element indices
+of loads and stores (inside stored values too), copy sizes, fragment and semaphore
+indices; the values a kernel computes and stores are data, not indices. Guards are not
+used to narrow the intervals (an index under `i < N` is bounded by i's own range), so the
+answer is an upper bound: a run near the boundary may take 64 bits it does not strictly
+need, never the other way round.
+"""
+
+from dataclasses import fields
+
+from fuserir.dtypes import DataType
+
+from . import kir
+
+__all__ = ["reach", "index_dtype_for", "IndexRangeError"]
+
+_LIMITS = {DataType.i32: (-2 ** 31, 2 ** 31 - 1), DataType.i64: (-2 ** 63, 2 ** 63 - 1)}
+_DATA_FIELDS = {(kir.Store, "value")}     # what a statement computes, not where
+
+
+class IndexRangeError(ValueError):
+    """Index arithmetic that not even 64 bits hold."""
+
+
+def reach(kernel, scalars, strides):
+    """(lowest, highest) value of any index or bound expression of `kernel` when its scalar
+    parameters have the values `scalars` ({name: int}) and its tensor parameters the
+    strides `strides` ({tensor name: [stride in elements, per axis]})."""
+    return _Reach(kernel, scalars, strides).run()
+
+
+def index_dtype_for(kernel, scalars, strides, i32_limit=_LIMITS[DataType.i32][1]):
+    """DataType.i32 if every index and bound expression of `kernel` stays in the i32 range
+    at these values (see reach; `i32_limit` lowers the top of that range, for tests),
+    else DataType.i64; IndexRangeError past 64 bits."""
+    lo, hi = reach(kernel, scalars, strides)
+    if -i32_limit - 1 <= lo and hi <= i32_limit:
+        return DataType.i32
+    low, high = _LIMITS[DataType.i64]
+    if low <= lo and hi <= high:
+        return DataType.i64
+    raise IndexRangeError(f"kernel {kernel.name}: index arithmetic reaches "
+                          f"{hi if hi > _LIMITS[DataType.i64][1] else lo} at these sizes, "
+                          f"beyond 64 bits")
+
+
+class _Reach:
+    def __init__(self, kernel, scalars, strides):
+        self.kernel = kernel
+        self.env = {}                       # kir.name_key -> (lo, hi)
+        for p in kernel.scalar_params:
+            value = int(scalars[p.var.name])
+            self.env[p.var.key] = (value, value)
+        for p in kernel.tensor_params:
+            given = strides.get(p.buffer.name)
+            for axis, var in enumerate(p.strides):
+                if given is not None:
+                    self.env[var.key] = (int(given[axis]), int(given[axis]))
+        self.lo = self.hi = 0
+        self.specials = {}
+
+    def note(self, interval):
+        lo, hi = interval
+        self.lo, self.hi = min(self.lo, lo), max(self.hi, hi)
+        return interval
+
+    def run(self):
+        k = self.kernel
+        launch = k.launch
+        for kind, dims in ((kir.SpecialKind.blockIdx, launch.grid),
+                           (kir.SpecialKind.threadIdx, launch.block)):
+            total = kir.SpecialKind.gridDim if kind is kir.SpecialKind.blockIdx \
+                else kir.SpecialKind.blockDim
+            for axis, e in zip("xyz", tuple(dims) + (kir.Const(1, k.index_dtype),) * 3):
+                extent = max(self.index(e)[1], 1)
+                self.specials[(kind, axis)] = (0, extent - 1)
+                self.specials[(total, axis)] = (extent, extent)
+        for p in k.tensor_params:
+            for e in list(p.sizes) + list(p.strides):
+                self.index(e)
+        for w in k.workspaces:
+            self.index(w.size)
+        self.stmts(k.body)
+        return self.lo, self.hi
+
+    # -- statements -----------------------------------------------------------------------
+    def stmts(self, body):
+        for s in body:
+            if isinstance(s, kir.Allocate):
+                for e in (s.buffer.size, s.buffer.byte_offset):
+                    if e is not None:
+                        self.index(e)
+            elif isinstance(s, kir.ForLoop):
+                hi = self.index(s.extent)[1]
+                saved = self.env.get(s.var.key)
+                self.env[s.var.key] = self.note((0, max(hi - 1, 0)))
+                self.stmts(s.body)
+                if saved is None:
+                    self.env.pop(s.var.key, None)
+                else:
+                    self.env[s.var.key] = saved
+                continue
+            else:
+                for f in fields(s):
+                    value = getattr(s, f.name)
+                    if isinstance(value, kir.ScalarExpr):
+                        if (type(s), f.name) in _DATA_FIELDS:
+                            self.data(value)
+                        else:
+                            self.index(value)
+            for body_ in s.bodies():
+                self.stmts(body_)
+
+    def data(self, e):
+        """A computed value: only the indices of the loads in it are index arithmetic."""
+        for x in kir.walk_expr(e):
+            if isinstance(x, kir.Load):
+                self.index(x.index)
+
+    # -- expressions ----------------------------------------------------------------------
+    def index(self, e):
+        """The interval of an index expression, every integer subexpression noted."""
+        r = self.interval(e)
+        if e.dtype.is_int or e.dtype is DataType.bool:
+            self.note(r)
+        return r
+
+    def interval(self, e):
+        if isinstance(e, kir.Const):
+            if e.dtype.is_int or e.dtype is DataType.bool:
+                return (int(e.value), int(e.value))
+            return _full(DataType.i64)
+        if isinstance(e, kir.Var):
+            known = self.env.get(e.key)
+            return known if known is not None else _full(e.dtype)
+        if isinstance(e, kir.Special):
+            return self.specials[(e.kind, e.axis)]
+        if isinstance(e, kir.Load):
+            self.index(e.index)
+            return _full(e.dtype)
+        if isinstance(e, kir.ShuffleXor):
+            return self.index(e.value)
+        if isinstance(e, kir.Cast):
+            a = self.index(e.a)
+            if e.dtype is DataType.bool:
+                return (0, 1)
+            return a if e.a.dtype.is_int or e.a.dtype is DataType.bool else _full(e.dtype)
+        if isinstance(e, kir.Select):
+            self.index(e.cond)
+            (alo, ahi), (blo, bhi) = self.index(e.a), self.index(e.b)
+            return (min(alo, blo), max(ahi, bhi))
+        if isinstance(e, kir.UnOp):
+            lo, hi = self.index(e.a)
+            if e.op == "neg":
+                return (-hi, -lo)
+            if e.op == "abs":
+                return (0 if lo <= 0 <= hi else min(abs(lo), abs(hi)), max(abs(lo), abs(hi)))
+            if e.op == "not":
+                return (0, 1)
+            return _full(e.dtype) if e.dtype.is_int else (0, 0)
+        if isinstance(e, kir.BinOp):
+            return self.binop(e)
+        return _full(DataType.i64)
+
+    def binop(self, e):
+        a, b = self.index(e.a), self.index(e.b)
+        op = e.op
+        if op in kir.COMPARISONS or op in ("and", "or"):
+            return (0, 1)
+        if op == "add":
+            return (a[0] + b[0], a[1] + b[1])
+        if op == "sub":
+            return (a[0] - b[1], a[1] - b[0])
+        if op == "mul":
+            corners = [x * y for x in a for y in b]
+            return (min(corners), max(corners))
+        if op == "ceildiv":               # C computes (a + b - 1) / b
+            a = self.note((a[0] + b[0] - 1, a[1] + b[1] - 1))
+            return _divide(a, b)
+        if op == "div":
+            return _divide(a, b)
+        if op == "mod":                   # |r| < |b| and |r| <= |a|, the dividend's sign
+            m = min(max(abs(a[0]), abs(a[1])), max(abs(b[0]), abs(b[1])))
+            return (-m if a[0] < 0 else 0, m if a[1] > 0 else 0)
+        if op in ("min", "max"):
+            f = min if op == "min" else max
+            return (f(a[0], b[0]), f(a[1], b[1]))
+        if op == "xor" and a[0] >= 0 and b[0] >= 0:
+            return (0, (1 << max(a[1], b[1]).bit_length()) - 1)
+        return _full(e.dtype)
+
+
+def _full(dtype):
+    return _LIMITS.get(dtype, _LIMITS[DataType.i64]) if dtype.is_int else (0, 1)
+
+
+def _divide(a, b):
+    """Interval of C's a / b (truncation; a / 0 = 0): |q| <= |a|, and where b keeps off
+    zero, the corners."""
+    if b[0] <= 0 <= b[1]:
+        m = max(abs(a[0]), abs(a[1]))
+        return (-m, m)
+    corners = [_trunc(x, y) for x in a for y in b]
+    return (min(corners), max(corners))
+
+
+def _trunc(x, y):
+    q = abs(x) // abs(y)
+    return -q if (x < 0) != (y < 0) else q
