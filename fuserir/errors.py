@@ -38,6 +38,9 @@ class DslError(FuserirError):
             return f"{self.filename}: {self.message}"
         text = f"{self.filename}:{self.line}:{self.column}: {self.message}"
         if self.source_line is not None:
-            caret = " " * (max(self.column, 1) - 1) + "^"
+            # the caret line copies the tabs before the column, so the caret lines up
+            before = self.source_line[:max(self.column, 1) - 1]
+            caret = "".join(c if c == "\t" else " " for c in before)
+            caret += " " * (max(self.column, 1) - 1 - len(before)) + "^"
             text += f"\n    {self.source_line}\n    {caret}"
         return text

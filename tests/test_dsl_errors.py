@@ -254,3 +254,90 @@ IR_ERRORS = [
 def test_ir_errors_are_located_at_the_offending_call(text, line, column, kind, message):
     error = check(text, line, column, message)
     assert isinstance(error.__cause__, kind) and str(error.__cause__) == message
+
+
+# -- issue 14: line breaks, odd characters, unfinished expressions, files ------------------
+
+OUT = "\n  output y\n}\n"
+
+LINE_BREAKS = ["\x0c", "\x0b", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\r"]
+
+
+@pytest.mark.parametrize("char", LINE_BREAKS, ids=[f"U+{ord(c):04X}" for c in LINE_BREAKS])
+def test_line_breaks_python_counts_but_the_grammar_does_not(char):
+    """str.splitlines breaks lines at these characters; lark (and so every line number)
+    does not. The line under the error is the one its number names, the character shown
+    as a space."""
+    text = HEADER + f"  # a comment{char}that goes on\n  y = relu(q)  # and{char}on\n" \
+        "  output y\n}\n"
+    error = parse_error(text)
+    assert str(error) == ("t.fz:3:12: unknown tensor 'q'\n"
+                          "      y = relu(q)  # and on\n"
+                          f"    {' ' * 11}^")
+
+
+def test_windows_line_endings_and_tabs():
+    error = parse_error((HEADER + "\ty = relu(q)" + OUT).replace("\n", "\r\n"))
+    assert str(error) == "t.fz:2:11: unknown tensor 'q'\n    \ty = relu(q)\n    \t         ^"
+
+
+ODD_CHARACTERS = [
+    ("\x0c", "U+000C"), ("\u2028", "U+2028 (LINE SEPARATOR)"), ("\x00", "U+0000"),
+    ("\u00a0", "U+00A0 (NO-BREAK SPACE)"), ("\ufeff", "U+FEFF (ZERO WIDTH NO-BREAK SPACE)"),
+    ("é", "'é'"), ("😀", "'😀'"),
+]
+
+
+@pytest.mark.parametrize("char, shown", ODD_CHARACTERS)
+def test_an_odd_character_outside_a_comment_is_named(char, shown):
+    text = HEADER + f"  y = relu(x){char}" + OUT
+    error = parse_error(text)
+    assert (error.line, error.column) == (2, 14)
+    assert error.message == f"unexpected character {shown}"
+    assert error.source_line == "  y = relu(x)" + (char if char.isprintable() else " ")
+
+
+UNFINISHED = [  # an expression cut at the end of a line: reported there, not lines later
+    (HEADER + "  y = x +\n  output y\n}\n", 2, 10,
+     "unexpected end of expression after '+': expected an operand, found 'output' on line 3"),
+    (HEADER + "  y = relu(x) *\n}\n", 2, 16,
+     "unexpected end of expression after '*': expected an operand, found '}' on line 3"),
+    (HEADER + "  y = x -\n  z = relu(x)\n  output z\n}\n", 2, 10,
+     "unexpected end of expression after '-': expected an operand, found 'z =' (the next "
+     "statement) on line 3"),
+    (HEADER + "  y = x <\n\n  # more\n  output y\n}\n", 2, 10,
+     "unexpected end of expression after '<': expected an operand, found 'output' on line 5"),
+    (HEADER + "  y = x /", 2, 10,
+     "unexpected end of expression after '/': expected an operand, found end of input"),
+    (HEADER + "  y =\n  output y\n}\n", 2, 6,
+     "unexpected end of statement after '=': expected an expression, found 'output' on "
+     "line 3"),
+    (HEADER + "  y = x + }\n", 2, 11, "unexpected '}', expected an expression"),
+    (HEADER + "  y = x + output\n}\n", 2, 11, "unexpected 'output', expected an expression"),
+]
+
+
+@pytest.mark.parametrize("text, line, column, message", UNFINISHED)
+def test_an_unfinished_expression_is_reported_where_it_ends(text, line, column, message):
+    check(text, line, column, message)
+
+
+def test_an_expression_may_still_continue_on_the_next_line():
+    fusion = fuserir.parse(HEADER + "  y = x +\n    relu(x)" + OUT)
+    assert [e.op for e in fusion.exprs] == ["relu", "add"]
+
+
+def test_parse_file_locates_a_byte_that_is_not_utf8(tmp_path):
+    path = tmp_path / "latin1.fz"
+    path.write_bytes((HEADER + "  y = relu(x)  # \xe9t\xe9" + OUT).encode("latin-1"))
+    with pytest.raises(DslError) as caught:
+        fuserir.dsl.parse_file(path)
+    assert str(caught.value) == (f"{path}:2:18: invalid UTF-8 (byte 0xe9); a DSL file is UTF-8 "
+                                 "text\n      y = relu(x)  # \ufffdt\ufffd\n    " + " " * 17 + "^")
+
+
+def test_parse_file_reads_utf8_with_or_without_a_byte_order_mark(tmp_path):
+    for name, prefix in (("plain.fz", b""), ("bom.fz", b"\xef\xbb\xbf")):
+        path = tmp_path / name
+        path.write_bytes(prefix + (HEADER + "  y = relu(x)  # café" + OUT).encode())
+        assert fuserir.dsl.parse_file(path).outputs[0].name == "y"

@@ -32,7 +32,6 @@ import contextlib
 import difflib
 import inspect
 import math
-import pathlib
 import re
 
 from .. import dtypes, ops
@@ -41,7 +40,7 @@ from ..ir.exprs import BINARY_OPS, LAYOUTS, UNARY_OPS
 from ..ir.fusion import Fusion
 from ..ir.iterdomain import ParallelType
 from ..ir.tensor import MemoryType, TensorView
-from .syntax import Source, syntax_tree
+from .syntax import Source, read_file, syntax_tree
 from .walk import run, walk
 
 OPS = {name: getattr(ops, name) for name in UNARY_OPS + BINARY_OPS
@@ -82,9 +81,8 @@ def parse(text, filename="<string>"):
 
 
 def parse_file(path):
-    """Parse the DSL file at `path`; errors name it as their file."""
-    path = pathlib.Path(path)
-    return parse(path.read_text(), filename=str(path))
+    """Parse the DSL file at `path` (UTF-8); errors name it as their file."""
+    return parse(read_file(path), filename=str(path))
 
 
 def _position(node):

@@ -1,29 +1,79 @@
 """DSL text -> lark syntax tree, with every syntax error one located DslError.
 
-`syntax_tree(text, source)` runs lark's LALR parser (grammar.lark; lark's parse loop is
+`syntax_tree(text, filename)` runs lark's LALR parser (grammar.lark; lark's parse loop is
 iterative, so depth costs no stack) and turns what lark raises into one line that says
-what was found and what could have stood there. `Source` holds the text's lines to show
-under an error.
+what was found and what could have stood there. `read_file` decodes a file as UTF-8 and
+locates an invalid byte the same way. `Source` holds the text's lines to show under an
+error: lines as lark counts them, that is split at "\n" only (str.splitlines also splits at
+form feeds, \\u2028 and the like, which would show the wrong line), with characters that
+would not print as one column (controls, line separators) shown as spaces, so the caret
+stays under the column it names.
+
+One case lark reports late: newlines are whitespace, so an expression left unfinished at
+the end of a line (`y = x +`) is only noticed at the next line's token (`output`, `}`, or
+the `=` of `z = ...` after `z` was taken as the operand). That is reported as an
+unexpected end of expression just after the operator, on the operator's line.
 """
 
-from lark import Lark
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
+import pathlib
+import unicodedata
+
+from lark import Lark, Token
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from ..errors import DslError
 
-LARK = Lark.open("grammar.lark", rel_to=__file__, parser="lalr", propagate_positions=True)
+
+def _reserve_output(token):
+    """`output` starts a statement wherever it stands. The contextual lexer would read it as
+    a name where an operand may stand (`y = x +` then `output y`), making `x + output`
+    an expression and the error appear later and elsewhere."""
+    return token.update(type="OUTPUT") if token == "output" else token
+
+
+LARK = Lark.open("grammar.lark", rel_to=__file__, parser="lalr", propagate_positions=True,
+                 lexer_callbacks={"NAME": _reserve_output})
 
 
 class Source:
     """The text being parsed, to locate errors in."""
 
     def __init__(self, text, filename):
-        self.lines = text.splitlines()
+        self.lines = text.split("\n")
+        if self.lines[-1] == "":
+            self.lines.pop()  # a final newline ends the last line, it does not start one
         self.filename = filename
 
     def error(self, message, line, column):
         source_line = self.lines[line - 1] if 0 < line <= len(self.lines) else None
-        return DslError(message, self.filename, line, column, source_line)
+        return DslError(message, self.filename, line, column, _printable(source_line))
+
+
+def _printable(line):
+    """`line` with every character that would not print as one column replaced by a space
+    (tabs are kept: the caret line copies them)."""
+    if line is None:
+        return None
+    line = line.removesuffix("\r")
+    return "".join(c if c.isprintable() or c == "\t" else " " for c in line)
+
+
+def read_file(path):
+    """The text of the DSL file at `path` (UTF-8, a byte order mark allowed); an invalid
+    byte is a DslError located at it."""
+    data = pathlib.Path(path).read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        start = error.start
+        line_start = data.rfind(b"\n", 0, start) + 1
+        line_end = data.find(b"\n", start)
+        line_bytes = data[line_start:line_end if line_end >= 0 else len(data)]
+        line = data.count(b"\n", 0, start) + 1
+        column = len(data[line_start:start].decode("utf-8-sig", "replace")) + 1
+        raise DslError(f"invalid UTF-8 (byte 0x{data[start]:02x}); a DSL file is UTF-8 text",
+                       str(path), line, column,
+                       _printable(line_bytes.decode("utf-8-sig", "replace"))) from None
 
 
 def syntax_tree(text, source):
@@ -31,6 +81,9 @@ def syntax_tree(text, source):
     try:
         return LARK.parse(text)
     except UnexpectedInput as error:
+        late = _unfinished_expression(error)
+        if late is not None:
+            raise source.error(*late) from None
         raise source.error(_describe(error), *_position(error, source)) from None
 
 
@@ -46,19 +99,33 @@ _TERMINAL_WORDS = {"NAME": "a name", "INT": "an integer", "FLOAT": "a number",
 def _describe(error):
     """One line: what was found, and what could have stood there instead."""
     if isinstance(error, UnexpectedCharacters):
-        return f"unexpected character '{error.char}'"
-    token = None if isinstance(error, UnexpectedEOF) else error.token
-    if token is None or token.type == "$END":
-        found = "end of input"
-    elif token.type == "NAME":
-        found = f"name '{token}'"
-    elif token.type in ("INT", "FLOAT"):
-        found = f"number {token}"
-    else:
-        found = f"'{token}'"
-    accepts = None if isinstance(error, UnexpectedEOF) else error.accepts  # exact, if known
+        return f"unexpected character {_character(error.char)}"
+    accepts = getattr(error, "accepts", None)  # exact, if known
     expected = _describe_expected(set(accepts or error.expected))
+    found = _found(getattr(error, "token", None))
     return f"unexpected {found}, expected {expected}" if expected else f"unexpected {found}"
+
+
+def _character(char):
+    if char.isprintable() and not char.isspace():
+        return f"'{char}'"
+    name = unicodedata.name(char, "")
+    return f"U+{ord(char):04X}" + (f" ({name})" if name else "")
+
+
+def _found(token):
+    if token is None or token.type == "$END":
+        return "end of input"
+    if token.type == "NAME":
+        return f"name '{token}'"
+    if token.type in ("INT", "FLOAT"):
+        return f"number {_shortened(token)}"
+    return f"'{token}'"
+
+
+def _shortened(text, limit=40):
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:20]}...{text[-8:]} ({len(text)} characters)"
 
 
 def _describe_expected(expected):
@@ -86,3 +153,38 @@ def _position(error, source):
         last = source.lines[-1] if source.lines else ""
         return max(len(source.lines), 1), len(last) + 1
     return line, column
+
+
+def _unfinished_expression(error):
+    """(message, line, column) for an expression that ends after an operator (or a
+    statement after its '='), located just after that token; None for other errors."""
+    if not isinstance(error, UnexpectedToken) or error.interactive_parser is None:
+        return None
+    stack = error.interactive_parser.parser_state.value_stack
+    token = error.token
+    if token.type == "EQUAL" and len(stack) >= 2 and _is_token(stack[-1], "NAME"):
+        # `y = x +` / `z = ...`: lark took z as the operand and then found '='.
+        last, found, where = stack[-2], f"'{stack[-1]} =' (the next statement)", stack[-1]
+    elif stack:
+        last, found, where = stack[-1], _found(token), token
+    else:
+        return None
+    if not _is_token(last, *_OPERATORS, "EQUAL"):
+        return None
+    if where.type == "$END":
+        found_where = found
+    elif where.line > last.line:
+        found_where = f"{found} on line {where.line}"
+    else:
+        return None  # on the same line the usual message, at the token, says it
+    if last.type == "EQUAL":
+        message = ("unexpected end of statement after '=': expected an expression, found "
+                   f"{found_where}")
+    else:
+        message = (f"unexpected end of expression after '{last}': expected an operand, "
+                   f"found {found_where}")
+    return message, last.end_line, last.end_column
+
+
+def _is_token(value, *types):
+    return isinstance(value, Token) and value.type in types
