@@ -14,6 +14,16 @@ class FusionError(FuserirError):
     """An ill-formed fusion definition: dtype or shape mismatch, bad axis, wrong arity."""
 
 
+class LiteralError(FusionError):
+    """A number that cannot take the dtype it would have (a literal operand of fuserir.ops).
+    `argument` names the operand it was passed as ("a", "b"), so that the DSL can point at
+    the literal rather than at the operator."""
+
+    def __init__(self, message, argument=None):
+        super().__init__(message)
+        self.argument = argument
+
+
 class ScheduleError(FuserirError):
     """An illegal scheduling transform; the message names the tensor and the axis."""
 

@@ -1,6 +1,8 @@
 """Every DSL error path: a DslError whose text is `file:line:col: message`, the offending
 line and a caret under the column; never a traceback from lark or the IR."""
 
+import ml_dtypes
+import numpy as np
 import pytest
 
 import fuserir
@@ -146,7 +148,7 @@ STATEMENTS = [
      "'true' is a reserved word and cannot name a tensor"),
     ("fusion f(inf: f32[N]) {\n  y = relu(inf)\n  output y\n}\n", 1, 10,
      "'inf' is a reserved word and cannot name a tensor"),
-    (HEADER + "  y = x + true\n  output y\n}\n", 2, 9,
+    (HEADER + "  y = x + true\n  output y\n}\n", 2, 11,
      "add: literal true cannot take the dtype f32 of x; write 1 or 0"),
     (HEADER + "  y = relu(x)\n  y = exp(x)\n  output y\n}\n", 3, 3, "duplicate name 'y'"),
     (HEADER + "  x = relu(x)\n  output x\n}\n", 2, 3,
@@ -206,7 +208,7 @@ def test_empty_text_has_no_line_to_show():
 IR_ERRORS = [
     (HEADER + "  y = x + b\n  output y\n}\n", 2, 9, FusionError,
      "add: operand ranks differ (x has 2, b has 1); broadcast the smaller operand first"),
-    ("fusion f(i: i32[N]) {\n  y = i * 2.5\n  output y\n}\n", 2, 9, FusionError,
+    ("fusion f(i: i32[N]) {\n  y = i * 2.5\n  output y\n}\n", 2, 11, FusionError,
      "mul: literal 2.5 cannot take the dtype i32 of i"),
     (HEADER + "  y = -(x < 1)\n  output y\n}\n", 2, 7, FusionError,
      "neg: operand t2 is bool; cast it first"),
@@ -341,3 +343,73 @@ def test_parse_file_reads_utf8_with_or_without_a_byte_order_mark(tmp_path):
         path = tmp_path / name
         path.write_bytes(prefix + (HEADER + "  y = relu(x)  # café" + OUT).encode())
         assert fuserir.dsl.parse_file(path).outputs[0].name == "y"
+
+
+# -- issue 14: a literal that overflows or underflows its dtype ----------------------------
+
+F16 = "fusion f(x: f32[N], h: f16[N], g: bf16[N], c: bool[N]) {\n"
+TOO_BIG = "is out of range for every dtype (f64, the widest, holds at most 1.798e+308)"
+I64 = "does not fit in 64 bits (at most 9223372036854775807)"
+
+LITERALS = [  # a literal that overflows or underflows its dtype is refused, at the literal
+    (F16 + "  y = x * 1e400" + OUT, 2, 11, f"literal 1e400 {TOO_BIG}"),
+    (F16 + "  y = 1e400 + x" + OUT, 2, 7, f"literal 1e400 {TOO_BIG}"),
+    (F16 + "  y = x + 1e-400" + OUT, 2, 11,
+     "literal 1e-400 underflows to 0 in every dtype (the smallest nonzero f64 is 5e-324)"),
+    (F16 + "  y = x + 1e39" + OUT, 2, 11,
+     "add: literal 1e+39 is out of range for the dtype f32 of x"),
+    (F16 + "  y = 1e39 * x" + OUT, 2, 7,
+     "mul: literal 1e+39 is out of range for the dtype f32 of x"),
+    (F16 + "  y = x / 1e-50" + OUT, 2, 11, "div: literal 1e-50 underflows to 0 in the dtype "
+     "f32 of x (its smallest nonzero magnitude is 1.4e-45)"),
+    (F16 + "  y = 1e-50 - x" + OUT, 2, 7, "sub: literal 1e-50 underflows to 0 in the dtype "
+     "f32 of x (its smallest nonzero magnitude is 1.4e-45)"),
+    (F16 + "  y = x < 1e39" + OUT, 2, 11,
+     "lt: literal 1e+39 is out of range for the dtype f32 of x"),
+    (F16 + "  y = maximum(x, 1e39)" + OUT, 2, 18,
+     "maximum: literal 1e+39 is out of range for the dtype f32 of x"),
+    (F16 + "  y = where(c, 1e-50, x)" + OUT, 2, 16, "where: literal 1e-50 underflows to 0 in "
+     "the dtype f32 of x (its smallest nonzero magnitude is 1.4e-45)"),
+    (F16 + "  y = where(c, x, -1e39)" + OUT, 2, 19,
+     "where: literal -1e+39 is out of range for the dtype f32 of x"),
+    (F16 + "  y = h * 1e-8" + OUT, 2, 11, "mul: literal 1e-08 underflows to 0 in the dtype "
+     "f16 of h (its smallest nonzero magnitude is 5.96e-08)"),
+    (F16 + "  y = h + 70000" + OUT, 2, 11,
+     "add: literal 70000 is out of range for the dtype f16 of h"),
+    (F16 + "  y = x + 1" + "0" * 400 + OUT, 2, 11,
+     f"literal 10000000000000000000...00000000 (401 characters) {TOO_BIG}"),
+    (F16 + "  y = x + 1" + "0" * 300 + OUT, 2, 11, "add: literal 100000000000...000000 "
+     "(301 characters) is out of range for the dtype f32 of x"),
+    ("fusion f(x: f32[99999999999999999999]) {\n  y = relu(x)" + OUT, 1, 17,
+     f"input x: dimension 99999999999999999999 {I64}"),
+    (BODY + "schedule f {\n  y.split(0, 9223372036854775808)\n}\n", 6, 14,
+     f"integer 9223372036854775808 {I64}"),
+    (BODY + "schedule f {\n  scalar(s, default=99999999999999999999)\n}\n", 6, 21,
+     f"integer 99999999999999999999 {I64}"),
+]
+
+
+@pytest.mark.parametrize("text, line, column, message", LITERALS)
+def test_literals_that_overflow_or_underflow_are_errors_at_the_literal(text, line, column,
+                                                                       message):
+    check(text, line, column, message)
+
+
+def literals(fusion):
+    return [(v.value, str(v.dtype)) for e in fusion.exprs for v in e.inputs
+            if isinstance(v, fuserir.ir.tensor.Scalar)]
+
+
+def test_zero_and_subnormal_literals_are_accepted():
+    assert literals(fuserir.parse(F16 + "  y = x * 0.000000e-999 + 1" + OUT)) == \
+        [(0.0, "f32"), (1.0, "f32")]
+    fusion = fuserir.parse(F16 + "  y = g * 1e-8 + x * 1e-40 + h * 6e-8" + OUT)
+    assert literals(fusion) == [(1e-8, "bf16"), (1e-40, "f32"), (6e-8, "f16")]
+    zero = np.zeros(2, np.float32)
+    got = fuserir.evaluate(fusion, {"x": zero + 1, "h": (zero + 1).astype(np.float16),
+                                    "g": (zero + 1).astype(ml_dtypes.bfloat16),
+                                    "c": zero > 0})["y"]
+    expected = (np.float32(ml_dtypes.bfloat16(1e-8)) + np.float32(1e-40)
+                + np.float32(np.float16(6e-8)))
+    np.testing.assert_array_equal(got, expected)
+    assert expected > np.float32(ml_dtypes.bfloat16(1e-8))

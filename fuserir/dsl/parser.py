@@ -33,9 +33,10 @@ import difflib
 import inspect
 import math
 import re
+import sys
 
 from .. import dtypes, ops
-from ..errors import FusionError, ScheduleError
+from ..errors import FusionError, LiteralError, ScheduleError
 from ..ir.exprs import BINARY_OPS, LAYOUTS, UNARY_OPS
 from ..ir.fusion import Fusion
 from ..ir.iterdomain import ParallelType
@@ -55,6 +56,7 @@ SCHEDULERS = ("matmul", "scalar")
 ANONYMOUS_NAME = re.compile(r"t\d+")  # how fuserir.ops names unnamed tensors
 # Words the grammar gives a meaning of its own: a tensor so named could never be read.
 RESERVED_NAMES = frozenset({"true", "false", "inf", "nan", "output", "fusion", "schedule"})
+INT64_MAX = 2 ** 63 - 1  # integers in a schedule or a shape: sizes, factors, axes
 
 # The kind of value each parameter of an op or scheduling method takes, by its Python
 # name; a parameter not listed takes an expression (a tensor or a number).
@@ -83,6 +85,17 @@ def parse(text, filename="<string>"):
 def parse_file(path):
     """Parse the DSL file at `path` (UTF-8); errors name it as their file."""
     return parse(read_file(path), filename=str(path))
+
+
+# -- literals ------------------------------------------------------------------------------
+
+_F64_MAX_DIGITS = len(str(int(sys.float_info.max)))  # 309
+
+
+def _shown(text, limit=40):
+    """A literal's text as messages show it: a very long one shortened."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:20]}...{text[-8:]} ({len(text)} characters)"
 
 
 def _position(node):
@@ -146,10 +159,13 @@ class _Builder:
         return self.source.error(message, *_position(node))
 
     @contextlib.contextmanager
-    def located(self, node):
-        """Re-raise the IR's FusionError/ScheduleError as a DslError located at `node`."""
+    def located(self, node, literals=None):
+        """Re-raise the IR's FusionError/ScheduleError as a DslError located at `node`, or
+        a bad literal's error at the literal (`literals`: operand name -> its node)."""
         try:
             yield
+        except LiteralError as error:
+            raise self.error(str(error), (literals or {}).get(error.argument, node)) from error
         except (FusionError, ScheduleError) as error:
             raise self.error(str(error), node) from error
 
@@ -193,7 +209,8 @@ class _Builder:
         if name in self.scope:
             raise self.error(f"duplicate input '{name}'", name)
         dtype = self.choice("dtype", dtype_name)
-        shape = [int(d) if d.type == "INT" else str(d) for d in dims]
+        shape = [self.int64(d, f"input {name}: dimension") if d.type == "INT" else str(d)
+                 for d in dims]
         with self.located(name):
             self.scope[str(name)] = self.fusion.new_input(str(name), dtype, shape)
 
@@ -243,6 +260,34 @@ class _Builder:
             raise self.error(f"unknown tensor '{name}'{_suggestion(name, self.scope)}", name)
         return self.scope[name]
 
+    # -- literals --------------------------------------------------------------------------
+    def number(self, node):
+        """The value of an integer or real literal node. One that every dtype would make
+        infinite (1e400) or 0 (1e-400) is an error here; ops refuse one that the dtype it
+        takes cannot hold (fuserir.ops._literal)."""
+        token = node.children[0]
+        text = str(token)
+        if node.data == "integer":  # int() of a very long text is slow, so count first
+            fits = len(text.lstrip("0")) <= _F64_MAX_DIGITS and int(text) <= sys.float_info.max
+            value = int(text) if fits else math.inf
+        else:
+            value = float(text)
+        if math.isinf(value):
+            raise self.error(f"literal {_shown(text)} is out of range for every dtype (f64, "
+                             f"the widest, holds at most {sys.float_info.max:.4g})", token)
+        if value == 0 and re.split("[eE]", text)[0].strip("0.") != "":
+            raise self.error(f"literal {_shown(text)} underflows to 0 in every dtype (the "
+                             "smallest nonzero f64 is 5e-324)", token)
+        return value
+
+    def int64(self, token, what):
+        """An integer token of a shape or a schedule: it must fit in 64 bits."""
+        text = str(token)
+        if len(text.lstrip("0")) > len(str(INT64_MAX)) or int(text) > INT64_MAX:
+            raise self.error(f"{what} {_shown(text)} does not fit in 64 bits (at most "
+                             f"{INT64_MAX})", token)
+        return int(text)
+
     # -- expressions -----------------------------------------------------------------------
     def value(self, node):
         """The value of expression `node`: a TensorView or a Python number."""
@@ -255,10 +300,10 @@ class _Builder:
         return self.scoped_tensor(token)
 
     def _integer(self, node, token):
-        return int(token)
+        return self.number(node)
 
     def _real(self, node, token):
-        return float(token)
+        return self.number(node)
 
     def _inf(self, node, token):
         return math.inf
@@ -273,8 +318,8 @@ class _Builder:
         return False
 
     def _string(self, node, token):
-        raise self.error(f"a string ({token}) is not a value; strings are arguments, as in "
-                         "gelu(x, approximate=\"tanh\")", token)
+        raise self.error(f"a string ({_shown(token)}) is not a value; strings are arguments, "
+                         "as in gelu(x, approximate=\"tanh\")", token)
 
     def _list_literal(self, node, *items):
         raise self.error("a list is not a value; lists are arguments, as in "
@@ -296,15 +341,15 @@ class _Builder:
     def _binary(self, node, lhs, operator, rhs):
         a = yield lhs
         b = yield rhs
-        with self.located(operator):
+        with self.located(operator, {"a": lhs, "b": rhs}):
             return OPS[INFIX[operator]](a, b)
 
     def _call(self, node, name, *args):
         if name not in OPS:
             raise self.error(f"unknown operation '{name}'{_suggestion(name, OPS)}", name)
-        positional, keywords, _ = yield from self.bind(name, inspect.signature(OPS[name]),
-                                                       args)
-        with self.located(name):
+        positional, keywords, nodes = yield from self.bind(name, inspect.signature(OPS[name]),
+                                                           args)
+        with self.located(name, nodes):
             return OPS[name](*positional, **keywords)
 
     # -- arguments -------------------------------------------------------------------------
@@ -369,19 +414,21 @@ class _Builder:
         """The dtype, layout, parallel type or memory type called `name` (a token)."""
         names, convert = _CHOICES[kind]
         if name not in names:
-            raise self.error(f"unknown {kind} '{name}'; expected one of {', '.join(names)}",
-                             name)
+            raise self.error(f"unknown {kind} '{_shown(name)}'; expected one of "
+                             f"{', '.join(names)}", name)
         return convert(str(name))
 
     # -- constants: literal arguments (numbers, true/false, strings, lists, maps) ----------
     def constant(self, node):
         """The value of a literal (a number, true/false, a string, or a list or map of
-        literals), or _NOT_CONSTANT."""
+        literals), or _NOT_CONSTANT. Integers must fit in 64 bits."""
         return walk(node, self.constant_step)
 
     def constant_step(self, node):
         kind = node.data
-        if kind in ("integer", "real", "inf", "nan", "true", "false"):
+        if kind == "integer":
+            return self.int64(node.children[0], "integer")
+        if kind in ("real", "inf", "nan", "true", "false"):
             return self.expression_step(node)
         if kind == "string":
             return str(node.children[0])[1:-1]
