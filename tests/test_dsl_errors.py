@@ -413,3 +413,39 @@ def test_zero_and_subnormal_literals_are_accepted():
                 + np.float32(np.float16(6e-8)))
     np.testing.assert_array_equal(got, expected)
     assert expected > np.float32(ml_dtypes.bfloat16(1e-8))
+
+
+# -- issue 14: one parallel type per axis; matmul parameters of the right type -------------
+
+MATMUL = ("fusion f(A: f16[M, K], B: f16[K, N]) {\n  acc = matmul(A, B)\n"
+          "  out = cast(acc, f16)\n  output out\n}\nschedule f {\n  matmul(")
+SCHEDULE_ERRORS = [
+    (schedule("y.parallelize(0, TIDx)", "y.parallelize(0, BIDx)"), 7, 3,
+     "parallelize: axis 0 of y is already parallelized as TIDx; it cannot also be BIDx"),
+    (schedule("y.parallelize(-1, unroll)", "y.parallelize(1, serial)"), 7, 3,
+     "parallelize: axis 1 of y is already parallelized as unroll; it cannot also be serial"),
+    (schedule("y.split(1, 4)", "y.parallelize(2, TIDx)", "y.vectorize(2)"), 8, 3,
+     "vectorize: axis 2 of y is already parallelized as TIDx; it cannot also be vectorize"),
+    (HEADER + "  t = exp(x)\n  y = relu(t)" + OUT + "schedule f {\n  y.parallelize(0, BIDx)\n"
+     "  t.compute_at(y, 1)\n  t.parallelize(0, TIDx)\n}\n", 9, 3,
+     "parallelize: axis 0 of t is already parallelized as BIDx; it cannot also be TIDx"),
+    (MATMUL + "smem_epilogue=1)\n}\n", 7, 24, "matmul: smem_epilogue must be true or false"),
+    (MATMUL + "async_gmem_load_operands=0)\n}\n", 7, 35,
+     "matmul: async_gmem_load_operands must be true or false"),
+    (MATMUL + "promote_prologue_smem_reuse=\"yes\")\n}\n", 7, 38,
+     "matmul: promote_prologue_smem_reuse must be true or false"),
+    (MATMUL + "use_smem_epilogue=1.0)\n}\n", 7, 28,
+     "matmul: use_smem_epilogue must be true or false"),
+    (MATMUL + "stages=true)\n}\n", 7, 17, "matmul: stages must be an integer"),
+    (MATMUL + "splitk=2.0)\n}\n", 7, 17, "matmul: splitk must be an integer"),
+]
+
+
+@pytest.mark.parametrize("text, line, column, message", SCHEDULE_ERRORS)
+def test_rebinding_an_axis_and_matmul_parameter_types(text, line, column, message):
+    check(text, line, column, message)
+
+
+def test_binding_an_axis_to_its_own_type_again_is_fine():
+    fusion = fuserir.parse(schedule("y.parallelize(0, BIDx)", "y.parallelize(0, BIDx)"))
+    assert [a.parallel.value for a in fusion.outputs[0].loop] == ["BIDx", "serial"]

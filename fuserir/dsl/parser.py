@@ -132,6 +132,10 @@ _CONSTANT_KINDS = {
     "map": ("a map {old: new} of axis numbers",
             lambda v: isinstance(v, dict) and all(map(_is_int, [*v, *v.values()]))),
 }
+# MatmulParams fields whose value is true/false, and those that are integers.
+_MATMUL_BOOL_FIELDS = ("use_smem_epilogue", "promote_prologue_smem_reuse",
+                       "async_gmem_load_operands")
+_MATMUL_INT_FIELDS = ("stages", "splitk_factor")
 
 
 def _tensors(fusion):
@@ -507,7 +511,7 @@ class _Builder:
                          f"{', '.join(SCHEDULERS)}", name)
 
     def matmul_scheduler(self, name, args):
-        from ..scheduler.matmul import params_from_keys, schedule_matmul
+        from ..scheduler.matmul import SHORT_KEYS, params_from_keys, schedule_matmul
         keys = {}
         for arg in args:
             if arg.data != "keyword":
@@ -521,6 +525,11 @@ class _Builder:
                                  "or a list)", node)
             if str(key) in keys:
                 raise self.error(f"matmul got argument '{key}' twice", key)
+            field = SHORT_KEYS.get(str(key), str(key))
+            if field in _MATMUL_BOOL_FIELDS and not isinstance(value, bool):
+                raise self.error(f"matmul: {key} must be true or false", node)
+            if field in _MATMUL_INT_FIELDS and not _is_int(value):
+                raise self.error(f"matmul: {key} must be an integer", node)
             keys[str(key)] = (value, key)
         with self.located(name):
             params = params_from_keys({k: v for k, (v, _) in keys.items()},
