@@ -14,6 +14,16 @@ class FusionError(FuserirError):
     """An ill-formed fusion definition: dtype or shape mismatch, bad axis, wrong arity."""
 
 
+class LiteralError(FusionError):
+    """A number that cannot take the dtype it would have (a literal operand of fuserir.ops).
+    `argument` names the operand it was passed as ("a", "b"), so that the DSL can point at
+    the literal rather than at the operator."""
+
+    def __init__(self, message, argument=None):
+        super().__init__(message)
+        self.argument = argument
+
+
 class ScheduleError(FuserirError):
     """An illegal scheduling transform; the message names the tensor and the axis."""
 
@@ -38,6 +48,9 @@ class DslError(FuserirError):
             return f"{self.filename}: {self.message}"
         text = f"{self.filename}:{self.line}:{self.column}: {self.message}"
         if self.source_line is not None:
-            caret = " " * (max(self.column, 1) - 1) + "^"
+            # the caret line copies the tabs before the column, so the caret lines up
+            before = self.source_line[:max(self.column, 1) - 1]
+            caret = "".join(c if c == "\t" else " " for c in before)
+            caret += " " * (max(self.column, 1) - 1 - len(before)) + "^"
             text += f"\n    {self.source_line}\n    {caret}"
         return text

@@ -3,16 +3,18 @@
 Each builder checks its operands (types, ranks, extents), computes the result's dtype and
 root domain, and registers the expression in the operands' fusion. Python numbers are
 literals: a literal takes the dtype of the tensor operand beside it, and one that the dtype
-cannot hold (2.5 as i32) is an error, never a silent truncation.
+cannot hold (2.5 as i32; 1e39 or 1e-50 as f32, which would round to inf or 0) is an error,
+never a silent truncation.
 """
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from . import dtypes
 from .dtypes import DataType
-from .errors import FusionError
+from .errors import FusionError, LiteralError
 from .ir.exprs import (ARITH_BINARY_OPS, COMPARE_OPS, FLOAT_UNARY_OPS, LAYOUTS, UNARY_OPS,
                        BinaryOp, BroadcastOp, CastOp, LoadStoreOp, MatmulOp, ReductionOp,
                        UnaryOp, WhereOp)
@@ -42,37 +44,51 @@ def _new_tensor(fusion, dtype, root):
     return tv
 
 
-def _literal(op, value, dtype, beside):
+def _shown(value):
+    """A literal as messages show it: a long integer shortened."""
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}...{text[-6:]} ({len(text)} characters)"
+
+
+def _literal(op, value, dtype, beside, argument):
+    """The Scalar a number `value` passed as operand `argument` of `op` becomes: it takes
+    `dtype` (that of the tensor `beside` it). A value the dtype cannot hold is a
+    LiteralError: a fraction or nan for an integer dtype, an integer out of range, a finite
+    float that rounds to infinity (overflow) or a nonzero one that rounds to 0 (underflow).
+    Rounding to the nearest value of the dtype is what a literal means, not an error."""
     if isinstance(value, Scalar):
         return value
     if not isinstance(value, (bool, int, float)):
         raise FusionError(f"{op}: operand {value!r} is neither a tensor nor a number")
+    target = f"the dtype {dtype} of {beside}"
     if isinstance(value, bool) and dtype is not DataType.bool:
-        raise FusionError(f"{op}: literal {'true' if value else 'false'} cannot take the "
-                          f"dtype {dtype} of {beside}; write 1 or 0")
+        raise LiteralError(f"{op}: literal {'true' if value else 'false'} cannot take "
+                           f"{target}; write 1 or 0", argument)
+    shown = _shown(value)
     if dtype is DataType.bool:
         if not isinstance(value, bool) and value not in (0, 1):
-            raise FusionError(f"{op}: literal {value} cannot take the dtype bool of {beside}")
+            raise LiteralError(f"{op}: literal {shown} cannot take {target}", argument)
         return Scalar(bool(value), dtype)
     if dtype.is_int:
         info = np.iinfo(dtype.numpy)
         if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-            raise FusionError(f"{op}: literal {value} cannot take the dtype {dtype} of "
-                              f"{beside}")
+            raise LiteralError(f"{op}: literal {shown} cannot take {target}", argument)
         if not info.min <= value <= info.max:
-            raise FusionError(f"{op}: literal {value} is out of range for the dtype {dtype} "
-                              f"of {beside}")
+            raise LiteralError(f"{op}: literal {shown} is out of range for {target}", argument)
         return Scalar(int(value), dtype)
     if isinstance(value, float) and not math.isfinite(value):
         return Scalar(value, dtype)  # inf and nan mean what they say
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", under="ignore"):
         try:
-            fits = bool(np.isfinite(np.float64(value).astype(dtype.numpy)))
+            rounded = np.float64(value).astype(dtype.numpy)
         except OverflowError:  # an integer beyond even f64
-            fits = False
-    if not fits:
-        raise FusionError(f"{op}: literal {value} is out of range for the dtype {dtype} of "
-                          f"{beside}")
+            rounded = None
+    if rounded is None or not np.isfinite(rounded):
+        raise LiteralError(f"{op}: literal {shown} is out of range for {target}", argument)
+    if rounded == 0 and value != 0:
+        tiny = float(ml_dtypes.finfo(dtype.numpy).smallest_subnormal)
+        raise LiteralError(f"{op}: literal {shown} underflows to 0 in {target} (its smallest "
+                           f"nonzero magnitude is {tiny:.3g})", argument)
     return Scalar(float(value), dtype)
 
 
@@ -149,9 +165,9 @@ def _binary(op, a, b):
     ta = a if isinstance(a, TensorView) else None
     tb = b if isinstance(b, TensorView) else None
     if ta is None:
-        a = _literal(op, a, tb.dtype, tb.name)
+        a = _literal(op, a, tb.dtype, tb.name, "a")
     if tb is None:
-        b = _literal(op, b, ta.dtype, ta.name)
+        b = _literal(op, b, ta.dtype, ta.name, "b")
     in_dtype = dtypes.promote(a.dtype, b.dtype)
     if op == "div" and in_dtype.is_int and isinstance(b, Scalar) and b.value == 0:
         raise FusionError(f"div: {ta.name} / 0: integer division of {ta.name} "
@@ -189,9 +205,9 @@ def where(cond, a, b):
         raise FusionError("where: at least one of the two value operands must be a tensor")
     dtype = values[0].dtype if len(values) == 1 else dtypes.promote(a.dtype, b.dtype)
     if not isinstance(a, TensorView):
-        a = _literal("where", a, dtype, values[0].name)
+        a = _literal("where", a, dtype, values[0].name, "a")
     if not isinstance(b, TensorView):
-        b = _literal("where", b, dtype, values[0].name)
+        b = _literal("where", b, dtype, values[0].name, "b")
     fusion, _, root = _pointwise("where", [cond] + values)
     out = _new_tensor(fusion, dtype, root)
     fusion.add_expr(WhereOp(cond, a, b, out))

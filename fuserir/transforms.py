@@ -151,10 +151,19 @@ def reorder(tv, mapping):
     tv.loop = [a if a is not None else next(rest) for a in order]
 
 
+def _not_bound(op, tv, p, axis, ptype):
+    """One parallel type per axis: a second one would silently override the first."""
+    old = tv.loop[p].parallel
+    if old is not ParallelType.serial and old is not ptype:
+        raise ScheduleError(f"{op}: axis {axis} of {tv.name} is already parallelized as "
+                            f"{old.value}; it cannot also be {ptype.value}")
+
+
 def parallelize(tv, axis, ptype):
     _not_input("parallelize", tv)
     p = _axis("parallelize", tv, axis)
     ptype = _ptype("parallelize", ptype)
+    _not_bound("parallelize", tv, p, axis, ptype)
     if ptype is ParallelType.vectorize:
         vectorize(tv, p)
         return
@@ -170,6 +179,7 @@ def parallelize(tv, axis, ptype):
 def vectorize(tv, axis):
     _not_input("vectorize", tv)
     p = _axis("vectorize", tv, axis)
+    _not_bound("vectorize", tv, p, axis, ParallelType.vectorize)
     a = tv.loop[p]
     where = f"(tensor {tv.name}, axis {axis})"
     if p != tv.ndim - 1:

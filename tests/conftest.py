@@ -1,7 +1,9 @@
-"""Shared helpers for the IR-core tests: dtypes, random host arrays, tolerances, and an
-independent model of the split/merge index algebra."""
+"""Shared helpers for the IR-core tests: dtypes, random host arrays, tolerances, an
+independent model of the split/merge index algebra, and a shallow stack for depth tests."""
 
+import sys
 import zlib
+from contextlib import contextmanager
 
 import ml_dtypes
 import numpy as np
@@ -288,3 +290,19 @@ def _from_broadcast(axis):
     d = axis.definition
     inputs = [] if d is None else [d.input] if isinstance(d, Split) else [d.outer, d.inner]
     return any(_from_broadcast(i) for i in inputs)
+
+
+@contextmanager
+def shallow_stack(frames):
+    """Run with room for only `frames` more Python frames than the caller has, so that a
+    walk recursing once per level of its input fails at a few hundred levels (the depth
+    tests of the DSL, tests/test_dsl_depth.py and tests/dsl_fuzz.py)."""
+    depth, frame = 0, sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(depth + frames)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(previous)

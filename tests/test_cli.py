@@ -30,6 +30,9 @@ BAD = "fusion f(x: f32[N]) {\n  y = frobnicate(x)\n  output y\n}\n"
 TIDY_REDUCTION = ("fusion f(x: f32[M, N]) {\n  s = sum(x, axes=[1])\n  output s\n}\n"
                   "schedule f {\n  s.parallelize(0, BIDx)\n  s.parallelize(1, TIDz)\n}\n")
 ENV_VARS = ("FUSERIR_DUMP", "FUSERIR_DUMP_AFTER", "FUSERIR_TRACEBACK")
+# issue 14: a 300-term sum (the parser used to recurse per term) and a file in Latin-1
+DEEP = "fusion deep(x: f32[N]) {\n  y = " + " + ".join(["x"] * 300) + "\n  output y\n}\n"
+LATIN1 = "fusion f(x: f32[N]) {\n  y = x + 1  # café\n  output y\n}\n".encode("latin-1")
 
 
 def fuserir(*args, cwd=None, env=None, module=True):
@@ -74,8 +77,11 @@ def write(directory, name, text):
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fz")
-    for name, text in (("two.fz", TWO), ("bad.fz", BAD), ("tidy.fz", TIDY_REDUCTION)):
+    for name, text in (("two.fz", TWO), ("bad.fz", BAD), ("tidy.fz", TIDY_REDUCTION),
+                       ("deep.fz", DEEP)):
         write(tmp, name, text)
+    (tmp / "latin1.fz").write_bytes(LATIN1)
+    (tmp / "bom.fz").write_bytes(b"\xef\xbb\xbf" + TWO.split("fusion b")[0].encode())
 
     def go(spec):
         args, env, cwd = spec
@@ -499,6 +505,14 @@ ERRORS = [
     (("eval", "softmax.fz", "--size", "M"), None, "--size: expected NAME=VALUE, got 'M'"),
     (("eval", "softmax.fz", "--size", "M=x"), None, "--size: M must be an integer, got 'x'"),
     (("eval", "softmax.fz", "--size", "M=0"), None, "--size: M must be >= 1, got 0"),
+    (("eval", "softmax.fz", "--size", "M=99999999999999999999"), None,
+     "--size: M=99999999999999999999 does not fit in 64 bits (at most 9223372036854775807)"),
+    (("check", "softmax.fz", "--size", "N=99999999999999999999"), None,
+     "--size: N=99999999999999999999 does not fit in 64 bits (at most 9223372036854775807)"),
+    (("eval", "softmax.fz", "--size", "M=1e3"), None, "--size: M must be an integer, got '1e3'"),
+    (("eval", "softmax.fz", "--size", "M=9999999999999"), None,
+     "--size: input x is f32[9999999999999, 19] at M=9999999999999, N=19: 189999999999981 "
+     "elements (759999999999924 bytes), too many to allocate here"),
     (("eval", "softmax.fz", "--size", "Q=4"), None,
      "--size: fusion softmax has no size named Q"),
     (("check", "splitk_tiled.fz", "--size", "Q=4"), None,
@@ -573,6 +587,33 @@ def test_dsl_error_reports_location_and_caret(ran, name):
     assert lines[1].strip() == "y = frobnicate(x)" and lines[2].strip() == "^"
 
 
+command("latin1-parse", "parse", "{tmp}/latin1.fz")
+command("latin1-check", "check", "{tmp}/latin1.fz")
+command("bom-parse", "parse", "{tmp}/bom.fz")
+command("deep-parse", "parse", "{tmp}/deep.fz")
+command("deep-eval", "eval", "{tmp}/deep.fz", "--size", "N=4", "--json")
+
+
+@pytest.mark.parametrize("name", ["latin1-parse", "latin1-check"])
+def test_a_file_that_is_not_utf8_is_a_located_error(ran, name):
+    result = ran[name]
+    assert result.returncode == 1
+    assert result.stderr == (f"fuserir: error: {ran['tmp'] / 'latin1.fz'}:2:19: invalid "
+                             "UTF-8 (byte 0xe9); a DSL file is UTF-8 text\n"
+                             "      y = x + 1  # caf\ufffd\n"
+                             f"    {' ' * 18}^\n")
+
+
+def test_a_byte_order_mark_is_allowed(ran):
+    assert ok(ran["bom-parse"]) == "fusion a(x: f32[N]) {\n  y = x * 2.0\n  output y\n}\n"
+
+
+def test_a_long_sum_parses_prints_and_evaluates(ran):
+    assert ok(ran["deep-parse"]) == DEEP
+    report = json.loads(ok(ran["deep-eval"]))
+    assert report["deep"]["outputs"]["y"]["shape"] == [4]
+
+
 command("two-pick", "dump", "{tmp}/two.fz", "--fusion", "b", "--stage", "fusion")
 command("tidy-placed", "dump", "{tmp}/tidy.fz", "--after", "inline_defaults")
 
@@ -591,3 +632,15 @@ def test_matmul_schedule_statement_errors_are_located(tmp_path):
     assert result.returncode == 1
     assert f"{seed}:7:45:" in result.stderr and "matmul has no parameter 'warps'" in \
         result.stderr
+
+
+def test_running_out_of_host_memory_is_a_usage_error(monkeypatch, capsys):
+    from fuserir import cli
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(cli.basic, "evaluate", exhausted)
+    assert cli.main(["eval", str(SOFTMAX)]) == 1
+    assert capsys.readouterr().err == ("fuserir: error: out of host memory (are the sizes, "
+                                       "--size, too large?)\n")

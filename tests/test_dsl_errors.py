@@ -1,6 +1,8 @@
 """Every DSL error path: a DslError whose text is `file:line:col: message`, the offending
 line and a caret under the column; never a traceback from lark or the IR."""
 
+import ml_dtypes
+import numpy as np
 import pytest
 
 import fuserir
@@ -146,7 +148,7 @@ STATEMENTS = [
      "'true' is a reserved word and cannot name a tensor"),
     ("fusion f(inf: f32[N]) {\n  y = relu(inf)\n  output y\n}\n", 1, 10,
      "'inf' is a reserved word and cannot name a tensor"),
-    (HEADER + "  y = x + true\n  output y\n}\n", 2, 9,
+    (HEADER + "  y = x + true\n  output y\n}\n", 2, 11,
      "add: literal true cannot take the dtype f32 of x; write 1 or 0"),
     (HEADER + "  y = relu(x)\n  y = exp(x)\n  output y\n}\n", 3, 3, "duplicate name 'y'"),
     (HEADER + "  x = relu(x)\n  output x\n}\n", 2, 3,
@@ -206,7 +208,7 @@ def test_empty_text_has_no_line_to_show():
 IR_ERRORS = [
     (HEADER + "  y = x + b\n  output y\n}\n", 2, 9, FusionError,
      "add: operand ranks differ (x has 2, b has 1); broadcast the smaller operand first"),
-    ("fusion f(i: i32[N]) {\n  y = i * 2.5\n  output y\n}\n", 2, 9, FusionError,
+    ("fusion f(i: i32[N]) {\n  y = i * 2.5\n  output y\n}\n", 2, 11, FusionError,
      "mul: literal 2.5 cannot take the dtype i32 of i"),
     (HEADER + "  y = -(x < 1)\n  output y\n}\n", 2, 7, FusionError,
      "neg: operand t2 is bool; cast it first"),
@@ -254,3 +256,196 @@ IR_ERRORS = [
 def test_ir_errors_are_located_at_the_offending_call(text, line, column, kind, message):
     error = check(text, line, column, message)
     assert isinstance(error.__cause__, kind) and str(error.__cause__) == message
+
+
+# -- issue 14: line breaks, odd characters, unfinished expressions, files ------------------
+
+OUT = "\n  output y\n}\n"
+
+LINE_BREAKS = ["\x0c", "\x0b", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\r"]
+
+
+@pytest.mark.parametrize("char", LINE_BREAKS, ids=[f"U+{ord(c):04X}" for c in LINE_BREAKS])
+def test_line_breaks_python_counts_but_the_grammar_does_not(char):
+    """str.splitlines breaks lines at these characters; lark (and so every line number)
+    does not. The line under the error is the one its number names, the character shown
+    as a space."""
+    text = HEADER + f"  # a comment{char}that goes on\n  y = relu(q)  # and{char}on\n" \
+        "  output y\n}\n"
+    error = parse_error(text)
+    assert str(error) == ("t.fz:3:12: unknown tensor 'q'\n"
+                          "      y = relu(q)  # and on\n"
+                          f"    {' ' * 11}^")
+
+
+def test_windows_line_endings_and_tabs():
+    error = parse_error((HEADER + "\ty = relu(q)" + OUT).replace("\n", "\r\n"))
+    assert str(error) == "t.fz:2:11: unknown tensor 'q'\n    \ty = relu(q)\n    \t         ^"
+
+
+ODD_CHARACTERS = [
+    ("\x0c", "U+000C"), ("\u2028", "U+2028 (LINE SEPARATOR)"), ("\x00", "U+0000"),
+    ("\u00a0", "U+00A0 (NO-BREAK SPACE)"), ("\ufeff", "U+FEFF (ZERO WIDTH NO-BREAK SPACE)"),
+    ("é", "'é'"), ("😀", "'😀'"),
+]
+
+
+@pytest.mark.parametrize("char, shown", ODD_CHARACTERS)
+def test_an_odd_character_outside_a_comment_is_named(char, shown):
+    text = HEADER + f"  y = relu(x){char}" + OUT
+    error = parse_error(text)
+    assert (error.line, error.column) == (2, 14)
+    assert error.message == f"unexpected character {shown}"
+    assert error.source_line == "  y = relu(x)" + (char if char.isprintable() else " ")
+
+
+UNFINISHED = [  # an expression cut at the end of a line: reported there, not lines later
+    (HEADER + "  y = x +\n  output y\n}\n", 2, 10,
+     "unexpected end of expression after '+': expected an operand, found 'output' on line 3"),
+    (HEADER + "  y = relu(x) *\n}\n", 2, 16,
+     "unexpected end of expression after '*': expected an operand, found '}' on line 3"),
+    (HEADER + "  y = x -\n  z = relu(x)\n  output z\n}\n", 2, 10,
+     "unexpected end of expression after '-': expected an operand, found 'z =' (the next "
+     "statement) on line 3"),
+    (HEADER + "  y = x <\n\n  # more\n  output y\n}\n", 2, 10,
+     "unexpected end of expression after '<': expected an operand, found 'output' on line 5"),
+    (HEADER + "  y = x /", 2, 10,
+     "unexpected end of expression after '/': expected an operand, found end of input"),
+    (HEADER + "  y =\n  output y\n}\n", 2, 6,
+     "unexpected end of statement after '=': expected an expression, found 'output' on "
+     "line 3"),
+    (HEADER + "  y = x + }\n", 2, 11, "unexpected '}', expected an expression"),
+    (HEADER + "  y = x + output\n}\n", 2, 11, "unexpected 'output', expected an expression"),
+]
+
+
+@pytest.mark.parametrize("text, line, column, message", UNFINISHED)
+def test_an_unfinished_expression_is_reported_where_it_ends(text, line, column, message):
+    check(text, line, column, message)
+
+
+def test_an_expression_may_still_continue_on_the_next_line():
+    fusion = fuserir.parse(HEADER + "  y = x +\n    relu(x)" + OUT)
+    assert [e.op for e in fusion.exprs] == ["relu", "add"]
+
+
+def test_parse_file_locates_a_byte_that_is_not_utf8(tmp_path):
+    path = tmp_path / "latin1.fz"
+    path.write_bytes((HEADER + "  y = relu(x)  # \xe9t\xe9" + OUT).encode("latin-1"))
+    with pytest.raises(DslError) as caught:
+        fuserir.dsl.parse_file(path)
+    assert str(caught.value) == (f"{path}:2:18: invalid UTF-8 (byte 0xe9); a DSL file is UTF-8 "
+                                 "text\n      y = relu(x)  # \ufffdt\ufffd\n    " + " " * 17 + "^")
+
+
+def test_parse_file_reads_utf8_with_or_without_a_byte_order_mark(tmp_path):
+    for name, prefix in (("plain.fz", b""), ("bom.fz", b"\xef\xbb\xbf")):
+        path = tmp_path / name
+        path.write_bytes(prefix + (HEADER + "  y = relu(x)  # café" + OUT).encode())
+        assert fuserir.dsl.parse_file(path).outputs[0].name == "y"
+
+
+# -- issue 14: a literal that overflows or underflows its dtype ----------------------------
+
+F16 = "fusion f(x: f32[N], h: f16[N], g: bf16[N], c: bool[N]) {\n"
+TOO_BIG = "is out of range for every dtype (f64, the widest, holds at most 1.798e+308)"
+I64 = "does not fit in 64 bits (at most 9223372036854775807)"
+
+LITERALS = [  # a literal that overflows or underflows its dtype is refused, at the literal
+    (F16 + "  y = x * 1e400" + OUT, 2, 11, f"literal 1e400 {TOO_BIG}"),
+    (F16 + "  y = 1e400 + x" + OUT, 2, 7, f"literal 1e400 {TOO_BIG}"),
+    (F16 + "  y = x + 1e-400" + OUT, 2, 11,
+     "literal 1e-400 underflows to 0 in every dtype (the smallest nonzero f64 is 5e-324)"),
+    (F16 + "  y = x + 1e39" + OUT, 2, 11,
+     "add: literal 1e+39 is out of range for the dtype f32 of x"),
+    (F16 + "  y = 1e39 * x" + OUT, 2, 7,
+     "mul: literal 1e+39 is out of range for the dtype f32 of x"),
+    (F16 + "  y = x / 1e-50" + OUT, 2, 11, "div: literal 1e-50 underflows to 0 in the dtype "
+     "f32 of x (its smallest nonzero magnitude is 1.4e-45)"),
+    (F16 + "  y = 1e-50 - x" + OUT, 2, 7, "sub: literal 1e-50 underflows to 0 in the dtype "
+     "f32 of x (its smallest nonzero magnitude is 1.4e-45)"),
+    (F16 + "  y = x < 1e39" + OUT, 2, 11,
+     "lt: literal 1e+39 is out of range for the dtype f32 of x"),
+    (F16 + "  y = maximum(x, 1e39)" + OUT, 2, 18,
+     "maximum: literal 1e+39 is out of range for the dtype f32 of x"),
+    (F16 + "  y = where(c, 1e-50, x)" + OUT, 2, 16, "where: literal 1e-50 underflows to 0 in "
+     "the dtype f32 of x (its smallest nonzero magnitude is 1.4e-45)"),
+    (F16 + "  y = where(c, x, -1e39)" + OUT, 2, 19,
+     "where: literal -1e+39 is out of range for the dtype f32 of x"),
+    (F16 + "  y = h * 1e-8" + OUT, 2, 11, "mul: literal 1e-08 underflows to 0 in the dtype "
+     "f16 of h (its smallest nonzero magnitude is 5.96e-08)"),
+    (F16 + "  y = h + 70000" + OUT, 2, 11,
+     "add: literal 70000 is out of range for the dtype f16 of h"),
+    (F16 + "  y = x + 1" + "0" * 400 + OUT, 2, 11,
+     f"literal 10000000000000000000...00000000 (401 characters) {TOO_BIG}"),
+    (F16 + "  y = x + 1" + "0" * 300 + OUT, 2, 11, "add: literal 100000000000...000000 "
+     "(301 characters) is out of range for the dtype f32 of x"),
+    ("fusion f(x: f32[99999999999999999999]) {\n  y = relu(x)" + OUT, 1, 17,
+     f"input x: dimension 99999999999999999999 {I64}"),
+    (BODY + "schedule f {\n  y.split(0, 9223372036854775808)\n}\n", 6, 14,
+     f"integer 9223372036854775808 {I64}"),
+    (BODY + "schedule f {\n  scalar(s, default=99999999999999999999)\n}\n", 6, 21,
+     f"integer 99999999999999999999 {I64}"),
+]
+
+
+@pytest.mark.parametrize("text, line, column, message", LITERALS)
+def test_literals_that_overflow_or_underflow_are_errors_at_the_literal(text, line, column,
+                                                                       message):
+    check(text, line, column, message)
+
+
+def literals(fusion):
+    return [(v.value, str(v.dtype)) for e in fusion.exprs for v in e.inputs
+            if isinstance(v, fuserir.ir.tensor.Scalar)]
+
+
+def test_zero_and_subnormal_literals_are_accepted():
+    assert literals(fuserir.parse(F16 + "  y = x * 0.000000e-999 + 1" + OUT)) == \
+        [(0.0, "f32"), (1.0, "f32")]
+    fusion = fuserir.parse(F16 + "  y = g * 1e-8 + x * 1e-40 + h * 6e-8" + OUT)
+    assert literals(fusion) == [(1e-8, "bf16"), (1e-40, "f32"), (6e-8, "f16")]
+    zero = np.zeros(2, np.float32)
+    got = fuserir.evaluate(fusion, {"x": zero + 1, "h": (zero + 1).astype(np.float16),
+                                    "g": (zero + 1).astype(ml_dtypes.bfloat16),
+                                    "c": zero > 0})["y"]
+    expected = (np.float32(ml_dtypes.bfloat16(1e-8)) + np.float32(1e-40)
+                + np.float32(np.float16(6e-8)))
+    np.testing.assert_array_equal(got, expected)
+    assert expected > np.float32(ml_dtypes.bfloat16(1e-8))
+
+
+# -- issue 14: one parallel type per axis; matmul parameters of the right type -------------
+
+MATMUL = ("fusion f(A: f16[M, K], B: f16[K, N]) {\n  acc = matmul(A, B)\n"
+          "  out = cast(acc, f16)\n  output out\n}\nschedule f {\n  matmul(")
+SCHEDULE_ERRORS = [
+    (schedule("y.parallelize(0, TIDx)", "y.parallelize(0, BIDx)"), 7, 3,
+     "parallelize: axis 0 of y is already parallelized as TIDx; it cannot also be BIDx"),
+    (schedule("y.parallelize(-1, unroll)", "y.parallelize(1, serial)"), 7, 3,
+     "parallelize: axis 1 of y is already parallelized as unroll; it cannot also be serial"),
+    (schedule("y.split(1, 4)", "y.parallelize(2, TIDx)", "y.vectorize(2)"), 8, 3,
+     "vectorize: axis 2 of y is already parallelized as TIDx; it cannot also be vectorize"),
+    (HEADER + "  t = exp(x)\n  y = relu(t)" + OUT + "schedule f {\n  y.parallelize(0, BIDx)\n"
+     "  t.compute_at(y, 1)\n  t.parallelize(0, TIDx)\n}\n", 9, 3,
+     "parallelize: axis 0 of t is already parallelized as BIDx; it cannot also be TIDx"),
+    (MATMUL + "smem_epilogue=1)\n}\n", 7, 24, "matmul: smem_epilogue must be true or false"),
+    (MATMUL + "async_gmem_load_operands=0)\n}\n", 7, 35,
+     "matmul: async_gmem_load_operands must be true or false"),
+    (MATMUL + "promote_prologue_smem_reuse=\"yes\")\n}\n", 7, 38,
+     "matmul: promote_prologue_smem_reuse must be true or false"),
+    (MATMUL + "use_smem_epilogue=1.0)\n}\n", 7, 28,
+     "matmul: use_smem_epilogue must be true or false"),
+    (MATMUL + "stages=true)\n}\n", 7, 17, "matmul: stages must be an integer"),
+    (MATMUL + "splitk=2.0)\n}\n", 7, 17, "matmul: splitk must be an integer"),
+]
+
+
+@pytest.mark.parametrize("text, line, column, message", SCHEDULE_ERRORS)
+def test_rebinding_an_axis_and_matmul_parameter_types(text, line, column, message):
+    check(text, line, column, message)
+
+
+def test_binding_an_axis_to_its_own_type_again_is_fine():
+    fusion = fuserir.parse(schedule("y.parallelize(0, BIDx)", "y.parallelize(0, BIDx)"))
+    assert [a.parallel.value for a in fusion.outputs[0].loop] == ["BIDx", "serial"]

@@ -258,10 +258,33 @@ def test_parallelize_sets_types():
     assert [a.parallel for a in y.loop] == [P.BIDx, P.TIDx, P.unroll]
     assert str(y.loop[0]) == "iBIDx{8}"
     y.parallelize(1, "TIDx")  # again on the same axis: fine
-    y.parallelize(0, "serial")
-    assert [a.parallel for a in y.loop] == [P.serial, P.TIDx, P.unroll]
-    y.parallelize(-3, "unroll")  # unroll is no index: two axes may have it
-    assert [a.parallel for a in y.loop] == [P.unroll, P.TIDx, P.unroll]
+    y.parallelize(0, "BIDx")
+    assert [a.parallel for a in y.loop] == [P.BIDx, P.TIDx, P.unroll]
+    _, _, z = pointwise((8, 64, 4))
+    z.parallelize(0, "unroll")
+    z.parallelize(-1, "unroll")  # unroll is no index: two axes may have it
+    assert [a.parallel for a in z.loop] == [P.unroll, P.serial, P.unroll]
+
+
+@pytest.mark.parametrize("first, second", [("TIDx", "BIDx"), ("BIDx", "serial"),
+                                           ("unroll", "TIDy"), ("TIDx", "vectorize")])
+def test_parallelizing_an_axis_twice_is_an_error(first, second):
+    # issue 14: the second call used to override the first silently
+    _, _, y = pointwise((8, 64, 4))
+    y.parallelize(-1, first)
+    with pytest.raises(ScheduleError) as caught:
+        y.parallelize(-1, second)
+    assert str(caught.value) == (f"parallelize: axis -1 of y is already parallelized as "
+                                 f"{first}; it cannot also be {second}")
+    assert y.loop[-1].parallel is P(first)
+
+
+def test_vectorizing_a_bound_axis_is_an_error():
+    _, _, y = pointwise((8, 64, 4))
+    y.parallelize(2, "TIDx")
+    with pytest.raises(ScheduleError, match=r"^vectorize: axis 2 of y is already parallelized "
+                                            r"as TIDx; it cannot also be vectorize$"):
+        y.vectorize(2)
 
 
 def test_parallelize_errors():

@@ -70,6 +70,10 @@ def main(argv=None):
         print(f"fuserir: error: cannot read {error.filename}: {error.strerror}",
               file=sys.stderr)
         return 1
+    except MemoryError:
+        print("fuserir: error: out of host memory (are the sizes, --size, too large?)",
+              file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # noqa: BLE001 - never a traceback unless asked for

@@ -1,6 +1,7 @@
 """What the subcommands share: sizes, random inputs, loading fusions, the GPU, hazards."""
 
 import functools
+import math
 
 from ..dsl import parse_file
 from ..ir import extent as ext
@@ -8,6 +9,7 @@ from ..ir.iterdomain import Split, history
 
 DEFAULT_SIZE = 19          # an odd size with no tile: exercises remainders
 DEFAULT_SCALAR = 3         # a named split factor nobody bound
+SIZE_MAX = 2 ** 63 - 1     # a size or run-time scalar is a 64-bit integer
 SM90_OPTIN_SHARED = 227 * 1024
 # Shared memory per block after opt-in, by architecture (CUDA programming guide, table of
 # technical specifications): used only where no GPU answers the question.
@@ -32,11 +34,13 @@ def parse_sizes(text):
         name = name.strip()
         if not sep or not name.isidentifier():
             raise UsageError(f"--size: expected NAME=VALUE, got {item!r}")
-        try:
-            sizes[name] = int(value)
-        except ValueError:
-            raise UsageError(f"--size: {name} must be an integer, got {value.strip()!r}") \
-                from None
+        value = value.strip()
+        if not value.isascii() or not value.lstrip("+-").isdigit():
+            raise UsageError(f"--size: {name} must be an integer, got {value!r}")
+        if len(value.lstrip("+-0")) > len(str(SIZE_MAX)) or int(value) > SIZE_MAX:
+            raise UsageError(f"--size: {name}={value} does not fit in 64 bits (at most "
+                             f"{SIZE_MAX})")
+        sizes[name] = int(value)
         if sizes[name] < 1:
             raise UsageError(f"--size: {name} must be >= 1, got {sizes[name]}")
     return sizes
@@ -86,17 +90,26 @@ def random_inputs(fusion, sizes, rng, integer_valued=False):
     inputs = {}
     for tv in fusion.inputs:
         shape = [ext.evaluate(e, sizes) for e in tv.shape]
-        if tv.dtype.is_float:
-            if integer_valued:
-                array = rng.integers(-4, 5, shape).astype(tv.dtype.numpy)
-            else:
-                array = rng.standard_normal(shape).astype(tv.dtype.numpy)
-        elif tv.dtype.is_int:
-            array = rng.integers(-8, 8, shape).astype(tv.dtype.numpy)
-        else:
-            array = rng.integers(0, 2, shape).astype(bool)
-        inputs[tv.name] = array
+        try:
+            inputs[tv.name] = _random_array(tv, shape, rng, integer_valued)
+        except (MemoryError, ValueError):  # numpy: "Maximum allowed dimension exceeded"
+            elements = math.prod(shape)
+            dims = ", ".join(map(str, shape))
+            raise UsageError(f"--size: input {tv.name} is {tv.dtype}[{dims}] at "
+                             f"{format_sizes(sizes)}: {elements} elements "
+                             f"({elements * tv.dtype.itemsize} bytes), too many to allocate "
+                             "here") from None
     return inputs
+
+
+def _random_array(tv, shape, rng, integer_valued):
+    if tv.dtype.is_float:
+        if integer_valued:
+            return rng.integers(-4, 5, shape).astype(tv.dtype.numpy)
+        return rng.standard_normal(shape).astype(tv.dtype.numpy)
+    if tv.dtype.is_int:
+        return rng.integers(-8, 8, shape).astype(tv.dtype.numpy)
+    return rng.integers(0, 2, shape).astype(bool)
 
 
 def named_scalars(fusion, sizes):

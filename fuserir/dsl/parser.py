@@ -1,13 +1,20 @@
 """The DSL parser: text -> Fusion, with the file's schedule blocks applied.
 
-lark turns the text into a syntax tree (grammar.lark, LALR); a lark Interpreter then walks
-that tree top-down and builds each fusion through the same calls a Python user makes:
-Fusion.new_input, the builders of fuserir.ops, Fusion.rename, Fusion.add_output and the
-TensorView scheduling methods. Building through the public API is what makes a parsed
-fusion and a Python-built one identical, and lets the IR's own checks (types, shapes,
-legal transforms) do the validating. The parser adds what only it knows: where. Every
-problem, from a stray character to an illegal split, surfaces as one DslError located at
-file:line:col with the offending line and a caret, never as a traceback from lark or the IR.
+lark turns the text into a syntax tree (grammar.lark, LALR; fuserir/dsl/syntax.py turns its
+errors into located ones); this module then walks the tree and builds each fusion through
+the same calls a Python user makes: Fusion.new_input, the builders of fuserir.ops,
+Fusion.rename, Fusion.add_output and the TensorView scheduling methods. Building through
+the public API is what makes a parsed fusion and a Python-built one identical, and lets the
+IR's own checks (types, shapes, legal transforms) do the validating. The parser adds what
+only it knows: where. Every problem, from a stray character to an illegal split, surfaces
+as one DslError located at file:line:col with the offending line and a caret, never as a
+traceback from lark or the IR.
+
+Blocks and statements nest a fixed few levels and are visited directly. Expressions and
+literal arguments nest as deep as the text does, so they are walked without recursion
+(fuserir/dsl/walk.py): each step is a generator that yields its operands, innermost first
+and left to right, which is the order in which the ops are created and structural equality
+compares them.
 
 The grammar knows no names; this module decides what a name means from where it stands:
 a tensor in an expression, a dtype as cast's second argument, a parallel type as
@@ -25,21 +32,17 @@ import contextlib
 import difflib
 import inspect
 import math
-import pathlib
 import re
-
-from lark import Lark
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
-from lark.visitors import Interpreter, v_args
+import sys
 
 from .. import dtypes, ops
-from ..errors import DslError, FusionError, ScheduleError
+from ..errors import FusionError, LiteralError, ScheduleError
 from ..ir.exprs import BINARY_OPS, LAYOUTS, UNARY_OPS
 from ..ir.fusion import Fusion
 from ..ir.iterdomain import ParallelType
 from ..ir.tensor import MemoryType, TensorView
-
-_LARK = Lark.open("grammar.lark", rel_to=__file__, parser="lalr", propagate_positions=True)
+from .syntax import Source, read_file, syntax_tree
+from .walk import run, walk
 
 OPS = {name: getattr(ops, name) for name in UNARY_OPS + BINARY_OPS
        + ("where", "cast", "set", "broadcast", "sum", "max", "matmul")}
@@ -53,6 +56,7 @@ SCHEDULERS = ("matmul", "scalar")
 ANONYMOUS_NAME = re.compile(r"t\d+")  # how fuserir.ops names unnamed tensors
 # Words the grammar gives a meaning of its own: a tensor so named could never be read.
 RESERVED_NAMES = frozenset({"true", "false", "inf", "nan", "output", "fusion", "schedule"})
+INT64_MAX = 2 ** 63 - 1  # integers in a schedule or a shape: sizes, factors, axes
 
 # The kind of value each parameter of an op or scheduling method takes, by its Python
 # name; a parameter not listed takes an expression (a tensor or a number).
@@ -73,91 +77,25 @@ _CHOICES = {
 
 def parse(text, filename="<string>"):
     """Parse DSL text: the Fusion it defines, or {name: Fusion} when it defines several."""
-    source = _Source(text, filename)
-    try:
-        tree = _LARK.parse(text)
-    except UnexpectedInput as error:
-        raise source.error(_describe_syntax_error(error),
-                           *_syntax_error_position(error, source)) from None
-    fusions = _Builder(source).build(tree)
+    source = Source(text, filename)
+    fusions = _Builder(source).build(syntax_tree(text, source))
     return next(iter(fusions.values())) if len(fusions) == 1 else fusions
 
 
 def parse_file(path):
-    """Parse the DSL file at `path`; errors name it as their file."""
-    path = pathlib.Path(path)
-    return parse(path.read_text(), filename=str(path))
+    """Parse the DSL file at `path` (UTF-8); errors name it as their file."""
+    return parse(read_file(path), filename=str(path))
 
 
-class _Source:
-    """The text being parsed, to locate errors in."""
+# -- literals ------------------------------------------------------------------------------
 
-    def __init__(self, text, filename):
-        self.lines = text.splitlines()
-        self.filename = filename
-
-    def error(self, message, line, column):
-        source_line = self.lines[line - 1] if 0 < line <= len(self.lines) else None
-        return DslError(message, self.filename, line, column, source_line)
+_F64_MAX_DIGITS = len(str(int(sys.float_info.max)))  # 309
 
 
-# -- syntax errors -------------------------------------------------------------------------
-
-_EXPRESSION_START = {"NAME", "INT", "FLOAT", "MINUS", "LPAR", "LSQB", "LBRACE", "STRING",
-                     "INF", "NAN", "TRUE", "FALSE"}
-_OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "COMPARE"}
-_TERMINAL_WORDS = {"NAME": "a name", "INT": "an integer", "FLOAT": "a number",
-                   "STRING": "a string", "COMPARE": "a comparison", "$END": "end of input"}
-
-
-def _describe_syntax_error(error):
-    """One line: what was found, and what could have stood there instead."""
-    if isinstance(error, UnexpectedCharacters):
-        return f"unexpected character '{error.char}'"
-    token = None if isinstance(error, UnexpectedEOF) else error.token
-    if token is None or token.type == "$END":
-        found = "end of input"
-    elif token.type == "NAME":
-        found = f"name '{token}'"
-    elif token.type in ("INT", "FLOAT"):
-        found = f"number {token}"
-    else:
-        found = f"'{token}'"
-    accepts = None if isinstance(error, UnexpectedEOF) else error.accepts  # exact, if known
-    expected = _describe_expected(set(accepts or error.expected))
-    return f"unexpected {found}, expected {expected}" if expected else f"unexpected {found}"
-
-
-def _describe_expected(expected):
-    words = []
-    if {"NAME", "INT", "LPAR", "MINUS"} <= expected:
-        words.append("an expression")
-        expected -= _EXPRESSION_START
-    if {"PLUS", "STAR", "COMPARE"} <= expected:
-        words.append("an operator")
-        expected -= _OPERATORS
-    words += sorted(_TERMINAL_WORDS.get(name) or f"'{_LARK.get_terminal(name).pattern.value}'"
-                    for name in expected)
-    if len(words) <= 1:
-        return "".join(words)
-    return ", ".join(words[:-1]) + " or " + words[-1]
-
-
-def _syntax_error_position(error, source):
-    """Where the error is; at the end of the input, just after the last token."""
-    token = getattr(error, "token", None)
-    if token is not None and token.type == "$END" and token.end_line is not None:
-        return token.end_line, token.end_column  # lark gives $END the last token's place
-    line, column = getattr(error, "line", None), getattr(error, "column", None)
-    if not isinstance(line, int) or line < 1:
-        last = source.lines[-1] if source.lines else ""
-        return max(len(source.lines), 1), len(last) + 1
-    return line, column
-
-
-# -- building ------------------------------------------------------------------------------
-
-_rule = v_args(meta=True, inline=True)  # grammar-rule methods get (meta, *children)
+def _shown(text, limit=40):
+    """A literal's text as messages show it: a very long one shortened."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:20]}...{text[-8:]} ({len(text)} characters)"
 
 
 def _position(node):
@@ -194,13 +132,24 @@ _CONSTANT_KINDS = {
     "map": ("a map {old: new} of axis numbers",
             lambda v: isinstance(v, dict) and all(map(_is_int, [*v, *v.values()]))),
 }
+# MatmulParams fields whose value is true/false, and those that are integers.
+_MATMUL_BOOL_FIELDS = ("use_smem_epilogue", "promote_prologue_smem_reuse",
+                       "async_gmem_load_operands")
+_MATMUL_INT_FIELDS = ("stages", "splitk_factor")
 
 
-class _Builder(Interpreter):
+def _tensors(fusion):
+    """The fusion's tensors in creation order (Fusion.tensors sorts them topologically,
+    which costs a sort per call: too slow to call per statement of a long program)."""
+    return [n for n in fusion.graph.nodes if isinstance(n, TensorView)]
+
+
+class _Builder:
     """Builds every fusion of a file, then applies the file's schedule blocks in order.
 
-    The methods named after grammar rules are called by lark's Interpreter; those of
-    expressions return the value computed, a TensorView or a Python number.
+    `statement` dispatches a block or statement node to the method named after its grammar
+    rule. Expressions are walked by `value` (a TensorView or a Python number), literal
+    arguments by `constant`; both run the generator steps named `_<rule>`.
     """
 
     def __init__(self, source):
@@ -214,12 +163,18 @@ class _Builder(Interpreter):
         return self.source.error(message, *_position(node))
 
     @contextlib.contextmanager
-    def located(self, node):
-        """Re-raise the IR's FusionError/ScheduleError as a DslError located at `node`."""
+    def located(self, node, literals=None):
+        """Re-raise the IR's FusionError/ScheduleError as a DslError located at `node`, or
+        a bad literal's error at the literal (`literals`: operand name -> its node)."""
         try:
             yield
+        except LiteralError as error:
+            raise self.error(str(error), (literals or {}).get(error.argument, node)) from error
         except (FusionError, ScheduleError) as error:
             raise self.error(str(error), node) from error
+
+    def statement(self, node):
+        return getattr(self, node.data)(node.meta, *node.children)
 
     def build(self, tree):
         # Fusions first: a schedule block may come before the fusion it schedules.
@@ -234,19 +189,18 @@ class _Builder(Interpreter):
                     raise self.error(f"{duplicate} '{name}' (first at line "
                                      f"{first_lines[name]})", name)
                 first_lines[name] = name.line
-                self.visit(item)
+                self.statement(item)
         if not self.fusions:
             raise self.source.error("no fusion defined; expected `fusion NAME(...) { ... }`",
                                     1, 1)
         return self.fusions
 
     # -- fusion blocks ---------------------------------------------------------------------
-    @_rule
     def fusion_block(self, meta, name, *items):
         self.fusion = self.fusions[str(name)] = Fusion(str(name))
         self.scope = self.scopes[str(name)] = {}
         for item in items:
-            self.visit(item)
+            self.statement(item)
         if not self.fusion.outputs:
             raise self.error(f"fusion '{name}' has no outputs; add `output NAME`", name)
 
@@ -254,17 +208,16 @@ class _Builder(Interpreter):
         if str(name) in RESERVED_NAMES:
             raise self.error(f"'{name}' is a reserved word and cannot name a tensor", name)
 
-    @_rule
     def param(self, meta, name, dtype_name, *dims):
         self.check_not_reserved(name)
         if name in self.scope:
             raise self.error(f"duplicate input '{name}'", name)
         dtype = self.choice("dtype", dtype_name)
-        shape = [int(d) if d.type == "INT" else str(d) for d in dims]
+        shape = [self.int64(d, f"input {name}: dimension") if d.type == "INT" else str(d)
+                 for d in dims]
         with self.located(name):
             self.scope[str(name)] = self.fusion.new_input(str(name), dtype, shape)
 
-    @_rule
     def assign(self, meta, name, expr):
         if name in self.scope:
             if self.scope[name].is_input:
@@ -275,12 +228,11 @@ class _Builder(Interpreter):
             other = expr.children[0]
             raise self.error(f"'{name} = {other}' would only rename {other}; write "
                              f"'{name} = set({other})' to copy it", expr)
-        value = self.visit(expr)
+        value = self.value(expr)
         if not isinstance(value, TensorView):
             raise self.error(f"'{name}' must be computed from a tensor, not a constant", expr)
         self.give_name(value, name, named=not ANONYMOUS_NAME.fullmatch(name))
 
-    @_rule
     def output(self, meta, *names):
         for name in names:
             with self.located(name):
@@ -290,7 +242,7 @@ class _Builder(Interpreter):
         """Rename `tv` and bind it in the scope. An unnamed intermediate nested in an
         expression that happens to hold the name (t3, say) yields it: its name is no one's."""
         self.check_not_reserved(name)
-        for other in self.fusion.tensors:
+        for other in _tensors(self.fusion):
             if other.name == name and other is not tv:
                 if other.is_named or other in self.scope.values():
                     raise self.error(f"duplicate name '{name}'", name)
@@ -300,7 +252,7 @@ class _Builder(Interpreter):
         self.scope[str(name)] = tv
 
     def anonymous_name(self):
-        taken = {t.name for t in self.fusion.tensors}
+        taken = {t.name for t in _tensors(self.fusion)}
         serial = len(taken)
         while f"t{serial}" in taken:
             serial += 1
@@ -312,53 +264,77 @@ class _Builder(Interpreter):
             raise self.error(f"unknown tensor '{name}'{_suggestion(name, self.scope)}", name)
         return self.scope[name]
 
+    # -- literals --------------------------------------------------------------------------
+    def number(self, node):
+        """The value of an integer or real literal node. One that every dtype would make
+        infinite (1e400) or 0 (1e-400) is an error here; ops refuse one that the dtype it
+        takes cannot hold (fuserir.ops._literal)."""
+        token = node.children[0]
+        text = str(token)
+        if node.data == "integer":  # int() of a very long text is slow, so count first
+            fits = len(text.lstrip("0")) <= _F64_MAX_DIGITS and int(text) <= sys.float_info.max
+            value = int(text) if fits else math.inf
+        else:
+            value = float(text)
+        if math.isinf(value):
+            raise self.error(f"literal {_shown(text)} is out of range for every dtype (f64, "
+                             f"the widest, holds at most {sys.float_info.max:.4g})", token)
+        if value == 0 and re.split("[eE]", text)[0].strip("0.") != "":
+            raise self.error(f"literal {_shown(text)} underflows to 0 in every dtype (the "
+                             "smallest nonzero f64 is 5e-324)", token)
+        return value
+
+    def int64(self, token, what):
+        """An integer token of a shape or a schedule: it must fit in 64 bits."""
+        text = str(token)
+        if len(text.lstrip("0")) > len(str(INT64_MAX)) or int(text) > INT64_MAX:
+            raise self.error(f"{what} {_shown(text)} does not fit in 64 bits (at most "
+                             f"{INT64_MAX})", token)
+        return int(text)
+
     # -- expressions -----------------------------------------------------------------------
-    @_rule
-    def name(self, meta, token):
+    def value(self, node):
+        """The value of expression `node`: a TensorView or a Python number."""
+        return walk(node, self.expression_step)
+
+    def expression_step(self, node):
+        return getattr(self, "_" + node.data)(node, *node.children)
+
+    def _name(self, node, token):
         return self.scoped_tensor(token)
 
-    @_rule
-    def integer(self, meta, token):
-        return int(token)
+    def _integer(self, node, token):
+        return self.number(node)
 
-    @_rule
-    def real(self, meta, token):
-        return float(token)
+    def _real(self, node, token):
+        return self.number(node)
 
-    @_rule
-    def inf(self, meta, token):
+    def _inf(self, node, token):
         return math.inf
 
-    @_rule
-    def nan(self, meta, token):
+    def _nan(self, node, token):
         return math.nan
 
-    @_rule
-    def true(self, meta, token):
+    def _true(self, node, token):
         return True
 
-    @_rule
-    def false(self, meta, token):
+    def _false(self, node, token):
         return False
 
-    @_rule
-    def string(self, meta, token):
-        raise self.error(f"a string ({token}) is not a value; strings are arguments, as in "
-                         "gelu(x, approximate=\"tanh\")", token)
+    def _string(self, node, token):
+        raise self.error(f"a string ({_shown(token)}) is not a value; strings are arguments, "
+                         "as in gelu(x, approximate=\"tanh\")", token)
 
-    @_rule
-    def list_literal(self, meta, *items):
+    def _list_literal(self, node, *items):
         raise self.error("a list is not a value; lists are arguments, as in "
-                         "sum(x, axes=[1])", meta)
+                         "sum(x, axes=[1])", node)
 
-    @_rule
-    def dict_literal(self, meta, *entries):
+    def _dict_literal(self, node, *entries):
         raise self.error("a map is not a value; maps are arguments, as in "
-                         "reorder({0: 1, 1: 0})", meta)
+                         "reorder({0: 1, 1: 0})", node)
 
-    @_rule
-    def negate(self, meta, minus, operand):
-        value = self.visit(operand)
+    def _negate(self, node, minus, operand):
+        value = yield operand
         if isinstance(value, TensorView):
             with self.located(minus):
                 return ops.neg(value)
@@ -366,24 +342,25 @@ class _Builder(Interpreter):
             raise self.error("true and false cannot be negated", minus)
         return -value
 
-    @_rule
-    def binary(self, meta, lhs, operator, rhs):
-        a, b = self.visit(lhs), self.visit(rhs)
-        with self.located(operator):
+    def _binary(self, node, lhs, operator, rhs):
+        a = yield lhs
+        b = yield rhs
+        with self.located(operator, {"a": lhs, "b": rhs}):
             return OPS[INFIX[operator]](a, b)
 
-    @_rule
-    def call(self, meta, name, *args):
+    def _call(self, node, name, *args):
         if name not in OPS:
             raise self.error(f"unknown operation '{name}'{_suggestion(name, OPS)}", name)
-        positional, keywords = self.bind(name, inspect.signature(OPS[name]), args)
-        with self.located(name):
+        positional, keywords, nodes = yield from self.bind(name, inspect.signature(OPS[name]),
+                                                           args)
+        with self.located(name, nodes):
             return OPS[name](*positional, **keywords)
 
     # -- arguments -------------------------------------------------------------------------
     def bind(self, what, signature, args):
         """Check the argument nodes `args` of `what` against `signature` and convert each
-        to the kind of value its parameter takes; returns (positional, keyword) values."""
+        to the kind of value its parameter takes. A walk step (expression arguments are
+        walked): returns (positional, keyword values, {parameter: node})."""
         names = list(signature.parameters)
         positional = [a for a in args if a.data != "keyword"]
         keywords = [a for a in args if a.data == "keyword"]
@@ -408,14 +385,17 @@ class _Builder(Interpreter):
         if missing:
             plural = "s" if len(missing) > 1 else ""
             raise self.error(f"{what} is missing argument{plural} {', '.join(missing)}", what)
-        values = {key: self.argument(what, key, node) for key, node in given.items()}
+        values = {}
+        for key, node in given.items():
+            values[key] = yield from self.argument(what, key, node)
         return ([values[n] for n in names[:len(positional)]],
-                {str(k.children[0]): values[str(k.children[0])] for k in keywords})
+                {str(k.children[0]): values[str(k.children[0])] for k in keywords}, given)
 
     def argument(self, what, param, node):
+        """A walk step: the value of argument `node` for parameter `param` of `what`."""
         kind = PARAMETER_KINDS.get(param, "value")
         if kind == "value":
-            return self.visit(node)
+            return (yield node)
         if kind == "tensor":
             return self.named_tensor(self.bare_name(what, param, node, "a tensor name"))
         if kind in _CHOICES:
@@ -438,50 +418,72 @@ class _Builder(Interpreter):
         """The dtype, layout, parallel type or memory type called `name` (a token)."""
         names, convert = _CHOICES[kind]
         if name not in names:
-            raise self.error(f"unknown {kind} '{name}'; expected one of {', '.join(names)}",
-                             name)
+            raise self.error(f"unknown {kind} '{_shown(name)}'; expected one of "
+                             f"{', '.join(names)}", name)
         return convert(str(name))
 
+    # -- constants: literal arguments (numbers, true/false, strings, lists, maps) ----------
     def constant(self, node):
         """The value of a literal (a number, true/false, a string, or a list or map of
-        literals), or _NOT_CONSTANT."""
+        literals), or _NOT_CONSTANT. Integers must fit in 64 bits."""
+        return walk(node, self.constant_step)
+
+    def constant_step(self, node):
         kind = node.data
-        if kind in ("integer", "real", "inf", "nan", "true", "false"):
-            return self.visit(node)
+        if kind == "integer":
+            return self.int64(node.children[0], "integer")
+        if kind in ("real", "inf", "nan", "true", "false"):
+            return self.expression_step(node)
         if kind == "string":
             return str(node.children[0])[1:-1]
         if kind == "negate":
-            value = self.constant(node.children[1])
-            return -value if _is_number(value) else _NOT_CONSTANT
+            return self._constant_negate(node.children[1])
         if kind == "list_literal":
-            items = [self.constant(item) for item in node.children]
-            return _NOT_CONSTANT if _NOT_CONSTANT in items else items
+            return self._constant_list(node.children)
         if kind == "dict_literal":
-            entries = [(self.constant(k), self.constant(v)) for k, v in
-                       (entry.children for entry in node.children)]
-            if any(_NOT_CONSTANT in entry for entry in entries):
-                return _NOT_CONSTANT
-            return dict(entries)
+            return self._constant_map(node.children)
         return _NOT_CONSTANT
 
+    @staticmethod
+    def _constant_negate(operand):
+        value = yield operand
+        return -value if _is_number(value) else _NOT_CONSTANT
+
+    @staticmethod
+    def _constant_list(items):
+        values = []
+        for item in items:
+            values.append((yield item))
+        return _NOT_CONSTANT if any(v is _NOT_CONSTANT for v in values) else values
+
+    @staticmethod
+    def _constant_map(entries):
+        pairs = []
+        for entry in entries:
+            key, value = entry.children
+            pairs.append(((yield key), (yield value)))
+        if any(k is _NOT_CONSTANT or v is _NOT_CONSTANT or isinstance(k, (list, dict))
+               for k, v in pairs):
+            return _NOT_CONSTANT
+        return dict(pairs)
+
     # -- schedule blocks -------------------------------------------------------------------
-    @_rule
     def schedule_block(self, meta, name, *statements):
         if name not in self.fusions:
             raise self.error(f"schedule for unknown fusion '{name}'"
                              f"{_suggestion(name, self.fusions)}", name)
         self.fusion, self.scope = self.fusions[name], self.scopes[name]
         for statement in statements:
-            self.visit(statement)
+            self.statement(statement)
 
-    @_rule
     def method_call(self, meta, result_name, target, method, *args):
         tv = self.named_tensor(target)
         if method not in SCHEDULE_METHODS:
             raise self.error(f"unknown scheduling method '{method}'"
                              f"{_suggestion(method, SCHEDULE_METHODS)}", method)
         bound_method = getattr(tv, method)
-        positional, keywords = self.bind(method, inspect.signature(bound_method), args)
+        positional, keywords, _ = run(self.bind(method, inspect.signature(bound_method), args),
+                                      self.expression_step)
         with self.located(target):
             result = bound_method(*positional, **keywords)
         if result_name is not None:
@@ -493,53 +495,60 @@ class _Builder(Interpreter):
     def named_tensor(self, name):
         """A tensor of the fusion, by its current name (schedules name tensors the IR
         created, such as x_cache, as well as those the fusion's statements named)."""
-        for t in self.fusion.tensors:
+        tensors = _tensors(self.fusion)
+        for t in tensors:
             if t.name == name:
                 return t
-        names = [t.name for t in self.fusion.tensors]
         raise self.error(f"unknown tensor '{name}' in fusion {self.fusion.name}"
-                         f"{_suggestion(name, names)}", name)
+                         f"{_suggestion(name, [t.name for t in tensors])}", name)
 
-    @_rule
     def scheduler_call(self, meta, name, *args):
         if name == "matmul":
-            from ..scheduler.matmul import params_from_keys, schedule_matmul
-            keys = {}
-            for arg in args:
-                if arg.data != "keyword":
-                    raise self.error("matmul(...) takes keyword arguments only (cta_tile=, "
-                                     "warp_tile=, stages=, splitk=, smem_epilogue=, or any "
-                                     "MatmulParams field)", arg)
-                key, node = arg.children
-                value = self.constant(node)
-                if value is _NOT_CONSTANT:
-                    raise self.error(f"matmul: {key} must be a literal (a number, true/false "
-                                     "or a list)", node)
-                if str(key) in keys:
-                    raise self.error(f"matmul got argument '{key}' twice", key)
-                keys[str(key)] = (value, key)
-            with self.located(name):
-                params = params_from_keys({k: v for k, (v, _) in keys.items()},
-                                          lambda k, why: self.error(why, keys[k][1]))
-                schedule_matmul(self.fusion, params)
-            return
+            return self.matmul_scheduler(name, args)
         if name == "scalar":
-            positional = [a for a in args if a.data != "keyword"]
-            keywords = {str(a.children[0]): a.children[1] for a in args
-                        if a.data == "keyword"}
-            if len(positional) != 1 or positional[0].data != "name" or \
-                    set(keywords) - {"default"} or len(keywords) + 1 != len(args):
-                raise self.error("scalar(...) takes a name and optionally default=N, e.g. "
-                                 "scalar(splitk, default=4)", name)
-            scalar_name = positional[0].children[0]
-            default = None
-            if "default" in keywords:
-                default = self.constant(keywords["default"])
-                if isinstance(default, bool) or not isinstance(default, int) or default < 1:
-                    raise self.error(f"scalar {scalar_name}: default must be an integer "
-                                     ">= 1", keywords["default"])
-            with self.located(scalar_name):
-                self.fusion.declare_scalar(str(scalar_name), default)
-            return
+            return self.scalar_declaration(name, args)
         raise self.error(f"unknown scheduler '{name}'; the schedulers are: "
                          f"{', '.join(SCHEDULERS)}", name)
+
+    def matmul_scheduler(self, name, args):
+        from ..scheduler.matmul import SHORT_KEYS, params_from_keys, schedule_matmul
+        keys = {}
+        for arg in args:
+            if arg.data != "keyword":
+                raise self.error("matmul(...) takes keyword arguments only (cta_tile=, "
+                                 "warp_tile=, stages=, splitk=, smem_epilogue=, or any "
+                                 "MatmulParams field)", arg)
+            key, node = arg.children
+            value = self.constant(node)
+            if value is _NOT_CONSTANT:
+                raise self.error(f"matmul: {key} must be a literal (a number, true/false "
+                                 "or a list)", node)
+            if str(key) in keys:
+                raise self.error(f"matmul got argument '{key}' twice", key)
+            field = SHORT_KEYS.get(str(key), str(key))
+            if field in _MATMUL_BOOL_FIELDS and not isinstance(value, bool):
+                raise self.error(f"matmul: {key} must be true or false", node)
+            if field in _MATMUL_INT_FIELDS and not _is_int(value):
+                raise self.error(f"matmul: {key} must be an integer", node)
+            keys[str(key)] = (value, key)
+        with self.located(name):
+            params = params_from_keys({k: v for k, (v, _) in keys.items()},
+                                      lambda k, why: self.error(why, keys[k][1]))
+            schedule_matmul(self.fusion, params)
+
+    def scalar_declaration(self, name, args):
+        positional = [a for a in args if a.data != "keyword"]
+        keywords = {str(a.children[0]): a.children[1] for a in args if a.data == "keyword"}
+        if len(positional) != 1 or positional[0].data != "name" or \
+                set(keywords) - {"default"} or len(keywords) + 1 != len(args):
+            raise self.error("scalar(...) takes a name and optionally default=N, e.g. "
+                             "scalar(splitk, default=4)", name)
+        scalar_name = positional[0].children[0]
+        default = None
+        if "default" in keywords:
+            default = self.constant(keywords["default"])
+            if isinstance(default, bool) or not isinstance(default, int) or default < 1:
+                raise self.error(f"scalar {scalar_name}: default must be an integer >= 1",
+                                 keywords["default"])
+        with self.located(scalar_name):
+            self.fusion.declare_scalar(str(scalar_name), default)

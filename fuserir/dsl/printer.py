@@ -19,7 +19,8 @@ only consumer only where that order comes out the same; where it would not, or w
 tensor is named, an output, used twice or referred to by the schedule, it becomes a
 statement of its own. Unnamed ones keep their generated name (t3), which the parser
 treats as unnamed again. Infix operators get the fewest parentheses that parse back to
-the same tree.
+the same tree. Nested expressions are printed by a walk that keeps no Python stack per
+level (fuserir/dsl/walk.py), so a 1000-term sum prints as it parses.
 """
 
 import math
@@ -32,6 +33,7 @@ from ..errors import FusionError
 from ..ir.extent import Sym
 from ..ir.exprs import BroadcastOp, CastOp, MatmulOp, ReductionOp, UnaryOp
 from ..ir.tensor import Scalar, TensorView
+from .walk import walk
 
 INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=",
          "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -76,31 +78,36 @@ class _Definition:
         self.own_statement = _grow_until_in_order(self.exprs, required)
 
     def statements(self):
-        return [f"{e.output.name} = {self.expression(e)[0]}" for e in self.exprs
+        return [f"{e.output.name} = {walk(e, self.expression)[0]}" for e in self.exprs
                 if e.output in self.own_statement]
 
     def expression(self, expr):
-        """(text, binding strength) of `expr` with its nested operands."""
+        """A walk step (fuserir/dsl/walk.py: nesting may be deeper than Python's stack):
+        (text, binding strength) of `expr` with its nested operands."""
         operands = expr.inputs
         if expr.op in INFIX:
             level = LEVEL[expr.op]
-            left = self.operand(operands[0], level + 1 if level == COMPARISON else level)
-            right = self.operand(operands[1], level + 1)
+            left = yield from self.operand(operands[0],
+                                           level + 1 if level == COMPARISON else level)
+            right = yield from self.operand(operands[1], level + 1)
             return f"{left} {INFIX[expr.op]} {right}", level
         if expr.op == "neg":
-            return f"-{self.operand(operands[0], ATOM)}", UNARY
-        args = [self.operand(v, COMPARISON) for v in operands] + _attribute_arguments(expr)
-        return f"{expr.op}({', '.join(args)})", ATOM
+            return f"-{(yield from self.operand(operands[0], ATOM))}", UNARY
+        args = []
+        for v in operands:
+            args.append((yield from self.operand(v, COMPARISON)))
+        return f"{expr.op}({', '.join(args + _attribute_arguments(expr))})", ATOM
 
     def operand(self, value, weakest):
-        """An operand's text, parenthesized if it binds more loosely than `weakest`."""
+        """An operand's text, parenthesized if it binds more loosely than `weakest`; a
+        nested expression is yielded to the walk."""
         if isinstance(value, Scalar):
             text = _literal(value)
             level = UNARY if text.startswith("-") else ATOM
         elif value.is_input or value in self.own_statement:
             text, level = value.name, ATOM
         else:
-            text, level = self.expression(self.producer[value])
+            text, level = yield self.producer[value]
         return f"({text})" if level < weakest else text
 
 
