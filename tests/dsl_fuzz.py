@@ -179,9 +179,9 @@ BINARY = ["+", "-", "*", "/"]
 
 
 # Programs of many operations are kept this small, deep ones of few operations go to
-# thousands of levels: building a fusion of n operations costs O(n^2) in the IR today
-# (Fusion.add_tensor, Fusion.rename and ops._new_tensor sort the graph per call), which
-# 10,000 cases in two minutes cannot afford. tests/test_dsl_depth.py has the big ones.
+# thousands of levels: 10,000 cases in two minutes afford no more (a 1000-operation
+# program takes about a second to parse, print and parse again). tests/test_dsl_depth.py
+# has the big ones.
 OPS_LARGEST = 120
 
 
