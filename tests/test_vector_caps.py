@@ -56,14 +56,12 @@ Y = "y: f32[M, N] global loop=[iBIDx{M} i{ceildiv(ceildiv(N, 4), 32)} iTIDx{32} 
     (F16_VECTORS, "xs", {"x": 16}, XS.replace("{}", "ivectorize{8}")),
     (F16_VECTORS, "xs", {"x": 8}, XS.replace("{}", "iunroll{2} ivectorize{4}")),
     (F16_VECTORS, "xs", {"x": 4}, XS.replace("{}", "iunroll{4} ivectorize{2}")),
-    (F16_VECTORS, "xs", {"x": 2}, XS.replace("{}", "iunroll{8}")),       # elements
+    (F16_VECTORS, "xs", {"x": 2}, XS.replace("{}", "iunroll{8} iunroll{1}")),   # elements
     (SHARED_TO_GLOBAL, "y", None, Y.replace("{}", "ivectorize{4}")),     # 16 bytes
     (SHARED_TO_GLOBAL, "y", {"y": 8}, Y.replace("{}", "iunroll{2} ivectorize{2}")),
-    (SHARED_TO_GLOBAL, "y", {"y": 4}, Y.replace("{}", "iunroll{4}")),    # elements
+    (SHARED_TO_GLOBAL, "y", {"y": 4}, Y.replace("{}", "iunroll{4} iunroll{1}")),    # elements
     (SHARED_TO_GLOBAL, "y", {"x": 4}, Y.replace("{}", "ivectorize{4}")),  # not y's copy
 ])
-
-
 def test_narrow_vectors_splits_the_vector_axis(text, tensor, caps, expected):
     assert narrowed(text, caps).tensor(tensor).describe() == expected
 

@@ -10,7 +10,7 @@ that many bytes per access: every vectorized copy or cp.async whose global side 
 named tensor (a cache reading input X, or an output written from a shared tile) has its
 vector axis of w elements split into [w / c, c] (c = the widest of 16, 8, 4 bytes within
 the cap, in elements), the outer part unrolled and the inner part vectorized; where no
-vector fits (c = 1, element copies) the axis is unrolled instead. Those are the public
+vector fits (c = 1, element copies) both pieces are unrolled. Those are the public
 transforms (TensorView.split / parallelize / vectorize), applied to lowering's private
 copy of the fusion, never the user's.
 
@@ -89,12 +89,15 @@ def narrow(tv, cap):
     if nbytes >= width * itemsize:
         return
     lanes = nbytes // itemsize
-    if lanes == 1:
-        tv.parallelize(-1, ParallelType.unroll)       # element copies
-        return
+    # split even for element copies (lanes 1): the pieces of a split are new axes, so they
+    # take their parallel types here without rebinding the vectorized one (an axis keeps
+    # the one parallel type the schedule gave it)
     tv.split(-1, lanes)
     tv.parallelize(-2, ParallelType.unroll)
-    tv.vectorize(-1)
+    if lanes == 1:
+        tv.parallelize(-1, ParallelType.unroll)       # element copies: [w, 1]
+    else:
+        tv.vectorize(-1)
 
 
 def run(ctx, kernel):
