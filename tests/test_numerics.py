@@ -117,6 +117,7 @@ def test_integer_division_agrees_in_the_reference_and_the_interpreter(dtype):
     source = exe.kernels[0].source
     assert f"= div_{dtype}(a_[" in source            # a run-time divisor: the total form
     assert f"return b == 0 ? ({dtype})0 : b == -1 ?" in source
+    assert f"{dtype} q = a / ((b == 0) | (b == -1) ? ({dtype})1 : b);" in source
 
 
 @pytest.mark.parametrize("dtype", INTS, ids=str)
@@ -139,8 +140,10 @@ def test_remainder_agrees_in_every_evaluator(dtype):
     run_kernel(k, {"a": a, "b": b, "r": r})
     assert r.tolist() == want
     source = emit_cuda(k)
-    assert f"= mod_{dtype}(a[" in source and f"return (b == 0) ? a : (b == -1) ? ({dtype})0" \
-        in source
+    assert f"= mod_{dtype}(a[" in source and f"return b == 0 ? a : r;" in source
+    # the division itself is unconditional, by a divisor that is never 0 or -1 (so the
+    # compiler may hoist and share it)
+    assert f"{dtype} r = a % ((b == 0) | (b == -1) ? ({dtype})1 : b);" in source
     assert nvrtc.compile_to_cubin(source, k.name, arch="sm_90")[:4] == b"\x7fELF"
 
 
