@@ -17,10 +17,11 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
   (TIDy) stride down the reduced rows, then combine;
 * a matmul: the tensor-core scheduler (fuserir.scheduler.matmul) with the parameters of
   matmul_heuristic for the sizes and device it will run on (the executable schedules per
-  size class at run(): schedule_key says which size classes share a schedule). Where it
-  does not apply (other epilogues, or the plan without
-  special requirements, `persistent=False`, which the executable takes when inputs are
-  not aligned for 16-byte copies): one thread per output element, K serial.
+  size class at run(): schedule_key says which size classes share a schedule; arrays too
+  narrow or unaligned for its 16-byte copies take a variant with narrower copies). Where
+  it does not apply (other epilogues, or the plan without special requirements,
+  `persistent=False`, which the executable takes when a kernel would not fit the
+  device's shared memory): one thread per output element, K serial.
 """
 
 from ..errors import ScheduleError
