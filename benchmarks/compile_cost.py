@@ -21,7 +21,8 @@ if str(ROOT) not in sys.path:
 
 import codegen  # noqa: E402
 import fuserir  # noqa: E402
-from codegen import executable, nvrtc  # noqa: E402
+from codegen import nvrtc  # noqa: E402
+from driver import compiler  # noqa: E402
 from codegen.cuda import emit_cuda  # noqa: E402
 from lowering.pipeline import lower  # noqa: E402
 
@@ -32,7 +33,7 @@ def measure(repeat):
     text = SEED.read_text()
     lowering, compiling, cached = [], [], []
     for _ in range(repeat):
-        executable._compiled.clear()
+        compiler._compiled.clear()
         fusion = fuserir.parse(text)
         started = time.perf_counter()
         kernel, _ = lower(fusion)

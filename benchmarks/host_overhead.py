@@ -9,7 +9,7 @@ checks, output allocation, launch) and for `codegen.launch` with arguments bound
 (the launch path alone). A second line does the same for examples/pointwise_chain.fz, a
 small pointwise kernel (two f32 inputs, one bf16 output, 256x256). Every call repeats
 the first one's argument signature, so both paths run as they do for a cached kernel
-called again: checked once per signature (codegen.launch, codegen.executable). Wall time
+called again: checked once per signature (codegen.launch, driver.executable). Wall time
 per call is max(host, device) per call, so these are upper bounds on the host's share.
 """
 

@@ -16,7 +16,7 @@ WorkspacePool per device: allocated as zeros the first time, sized from the laun
 scalars, and kept for later launches of the same kernel (a semaphore workspace is zeroed
 once: the kernel leaves it zero), reallocated (zeros again) when a launch needs more. A
 kept workspace is shared by every launch of its kernel, so launches of one kernel must
-not overlap (one stream at a time). codegen.executable keeps its own pool the same way
+not overlap (one stream at a time). driver.executable keeps its own pool the same way
 (numpy arrays for the interpreter).
 
 Grid and block come from kernel.launch evaluated with the scalars

@@ -23,7 +23,6 @@ collects the kernel IR after any pass, as `fuserir dump --after PASS` shows it.
 
 import copy
 
-from fuserir import stages
 from fuserir.dtypes import DataType
 
 from . import kir
@@ -54,12 +53,14 @@ OPTIONAL = ("insert_syncs", "verify_hazards")   # the passes a caller may disabl
 
 
 def lower(fusion, disable_passes=(), drop_syncs=(), verify=True, dump_after=(),
-          stop_after=None, index_dtype=DataType.i32, trial=False, vector_caps=None):
+          stop_after=None, index_dtype=DataType.i32, vector_caps=None, instrument=None):
     """Lower a scheduled fusion to one kernel. Returns (kernel, dumps) where dumps maps
     each pass named in dump_after to the kernel IR text after it. `stop_after` ends the
     pipeline after the named pass (the kernel is then as that pass left it). Index
-    arithmetic is in `index_dtype` (i32, or i64 for sizes past 2^31 elements). `trial`
-    lowerings (segmentation asking whether a segment lowers) print no FUSERIR_DUMP_AFTER.
+    arithmetic is in `index_dtype` (i32, or i64 for sizes past 2^31 elements).
+    `instrument(pass_name, kernel, fusion)`, when given, is called after every pass that
+    ran (kernel is None before loop_nests builds one; fusion is lowering's copy): the
+    driver's FUSERIR_DUMP_AFTER uses it, as TVM's pass instruments are used.
     `vector_caps` ({global tensor name: bytes}) narrows the vector copies and cp.asyncs
     of those tensors to at most that many bytes per access (pass narrow_vectors): a
     variant of the kernel for arrays too short, strided or unaligned for the scheduled
@@ -73,9 +74,6 @@ def lower(fusion, disable_passes=(), drop_syncs=(), verify=True, dump_after=(),
         if name not in OPTIONAL:
             raise LoweringError(f"pass '{name}' cannot be disabled (only "
                                 f"{', '.join(OPTIONAL)} can)")
-    # FUSERIR_DUMP_AFTER (fuserir/stages.py); a trial lowering (segmentation asking "does
-    # this lower?") prints nothing.
-    env_after = () if trial else stages.env_dump_after(PASS_NAMES)
     ctx = LoweringContext(copy.deepcopy(fusion), index_dtype, vector_caps)
     kernel, dumps = None, {}
     for name, run in PASSES:
@@ -88,8 +86,8 @@ def lower(fusion, disable_passes=(), drop_syncs=(), verify=True, dump_after=(),
             kir.relabel(kernel.body)
         if name in dump_after:
             dumps[name] = kir.format_kernel(kernel) if kernel is not None else str(ctx.fusion)
-        if name in env_after:
-            stages.emit_after_pass(name, kernel, ctx.fusion)
+        if instrument is not None:
+            instrument(name, kernel, ctx.fusion)
         if name == stop_after:
             break
     return kernel, dumps

@@ -233,15 +233,15 @@ def pytest_configure(config):
     # (tests that look at the cache set FUSERIR_CACHE_DIR to a directory of their own).
     if not os.environ.get("FUSERIR_CACHE_DIR"):
         os.environ["FUSERIR_CACHE_DIR"] = tempfile.mkdtemp(prefix="fuserir-tests-")
-    import codegen.executable as executable
-    emit = executable.emit_cuda
+    import driver.build as build
+    emit = build.emit_cuda
 
     def recording_emit(kernel):
         source = emit(kernel)
         KERNEL_SOURCES.setdefault(source, kernel.name)
         return source
 
-    executable.emit_cuda = recording_emit
+    build.emit_cuda = recording_emit
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import codegen
-import codegen.executable as executable
+import driver.executable as executable
 import fuserir
 from fuserir.dtypes import DataType
 from fuserir.errors import EvaluationError, FuserirError

@@ -475,7 +475,7 @@ def _executable(backend):
     """An Executable whose one step is the hand-built turnstile kernel (what split-K
     lowering will produce for sum over axis 0)."""
     import fuserir
-    from codegen import executable
+    from driver import executable
     fusion = fuserir.parse(SPLIT_SUM)
     kernel = turnstile()
     compiled = executable.CompiledKernel(kernel.name, kernel, emit_cuda(kernel))

@@ -15,7 +15,8 @@ import pytest
 import codegen
 import fuserir
 import kir_examples as ex
-from codegen import executable, nvrtc
+from codegen import nvrtc
+from driver import executable
 from codegen import launch as launching
 from codegen.cuda import emit_cuda
 from fuserir.device import H200
@@ -64,7 +65,7 @@ class FakeArray:
                          [self.strides[a] for a in axes], self.data.ptr)
 
 
-FakeArray.__module__ = "cupy"      # how codegen.executable tells a device array
+FakeArray.__module__ = "cupy"      # how driver.executable tells a device array
 
 
 class FakeFunction:

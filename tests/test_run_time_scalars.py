@@ -16,7 +16,7 @@ import pytest
 
 import codegen
 import fuserir
-from codegen import executable
+from driver import executable
 from fuserir.device import H200
 from fuserir.errors import DslError, EvaluationError, ScheduleError
 from fuserir.ir.equality import structurally_equal

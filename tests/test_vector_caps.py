@@ -1,7 +1,7 @@
 """Kernel variants with narrower vector copies: `lower(fusion, vector_caps={global tensor:
 bytes})` (pass narrow_vectors) narrows every vectorized copy and cp.async whose global
 side is a named tensor, so that arrays whose rows are not a whole number of 16-byte
-vectors (or not aligned) can run; codegen.vector_widths.widest_access_bytes picks the
+vectors (or not aligned) can run; driver.vector_widths.widest_access_bytes picks the
 cap from an actual array. Covered here: the pass on small fusions (its loops, a no-op
 without caps, its errors), the zero fill of element copies (an async cache, a tile the
 tensor cores read) that replaces cp.async's, and the tensor-core matmul at sizes that
@@ -18,7 +18,7 @@ from codegen import nvrtc
 from codegen.cuda import emit_cuda
 from codegen.errors import RaceError
 from codegen.interp import run_kernel
-from codegen.vector_widths import widest_access_bytes
+from driver.vector_widths import widest_access_bytes
 from fuserir.scheduler import MatmulParams, schedule_matmul
 from lowering import bank_conflicts, kir
 from lowering.analysis import LoweringContext

@@ -9,7 +9,7 @@ at the chosen sizes, block 0), registers and spills from ptxas, and the verifier
 
 import json
 
-from .. import stages
+from driver import stages
 from .common import (UsageError, add_file_arguments, add_sync_arguments, build, format_sizes,
                      kernel_scalars, normalize_arch, one_fusion, parse_sizes, shared_limit,
                      shared_ranges, sizes_for, sync_options, with_plan_scalars)

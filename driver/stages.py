@@ -14,15 +14,22 @@ Environment (as NVFUSER_DUMP does), read at every codegen.compile:
 
 Each dump is preceded by one header line, `===== fuserir dump: <what> (<fusion>) =====`.
 An unknown name raises DumpOptionError (a FuserirError) at the compile that reads it.
-codegen.compile calls env_before_compile / env_after_compile and lowering.pipeline.lower
-calls env_dump_after / emit_after_pass; nothing else of the compiler knows about dumps.
+The driver calls env_before_compile / env_after_compile around codegen.compile and gives
+lowering.pipeline.lower the instrument env_instrument makes; nothing below the driver
+knows about dumps (lowering calls an instrument, whatever it does).
 """
 
 import copy
 import os
 import sys
 
-from .errors import FuserirError
+from codegen import nvrtc
+from codegen.cuda import emit_cuda
+from fuserir.dsl import print_fusion
+from fuserir.errors import FuserirError
+from lowering import kir
+from lowering.analysis import LoweringContext
+from lowering.passes import inline_defaults
 
 STAGES = ("fusion", "scheduled", "kernel", "cuda", "ptx")
 ENV_DUMP = "FUSERIR_DUMP"
@@ -39,7 +46,6 @@ class DumpOptionError(FuserirError):
 
 def _split_printed(fusion):
     """(definition, schedule block) of the fusion's canonical DSL text."""
-    from .dsl import print_fusion
     text = print_fusion(fusion)
     marker = f"\nschedule {fusion.name} {{\n"
     at = text.find(marker)
@@ -56,8 +62,6 @@ def fusion_text(fusion):
 def placed_by_lowering(fusion):
     """A copy of `fusion` as lowering's first pass (inline_defaults) leaves it: every
     tensor placed. The user's fusion is not changed."""
-    from lowering.analysis import LoweringContext
-    from lowering.passes import inline_defaults
     ctx = LoweringContext(copy.deepcopy(fusion))
     inline_defaults.run(ctx, None)
     return ctx.fusion
@@ -92,17 +96,14 @@ def scheduled_text(fusion):
 
 
 def kernel_text(kernel):
-    from lowering import kir
     return kir.format_kernel(kernel)
 
 
 def cuda_text(kernel):
-    from codegen.cuda import emit_cuda
     return emit_cuda(kernel)
 
 
 def ptx_text(source, name, arch=None):
-    from codegen import nvrtc
     return nvrtc.ptx(source, name, arch=arch)
 
 
@@ -147,6 +148,20 @@ def emit_after_pass(name, kernel, fusion):
     else:
         text = "\n".join(t.describe() for t in fusion.tensors) + "\n"
     emit(f"after pass {name}", fusion.name, text)
+
+
+def env_instrument(pass_names):
+    """The instrument lowering.pipeline.lower calls after each pass: it prints the kernel IR
+    after the passes FUSERIR_DUMP_AFTER names (checked against `pass_names`); None when it
+    names none. Trial lowerings (segmentation asking "does this lower?") pass none."""
+    wanted = env_dump_after(pass_names)
+    if not wanted:
+        return None
+
+    def instrument(name, kernel, fusion):
+        if name in wanted:
+            emit_after_pass(name, kernel, fusion)
+    return instrument
 
 
 def env_before_compile(fusion):

@@ -1,20 +1,16 @@
-"""codegen.compile: a fusion -> an Executable that runs on either backend.
+"""An Executable: what codegen.compile returns, and what run() does with inputs.
 
     exe = codegen.compile(fusion, backend="cuda" | "interp",
                           disable_passes=(), drop_syncs=(), verify=True)
     exe.kernels[0].source         # CUDA text (both backends)
     outs = exe.run({"x": x, ...}) # {output name: array}
 
-Compilation never needs a GPU. A fusion with a schedule is lowered (lowering.pipeline) to
-one kernel (or one per intermediate it put in global memory, then one for the outputs:
-codegen.segmentation.cut); one without gets automatic schedules, chosen per size class at
-the first run() of its sizes (fuserir.scheduler.auto.schedule_key; plan_for shows which)
-and segmented into several kernels where one cannot do it (codegen.segmentation). For the
-cuda backend each kernel is compiled to a cubin by NVRTC when it is built; sizes and
-named scalars are kernel arguments bound at run(). A fusion compiled before (the same
-structure, schedule and names, backend, options and GPU architecture) reuses its kernels:
-an in-memory cache of the last 64 compiles (a cache hit prints no FUSERIR_DUMP_AFTER
-dumps: nothing is lowered).
+An explicit schedule's steps are built at compile() (driver.compiler); an automatic one's
+per size class at the first run() of its sizes (fuserir.scheduler.auto.schedule_key
+chooses; plan_for shows which). This module sits in the driver, above codegen: it binds
+inputs (fuserir.reference), chooses kernel variants (lowering.index_bounds,
+driver.vector_widths), builds them (driver.build) and launches them (codegen.launch, or
+the interpreter codegen.interp).
 
 run() checks inputs against the fusion (dtypes, ranks, sizes; strides are passed to the
 kernels, so non-contiguous inputs are read correctly), allocates outputs and the global
@@ -24,7 +20,7 @@ when a launch needs more: codegen.launch.WorkspacePool; numpy for the interprete
 switches to 64-bit index kernels when some index or bound expression would leave the i32
 range at the run's sizes and strides (lowering.index_bounds), to kernels whose vector
 copies of a tensor are no wider than its array allows (16, 8 or 4 bytes, or element
-copies: codegen.vector_widths, lowered with lowering.pipeline's vector_caps), and to the
+copies: driver.vector_widths, lowered with lowering.pipeline's vector_caps), and to the
 segmented plan when a row does not fit the device's shared memory, and launches: on the
 GPU (codegen.launch; on torch's current stream when given torch tensors, which it
 returns), or in the interpreter (which raises RaceError for any hazard it observes).
@@ -53,39 +49,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fuserir import device as devices, reference, stages
+from codegen.interp import run_kernel
+from codegen.launch import (BoundLaunch, WorkspacePool, bind, check_launch_limits, cupy_module,
+                     cupy_zeros, current_device, device_model, device_shared_limit,
+                     launch_config, remember)
+from fuserir import device as devices, reference
 from fuserir.dtypes import DataType
 from fuserir.errors import EvaluationError, FuserirError
 from fuserir.ir import extent as ext
-from fuserir.ir.equality import fusion_signature
 from fuserir.scheduler.auto import schedule_key
 from lowering import kir
 from lowering.index_bounds import index_dtype_for
-from lowering.pipeline import lower
 
-from .cuda import emit_cuda
-from .launch import (BoundLaunch, WorkspacePool, bind, check_launch_limits, cupy_module,
-                     cupy_zeros, current_device, device_model, device_shared_limit,
-                     launch_config, remember)
+from .build import CompiledKernel, build_kernel
 from .vector_widths import widest_access_bytes
 
-BACKENDS = ("cuda", "interp")
-
-
-@dataclass
-class CompiledKernel:
-    """A kernel as built: kernel IR, CUDA text, the cubin (cuda backend), and the vector
-    caps it was lowered with ({global tensor: bytes}; empty: the schedule's widths)."""
-
-    name: str
-    kir: kir.Kernel
-    source: str
-    cubin: bytes = None
-    caps: dict = field(default_factory=dict)
-
-    @property
-    def kir_text(self):
-        return kir.format_kernel(self.kir)
 
 
 def _poison(dtype):
@@ -336,7 +314,6 @@ class Executable:
         """Run one step on `values` (which hold its inputs and its fresh outputs)."""
         workspaces = self._workspaces_for(planned)
         if self.backend == "interp":
-            from .interp import run_kernel
             try:
                 run_kernel(planned.kernel.kir, _step_args(planned, values, workspaces),
                            blocks=blocks)
@@ -390,9 +367,9 @@ class Executable:
             return step.kernel
         variant = (index, tuple(sorted(caps.items())))
         if variant not in step.variants:
-            step.variants[variant] = _build(step.fusion, self.backend, index_dtype=index,
-                                            vector_caps=caps or None,
-                                            device=self._device(), **self._options)
+            step.variants[variant] = build_kernel(step.fusion, self.backend, index_dtype=index,
+                                                  vector_caps=caps or None,
+                                                  device=self._device(), **self._options)
         return step.variants[variant]
 
     def allocate(self, tv, env, poison, intermediate=False):
@@ -534,7 +511,7 @@ def _vector_caps(step, values, env):
     """{global tensor name: bytes} for each tensor the step's kernel moves in vectors (a
     cp.async, or a vector load or store) wider than its array allows: its last axis must be
     contiguous with a whole number of vectors per row, and every row start aligned to the
-    vector (codegen.vector_widths). The kernel variant for these caps copies those tensors
+    vector (driver.vector_widths). The kernel variant for these caps copies those tensors
     no wider (down to element copies), so every size, stride and alignment runs on the
     same schedule. An output not allocated yet is taken as run() allocates it: contiguous
     and aligned."""
@@ -593,85 +570,3 @@ def _block_list(blocks):
 
 def _scalars(kernel, env):
     return {p.var.name: int(env[p.var.name]) for p in kernel.kir.scalar_params}
-
-
-def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=True):
-    """Lower `fusion` and build it for `backend` (see module docstring). A fusion with a
-    schedule becomes one kernel; one without gets automatic schedules
-    (fuserir.scheduler.auto), segmented into several kernels where one cannot do it."""
-    if backend not in BACKENDS:
-        raise FuserirError(f"unknown backend {backend!r}; expected one of "
-                           f"{', '.join(BACKENDS)}")
-    options = dict(disable_passes=tuple(disable_passes), drop_syncs=tuple(drop_syncs),
-                   verify=verify)
-    stages.env_before_compile(fusion)      # FUSERIR_DUMP (fuserir/stages.py)
-    key = _cache_key(fusion, backend, options)
-    cached = _compiled.get(key)
-    if cached is not None:
-        # the same fusion (structurally: definition, schedule, names) compiled before:
-        # its kernels serve this one too
-        _compiled.move_to_end(key)
-        exe = Executable(fusion, backend, options, cached._plan, automatic=cached.automatic,
-                         built=cached._steps)
-        stages.env_after_compile(exe)
-        return exe
-
-    def explicit(persistent, sizes, device):
-        from .segmentation import cut
-        return [Step(s.fusion, s.inputs, s.outputs,
-                     _build(s.fusion, backend, device=device, **options))
-                for s in cut(fusion)]
-
-    def automatic(persistent, sizes, device):
-        # each segment's schedule may put intermediates in global memory (a two-kernel
-        # split-K's partial sums): it is cut into its kernels as an explicit schedule is
-        from .segmentation import cut, plan
-        return [Step(part.fusion, part.inputs, part.outputs,
-                     _build(part.fusion, backend, device=device, **options))
-                for s in plan(fusion, persistent, sizes, device) for part in cut(s.fusion)]
-
-    exe = Executable(fusion, backend, options, explicit if fusion.trace else automatic,
-                     automatic=not fusion.trace)
-    _compiled[key] = exe
-    while len(_compiled) > COMPILE_CACHE_SIZE:
-        _compiled.popitem(last=False)
-    stages.env_after_compile(exe)
-    return exe
-
-
-COMPILE_CACHE_SIZE = 64
-_compiled = collections.OrderedDict()     # cache key -> Executable (least recent first)
-
-
-def _cache_key(fusion, backend, options):
-    """What decides the kernels: the fusion's structure and schedule, the backend and
-    options, and for the GPU the architecture compiled for."""
-    arch = None
-    if backend == "cuda":
-        from .nvrtc import default_arch
-        arch = default_arch()
-    return (fusion_signature(fusion), backend, tuple(sorted(options.items())), arch)
-
-
-SM80_STATEMENTS = (kir.Mma, kir.LdMatrix, kir.CpAsync)
-
-
-def _build(fusion, backend, index_dtype=DataType.i32, vector_caps=None, device=None,
-           **options):
-    """Lower, emit and (for the GPU) compile one kernel, refusing what `device` (the
-    device model; the default where None) cannot launch whatever the sizes."""
-    kernel, _ = lower(fusion, index_dtype=index_dtype, vector_caps=vector_caps, **options)
-    check_launch_limits(kernel, device or devices.DEFAULT)
-    source = emit_cuda(kernel)
-    compiled = CompiledKernel(kernel.name, kernel, source, caps=dict(vector_caps or {}))
-    if backend == "cuda":
-        from .nvrtc import CompileError, compile_to_cubin, default_arch
-        arch = default_arch()
-        needs = sorted({type(s).__name__ for s in kir.walk(kernel.body)
-                        if isinstance(s, SM80_STATEMENTS)})
-        if needs and int(arch[3:].rstrip("af")) < 80:
-            raise CompileError(f"kernel {kernel.name} uses {', '.join(needs)} (mma.sync "
-                               f"m16n8k16, ldmatrix, cp.async), which need sm_80 or newer; "
-                               f"this GPU is {arch}")
-        compiled.cubin = compile_to_cubin(source, kernel.name, arch)
-    return compiled

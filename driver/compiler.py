@@ -1,0 +1,79 @@
+"""compile(): a fusion -> an Executable (codegen.compile re-exports it).
+
+A fusion with a schedule is cut into its kernels (driver.segmentation.cut: one per
+intermediate it put in global memory, then one for the outputs) and each is built
+(driver.build) at compile(); one without a schedule gets its plan per size class at the
+first run() (driver.segmentation.plan with fuserir.scheduler.auto's schedules). A fusion
+compiled before (the same structure, schedule and names, backend, options and GPU
+architecture) reuses its kernels: an in-memory cache of the last COMPILE_CACHE_SIZE
+compiles (a cache hit prints no FUSERIR_DUMP_AFTER dumps: nothing is lowered).
+FUSERIR_DUMP's stages are printed here (driver.stages).
+"""
+
+import collections
+
+from codegen.nvrtc import default_arch
+from fuserir.errors import FuserirError
+from fuserir.ir.equality import fusion_signature
+
+from . import stages
+from .build import build_kernel
+from .executable import Executable, Step
+from .segmentation import cut, plan
+
+BACKENDS = ("cuda", "interp")
+
+
+def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=True):
+    """Lower `fusion` and build it for `backend` (see module docstring). A fusion with a
+    schedule becomes one kernel; one without gets automatic schedules
+    (fuserir.scheduler.auto), segmented into several kernels where one cannot do it."""
+    if backend not in BACKENDS:
+        raise FuserirError(f"unknown backend {backend!r}; expected one of "
+                           f"{', '.join(BACKENDS)}")
+    options = dict(disable_passes=tuple(disable_passes), drop_syncs=tuple(drop_syncs),
+                   verify=verify)
+    stages.env_before_compile(fusion)      # FUSERIR_DUMP (driver/stages.py)
+    key = _cache_key(fusion, backend, options)
+    cached = _compiled.get(key)
+    if cached is not None:
+        # the same fusion (structurally: definition, schedule, names) compiled before:
+        # its kernels serve this one too
+        _compiled.move_to_end(key)
+        exe = Executable(fusion, backend, options, cached._plan, automatic=cached.automatic,
+                         built=cached._steps)
+        stages.env_after_compile(exe)
+        return exe
+
+    def explicit(persistent, sizes, device):
+        return [Step(s.fusion, s.inputs, s.outputs,
+                     build_kernel(s.fusion, backend, device=device, **options))
+                for s in cut(fusion)]
+
+    def automatic(persistent, sizes, device):
+        # each segment's schedule may put intermediates in global memory (a two-kernel
+        # split-K's partial sums): it is cut into its kernels as an explicit schedule is
+        return [Step(part.fusion, part.inputs, part.outputs,
+                     build_kernel(part.fusion, backend, device=device, **options))
+                for s in plan(fusion, persistent, sizes, device) for part in cut(s.fusion)]
+
+    exe = Executable(fusion, backend, options, explicit if fusion.trace else automatic,
+                     automatic=not fusion.trace)
+    _compiled[key] = exe
+    while len(_compiled) > COMPILE_CACHE_SIZE:
+        _compiled.popitem(last=False)
+    stages.env_after_compile(exe)
+    return exe
+
+
+COMPILE_CACHE_SIZE = 64
+_compiled = collections.OrderedDict()     # cache key -> Executable (least recent first)
+
+
+def _cache_key(fusion, backend, options):
+    """What decides the kernels: the fusion's structure and schedule, the backend and
+    options, and for the GPU the architecture compiled for."""
+    arch = None
+    if backend == "cuda":
+        arch = default_arch()
+    return (fusion_signature(fusion), backend, tuple(sorted(options.items())), arch)
