@@ -25,8 +25,7 @@ import numpy as np
 
 from .dtypes import DataType
 
-__all__ = ["convert", "float_to_int", "int_div", "int_mod", "div_int", "mod_int",
-           "identity"]
+__all__ = ["convert", "float_to_int", "int_div", "int_mod", "identity"]
 
 _F16 = np.dtype(np.float16)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -134,19 +133,6 @@ def int_mod(a, b):
     r = np.where(b == 0, a, np.where(b == -1, 0, np.fmod(a, safe)))
     r = r.astype(np.result_type(a, b))
     return r[()] if r.ndim == 0 else r
-
-
-def div_int(a, b):
-    """int_div on Python ints (unbounded: the caller wraps the quotient to its type)."""
-    if b == 0:
-        return 0
-    q = abs(a) // abs(b)
-    return -q if (a < 0) != (b < 0) else q
-
-
-def mod_int(a, b):
-    """int_mod on Python ints."""
-    return a if b == 0 else a - b * div_int(a, b)
 
 
 # -- reductions -------------------------------------------------------------------------------

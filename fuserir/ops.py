@@ -141,15 +141,17 @@ def _unary(op, x, approximate="none"):
     return out
 
 
-def neg(x): return _unary("neg", x)
-def abs(x): return _unary("abs", x)  # noqa: A001 - the op is called abs
-def exp(x): return _unary("exp", x)
-def log(x): return _unary("log", x)
-def sqrt(x): return _unary("sqrt", x)
-def rsqrt(x): return _unary("rsqrt", x)
-def tanh(x): return _unary("tanh", x)
-def sigmoid(x): return _unary("sigmoid", x)
-def relu(x): return _unary("relu", x)
+def _unary_builder(op):
+    def build(x):
+        return _unary(op, x)
+    build.__name__ = build.__qualname__ = op
+    build.__doc__ = f"{op}(x), elementwise (its meaning: fuserir.op_table.UNARY[{op!r}])."
+    return build
+
+
+# neg, abs, exp, log, ...: one builder per unary op of the op table (gelu, below, also
+# takes `approximate`)
+globals().update({op: _unary_builder(op) for op in UNARY_OPS if op != "gelu"})
 
 
 def gelu(x, approximate="none"):

@@ -20,11 +20,9 @@ and empty reductions mean what fuserir.numerics defines, for every backend alike
     type's minimum (integers).
 """
 
-import math
-
 import numpy as np
 
-from . import dtypes, numerics
+from . import dtypes, numerics, op_table
 from .dtypes import DataType
 from .errors import EvaluationError
 from .ir import extent as ext
@@ -33,7 +31,6 @@ from .ir.exprs import (BinaryOp, BroadcastOp, CastOp, LoadStoreOp, MatmulOp, Red
 from .ir.iterdomain import Split, history
 from .ir.tensor import Scalar
 
-_erfc = np.frompyfunc(math.erfc, 1, 1)
 
 
 def evaluate(fusion, inputs):
@@ -164,32 +161,10 @@ def _cast(x, dtype):
 
 def _unary(expr, values):
     x, out = expr.inputs[0], expr.output
-    op = expr.op
-    if op in ("neg", "abs", "relu"):
-        v = _operand(x, values, out.dtype)
-        result = {"neg": np.negative, "abs": np.abs,
-                  "relu": lambda a: np.maximum(a, np.zeros_like(a))}[op](v)
-        return _round(result, out.dtype)
-    v = values[x].astype(np.float64)
-    with np.errstate(all="ignore"):
-        if op == "exp":
-            result = np.exp(v)
-        elif op == "log":
-            result = np.log(v)
-        elif op == "sqrt":
-            result = np.sqrt(v)
-        elif op == "rsqrt":
-            result = 1.0 / np.sqrt(v)
-        elif op == "tanh":
-            result = np.tanh(v)
-        elif op == "sigmoid":
-            result = 1.0 / (1.0 + np.exp(-v))
-        elif expr.approximate == "tanh":
-            result = 0.5 * v * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v ** 3)))
-        else:
-            # 1 + erf(x / sqrt 2) = erfc(-x / sqrt 2), without cancellation for x << 0
-            result = 0.5 * v * _erfc(-v / math.sqrt(2.0)).astype(np.float64)
-    return _round(result, out.dtype)
+    entry = op_table.UNARY[op_table.kernel_unary(expr.op, expr.approximate)]
+    if entry.kind == "exact":
+        return _round(entry.meaning(_operand(x, values, out.dtype)), out.dtype)
+    return _round(op_table.math_unary(entry.name, values[x]), out.dtype)
 
 
 def _binary(expr, values):
@@ -197,17 +172,10 @@ def _binary(expr, values):
     out = expr.output
     in_dtype = dtypes.promote(a.dtype, b.dtype)
     x, y = _operand(a, values, in_dtype), _operand(b, values, in_dtype)
-    op = expr.op
+    entry = op_table.FUSION_BINARY[expr.op]
+    meaning = entry.integer if in_dtype.is_int else entry.meaning
     with np.errstate(all="ignore"):
-        if op == "div" and in_dtype.is_int:
-            result = numerics.int_div(*np.broadcast_arrays(x, y))
-        else:
-            result = {
-                "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-                "maximum": np.maximum, "minimum": np.minimum, "eq": np.equal,
-                "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
-                "ge": np.greater_equal,
-            }[op](x, y)
+        result = meaning(*np.broadcast_arrays(x, y))
     return _round(result, out.dtype)
 
 

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fuserir import op_table
 from fuserir.dtypes import DataType
 from lowering import kir
 
@@ -134,13 +135,6 @@ def _wrap(x, dtype):
     return ((x.astype(np.int64) + half) & ((1 << bits) - 1)) - half
 
 
-def _trunc_div(a, b, what):
-    if np.any(b == 0):
-        raise Unknown(f"integer division by zero in {what}")
-    q = np.abs(a) // np.abs(b)
-    return np.where((a < 0) != (b < 0), -q, q)
-
-
 class _Evaluator:
     """Values of kir scalar expressions for an array of linear thread ids `tids` (x
     fastest), with uniform loop values in `env`; results are numpy arrays over tids."""
@@ -207,12 +201,11 @@ class _Evaluator:
             return out
         if isinstance(e, kir.UnOp):
             a = self.value(e.a, tids, env)
-            if e.op == "not":
-                return a == 0
-            if e.dtype.is_int and e.op in ("neg", "abs", "relu"):
-                r = {"neg": lambda: -a, "abs": lambda: np.abs(a),
-                     "relu": lambda: np.maximum(a, 0)}[e.op]()
-                return _wrap(r, e.dtype)
+            entry = op_table.UNARY[e.op]
+            if entry.kind == "logical":
+                return entry.meaning(a != 0)
+            if e.dtype.is_int and entry.kind == "exact":
+                return _in_type(entry.meaning, e.dtype, a)
             raise Unknown(f"unary {e.op} on {e.dtype} in an index")
         if isinstance(e, kir.BinOp):
             return self._binop(e, tids, env)
@@ -229,34 +222,24 @@ class _Evaluator:
             return out
         a = self.value(e.a, tids, env)
         b = self.value(e.b, tids, env)
-        if e.op in kir.COMPARISONS:
-            return {"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b,
-                    "ne": a != b}[e.op]
+        entry = op_table.BINARY[e.op]
+        if entry.kind == "compare":
+            return entry.meaning(a, b)
         if not e.dtype.is_int:
             raise Unknown(f"{e.dtype} arithmetic ({kir.format_expr(e)}) in an index")
-        what = kir.format_expr(e)
-        a, b = a.astype(np.int64), b.astype(np.int64)
-        if e.op == "add":
-            r = a + b
-        elif e.op == "sub":
-            r = a - b
-        elif e.op == "mul":
-            r = a * b
-        elif e.op == "div":
-            r = _trunc_div(a, b, what)
-        elif e.op == "mod":
-            r = a - b * _trunc_div(a, b, what)
-        elif e.op == "ceildiv":
-            r = _trunc_div(_wrap(a + b - 1, e.dtype), b, what)
-        elif e.op == "min":
-            r = np.minimum(a, b)
-        elif e.op == "max":
-            r = np.maximum(a, b)
-        elif e.op == "xor":
-            r = np.bitwise_xor(a, b)
-        else:
+        if entry.integer is None:
             raise Unknown(f"operator {e.op} in an index")
-        return _wrap(r, e.dtype)
+        if e.op in ("div", "mod", "ceildiv") and np.any(b == 0):
+            raise Unknown(f"integer division by zero in {kir.format_expr(e)}")
+        return _in_type(entry.integer, e.dtype, a, b)
+
+
+def _in_type(meaning, dtype, *operands):
+    """An op's meaning (fuserir.op_table) computed in `dtype`, as the GPU computes it (so
+    it wraps there), returned as int64 like every value of this evaluator."""
+    typed = [_wrap(np.asarray(x).astype(np.int64), dtype).astype(dtype.numpy) for x in operands]
+    with np.errstate(over="ignore"):
+        return np.asarray(meaning(*typed)).astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------------

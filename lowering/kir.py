@@ -18,7 +18,9 @@ import itertools
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 
-from fuserir import numerics
+import numpy as np
+
+from fuserir import numerics, op_table
 from fuserir.dtypes import DataType
 
 # ---------------------------------------------------------------------------------------
@@ -77,15 +79,12 @@ class Special(ScalarExpr):
         return f"{self.kind.value}.{self.axis}"
 
 
-# Operators of BinOp. Integer arithmetic uses C semantics (/ and % truncate toward zero,
-# the remainder has the dividend's sign) made total by fuserir.numerics: a / 0 = 0,
-# a % 0 = a, MIN / -1 = MIN; "ceildiv" is (a + b - 1) / b on non-negative operands.
-# "xor" is the bitwise xor of two integers of one int dtype (XOR swizzles).
-BINARY_OPS = ("add", "sub", "mul", "div", "mod", "ceildiv", "min", "max",
-              "lt", "le", "gt", "ge", "eq", "ne", "and", "or", "xor")
-COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
-UNARY_OPS = ("neg", "abs", "not", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu",
-             "gelu", "gelu_tanh")
+# Operators of BinOp and UnOp: fuserir.op_table is their meaning (C integer rules made
+# total by fuserir.numerics; "ceildiv" is (a + b - 1) / b on non-negative operands; "xor"
+# the bitwise xor of two integers of one int dtype, for XOR swizzles).
+BINARY_OPS = tuple(op_table.BINARY)
+COMPARISONS = op_table.COMPARISONS
+UNARY_OPS = tuple(op_table.UNARY)
 
 
 @dataclass(frozen=True, eq=False)
@@ -820,67 +819,34 @@ def _eval_cast(value, src, dst):
 
 
 def _eval_unop(op, a, dtype):
-    import numpy as np
-    if op == "not":
-        return not a
+    entry = op_table.UNARY[op]
+    if entry.kind == "logical":
+        return bool(entry.meaning(a))
     if dtype.is_int:
-        if op == "neg":
-            return _wrap_int(-a, dtype)
-        if op == "abs":
-            return _wrap_int(abs(a), dtype)
-        if op == "relu":
-            return max(a, 0)
-        raise TypeError(f"unary {op} on {dtype} has no launch-time value")
-    t = dtype.numpy.type
-    x = t(a)
-    with np.errstate(all="ignore"):
-        table = {
-            "neg": lambda: -x, "abs": lambda: np.abs(x), "exp": lambda: np.exp(x),
-            "log": lambda: np.log(x), "sqrt": lambda: np.sqrt(x),
-            "rsqrt": lambda: t(1) / np.sqrt(x), "tanh": lambda: np.tanh(x),
-            "sigmoid": lambda: t(1) / (t(1) + np.exp(-x)),
-            "relu": lambda: x if not x < 0 else t(0),
-        }
-        if op not in table:
+        if entry.kind != "exact":
             raise TypeError(f"unary {op} on {dtype} has no launch-time value")
-        return t(table[op]())
+        return _wrap_int(entry.meaning(np.asarray(a, dtype=dtype.numpy)), dtype)
+    t = dtype.numpy.type
+    if entry.kind == "exact":
+        return t(entry.meaning(t(a)))
+    return t(op_table.math_unary(op, a))
 
 
 def _eval_binop(op, a, b, operand_dtype, dtype):
-    import numpy as np
-    if op in COMPARISONS:
-        return {"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b,
-                "ne": a != b}[op]
+    entry = op_table.BINARY[op]
+    if entry.kind == "compare":
+        return bool(entry.meaning(a, b))
     if dtype.is_int:
-        if op == "add":
-            r = a + b
-        elif op == "sub":
-            r = a - b
-        elif op == "mul":
-            r = a * b
-        elif op == "div":
-            r = numerics.div_int(a, b)
-        elif op == "mod":
-            r = numerics.mod_int(a, b)
-        elif op == "ceildiv":
-            r = numerics.div_int(_wrap_int(a + b - 1, dtype), b)
-        elif op == "min":
-            r = min(a, b)
-        elif op == "max":
-            r = max(a, b)
-        elif op == "xor":
-            r = a ^ b
-        else:
+        if entry.integer is None:
             raise TypeError(f"binary {op} on {dtype} has no launch-time value")
-        return _wrap_int(r, dtype)
+        x, y = np.asarray(a, dtype=dtype.numpy), np.asarray(b, dtype=dtype.numpy)
+        with np.errstate(over="ignore"):
+            return _wrap_int(entry.integer(x, y), dtype)
+    if entry.meaning is None or entry.kind != "arith":
+        raise TypeError(f"binary {op} on {dtype} has no launch-time value")
     t = dtype.numpy.type
-    x, y = t(a), t(b)
     with np.errstate(all="ignore"):
-        table = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
-                 "div": np.divide, "mod": np.fmod, "min": np.minimum, "max": np.maximum}
-        if op not in table:
-            raise TypeError(f"binary {op} on {dtype} has no launch-time value")
-        return t(table[op](x, y))
+        return t(entry.meaning(t(a), t(b)))
 
 
 def shared_bytes(kernel, env=None):

@@ -6,12 +6,14 @@ lowering will index producers by. Matmul is one expression whose output domain i
 [M, N, rK]: a multiply fused with a sum over K, so split-K is an ordinary split + rfactor.
 """
 
+from .. import op_table
 from .tensor import TensorView
 
-UNARY_OPS = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu")
-FLOAT_UNARY_OPS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "gelu")
-ARITH_BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum")
-COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
+# The elementwise ops a fusion can hold, by name (fuserir.op_table defines them)
+UNARY_OPS = tuple(op_table.FUSION_UNARY)
+FLOAT_UNARY_OPS = op_table.FUSION_FLOAT_UNARY
+ARITH_BINARY_OPS = op_table.FUSION_ARITH
+COMPARE_OPS = op_table.FUSION_COMPARE
 BINARY_OPS = ARITH_BINARY_OPS + COMPARE_OPS
 REDUCTION_OPS = ("sum", "max")
 LAYOUTS = ("TT", "TN", "NT", "NN")
