@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 
 from codegen.cuda import emit_cuda
 from codegen.launch import check_launch_limits
-from codegen.nvrtc import CompileError, compile_to_cubin, default_arch
+from codegen import nvrtc
+from codegen.nvrtc import CompileError
 from fuserir import device as devices
+from fuserir.instructions import BY_STATEMENT
 from fuserir.dtypes import DataType
 from lowering import kir
 from lowering.pipeline import PASS_NAMES, lower
@@ -33,9 +35,6 @@ class CompiledKernel:
         return kir.format_kernel(self.kir)
 
 
-SM80_STATEMENTS = (kir.Mma, kir.LdMatrix, kir.CpAsync)
-
-
 def build_kernel(fusion, backend, index_dtype=DataType.i32, vector_caps=None, device=None,
            **options):
     """Lower, emit and (for the GPU) compile one kernel, refusing what `device` (the
@@ -46,12 +45,19 @@ def build_kernel(fusion, backend, index_dtype=DataType.i32, vector_caps=None, de
     source = emit_cuda(kernel)
     compiled = CompiledKernel(kernel.name, kernel, source, caps=dict(vector_caps or {}))
     if backend == "cuda":
-        arch = default_arch()
-        needs = sorted({type(s).__name__ for s in kir.walk(kernel.body)
-                        if isinstance(s, SM80_STATEMENTS)})
-        if needs and int(arch[3:].rstrip("af")) < 80:
-            raise CompileError(f"kernel {kernel.name} uses {', '.join(needs)} (mma.sync "
-                               f"m16n8k16, ldmatrix, cp.async), which need sm_80 or newer; "
-                               f"this GPU is {arch}")
-        compiled.cubin = compile_to_cubin(source, kernel.name, arch)
+        arch = nvrtc.default_arch()
+        check_instructions(kernel, int(arch[3:].rstrip("af")), arch)
+        compiled.cubin = nvrtc.compile_to_cubin(source, kernel.name, arch)
     return compiled
+
+
+def check_instructions(kernel, cc, arch):
+    """Refuse a kernel whose instructions (fuserir.instructions' descriptors, by kernel-IR
+    statement) need a newer GPU than compute capability `cc` (e.g. 90)."""
+    used = {type(s).__name__: BY_STATEMENT[type(s).__name__] for s in kir.walk(kernel.body)
+            if type(s).__name__ in BY_STATEMENT}
+    need = max((d.arch for d in used.values()), default=0)
+    if cc < need:
+        names = ", ".join(d.name for d in BY_STATEMENT.values())
+        raise CompileError(f"kernel {kernel.name} uses {', '.join(sorted(used))} ({names}), "
+                           f"which need sm_{need} or newer; this GPU is {arch}")

@@ -12,7 +12,7 @@ FUSERIR_DUMP's stages are printed here (driver.stages).
 
 import collections
 
-from codegen.nvrtc import default_arch
+from codegen import nvrtc
 from fuserir.errors import FuserirError
 from fuserir.ir.equality import fusion_signature
 
@@ -75,5 +75,5 @@ def _cache_key(fusion, backend, options):
     options, and for the GPU the architecture compiled for."""
     arch = None
     if backend == "cuda":
-        arch = default_arch()
+        arch = nvrtc.default_arch()
     return (fusion_signature(fusion), backend, tuple(sorted(options.items())), arch)

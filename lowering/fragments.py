@@ -1,10 +1,12 @@
-"""The fixed per-instruction fragment maps of mma.sync m16n8k16 and ldmatrix.
+"""Per-lane indices of tensor-core tiles, from the instruction descriptors' fragment maps.
 
-Everything above the 16x8x16 instruction tile is a transform the schedule recorded; below
-it, which lane holds which element is fixed by the PTX ISA (DESIGN.md section 10), and
-this module is where lowering knows it. The indexing pass asks it for per-lane indices of
-a tensor's mma axes, then indexes the tensor as usual (so swizzles, circular-buffer stages
-and the producer's own layout all apply unchanged):
+Everything above the instruction tile is a transform the schedule recorded; below it,
+which lane holds which element is fixed by the PTX ISA, and fuserir.instructions holds it
+(MMA_M16N8K16's fragment maps, LDMATRIX's lane maps). This module turns those maps into
+kernel-IR index expressions (the maps use // % * +, which _Index spells as ctx.binop).
+The indexing pass asks it for per-lane indices of a tensor's mma axes, then indexes the
+tensor as usual (so swizzles, circular-buffer stages and the producer's own layout all
+apply unchanged):
 
 * fragment layout (an accumulator, or a tensor computed from one such as the epilogue's
   cast): lane l = 4g + t holds element j (0..3) at row g + 8 (j / 2), column 2t + j % 2 of
@@ -18,12 +20,46 @@ and the producer's own layout all apply unchanged):
 """
 
 from fuserir.errors import ScheduleError
+from fuserir.instructions import LDMATRIX, MMA_M16N8K16
 from fuserir.ir.iterdomain import Merge, Split
 
 from . import kir
 from .analysis import is_a_operand, mma_positions
 
-ACCUMULATOR_ELEMENTS = 4     # f32 per lane in a 16x8 tile
+ACCUMULATOR_ELEMENTS = MMA_M16N8K16.c.count     # f32 per lane in a 16x8 tile
+
+
+class _Index:
+    """A kernel-IR index expression with the operators a descriptor's map uses, so that
+    the map written for integers builds the expression (constants fold as ctx.binop
+    folds them)."""
+
+    def __init__(self, ctx, expr):
+        self.ctx, self.expr = ctx, expr
+
+    def _of(self, other):
+        return other.expr if isinstance(other, _Index) else self.ctx.const(other)
+
+    def _op(self, op, a, b):
+        return _Index(self.ctx, self.ctx.binop(op, a, b))
+
+    def __floordiv__(self, other):
+        return self._op("div", self.expr, self._of(other))
+
+    def __mod__(self, other):
+        return self._op("mod", self.expr, self._of(other))
+
+    def __mul__(self, other):
+        return self._op("mul", self.expr, self._of(other))
+
+    def __rmul__(self, other):
+        return self._op("mul", self._of(other), self.expr)
+
+    def __add__(self, other):
+        return self._op("add", self.expr, self._of(other))
+
+    def __radd__(self, other):
+        return self._op("add", self._of(other), self.expr)
 
 
 def lane(ctx):
@@ -32,11 +68,8 @@ def lane(ctx):
 
 def fragment_coords(ctx, j):
     """(row, column) in the 16x8 accumulator tile of element j of this lane."""
-    l = lane(ctx)
-    g, t = ctx.binop("div", l, ctx.const(4)), ctx.binop("mod", l, ctx.const(4))
-    row = ctx.binop("add", g, ctx.binop("mul", ctx.const(8), ctx.binop("div", j, ctx.const(2))))
-    col = ctx.binop("add", ctx.binop("mul", ctx.const(2), t), ctx.binop("mod", j, ctx.const(2)))
-    return row, col
+    row, col = MMA_M16N8K16.c.at(_Index(ctx, lane(ctx)), _Index(ctx, j))
+    return row.expr, col.expr
 
 
 def fragment_axes(ctx, tv, j):
@@ -91,10 +124,10 @@ def ldmatrix_plan(ctx, tv):
                             "contiguous elements (split the contiguous axis by 8)")
     trans = smem.root.index(contiguous) != k_pos
     x_axis, k_axis = [tv.loop[i] for i in mma_positions(tv)]
-    l = lane(ctx)
-    q, r = ctx.binop("div", l, ctx.const(8)), ctx.binop("mod", l, ctx.const(8))
+    l = _Index(ctx, lane(ctx))
+    q, r = LDMATRIX.address_matrix(l).expr, LDMATRIX.address_row(l).expr
     q2, qhi = ctx.binop("mod", q, ctx.const(2)), ctx.binop("div", q, ctx.const(2))
-    eight = ctx.const(8)
+    eight = ctx.const(LDMATRIX.matrix)
     if is_a:
         # matrices (m0-7, k0-7), (m8-15, k0-7), (m0-7, k8-15), (m8-15, k8-15)
         m_base, k_base = ctx.binop("mul", eight, q2), ctx.binop("mul", eight, qhi)

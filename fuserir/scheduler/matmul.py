@@ -26,6 +26,7 @@ from dataclasses import dataclass, fields
 
 from .. import device as devices
 from ..errors import ScheduleError
+from ..instructions import CP_ASYNC, MMA_M16N8K16 as MMA
 from ..ir.exprs import BinaryOp, CastOp, MatmulOp, UnaryOp, WhereOp
 from ..ir.iterdomain import ParallelType, roots_of
 from ..ir.tensor import MemoryType
@@ -43,7 +44,7 @@ class MatmulParams:
 
     cta_tile: tuple = (128, 128, 32)
     warp_tile: tuple = (64, 64, 32)
-    instruction_tile: tuple = (16, 8, 16)
+    instruction_tile: tuple = MMA.shape        # the tensor-core instruction tile
     stages: int = 3
     splitk_factor: int = 1
     splitk_mode: str = "serial"
@@ -71,9 +72,9 @@ class MatmulParams:
             if not isinstance(tile, tuple) or len(tile) != 3 or not all(isinstance(t, int) and not isinstance(t, bool)
                                          and t > 0 for t in tile):
                 bad(f"{name} must be three positive integers (M, N, K), got {tile}")
-        if self.instruction_tile != (16, 8, 16):
+        if self.instruction_tile != MMA.shape:
             bad(f"instruction_tile {self.instruction_tile}: the tensor-core instruction is "
-                "mma.sync m16n8k16, so it must be (16, 8, 16)")
+                f"{MMA.name}, so it must be {MMA.shape}")
         for i, dim in enumerate("MNK"):
             if self.cta_tile[i] % self.warp_tile[i]:
                 bad(f"cta_tile {dim} ({self.cta_tile[i]}) is not a multiple of warp_tile "
@@ -421,14 +422,15 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
 
     `device`: a fuserir.device.Device (the H200 when None). `reasons`: a list to which
     each choice's reason is appended, in words (what `fuserir inspect` shows). Raises
-    ScheduleError below sm_80 (no mma.sync m16n8k16 / cp.async)."""
+    ScheduleError below the instructions' arch (sm_80: mma.sync and cp.async)."""
     why = reasons.append if reasons is not None else (lambda line: None)
     device = _device(device)
     sms, limit, cc = device.sms, device.shared_limit, tuple(device.cc)
-    if cc < (8, 0):
+    need = max(MMA.arch, CP_ASYNC.arch)
+    if cc < divmod(need, 10):
         raise ScheduleError(f"matmul_heuristic: compute capability {cc[0]}.{cc[1]} has no "
-                            "tensor-core mma.sync m16n8k16 with cp.async; sm_80 or newer "
-                            "is needed")
+                            f"tensor-core {MMA.name} with {CP_ASYNC.name}; sm_{need} or "
+                            "newer is needed")
     if layout not in ("TT", "TN", "NT", "NN"):
         raise ScheduleError(f"matmul_heuristic: unknown layout {layout!r}")
     dtypes = [str(d) for d in dtypes]
