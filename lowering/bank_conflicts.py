@@ -52,6 +52,7 @@ import numpy as np
 from fuserir import op_table
 from fuserir.dtypes import DataType
 from lowering import kir
+from lowering.accesses import shared_accesses
 
 __all__ = ["AccessReport", "Example", "report", "conflicts", "format_report", "BANKS",
            "BANK_BYTES"]
@@ -59,7 +60,6 @@ __all__ = ["AccessReport", "Example", "report", "conflicts", "format_report", "B
 BANKS = 32
 BANK_BYTES = 4
 WARP = 32
-LDMATRIX_ROW_BYTES = 16
 
 
 class Unknown(Exception):
@@ -257,56 +257,20 @@ class _Access:
     conds: list              # (cond, taken) inside the statement's expression
     access: str
     num: int = 0             # ldmatrix matrices
-
-
-def _loads(e, conds):
-    """(Load, [(cond, taken)]) for every Load in e, with the Select / && / || conditions a
-    lane must satisfy for that Load to execute."""
-    if isinstance(e, kir.Load):
-        yield e, conds
-        yield from _loads(e.index, conds)
-    elif isinstance(e, kir.Select):
-        yield from _loads(e.cond, conds)
-        yield from _loads(e.a, conds + [(e.cond, True)])
-        yield from _loads(e.b, conds + [(e.cond, False)])
-    elif isinstance(e, kir.BinOp) and e.op in ("and", "or"):
-        yield from _loads(e.a, conds)
-        yield from _loads(e.b, conds + [(e.a, e.op == "and")])
-    else:
-        for ch in e.children():
-            yield from _loads(ch, conds)
-
-
-def _exprs(stmt):
-    if isinstance(stmt, kir.Allocate):
-        return []
-    return [getattr(stmt, f.name) for f in dataclasses.fields(stmt)
-            if isinstance(getattr(stmt, f.name), kir.ScalarExpr)]
-
-
-def _is_shared(buf):
-    return buf is not None and buf.memory is kir.Memory.shared
+    lanes: int = None        # the first lanes of a warp that access (None: every lane)
 
 
 def _accesses(stmts, chain=()):
     chain = list(chain)
     for s in stmts:
-        for e in _exprs(s):
-            for load, conds in _loads(e, []):
-                if _is_shared(load.buffer):
-                    yield _Access(s, "load", load.buffer, load.index,
-                                  load.width * load.buffer.dtype.itemsize, chain, conds,
-                                  kir.format_expr(load))
-        if isinstance(s, kir.Store) and _is_shared(s.buffer):
-            yield _Access(s, "store", s.buffer, s.index, s.width * s.buffer.dtype.itemsize,
-                          chain, [],
-                          f"{s.buffer.name}[{kir.format_expr(s.index)}]")
-        elif isinstance(s, kir.LdMatrix) and _is_shared(s.src):
-            yield _Access(s, "ldmatrix", s.src, s.address, LDMATRIX_ROW_BYTES, chain, [],
-                          f"{s.src.name}[{kir.format_expr(s.address)}]", num=s.num)
-        elif isinstance(s, kir.CpAsync) and _is_shared(s.dst):
-            yield _Access(s, "cp.async", s.dst, s.dst_index, s.nbytes, chain, [],
-                          f"{s.dst.name}[{kir.format_expr(s.dst_index)}]")
+        for a in shared_accesses(s):
+            if a.via == "load":
+                text = kir.format_expr(a.load)
+            else:
+                text = f"{a.buffer.name}[{kir.format_expr(a.index)}]"
+            kind = "load" if a.via == "load" else a.via
+            yield _Access(s, kind, a.buffer, a.index, a.nbytes, chain, a.conds, text,
+                          num=a.matrices, lanes=a.lanes)
         if isinstance(s, kir.ForLoop):
             yield from _accesses(s.body, chain + [("loop", s)])
         elif isinstance(s, kir.IfThenElse):
@@ -490,8 +454,8 @@ def _examine(r, acc, ev, base, dims, max_iterations, max_combinations):
                     r.notes.append(note)
                 continue
             active = active[c == taken]
-        if acc.kind == "ldmatrix":                     # lanes past 8*num supply nothing
-            active = active[active % WARP < 8 * acc.num]
+        if acc.lanes is not None:        # ldmatrix: lanes past 8*num supply nothing
+            active = active[active % WARP < acc.lanes]
         if len(active) == 0:
             continue
         index = ev.value(acc.index, active, env)

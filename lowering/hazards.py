@@ -37,6 +37,7 @@ fresh analysis).
 from dataclasses import dataclass, field, replace
 
 from . import kir
+from .accesses import shared_accesses
 
 
 @dataclass(frozen=True)
@@ -75,28 +76,11 @@ class Found:
                               self.loop is not None)
 
 
-def shared_loads(expr):
-    return [e for e in kir.walk_expr(expr)
-            if isinstance(e, kir.Load) and e.buffer.memory is kir.Memory.shared]
-
-
 def accesses_of(stmt):
-    """The shared-memory accesses one statement makes itself (reads before the write)."""
-    if isinstance(stmt, kir.Store):
-        loads = shared_loads(stmt.index) + shared_loads(stmt.value)
-        reads = [Access(stmt, ld.buffer, False, ld.access) for ld in loads]
-        if stmt.buffer.memory is kir.Memory.shared:
-            return reads + [Access(stmt, stmt.buffer, True, stmt.access)]
-        return reads
-    if isinstance(stmt, kir.IfThenElse):
-        return [Access(stmt, ld.buffer, False, ld.access) for ld in shared_loads(stmt.cond)]
-    if isinstance(stmt, kir.ForLoop):
-        return [Access(stmt, ld.buffer, False, ld.access) for ld in shared_loads(stmt.extent)]
-    if isinstance(stmt, kir.LdMatrix):
-        return [Access(stmt, stmt.src, False, stmt.access)]
-    if isinstance(stmt, kir.CpAsync):
-        return [Access(stmt, stmt.dst, True, stmt.access, pending=True)]
-    return []
+    """The shared-memory accesses one statement makes itself (reads before the write:
+    lowering.accesses), as the analysis tracks them."""
+    return [Access(stmt, a.buffer, a.is_write, a.info, pending=a.pending)
+            for a in shared_accesses(stmt)]
 
 
 def _byte_range(buffer):

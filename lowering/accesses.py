@@ -1,0 +1,99 @@
+"""Which shared-memory bytes a kernel-IR statement touches: the one list of them.
+
+`shared_accesses(stmt)` gives the accesses one statement makes itself (not those of the
+statements in its bodies), reads first, then its write, as the hardware orders them:
+
+    load       every shared kir.Load in the statement's own expressions (a Store's index
+               and value, an IfThenElse's condition, a ForLoop's extent, ...), with the
+               Select / && / || conditions a lane must satisfy for it to execute
+    store      a kir.Store into a shared buffer: width elements per thread
+    ldmatrix   a kir.LdMatrix: the first LDMATRIX.address_lanes(num) lanes of each warp
+               read one row of LDMATRIX.row_bytes at their address
+    cp.async   a kir.CpAsync: an async write of nbytes per thread, pending until the wait
+               that retires its group (DESIGN.md section 5)
+
+The static hazard analysis (lowering.hazards), the bank-conflict report
+(lowering.bank_conflicts) and the interpreter's race detector (codegen.interp) read
+accesses from here; the per-lane shapes of instruction accesses come from the instruction
+descriptors (fuserir.instructions).
+"""
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from fuserir.instructions import LDMATRIX
+
+from . import kir
+
+
+@dataclass(frozen=True, eq=False)
+class SharedAccess:
+    """One shared-memory access of a statement, per executing lane: `nbytes` from element
+    `index` of `buffer` (for ldmatrix, the row address; only the first `lanes` lanes of a
+    warp take part: None = every executing lane)."""
+
+    stmt: object
+    via: str                 # "load", "store", "ldmatrix" or "cp.async"
+    buffer: object
+    index: object
+    nbytes: int
+    is_write: bool
+    pending: bool = False    # an async write, pending until its wait
+    conds: list = field(default_factory=list)   # [(cond, taken)] inside the statement
+    load: object = None      # the kir.Load of a "load"
+    matrices: int = 0        # ldmatrix's num
+    lanes: int = None
+
+    @property
+    def info(self):
+        """The kir.AccessInfo lowering attached (which thread, stage, ...), or None."""
+        return self.load.access if self.load is not None else self.stmt.access
+
+
+def loads_with_conditions(expr, conds=()):
+    """(Load, [(cond, taken)]) for every Load in expr, in evaluation order, with the
+    Select / && / || conditions a lane must satisfy for that Load to execute."""
+    stack = [(expr, list(conds))]
+    while stack:
+        e, c = stack.pop()
+        if isinstance(e, kir.Load):
+            yield e, c
+            stack.append((e.index, c))
+        elif isinstance(e, kir.Select):
+            stack += [(e.b, c + [(e.cond, False)]), (e.a, c + [(e.cond, True)]), (e.cond, c)]
+        elif isinstance(e, kir.BinOp) and e.op in ("and", "or"):
+            stack += [(e.b, c + [(e.a, e.op == "and")]), (e.a, c)]
+        else:
+            stack += [(ch, c) for ch in reversed(e.children())]
+
+
+def own_expressions(stmt):
+    """The scalar expressions a statement evaluates itself (its fields, in order)."""
+    if isinstance(stmt, kir.Allocate):
+        return []
+    return [getattr(stmt, f.name) for f in dataclasses.fields(stmt)
+            if isinstance(getattr(stmt, f.name), kir.ScalarExpr)]
+
+
+def _shared(buffer):
+    return buffer is not None and buffer.memory is kir.Memory.shared
+
+
+def shared_accesses(stmt):
+    """The shared-memory accesses `stmt` makes itself: reads, then its write."""
+    found = [SharedAccess(stmt, "load", load.buffer, load.index,
+                          load.width * load.buffer.dtype.itemsize, False, conds=conds,
+                          load=load)
+             for e in own_expressions(stmt) for load, conds in loads_with_conditions(e)
+             if _shared(load.buffer)]
+    if isinstance(stmt, kir.Store) and _shared(stmt.buffer):
+        found.append(SharedAccess(stmt, "store", stmt.buffer, stmt.index,
+                                  stmt.width * stmt.buffer.dtype.itemsize, True))
+    elif isinstance(stmt, kir.LdMatrix) and _shared(stmt.src):
+        found.append(SharedAccess(stmt, "ldmatrix", stmt.src, stmt.address, LDMATRIX.row_bytes,
+                                  False, matrices=stmt.num,
+                                  lanes=LDMATRIX.address_lanes(stmt.num)))
+    elif isinstance(stmt, kir.CpAsync) and _shared(stmt.dst):
+        found.append(SharedAccess(stmt, "cp.async", stmt.dst, stmt.dst_index, stmt.nbytes,
+                                  True, pending=True))
+    return found
