@@ -15,7 +15,8 @@ import pytest
 
 import codegen
 import fuserir
-from codegen import cuda, executable, nvrtc
+from codegen import cuda, nvrtc
+from driver import build
 from codegen.errors import CompileError
 from codegen import launch as launching
 from codegen.interp import run_kernel
@@ -71,7 +72,7 @@ def test_every_name_in_every_role_compiles_and_runs(monkeypatch):
     optimizer): one call instead of one per case. Where it fails, each source alone names
     the failing cases. (They are not left to the session's end, which would compile them
     one by one.)"""
-    monkeypatch.setattr(executable, "emit_cuda", cuda.emit_cuda)
+    monkeypatch.setattr(build, "emit_cuda", cuda.emit_cuda)
     failures, sources = [], {}
     for serial, case in enumerate(CASES):
         try:

@@ -1,0 +1,34 @@
+"""Kernel IR: what lowering produces and both backends consume.
+
+A Kernel is a statement tree (loops, ifs, allocations, stores, barriers) over typed
+scalar expressions (constants, variables, thread/block indices, loads, arithmetic). It is
+explicitly typed: arithmetic nodes carry the dtype they compute in, and lowering inserts
+every conversion as a Cast, so the CUDA emitter and the interpreter never guess a type.
+Thread- and block-parallel axes are not loops: they are index expressions of
+threadIdx/blockIdx, guarded by predicates where extents differ.
+
+Shared-memory accesses carry an AccessInfo saying which tensor they touch and which
+thread owns each element, so sync insertion and the hazard verifier can reason about
+them; every Barrier carries the reasons it exists.
+
+The package, one module per part, each name available as `kir.<name>`:
+
+    expressions   scalar expressions (their operators' meaning: fuserir.op_table)
+    statements    buffers, parameters, access provenance, sync reasons, statements, Kernel
+    traversal     walk, walk_expr, relabel, substitute, copy_stmt, names and argument keys
+    printer       the text `fuserir dump --stage kernel` shows
+    evaluate      launch-time values of scalar expressions, shared-memory bytes
+"""
+
+from .expressions import (ScalarExpr, Const, Var, name_key, SpecialKind, Special,
+                          BINARY_OPS, COMPARISONS, UNARY_OPS, BinOp, UnOp, Select, Cast,
+                          Load, ShuffleXor)
+from .statements import (Memory, Buffer, TensorParam, ScalarParam, AccessInfo, HazardKind,
+                         SyncReason, Stmt, Allocate, Store, ForLoop, IfThenElse, Barrier,
+                         Comment, LdMatrix, Mma, CpAsync, CpAsyncCommit, CpAsyncWait,
+                         Workspace, Fence, SemWait, SemRelease, ExprStmt, LaunchConfig,
+                         Kernel)
+from .traversal import (arg_name, scalar_args, walk, relabel, substitute, copy_stmt,
+                        walk_expr)
+from .printer import (format_expr, format_stmt, format_stmts, format_kernel)
+from .evaluate import (evaluate_scalar, shared_bytes)

@@ -1,0 +1,386 @@
+"""Kernel IR statements and what they refer to: buffers and parameters, the access
+provenance (AccessInfo) that sync insertion and the hazard verifier reason with, the
+reasons every inserted barrier or wait records, the statements (loops, ifs, allocations,
+stores, barriers, tensor-core instructions and async copies, grid fences and
+semaphores) and the Kernel. Statements are mutable: passes rewrite their bodies.
+"""
+
+import itertools
+from dataclasses import dataclass, field
+from enum import Enum
+
+from fuserir.dtypes import DataType
+
+from .expressions import ScalarExpr, Var, name_key
+
+
+# ---------------------------------------------------------------------------------------
+# Buffers and parameters
+# ---------------------------------------------------------------------------------------
+
+
+class Memory(Enum):
+    global_ = "global"
+    shared = "shared"
+    local = "local"
+
+
+@dataclass(eq=False)
+class Buffer:
+    """A named array. Global buffers are kernel parameters; shared and local ones are
+    allocated by an Allocate statement. `size` is in elements (an expression; shared
+    buffers with a non-constant size live in dynamic shared memory). `byte_offset` places a
+    shared buffer in the block's shared-memory pool (set by the allocation pass; buffers
+    whose byte ranges overlap alias each other)."""
+
+    name: str
+    dtype: DataType
+    memory: Memory
+    size: ScalarExpr = None
+    byte_offset: ScalarExpr = None
+    tensor: str = None   # the fusion tensor it holds (None: scratch, e.g. for reductions)
+    user: bool = False   # named after the user's tensor (as Var.user: a namespace apart)
+
+    @property
+    def key(self):
+        return name_key(self)
+
+
+@dataclass(eq=False)
+class TensorParam:
+    """A global tensor argument: its buffer, and one size and one stride variable per axis
+    (strides in elements). Sizes that are fusion symbols reuse the symbol's ScalarParam."""
+
+    buffer: Buffer
+    sizes: list          # list[ScalarExpr]: Var of a ScalarParam or Const
+    strides: list        # list[Var]
+    is_output: bool = False
+
+
+@dataclass(eq=False)
+class ScalarParam:
+    """A run-time integer argument: a size symbol (M) or a named scalar (splitk)."""
+
+    var: Var
+
+
+# ---------------------------------------------------------------------------------------
+# Access provenance and sync reasons
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AccessInfo:
+    """Who touches which element of a shared buffer.
+
+    owner maps each parallel type the block uses ("TIDx", ...) to an identifier of the
+    axis that selects the thread for an element (an exact-map class of the accessing
+    tensor's domain), or None when the element's thread is not a function of the element
+    (e.g. a write predicated to thread 0 of that axis, or a scratch buffer). Two accesses
+    to the same tensor whose owners are equal and contain no None are made by the same
+    thread for every element, so they need no barrier between them.
+    """
+
+    tensor: str
+    owner: tuple         # tuple of (parallel type name, class id or None), sorted
+    # A circular buffer's access touches one stage: (loop label, offset, stages), offset
+    # counted in iterations of that loop from the current one (see lowering.hazards).
+    stage: tuple = None
+
+    def same_thread_as(self, other):
+        return (self.tensor == other.tensor and self.owner == other.owner
+                and all(cls is not None for _, cls in self.owner))
+
+
+class HazardKind(Enum):
+    RAW = "RAW"              # read after another thread's write
+    WAR = "WAR"              # write after another thread's read
+    WAW = "WAW"              # write after another thread's write
+    ASYNC = "async-pending"  # access to bytes an async copy may still be writing
+
+
+@dataclass
+class SyncReason:
+    kind: HazardKind
+    buffers: tuple           # names of the buffers (aliased buffers: all of them)
+    first: "Stmt"            # the statement of the earlier access
+    second: "Stmt"           # the statement of the later access
+    loop_carried: bool = False
+
+    def __str__(self):
+        carried = ", loop-carried" if self.loop_carried else ""
+        return (f"{self.kind.value} on {'/'.join(self.buffers)}: {self.first.label} -> "
+                f"{self.second.label}{carried}")
+
+
+# ---------------------------------------------------------------------------------------
+# Statements
+# ---------------------------------------------------------------------------------------
+
+_labels = itertools.count()
+
+
+class Stmt:
+    """Every statement has a label (S<number>) that dumps and hazard reports cite."""
+
+    def __post_init__(self):
+        if getattr(self, "label", None) is None:
+            self.label = f"S{next(_labels)}"
+
+    def bodies(self):
+        """The statement lists nested in this one."""
+        return ()
+
+
+@dataclass(eq=False)
+class Allocate(Stmt):
+    buffer: Buffer
+    label: str = None
+
+
+@dataclass(eq=False)
+class Store(Stmt):
+    """buffer[index] = value. A vector store (width w > 1) copies w consecutive elements
+    in one access: value is a Load of the same width and dtype, both indices multiples of
+    w (lowering proves it; the executable checks global arrays' strides and alignment)."""
+
+    buffer: Buffer
+    index: ScalarExpr
+    value: ScalarExpr
+    access: AccessInfo = None
+    label: str = None
+    width: int = 1
+
+
+@dataclass(eq=False)
+class ForLoop(Stmt):
+    """for (var = 0; var < extent; ++var) body. kind: "serial" or "unroll"."""
+
+    var: Var
+    extent: ScalarExpr
+    body: list = field(default_factory=list)
+    kind: str = "serial"
+    label: str = None
+
+    def bodies(self):
+        return (self.body,)
+
+
+@dataclass(eq=False)
+class IfThenElse(Stmt):
+    cond: ScalarExpr
+    then_body: list = field(default_factory=list)
+    else_body: list = field(default_factory=list)
+    label: str = None
+
+    def bodies(self):
+        return (self.then_body, self.else_body)
+
+
+@dataclass(eq=False)
+class Barrier(Stmt):
+    """__syncthreads(). `sync_id` is what drop_syncs names (inserted barriers only);
+    `reasons` lists the hazards it orders."""
+
+    sync_id: str = None
+    reasons: list = field(default_factory=list)
+    label: str = None
+
+
+@dataclass(eq=False)
+class Comment(Stmt):
+    text: str = ""
+    label: str = None
+
+
+# -- tensor cores and asynchronous copies (sm_80+) -------------------------------------------
+# Warp-collective or per-thread instructions with fixed PTX semantics (DESIGN.md sections 5,
+# 6 and 10). Fragments live in local buffers: element `index + k` of a fragment buffer is the
+# k-th 16-bit (or 32-bit for f32 accumulators) value the lane holds, registers packed low
+# half first.
+
+
+@dataclass(eq=False)
+class LdMatrix(Stmt):
+    """ldmatrix.sync.aligned.m8n8.x{num}{.trans}.shared.b16: a warp loads `num` 8x8 b16
+    matrices from shared memory. Lane l supplies, through `address` (an element index into
+    `src`, evaluated per lane), the start of row (l % 8) of matrix (l / 8); lanes past
+    8*num supply nothing. Afterwards register i of lane l (elements dst_index + 2i and
+    + 2i + 1 of `dst`) holds row l >> 2, columns 2(l & 3) and 2(l & 3) + 1 of matrix i
+    (with trans: rows 2(l & 3) and 2(l & 3) + 1, column l >> 2)."""
+
+    dst: "Buffer" = None
+    dst_index: ScalarExpr = None
+    src: "Buffer" = None
+    address: ScalarExpr = None
+    num: int = 4
+    trans: bool = False
+    access: AccessInfo = None
+    label: str = None
+
+
+@dataclass(eq=False)
+class Mma(Stmt):
+    """mma.sync.aligned.m16n8k16.row.col.f32.{f16|bf16}.{f16|bf16}.f32: D = A * B + C for
+    one warp. Per lane (g = l >> 2, t = l & 3), from element *_index of each local buffer:
+    A 8 halves a0..a7 = (g, 2t..2t+1), (g+8, 2t..2t+1), (g, 2t+8..2t+9), (g+8, 2t+8..2t+9);
+    B 4 halves = (k 2t..2t+1, n g), (k 2t+8..2t+9, n g); C and D 4 floats =
+    (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1). Inputs are `dtype` (f16 or bf16)."""
+
+    d: "Buffer" = None
+    d_index: ScalarExpr = None
+    a: "Buffer" = None
+    a_index: ScalarExpr = None
+    b: "Buffer" = None
+    b_index: ScalarExpr = None
+    c: "Buffer" = None
+    c_index: ScalarExpr = None
+    dtype: DataType = DataType.f16
+    label: str = None
+
+
+@dataclass(eq=False)
+class CpAsync(Stmt):
+    """cp.async.{ca|cg}.shared.global [dst + dst_index], [src + src_index], nbytes, src_size:
+    copies nbytes (4, 8 or 16; .cg takes 16 only) from global to shared memory, reading
+    src_size bytes (an expression: 0 zero-fills the whole destination, as a predicated-off
+    copy of a pipeline tail does) and filling the rest with zeros. The write stays pending
+    until the issuing thread executes a CpAsyncWait that retires its group."""
+
+    dst: "Buffer" = None
+    dst_index: ScalarExpr = None
+    src: "Buffer" = None
+    src_index: ScalarExpr = None
+    nbytes: int = 16
+    src_size: ScalarExpr = None
+    cache: str = "cg"
+    access: AccessInfo = None
+    label: str = None
+
+
+@dataclass(eq=False)
+class CpAsyncCommit(Stmt):
+    """cp.async.commit_group: the thread's copies issued since the last commit form a group
+    (an empty group is legal, so commits can be unconditional and wait counts static)."""
+
+    label: str = None
+
+
+@dataclass(eq=False)
+class CpAsyncWait(Stmt):
+    """cp.async.wait_group n: wait until at most the n newest committed groups of this
+    thread are pending (groups retire in commit order). Like Barrier, an inserted wait has
+    an id and the reasons it exists."""
+
+    n: int = 0
+    sync_id: str = None
+    reasons: list = field(default_factory=list)
+    label: str = None
+
+
+# -- grid synchronization: workspaces, fences and semaphores ---------------------------------
+# The building blocks of a serial split-K reduction across CTAs (a "turnstile"; DESIGN.md
+# section 5, "Between CTAs"). Split z of an output tile waits until the tile's semaphore
+# holds z, adds its partial sums to the workspace, and releases z + 1; the last split
+# writes the output and resets the semaphore to 0 for the next launch:
+#
+#     if thread 0: SemWait(sem, tile, blockIdx.z)      // acquire what split z-1 released
+#     Barrier                                           // ... for every thread of the block
+#     <read partials from the workspace, add this split's values>
+#     not last:  <write partials> ; Fence ; Barrier ; if thread 0: SemRelease(sem, tile, z+1)
+#     last:      <write the output> ;                    if thread 0: SemRelease(sem, tile, 0)
+#
+# A block's global writes are visible to another block only through this chain: Fence by
+# the writing thread, (Barrier,) SemRelease by its block, SemWait by the reading block on
+# the same semaphore cell, (Barrier). The interpreter checks exactly that (codegen.interp,
+# "cross-cta" hazards).
+
+
+@dataclass(eq=False)
+class Workspace:
+    """A global scratch buffer the executor allocates for the kernel (a kernel parameter
+    after the tensors, before the scalars: Kernel.params): e.g. f32 partial sums of a
+    split-K reduction, or i32 semaphores. `size` is in elements, an expression over the
+    kernel's scalar parameters. `zeroed`: the buffer must be all zeros before the first
+    launch; a kernel that uses it as semaphores leaves it zero again after each launch,
+    so the executor zeroes it once, when it allocates it, and keeps it across launches."""
+
+    buffer: Buffer
+    size: ScalarExpr
+    zeroed: bool = False
+
+
+@dataclass(eq=False)
+class Fence(Stmt):
+    """__threadfence() by each active thread: its earlier global writes are ordered before
+    its later global writes (the release half of the handshake: the writes a later
+    SemRelease of the block publishes)."""
+
+    label: str = None
+
+
+@dataclass(eq=False)
+class SemWait(Stmt):
+    """Each active thread spins until the i32 global `sem[index] == value`, reading it with
+    an acquire load (ld.acquire.gpu.global.b32 in a loop); afterwards (acquire) its later
+    reads see what the block that stored `value` with SemRelease had published. Other
+    threads of the block see it after a Barrier."""
+
+    sem: Buffer = None
+    index: ScalarExpr = None
+    value: ScalarExpr = None
+    label: str = None
+
+
+@dataclass(eq=False)
+class SemRelease(Stmt):
+    """Each active thread stores `sem[index] = value` (i32 global) with a release store
+    (__threadfence(); st.release.gpu.global.b32): it publishes the global writes the
+    block's threads fenced before it (after a Barrier; the releasing thread's own always)
+    and what the block had acquired, to whoever waits for `value` on that cell."""
+
+    sem: Buffer = None
+    index: ScalarExpr = None
+    value: ScalarExpr = None
+    label: str = None
+
+
+@dataclass(eq=False)
+class ExprStmt(Stmt):
+    """A fusion expression placed in its loop nest but not yet lowered to loads and stores.
+    It exists only between the loop-nest pass and the indexing pass. `role` says which part
+    of the expression it stands for: "compute" (a pointwise expression), or for a
+    reduction "init", "accumulate", "block_reduce", "final"."""
+
+    tv: object = None
+    role: str = "compute"
+    label: str = None
+
+
+# ---------------------------------------------------------------------------------------
+# Kernel
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class LaunchConfig:
+    """Grid and block extents as expressions over the kernel's scalar parameters."""
+
+    grid: tuple = None       # (x, y, z) ScalarExprs
+    block: tuple = None      # (x, y, z) ScalarExprs
+
+
+@dataclass(eq=False)
+class Kernel:
+    name: str
+    tensor_params: list      # list[TensorParam], inputs first then outputs
+    scalar_params: list      # list[ScalarParam]
+    body: list
+    launch: LaunchConfig
+    index_dtype: DataType = DataType.i32
+    workspaces: list = field(default_factory=list)   # list[Workspace]
+    user: bool = False       # named after the user's fusion (codegen.cuda mangles it)
+
+    @property
+    def params(self):
+        return list(self.tensor_params) + list(self.workspaces) + list(self.scalar_params)
