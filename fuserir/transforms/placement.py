@@ -10,13 +10,13 @@ Every illegal request raises ScheduleError naming the transform, the tensor and 
 so that a schedule that cannot be lowered is refused here rather than miscompiled later.
 """
 
-from .errors import FusionError, ScheduleError
-from .ir import extent as ext
-from .ir.exprs import LoadStoreOp, MatmulOp, ReductionOp
-from .ir.iterdomain import (IterDomain, IterKind, Merge, ParallelType, Split, history, replay,
+from ..errors import FusionError, ScheduleError
+from ..ir import extent as ext
+from ..ir.exprs import LoadStoreOp, MatmulOp, ReductionOp
+from ..ir.iterdomain import (IterDomain, IterKind, Merge, ParallelType, Split, history, replay,
                             roots_of)
-from .ir.tensor import MemoryType, TensorView, memory_type as _memory_type
-from .ops import accumulate_dtype
+from ..ir.tensor import MemoryType, TensorView, memory_type as _memory_type
+from ..ops import accumulate_dtype
 
 # -- argument checks -----------------------------------------------------------------------
 
