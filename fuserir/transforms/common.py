@@ -81,7 +81,23 @@ def _max_producer_pos(tv):
 
 def concrete_loop(tv, i):
     """The (tensor, position) whose loop tv.loop[i] runs in: inside its compute-at position
-    an axis shares its consumer's loop, recursively."""
+    an axis shares its consumer's loop, recursively.
+
+    Lowering asks it to tell which loop axes of different tensors are one loop.
+
+    >>> import fuserir
+    >>> from fuserir.transforms import concrete_loop
+    >>> f = fuserir.parse("fusion f(x: f32[M, N]) { t = exp(x)  y = t * 2  output y }")
+    >>> t, y = f.tensor("t"), f.tensor("y")
+    >>> y.split(1, 128)
+    >>> t.compute_at(y, 2)
+    >>> print(t.describe())
+    t: f32[M, N] local loop=[i{M} i{ceildiv(N, 128)} i{128}] compute_at=2
+    >>> concrete_loop(t, 1)
+    (<TensorView y: f32[M, N] global>, 1)
+    >>> concrete_loop(t, 2)
+    (<TensorView t: f32[M, N] local>, 2)
+    """
     while tv.compute_at_pos and i < tv.compute_at_pos:
         tv = tv.compute_at_consumer
     return tv, i

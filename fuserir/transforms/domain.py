@@ -13,6 +13,37 @@ from .common import _axis, _not_input, _not_shared
 
 
 def split(tv, axis, factor, inner=True):
+    """Split loop axis `axis` of `tv` into an outer and an inner piece (TensorView.split).
+
+    With inner=True the inner piece has extent `factor` and the outer ceildiv(extent, factor);
+    with inner=False the outer piece has extent `factor`. A factor need not divide the
+    extent: lowering predicates the partial last iteration.
+
+      axis    a loop axis number of tv; a negative one counts from the end
+      factor  an integer >= 1, or the name of a run-time scalar ("tile"), which the split
+              declares in the fusion (the kernel takes it as an argument)
+      inner   whether `factor` is the extent of the inner piece (else of the outer one)
+
+    Raises ScheduleError if tv is a fusion input, the axis is out of range or its loop is
+    shared through compute_at (with tv's consumer or a producer computed at tv), or the factor
+    is neither a positive integer nor a valid name.
+
+    >>> import fuserir
+    >>> f = fuserir.parse("fusion f(x: f32[M, N]) { y = relu(x)  output y }")
+    >>> y = f.tensor("y")
+    >>> print(y.describe())
+    y: f32[M, N] global loop=[i{M} i{N}]
+    >>> y.split(1, 128)
+    >>> print(y.describe())
+    y: f32[M, N] global loop=[i{M} i{ceildiv(N, 128)} i{128}]
+    >>> y.split(0, "tile", inner=False)
+    >>> print(y.describe())
+    y: f32[M, N] global loop=[i{tile} i{ceildiv(M, tile)} i{ceildiv(N, 128)} i{128}]
+    >>> y.split(1, 0)
+    Traceback (most recent call last):
+        ...
+    fuserir.errors.ScheduleError: split: factor must be >= 1, got 0 (tensor y, axis 1)
+    """
     _not_input("split", tv)
     p = _axis("split", tv, axis)
     if isinstance(factor, bool) or not isinstance(factor, (int, str, ext.Sym)):
@@ -35,6 +66,32 @@ def split(tv, axis, factor, inner=True):
 
 
 def merge(tv, axis):
+    """Merge loop axes `axis` and `axis` + 1 of `tv` into one axis (TensorView.merge).
+
+    The merged axis has the product of the two extents; its index o runs the outer axis as
+    o / extent(inner) and the inner one as o % extent(inner).
+
+      axis    a loop axis number of tv, not the last; a negative one counts from the end
+
+    Raises ScheduleError if tv is a fusion input, the axis is out of range or the last one,
+    either loop is shared through compute_at, or the two axes mix a reduction with an
+    iteration axis or with a broadcast axis (the merged loop would reduce every element more
+    than once).
+
+    >>> import fuserir
+    >>> f = fuserir.parse("fusion f(x: f32[M, N]) { y = relu(x)  output y }")
+    >>> y = f.tensor("y")
+    >>> print(y.describe())
+    y: f32[M, N] global loop=[i{M} i{N}]
+    >>> y.merge(0)
+    >>> print(y.describe())
+    y: f32[M, N] global loop=[i{M*N}]
+    >>> y.merge(0)  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
+        ...
+    fuserir.errors.ScheduleError: merge: axis 0 is the last loop axis of y; there is no next
+        axis to merge it with
+    """
     _not_input("merge", tv)
     p = _axis("merge", tv, axis)
     if p + 1 >= tv.ndim:
@@ -57,6 +114,32 @@ def merge(tv, axis):
 
 
 def reorder(tv, mapping):
+    """Move loop axes of `tv` to new positions (TensorView.reorder).
+
+      mapping  a dict {old position: new position}; keys and values may be negative. The axes
+               it does not name fill the remaining positions in their original order.
+
+    Raises ScheduleError if tv is a fusion input, mapping is not a dict, a position is out of
+    range, an axis is moved twice or two axes to one position, or a moved loop is shared
+    through compute_at.
+
+    >>> import fuserir
+    >>> f = fuserir.parse("fusion f(x: f32[M, N]) { y = relu(x)  output y }")
+    >>> y = f.tensor("y")
+    >>> y.split(1, 128)
+    >>> print(y.describe())
+    y: f32[M, N] global loop=[i{M} i{ceildiv(N, 128)} i{128}]
+    >>> y.reorder({2: 0})
+    >>> print(y.describe())
+    y: f32[M, N] global loop=[i{128} i{M} i{ceildiv(N, 128)}]
+    >>> y.reorder({0: -1, -1: 0})
+    >>> print(y.describe())
+    y: f32[M, N] global loop=[i{ceildiv(N, 128)} i{M} i{128}]
+    >>> y.reorder({0: 1, 2: 1})
+    Traceback (most recent call last):
+        ...
+    fuserir.errors.ScheduleError: reorder: two axes of y are moved to position 1
+    """
     _not_input("reorder", tv)
     if not isinstance(mapping, dict):
         raise ScheduleError(f"reorder: expected a map {{old: new}}, got {mapping!r} "

@@ -14,6 +14,39 @@ from .common import _not_input, _placed_producers, concrete_loop
 
 
 def compute_at(tv, consumer, pos):
+    """Compute `tv` inside the first `pos` loops of `consumer` (TensorView.compute_at).
+
+    tv replays consumer's transforms for those loop axes and shares the loops, parallel types
+    included; axes left over from the replayed transforms and tv's own remaining axes follow.
+    Every tensor on a path between the two shares the same loops (those that no compute_at
+    of their own placed stay unplaced, free to be inlined deeper). A consumer axis tv lacks
+    (a broadcast) becomes a loop-only broadcast axis b{1}: tv is computed once per iteration.
+
+      consumer  a tensor of the same fusion that uses tv, directly or indirectly
+      pos       0 ... consumer's loop count; a negative one counts from loop count + 1, so
+                -1 shares every loop
+
+    Raises ScheduleError if tv is a fusion input, consumer is not a tensor of tv's fusion
+    that uses tv, pos is not an integer or is past the consumer's depth, or the shared loops
+    would include a vectorize or mma axis. Afterwards, split, merge and reorder refuse to
+    change the shared loops, on either side.
+
+    >>> import fuserir
+    >>> f = fuserir.parse("fusion f(x: f32[M, N]) { t = exp(x)  y = t * 2  output y }")
+    >>> t, y = f.tensor("t"), f.tensor("y")
+    >>> y.split(1, 128)
+    >>> y.parallelize(0, "BIDx")
+    >>> print(t.describe())
+    t: f32[M, N] local loop=[i{M} i{N}]
+    >>> t.compute_at(y, 2)
+    >>> print(t.describe())
+    t: f32[M, N] local loop=[iBIDx{M} i{ceildiv(N, 128)} i{128}] compute_at=2
+    >>> t.compute_at(y, 4)  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
+        ...
+    fuserir.errors.ScheduleError: compute_at: position 4 is past the depth of consumer y, which
+        has 3 loop axes (tensor t)
+    """
     _not_input("compute_at", tv)
     if not isinstance(consumer, TensorView) or consumer.fusion is not tv.fusion:
         raise ScheduleError(f"compute_at: {consumer!r} is not a tensor of {tv.name}'s fusion")
@@ -119,7 +152,23 @@ def max_inline_position(tv):
     It stops before a vectorized or mma axis; where tv has several consumers, after the
     loops they all share; and for a reduction, before a consumer axis that does not map
     to one of its iteration axes (a broadcast the consumer resolves), which would recompute
-    the whole reduction in every iteration of that loop.
+    the whole reduction in every iteration of that loop. A tensor with no consumer gives 0.
+    It only asks: inline_most places the tensor there.
+
+    >>> import fuserir
+    >>> from fuserir.transforms import max_inline_position
+    >>> f = fuserir.parse("fusion f(x: f32[M, N]) { t = exp(x)  y = t * 2  output y }")
+    >>> t, y = f.tensor("t"), f.tensor("y")
+    >>> y.split(1, 4)
+    >>> print(y.describe())
+    y: f32[M, N] global loop=[i{M} i{ceildiv(N, 4)} i{4}]
+    >>> max_inline_position(t)
+    3
+    >>> y.vectorize(2)
+    >>> print(y.describe())
+    y: f32[M, N] global loop=[i{M} i{ceildiv(N, 4)} ivectorize{4}]
+    >>> max_inline_position(t)
+    2
     """
     consumers = tv.fusion.consumers(tv)
     if not consumers:
@@ -147,8 +196,32 @@ def max_inline_position(tv):
 def inline_most(target):
     """Inline a tensor, or every tensor of a fusion that no compute_at placed, as deep into
     its consumers' loops as is legal (consumers first, so producers replay final loops).
+
+    TensorView.inline_most; lowering's inline_defaults pass calls it on the whole fusion.
     Inlining replaces the loops it shares with the consumer's: schedule the consumer and
-    compute producers at it, as in nvFuser."""
+    compute producers at it, as in nvFuser. The position is max_inline_position's, in the
+    tensor's first direct consumer; a tensor that can share no loop is placed at 0.
+
+      target  a TensorView, or a Fusion (every non-input tensor with a consumer that no
+              compute_at placed)
+
+    Raises ScheduleError if the tensor is a fusion input or has no consumer.
+
+    >>> import fuserir
+    >>> f = fuserir.parse("fusion f(x: f32[M, N]) { t = exp(x)  y = t * 2  output y }")
+    >>> t, y = f.tensor("t"), f.tensor("y")
+    >>> y.split(1, 4)
+    >>> y.vectorize(2)
+    >>> print(t.describe())
+    t: f32[M, N] local loop=[i{M} i{N}]
+    >>> t.inline_most()
+    >>> print(t.describe())
+    t: f32[M, N] local loop=[i{M} i{ceildiv(N, 4)} i{4}] compute_at=2
+    >>> y.inline_most()
+    Traceback (most recent call last):
+        ...
+    fuserir.errors.ScheduleError: inline_most: y has no consumer to be inlined into
+    """
     if isinstance(target, TensorView):
         _not_input("inline_most", target)
         if not target.fusion.consumers(target):

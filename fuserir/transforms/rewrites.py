@@ -28,6 +28,37 @@ def _rebuild_loop(old_loop, axis_map):
 
 
 def rfactor(tv, axes):
+    """Split the reduction of `tv` in two; return the new producer (TensorView.rfactor).
+
+    The producer replays tv's whole schedule and reduces only the listed loop axes; tv's
+    other reduction pieces become iteration axes of the producer, which tv then reduces.
+    The producer takes the accumulation type (f32 for an f16/bf16 sum), so partial sums are
+    not rounded, and is named `<tv>_rf` (`_1`, `_2`, ... if taken).
+
+      axes    a loop axis number of tv, or a list of them: reduction axes, not all of them
+
+    Raises ScheduleError if tv is a fusion input, is not defined by a reduction or matmul, is
+    already an rfactor producer, shares loops through compute_at (as producer or consumer),
+    or if an axis is out of range, not a reduction axis, or the list holds every reduction
+    axis (split the reduction first).
+
+    >>> import fuserir
+    >>> f = fuserir.parse("fusion f(h: f16[M, N]) { r = sum(h, axes=[1])  output r }")
+    >>> r = f.tensor("r")
+    >>> r.split(1, 32)
+    >>> print(r.describe())
+    r: f16[M] global loop=[i{M} r{ceildiv(N, 32)} r{32}]
+    >>> rf = r.rfactor([1])
+    >>> print(rf.describe())
+    r_rf: f32[M, 32] local loop=[i{M} r{ceildiv(N, 32)} i{32}]
+    >>> print(r.describe())
+    r: f16[M] global loop=[i{M} r{32}]
+    >>> r.rfactor([1])  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
+        ...
+    fuserir.errors.ScheduleError: rfactor: every reduction axis of r is listed; leave at least
+        one for it to reduce
+    """
     _not_input("rfactor", tv)
     expr = tv.definition
     if not isinstance(expr, (ReductionOp, MatmulOp)):
@@ -105,6 +136,36 @@ def rfactor(tv, axes):
 
 
 def cache_after(tv, memory_type, async_copy=False, ldmatrix=False):
+    """Insert a copy of `tv` in `memory_type` that all its consumers then read; return it.
+
+    TensorView.cache_after. The usual way to stage an input: the copy (named `<tv>_cache`)
+    has tv's shape as its loop domain, ready to be scheduled; tv itself is unchanged.
+
+      memory_type  a MemoryType or its name: "global", "shared" or "local"
+      async_copy   copy global -> shared with cp.async
+      ldmatrix     load tensor-core operand fragments from shared memory into registers
+                   (local) with ldmatrix; every consumer must be a matmul (mark the cache's
+                   two innermost axes mma)
+
+    Raises ScheduleError if the memory type is unknown, tv has no consumers, or async_copy
+    or ldmatrix is asked for between the wrong memories (or ldmatrix for a non-matmul use).
+
+    >>> import fuserir
+    >>> f = fuserir.parse("fusion f(x: f32[M, N]) { t = exp(x)  y = t * 2  output y }")
+    >>> x = f.tensor("x")
+    >>> print(x.describe())
+    x: f32[M, N] global loop=[i{M} i{N}]
+    >>> xs = x.cache_after("shared", async_copy=True)
+    >>> print(xs.describe())
+    x_cache: f32[M, N] shared loop=[i{M} i{N}]
+    >>> f.producers(f.tensor("t"))
+    [<TensorView x_cache: f32[M, N] shared>]
+    >>> f.tensor("t").cache_after("local", async_copy=True)  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
+        ...
+    fuserir.errors.ScheduleError: cache_after: async_copy copies into shared memory, not local
+        (tensor t)
+    """
     mt = _memory("cache_after", memory_type)
     fusion = tv.fusion
     uses = fusion.uses(tv)
@@ -136,6 +197,37 @@ def cache_after(tv, memory_type, async_copy=False, ldmatrix=False):
 
 
 def cache_before(tv, memory_type):
+    """Compute `tv` into a new tensor in `memory_type`, then copy it to `tv`; return the cache.
+
+    TensorView.cache_before. The cache (named `<tv>_cache`) takes tv's definition and its
+    loop domain, schedule included; tv becomes a copy of it, with the same loop transforms
+    replayed on fresh axes.
+
+      memory_type  a MemoryType or its name: "global", "shared" or "local"
+
+    Raises ScheduleError if the memory type is unknown, tv is a fusion input (it has no
+    definition: use cache_after), or tv shares loops through compute_at (as producer or
+    consumer): cache it before compute_at.
+
+    >>> import fuserir
+    >>> f = fuserir.parse("fusion f(x: f32[M, N]) { t = exp(x)  y = t * 2  output y }")
+    >>> y = f.tensor("y")
+    >>> y.split(1, 128)
+    >>> print(y.describe())
+    y: f32[M, N] global loop=[i{M} i{ceildiv(N, 128)} i{128}]
+    >>> yc = y.cache_before("local")
+    >>> print(yc.describe())
+    y_cache: f32[M, N] local loop=[i{M} i{ceildiv(N, 128)} i{128}]
+    >>> print(y.describe())
+    y: f32[M, N] global loop=[i{M} i{ceildiv(N, 128)} i{128}]
+    >>> f.producers(y)
+    [<TensorView y_cache: f32[M, N] local>]
+    >>> f.tensor("x").cache_before("local")  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
+        ...
+    fuserir.errors.ScheduleError: cache_before: x is a fusion input with no definition to
+        cache; use cache_after
+    """
     mt = _memory("cache_before", memory_type)
     if tv.definition is None:
         raise ScheduleError(f"cache_before: {tv.name} is a fusion input with no definition to "
