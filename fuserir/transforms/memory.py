@@ -1,0 +1,168 @@
+"""Memory annotations: where a tensor lives and how its buffer is laid out and reused.
+
+set_memory_type picks global, shared or local memory; circular_buffer keeps several
+copies of a loaded tile so loads run ahead of their use; swizzle permutes a shared tile's
+16-byte chunks against bank conflicts; promote_reuse lets a shared tile alias dead shared
+bytes. They change no loop axis: lowering and codegen read the annotations.
+"""
+
+from ..errors import ScheduleError
+from ..ir.exprs import LoadStoreOp
+from ..ir.iterdomain import ParallelType
+from ..ir.tensor import MemoryType
+from .common import _memory, _not_input
+
+
+def set_memory_type(tv, memory_type):
+    """Put `tv` in `memory_type` (TensorView.set_memory_type).
+
+    Intermediates default to local. A local buffer drops the thread and block axes, a shared
+    one keeps the thread axes, a global one keeps them all.
+
+      memory_type  a MemoryType or its name: "global", "shared" or "local"
+
+    Raises ScheduleError if the memory type is unknown, or tv is a fusion input or output
+    and the memory type is not global.
+
+    >>> import fuserir
+    >>> f = fuserir.parse("fusion f(x: f32[M, N]) { t = exp(x)  y = t * 2  output y }")
+    >>> t = f.tensor("t")
+    >>> print(t.describe())
+    t: f32[M, N] local loop=[i{M} i{N}]
+    >>> t.set_memory_type("shared")
+    >>> print(t.describe())
+    t: f32[M, N] shared loop=[i{M} i{N}]
+    >>> f.tensor("y").set_memory_type("shared")  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
+        ...
+    fuserir.errors.ScheduleError: set_memory_type: y is a fusion output and stays in global
+        memory
+    """
+    mt = _memory("set_memory_type", memory_type)
+    if (tv.is_input or tv.is_output) and mt is not MemoryType.global_:
+        role = "input" if tv.is_input else "output"
+        raise ScheduleError(f"set_memory_type: {tv.name} is a fusion {role} and stays in "
+                            "global memory")
+    tv.memory_type = mt
+
+
+def circular_buffer(tv, stages):
+    """Keep `stages` copies of the loaded tensor `tv` so loads run ahead of their use.
+
+    TensorView.circular_buffer. Lowering pipelines a circular buffer of async copies
+    (cache_after(shared, async_copy=True); the circular_buffer pass): a prologue of stages-1
+    tiles, then in the loop a wait and the prefetch of the tile stages-1 iterations ahead.
+
+      stages  an integer >= 2
+
+    Raises ScheduleError if tv is a fusion input, stages is not an integer >= 2, tv is not
+    defined by a copy (set, or a cache_after/cache_before cache), lives in global memory, or
+    is not computed inside a serial or unrolled loop of extent other than 1.
+
+    >>> import fuserir
+    >>> f = fuserir.parse("fusion f(A: f16[M, K], B: f16[K, N]) {"
+    ...                   "  acc = matmul(A, B)  output acc }")
+    >>> acc = f.tensor("acc")
+    >>> acc.split(2, 32)
+    >>> As = f.tensor("A").cache_after("shared", async_copy=True)
+    >>> As.circular_buffer(3)  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
+        ...
+    fuserir.errors.ScheduleError: circular_buffer: A_cache is not computed inside a serial loop
+        (compute-at position 0); compute_at it inside one first
+    >>> As.compute_at(acc, 3)
+    >>> print(As.describe())
+    A_cache: f16[M, K] shared loop=[i{M} b{1} i{ceildiv(K, 32)} i{32}] compute_at=3
+    >>> As.circular_buffer(3)
+    >>> print(As.describe())
+    A_cache: f16[M, K] shared loop=[i{M} b{1} i{ceildiv(K, 32)} i{32}] compute_at=3 stages=3
+    """
+    _not_input("circular_buffer", tv)
+    if isinstance(stages, bool) or not isinstance(stages, int) or stages < 2:
+        raise ScheduleError(f"circular_buffer: stages must be an integer >= 2, got {stages!r} "
+                            f"(tensor {tv.name})")
+    if not isinstance(tv.definition, LoadStoreOp):
+        raise ScheduleError(f"circular_buffer: {tv.name} is not a copy; only loads made by "
+                            "cache_after/cache_before are circular-buffered")
+    if tv.memory_type is MemoryType.global_:
+        raise ScheduleError(f"circular_buffer: {tv.name} is in global memory; circular "
+                            "buffers live in shared or local memory")
+    pos = tv.compute_at_pos or 0
+    serial = [a for a in tv.loop[:pos] if a.parallel in (ParallelType.serial,
+                                                         ParallelType.unroll)
+              and a.extent != 1]
+    if not serial:
+        raise ScheduleError(f"circular_buffer: {tv.name} is not computed inside a serial loop "
+                            f"(compute-at position {pos}); compute_at it inside one first")
+    tv.circular_buffer_stages = stages
+
+
+def swizzle(tv, row):
+    """XOR-swizzle the shared tile `tv` in 16-byte chunks (TensorView.swizzle).
+
+    In each row of `row` elements of tv's buffer, chunk c is stored at chunk c ^ (row index
+    % 8). Every access goes through the same map, so the meaning is unchanged; 8 rows read
+    down a column (ldmatrix) hit 8 different bank groups.
+
+      row     elements per row of the buffer: a multiple of 128 bytes
+
+    Raises ScheduleError if tv is a fusion input or not in shared memory, or row is not a
+    positive integer whose bytes are a multiple of 128.
+
+    >>> import fuserir
+    >>> f = fuserir.parse("fusion f(x: f16[M, 64]) { y = relu(x)  output y }")
+    >>> xs = f.tensor("x").cache_after("shared")
+    >>> print(xs.describe())
+    x_cache: f16[M, 64] shared loop=[i{M} i{64}]
+    >>> xs.swizzle(64)
+    >>> print(xs.describe())
+    x_cache: f16[M, 64] shared loop=[i{M} i{64}] swizzle=64
+    >>> xs.swizzle(32)  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
+        ...
+    fuserir.errors.ScheduleError: swizzle: a row of 32 x f16 is 64 bytes; the XOR swizzle
+        permutes 8 16-byte chunks, so a row must be a multiple of 128 bytes (tensor x_cache)
+    """
+    _not_input("swizzle", tv)
+    if tv.memory_type is not MemoryType.shared:
+        raise ScheduleError(f"swizzle: {tv.name} is in {tv.memory_type} memory; only shared "
+                            "tiles are swizzled (bank conflicts are a shared-memory matter)")
+    if isinstance(row, bool) or not isinstance(row, int) or row < 1:
+        raise ScheduleError(f"swizzle: row must be a positive number of elements, got "
+                            f"{row!r} (tensor {tv.name})")
+    if (row * tv.dtype.itemsize) % 128:
+        raise ScheduleError(f"swizzle: a row of {row} x {tv.dtype} is "
+                            f"{row * tv.dtype.itemsize} bytes; the XOR swizzle permutes 8 "
+                            f"16-byte chunks, so a row must be a multiple of 128 bytes "
+                            f"(tensor {tv.name})")
+    tv.swizzle_row = row
+
+
+def promote_reuse(tv):
+    """Let the shared tensor `tv` reuse the bytes of shared tensors dead by its first write.
+
+    TensorView.promote_reuse: the matmul epilogue tile over the operand buffers (the
+    reuse_shared pass). Sync insertion sees the aliasing: copies that may still be in flight
+    into those bytes are drained before the first write.
+
+    Raises ScheduleError if tv is a fusion input or not in shared memory.
+
+    >>> import fuserir
+    >>> f = fuserir.parse("fusion f(x: f16[M, 64]) { y = relu(x)  output y }")
+    >>> xs = f.tensor("x").cache_after("shared")
+    >>> print(xs.describe())
+    x_cache: f16[M, 64] shared loop=[i{M} i{64}]
+    >>> xs.promote_reuse()
+    >>> print(xs.describe())
+    x_cache: f16[M, 64] shared loop=[i{M} i{64}] reuse
+    >>> f.tensor("y").promote_reuse()  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
+        ...
+    fuserir.errors.ScheduleError: promote_reuse: y is in global memory; only shared tensors
+        reuse bytes
+    """
+    _not_input("promote_reuse", tv)
+    if tv.memory_type is not MemoryType.shared:
+        raise ScheduleError(f"promote_reuse: {tv.name} is in {tv.memory_type} memory; only "
+                            "shared tensors reuse bytes")
+    tv.reuse_shared = True
