@@ -20,8 +20,9 @@ One module per part, each importing only modules listed above it:
                      run over blocks, and _Block, one block's memories and shadows
 A block is one object, _Block, composed of one mixin per room (_Execution, _TensorCores,
 _AsyncCopies, _RaceDetector, _CrossCta): a room reaches the others' methods and the
-block's state through `self`, so the mixins import one another only for execution's
-statement tables. This entry holds run_kernel and re-exports what callers import.
+block's state through `self`, so the rooms import one another only where execution.py
+names their statement handlers (and merges acquired views at a barrier). This entry holds
+run_kernel and re-exports what callers import.
 """
 
 from codegen.errors import RaceError

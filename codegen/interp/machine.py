@@ -1,7 +1,7 @@
-"""The interpreter's machine state: the kernel's (_Interp: arguments, launch
+"""The interpreter's machine state. _Interp is the kernel's: arguments, launch
 configuration, global buffers, the shared pool's layout, the hazards collected, the run
-over blocks) and one block's (_Block: its memories and the shadow state of every room,
-composed of the rooms' mixins).
+over blocks. _Block is one block's: its memories and the shadow state of every room; its
+class is composed of the rooms' mixins.
 
   * Names: variables are bound by kir.name_key, so a user's size called i0 is not the loop
     index i0; arguments are taken by kir.arg_name (a size named like a tensor: scalar:N).

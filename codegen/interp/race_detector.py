@@ -23,10 +23,12 @@ Race detector (shared memory)
   Global memory is checked for bounds and for cross-CTA ordering (cross_cta.py).
 
 This module holds the shared-memory checks (RAW, WAR, WAW, stale-read,
-uninitialized-read, async-pending against p_tid/p_ev) and their reports; the other kinds
-are reported where they arise (bounds and divergence in execution.py, barriers and epochs
-there too, deadlocks in machine.py), all deduplicated by _Interp.add. The shadow arrays
-are made in _Block.__init__ (machine.py).
+uninitialized-read, async-pending on grains marked pending in p_tid/p_ev) and their
+reports. The other kinds are reported where they arise: out-of-bounds and barrier-,
+shuffle- and warp-divergence in execution.py (where a full Barrier also starts the next
+epoch), copies never waited for in async_copies.py, cross-cta in cross_cta.py, deadlocks
+in machine.py; all are deduplicated by _Interp.add. The shadow arrays are made in
+_Block.__init__ (machine.py).
 """
 
 import numpy as np
