@@ -1,0 +1,55 @@
+"""The CPU interpreter of kernel IR and its deterministic race detector (a second backend).
+
+`run_kernel(kernel, args, blocks=None)` runs a kir.Kernel on numpy arrays, writing its
+outputs in place, and raises RaceError (after the run, outputs written) listing every
+hazard it saw. DESIGN.md sections 5 and 6 are the specification; the header of each
+module of this package says how its part meets it.
+
+One module per part, each importing only modules listed above it:
+  base.py            InterpError, program points in reports, the empty shadow mark,
+                     values with kir.Cast semantics
+  scheduler.py       blocks as coroutines in launch order: Wait, schedule (deadlocks)
+  expressions.py     scalar expressions over the active threads: the operator tables
+  tensor_cores.py    ldmatrix and mma.sync on per-lane register fragments
+  async_copies.py    cp.async: issue, commit and wait groups, landing
+  race_detector.py   shared memory: the shadow state per grain, hazard recording
+  cross_cta.py       global memory between blocks: fences, semaphores, views
+  execution.py       statements, control flow, lockstep active sets, loads, stores and
+                     shuffles; the statement tables (new statements register there)
+  machine.py         the machine state: arguments, global and shared memory layout, the
+                     run over blocks, and _Block, one block's memories and shadows
+A block is one object, _Block, composed of one mixin per room (_Execution, _TensorCores,
+_AsyncCopies, _RaceDetector, _CrossCta): a room reaches the others' methods and the
+block's state through `self`, so the rooms import one another only where execution.py
+names their statement handlers (and merges acquired views at a barrier). This entry holds
+run_kernel and re-exports what callers import.
+"""
+
+from codegen.errors import RaceError
+from codegen.interp.base import InterpError
+from codegen.interp.execution import _COMPOUND  # noqa: F401 (tests register statements)
+from codegen.interp.machine import _Interp
+from codegen.interp.scheduler import Wait, schedule
+from fuserir.numerics import convert
+
+__all__ = ["run_kernel", "InterpError", "Wait", "schedule", "convert"]
+
+
+def run_kernel(kernel, args, blocks=None, workspaces=None):
+    """Run `kernel` on the CPU.
+
+    args: each TensorParam's buffer name -> numpy array (outputs written in place; any
+    strides, passed to the kernel in elements), each ScalarParam's name -> int. Size
+    variables of tensor parameters that are not scalar parameters are bound from the
+    arrays' shapes. A Workspace may be given in args too (a 1-D array of its dtype with at
+    least its size elements); one that is not is taken from `workspaces`, a dict
+    {buffer name: array} the caller keeps across launches, or allocated as zeros (and
+    stored into `workspaces` when given, so that a later launch reuses it, and a caller can
+    check that semaphores are left reset). blocks: optional list of block indices
+    (x, y, z) to run (others do not run). Raises RaceError listing every hazard after the
+    run (outputs written), InterpError for what cannot be run at all.
+    """
+    interp = _Interp(kernel, args, workspaces)
+    interp.run(blocks)
+    if interp.hazards:
+        raise RaceError(interp.hazards, kernel.name)

@@ -1,0 +1,212 @@
+"""The cross-CTA checker: fences, semaphores and the views that order global memory
+between blocks.
+
+Cross-CTA checker (global memory: outputs, workspaces, any written buffer)
+  * Every execution of a statement that writes global memory is an event numbered in run
+    order (its number is the write's sequence number; gev_* hold its statement, loop
+    iterations and block). The shadow of a global buffer (made at its first write) holds
+    per element the event and the thread of its last write (w_seq, w_tid).
+  * Fence: each active thread's writes so far are fenced (per thread f_seq = the next
+    sequence number; f_old keeps its latest fence from before the current epoch).
+  * SemRelease by block X on cell (sem, index) (a fence of the releasing threads, then the
+    store) publishes to the cell a *view* {block: per-writer-thread threshold}: X's own
+    writes fenced by a releasing thread, or by any thread of X before X's last barrier
+    (a fence the release is not ordered after does not count), merged with everything X
+    had acquired (transitively: what X acquired and re-releases counts as published). A
+    cell keeps the view of its last release; a plain Store to it ends that.
+  * SemWait: spins (yields `Wait(stmt, ready, what=sem name)`) until sem[index] == value
+    for every waiting thread, then acquires the cell's view: for the waiting threads at
+    once, for the whole block at its next barrier (pending until then).
+  * An access (read, write, cp.async source read) by block Y of an element whose last
+    write was by another block X is checked: visible iff seq < the threshold of the
+    writing thread in Y's view of X (plus Y's pending acquisitions, for waiting threads).
+    Otherwise a "cross-cta" hazard: buffer, the example element's bytes, the writing and
+    the accessing statement, threads, iterations, block Y (extra["blocks"] = (X, Y)), and
+    why (the write was never fenced, or Y acquired no release that published it). Blocks
+    that write disjoint elements and never read each other's are never reported. The
+    semaphore operations themselves are synchronization, not data: they are not checked,
+    and a SemRelease clears its cells' data shadow.
+  Threads of a block still run in lockstep, so what the shadow cannot see is ordering
+  inside a statement list that is not a Fence/Barrier/SemRelease/SemWait: e.g. a release
+  is always after the releasing block's earlier statements.
+
+The kernel-level part (global write events, semaphore cells, every block's fences) lives
+in _Interp, the per-block part (fences, view, pending acquisitions) in _Block.__init__
+(machine.py); a Barrier hands the pending acquisitions to the whole block (execution.py).
+"""
+
+import numpy as np
+
+from codegen.errors import Hazard
+from codegen.interp.base import _NONE, InterpError, _point
+from codegen.interp.scheduler import Wait
+from fuserir.dtypes import DataType
+from lowering import kir
+
+
+class _GlobalShadow:
+    """Per element of a global buffer's span: the event (index into _Interp's global write
+    events: statement, iterations, block) and the thread of the last write, -1 / -1 when
+    no block of this launch wrote it."""
+
+    def __init__(self, span):
+        self.w_seq = np.full(span, _NONE, np.int32)
+        self.w_tid = np.full(span, _NONE, np.int16)
+
+
+def _merge_view(into, other):
+    """Merge acquired view `other` ({block: per-writer-thread thresholds}) into `into`
+    (elementwise max; threshold arrays are never changed in place, so views share them)."""
+    for x, thr in other.items():
+        cur = into.get(x)
+        into[x] = thr if cur is None else np.maximum(cur, thr)
+
+
+class _CrossCta:
+    """The mixin of _Block (machine.py) that runs Fence, SemRelease and SemWait and checks
+    every global access against the views the block acquired."""
+
+    def _fence(self, s, act):
+        """__threadfence(): each active thread's global writes so far are fenced (a later
+        SemRelease of the block may publish them)."""
+        newer = act[self.f_epoch[act] != self.epoch]
+        self.f_old[newer] = self.f_seq[newer]     # the latest fence of an earlier epoch
+        self.f_seq[act] = len(self.interp.gev_stmt)
+        self.f_epoch[act] = self.epoch
+
+    def _semaphore(self, s, act, what):
+        """(global arg, active threads, flat positions, i32 values) of a SemWait /
+        SemRelease, out-of-bounds cells reported and dropped."""
+        b = s.sem
+        if b is None or b.memory is not kir.Memory.global_ or b.dtype is not DataType.i32:
+            raise InterpError(f"{what} needs an i32 global semaphore buffer{self.where()}")
+        g = self._global(b)
+        n = len(act)
+        idx = self._index(self.ev(s.index, act), n)
+        val = self._index(self.ev(s.value, act), n).astype(np.int32)
+        pos, ok = g.positions(idx)
+        ok = self._check(b.name, idx, ok, act, lambda: self._global_oob(g))
+        if ok is not None:
+            act, pos, val = act[ok], pos[ok], val[ok]
+        return g, act, pos, val
+
+    def _sem_release(self, s, act):
+        """Release store: fence the active threads (SemRelease emits __threadfence()),
+        store the values, and publish to each cell the block's view: what it acquired
+        (pending acquisitions too, where a releasing thread made them) and its own writes
+        fenced by a releasing thread, or by any thread before the last barrier."""
+        g, act, pos, val = self._semaphore(s, act, "sem_release")
+        if not len(act):
+            return
+        self._fence(s, act)
+        own = np.where(self.f_epoch < self.epoch, self.f_seq, self.f_old)
+        own[act] = self.f_seq[act]
+        published = dict(self.view)
+        for mask, acquired in self.pending:
+            if mask[act].any():
+                _merge_view(published, acquired)
+        _merge_view(published, {self.lin: own})
+        g.flat[pos] = val
+        if g.shadow is not None:         # a synchronization store, not data
+            g.shadow.w_seq[pos] = _NONE
+            g.shadow.w_tid[pos] = _NONE
+        self.interp.cell_buffers.add(g.name)
+        for p in np.unique(pos).tolist():
+            self.interp.cells[(g.name, p)] = published
+
+    def _sem_wait(self, s, act):
+        """Spin (yield a Wait to the scheduler) until every active thread's cell holds its
+        value, then acquire what the cell's last SemRelease published: for the waiting
+        threads now, for the whole block after its next barrier."""
+        g, act, pos, val = self._semaphore(s, act, "sem_wait")
+        if not len(act):
+            return
+
+        def ready():
+            return bool((g.flat[pos] == val).all())
+
+        while not ready():
+            yield Wait(s, ready, what=g.name)
+        for p in np.unique(pos).tolist():
+            acquired = self.interp.cells.get((g.name, p))
+            if not acquired:
+                continue
+            waiters = act[pos == p]
+            if len(waiters) == self.T:
+                _merge_view(self.view, acquired)
+            else:
+                mask = np.zeros(self.T, bool)
+                mask[waiters] = True
+                self.pending.append((mask, acquired))
+
+    def _global_access(self, g, act, pos, write=False):
+        """Check a read or write of global elements `pos` by threads `act` against the
+        cross-CTA shadow (another block's write this block has not acquired); a write
+        then becomes the elements' last write."""
+        sh = g.shadow
+        if sh is None:
+            if not write or not len(pos):
+                return
+            sh = g.shadow = _GlobalShadow(g.span)
+        seq = sh.w_seq[pos]
+        written = seq >= 0
+        if written.any():
+            wb = self.interp.gev_block[np.where(written, seq, 0)]
+            foreign = written & (wb != self.lin)
+            if foreign.any():
+                self._cross_cta(g, act, pos, seq, wb, foreign, write)
+        if write:
+            if g.name in self.interp.cell_buffers:   # a plain store ends a release sequence
+                for p in np.unique(pos).tolist():
+                    self.interp.cells.pop((g.name, p), None)
+            sh.w_seq[pos] = self.interp.global_event(self.stmt, self.iters, self.lin)
+            sh.w_tid[pos] = act
+
+    def _cross_cta(self, g, act, pos, seq, wb, foreign, write):
+        sel = np.flatnonzero(foreign)
+        wtid = g.shadow.w_tid[pos[sel]].astype(np.int64)
+        bad = np.zeros(len(sel), bool)
+        for x in np.unique(wb[sel]).tolist():
+            on = wb[sel] == x
+            wt = wtid[on]
+            thr = self.view[x][wt] if x in self.view else np.zeros(len(wt), np.int64)
+            readers = act[sel[on]]
+            for mask, acquired in self.pending:
+                if x in acquired:
+                    thr = np.where(mask[readers], np.maximum(thr, acquired[x][wt]), thr)
+            bad[on] = seq[sel[on]] >= thr
+        if not bad.any():
+            return
+        sel, wtid = sel[bad], wtid[bad]
+        interp = self.interp
+        item = g.dtype.itemsize
+        wsid = interp.gev_sid[seq[sel]]
+        for sid in np.unique(wsid).tolist():
+            on = np.flatnonzero(wsid == sid)
+            i = int(on[0])
+            e = int(seq[sel[i]])
+            wstmt, witers = interp.gev_stmt[e], interp.gev_iters[e]
+            key = ("cross-cta", wstmt.label, self.stmt.label)
+            if key in interp.seen:
+                continue
+            x = int(interp.gev_block[e])
+            elems = pos[sel[on]] + g.lo                  # kernel element indices
+            k = int(elems[0])
+            writer, reader = interp.block_coords(x), self.bidx
+            fenced = interp.fences[x][int(wtid[i])] > e
+            why = ("the writing thread has executed no Fence (__threadfence) since the "
+                   "write" if not fenced else
+                   f"block {reader} has acquired no SemRelease that published it (one by "
+                   f"block {writer} after the fence, after a Barrier where another "
+                   "thread releases, or by a block that acquired that; then SemWait on "
+                   "the same cell, and a Barrier for the threads that did not wait)")
+            access = "wrote" if write else "read"
+            detail = (f"block {reader} {access} {len(on)} element(s) of {g.name} that block "
+                      f"{writer} wrote, without acquiring the write: {why}; elements "
+                      f"[{int(elems.min())}, {int(elems.max()) + 1}) involved")
+            interp.add(key, lambda: Hazard(
+                kind="cross-cta", buffer=g.name, first=_point(wstmt),
+                second=_point(self.stmt), byte_range=(k * item, (k + 1) * item),
+                threads=(interp.coords(wtid[i]), interp.coords(act[sel[i]])),
+                iterations=(dict(witers), dict(self.iters)), block=reader,
+                detail=detail, extra={"blocks": (writer, reader)}))

@@ -1,0 +1,43 @@
+"""The block scheduler: every block of a launch is a coroutine, resumed in launch order.
+
+  * Blocks are generators run by `schedule` in launch order (x fastest). A block that must
+    wait (SemWait on a grid semaphore) yields a `Wait`; the scheduler resumes the earliest
+    block that can go on; if every remaining block waits, that is a "deadlock" hazard
+    (naming the semaphore buffer). So a split-K turnstile where split z waits for z and
+    releases z + 1 runs whatever the order of blockIdx.z in the launch.
+
+It knows nothing of kernels (the tests drive it with plain generators); it sits under the
+rooms because cross_cta's SemWait yields a Wait, and machine.py reports the deadlocks.
+"""
+
+
+class Wait:
+    """What a block coroutine yields when it cannot go on (e.g. a semaphore wait): it is
+    resumed once `ready()` is true. `stmt` is the waiting statement, `what` names what it
+    waits on (a semaphore buffer) for a deadlock report."""
+
+    def __init__(self, stmt, ready, what=""):
+        self.stmt = stmt
+        self.ready = ready
+        self.what = what
+
+
+def schedule(coroutines):
+    """Run (block, generator) pairs, given in launch order, to completion: always resume
+    the earliest block that is not waiting (or whose Wait is ready). With no waits this is
+    block after block in launch order. Returns [(block, Wait)] of the blocks left waiting
+    forever when every remaining block waits (a deadlock), else []."""
+    live = [[block, gen, None] for block, gen in coroutines]
+    while live:
+        for i, entry in enumerate(live):
+            wait = entry[2]
+            if wait is not None and not wait.ready():
+                continue
+            try:
+                entry[2] = next(entry[1])
+            except StopIteration:
+                del live[i]
+            break
+        else:
+            return [(block, wait) for block, _, wait in live]
+    return []

@@ -1,0 +1,143 @@
+"""Tensor-core instructions: ldmatrix and mma.sync on per-lane register fragments, the
+one home of their lane maps in the interpreter.
+
+  * LdMatrix / Mma are warp-collective (warps = 32 consecutive linear ids, as shuffles):
+    a warp with some but not all lanes active is a "warp-divergence" hazard (missing
+    lanes' rows / fragments count as 0). ldmatrix: lanes < 8*num read their 16-byte row
+    (through _shared_read, so RAW / pending / stale checks apply; other lanes' addresses
+    are not evaluated), then register i of lane l gets row l>>2, cols 2(l&3), 2(l&3)+1 of
+    matrix i (.trans: rows 2(l&3), 2(l&3)+1, col l>>2); values move as raw 16-bit bits.
+    mma: per warp, A/B/C are gathered from the lanes' fragments (kir.Mma's layout), D =
+    A @ B + C in f64 (products of halves are exact), rounded once to f32, scattered back.
+
+Fragments are the block's local buffers (execution.py allocates them); the warp check is
+execution's _check_warps, shared with shuffles; shared reads go through race_detector.py.
+"""
+
+import numpy as np
+
+from codegen.interp.base import _F32, _F64, _HALF, InterpError
+from lowering import kir
+
+
+class _TensorCores:
+    """The mixin of _Block (machine.py) that runs LdMatrix and Mma."""
+
+    def _span(self, buf, start, act, count, size, what):
+        """Positions [n, count] = start + 0..count-1 per active thread, clipped into
+        [0, size), and the in-bounds mask (None when all are in bounds; else reported)."""
+        n = len(act)
+        pos = start[:, None] + np.arange(count)
+        flat = pos.ravel()
+        ok = self._check(buf, flat, (flat >= 0) & (flat < size), np.repeat(act, count),
+                         what)
+        if ok is None:
+            return pos, None
+        return np.clip(pos, 0, size - 1), ok.reshape(n, count)
+
+    def _fragment(self, buf, index, act, count, itemsize, what):
+        """The local fragment buffer `buf` and each active lane's `count` element positions
+        from `index`; out-of-bounds positions are reported (their values read as 0)."""
+        arr = self._local(buf)
+        if buf.memory is not kir.Memory.local or arr.itemsize != itemsize:
+            raise InterpError(f"{what} fragment {buf.name} must be a local buffer of "
+                              f"{8 * itemsize}-bit elements{self.where()}")
+        start = self._index(self.ev(index, act), len(act))
+        size = arr.shape[1]
+        pos, ok = self._span(buf.name, start, act, count, size,
+                             f"outside {buf.name}[0, {size}) (a {count}-element fragment)")
+        return arr, pos, ok
+
+    def _ldmatrix(self, s, act):
+        """Per lane: lanes 0..8*num-1 read the 8 b16 values (16 bytes) of the row their
+        address names (shared reads, through the race detector); register i of lane l is
+        then row l>>2, columns 2(l&3), 2(l&3)+1 of matrix i (.trans: rows 2(l&3),
+        2(l&3)+1, column l>>2). Rows of lanes missing from a divergent warp read as 0."""
+        num = int(s.num)
+        if num not in (1, 2, 4):
+            raise InterpError(f"ldmatrix .x{num}: num must be 1, 2 or 4{self.where()}")
+        if s.src.memory is not kir.Memory.shared:
+            raise InterpError(f"ldmatrix source {s.src.name} is not shared{self.where()}")
+        lay = self._layout(s.src)
+        if lay.itemsize != 2:
+            raise InterpError(f"ldmatrix source {s.src.name} is not a 16-bit buffer"
+                              f"{self.where()}")
+        trans = ".trans" if s.trans else ""
+        self._check_warps(act, "warp-divergence", "ldmatrix", f"ldmatrix.x{num}{trans}")
+        n = len(act)
+        lane = act & 31
+        rows = np.zeros(((int(act[-1]) >> 5) * 32 + 32, 8), np.uint16)  # by thread id
+        sa = act[lane < 8 * num]
+        if len(sa):
+            addr = self._index(self.ev(s.address, sa), len(sa))
+            mis = (lay.offset + addr * 2) % 16 != 0
+            if mis.any():
+                i = int(np.flatnonzero(mis)[0])
+                raise InterpError(f"ldmatrix row address {s.src.name}[{int(addr[i])}] of "
+                                  f"thread {self.interp.coords(sa[i])} is not 16-byte "
+                                  f"aligned{self.where()}")
+            pos, ok = self._span(lay.name, addr, sa, 8, lay.size,
+                                 f"outside {lay.name}[0, {lay.size}) (an ldmatrix row)")
+            t8 = np.repeat(sa, 8)
+            flat = pos.ravel()
+            vals = self._view(lay).view(np.uint16)[flat]
+            if ok is None:
+                self._shared_read(lay, t8, flat)
+            else:
+                okf = ok.ravel()
+                self._shared_read(lay, t8[okf], flat[okf])
+                vals = np.where(okf, vals, 0)
+            rows[sa] = vals.reshape(len(sa), 8)
+        g, t = (lane >> 2)[:, None, None], (lane & 3)[:, None, None]
+        base = (act - lane)[:, None, None]
+        i = np.arange(num)[None, :, None]
+        two = np.arange(2)[None, None, :]
+        if s.trans:
+            regs = rows[base + 8 * i + 2 * t + two, g]
+        else:
+            regs = rows[base + 8 * i + g, 2 * t + two]            # [n, num, 2]
+        arr, pos, ok = self._fragment(s.dst, s.dst_index, act, 2 * num, 2, "ldmatrix")
+        regs = regs.reshape(n, 2 * num)
+        rows_t = np.broadcast_to(act[:, None], pos.shape)
+        if ok is not None:
+            rows_t, pos, regs = rows_t[ok], pos[ok], regs[ok]
+        arr.view(np.uint16)[rows_t, pos] = regs
+
+    def _mma(self, s, act):
+        """mma.sync m16n8k16 per warp: gather A (16x16), B (16x8) and C (16x8, f32) from
+        every lane's fragment (kir.Mma's layout), D = A @ B + C, scatter D per lane.
+        Products of f16/bf16 values are exact in f64; the 16 products and C are summed in
+        f64 and rounded once to f32 (exact on integer-valued data, as the GPU is; on
+        other data it may differ from the GPU's truncating adder in the last bit).
+        Fragments of lanes missing from a divergent warp count as 0."""
+        if s.dtype.numpy not in _HALF:
+            raise InterpError(f"mma input dtype {s.dtype} is not f16 or bf16{self.where()}")
+        self._check_warps(act, "warp-divergence", "mma", f"mma.m16n8k16.{s.dtype}")
+        lane = act & 31
+        g, t = (lane >> 2)[:, None], (lane & 3)[:, None]
+        w = act >> 5
+        W = int(w[-1]) + 1
+        wi = w[:, None]
+
+        def gather(buf, index, count, itemsize, view):
+            arr, pos, ok = self._fragment(buf, index, act, count, itemsize, "mma")
+            v = arr.view(view)[act[:, None], pos].astype(_F64)
+            return v if ok is None else np.where(ok, v, 0.0)
+
+        k8, k4 = np.arange(8), np.arange(4)
+        A = np.zeros((W, 16, 16), _F64)
+        B = np.zeros((W, 16, 8), _F64)
+        C = np.zeros((W, 16, 8), _F64)
+        A[wi, g + 8 * ((k8 >> 1) & 1), 2 * t + (k8 & 1) + 8 * (k8 >> 2)] = gather(
+            s.a, s.a_index, 8, 2, s.dtype.numpy)
+        B[wi, 2 * t + (k4 & 1) + 8 * (k4 >> 1), g] = gather(s.b, s.b_index, 4, 2,
+                                                            s.dtype.numpy)
+        crow, ccol = g + 8 * (k4 >> 1), 2 * t + (k4 & 1)
+        C[wi, crow, ccol] = gather(s.c, s.c_index, 4, 4, _F32)
+        D = (np.matmul(A, B) + C).astype(_F32)
+        arr, pos, ok = self._fragment(s.d, s.d_index, act, 4, 4, "mma")
+        vals = D[wi, crow, ccol]
+        rows_t = np.broadcast_to(act[:, None], pos.shape)
+        if ok is not None:
+            rows_t, pos, vals = rows_t[ok], pos[ok], vals[ok]
+        arr.view(_F32)[rows_t, pos] = vals
