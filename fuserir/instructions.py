@@ -44,6 +44,7 @@ class MmaInstruction:
     """A warp-wide D = A B + C on register fragments (no shared-memory access)."""
 
     name: str
+    label: str            # how kernel IR and hazard reports name it, before the dtype
     shape: tuple          # (m, n, k)
     arch: int             # compute capability * 10
     inputs: tuple         # operand dtypes
@@ -140,7 +141,7 @@ def _mma_c(lane, j):
 
 
 MMA_M16N8K16 = MmaInstruction(
-    name="mma.sync m16n8k16", shape=(16, 8, 16), arch=80,
+    name="mma.sync m16n8k16", label="mma.m16n8k16", shape=(16, 8, 16), arch=80,
     inputs=(DataType.f16, DataType.bf16), accumulator=DataType.f32,
     a=Fragment(16, 16, 8, _mma_a), b=Fragment(16, 8, 4, _mma_b), c=Fragment(16, 8, 4, _mma_c),
     ptx_format="mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32")

@@ -27,7 +27,9 @@ import numpy as np
 
 from codegen.errors import Hazard
 from codegen.interp.base import _NONE, InterpError, _point
+from fuserir.instructions import CP_ASYNC
 from lowering import kir
+from lowering.accesses import shared_accesses
 
 
 class _Copy:
@@ -53,12 +55,13 @@ class _AsyncCopies:
         """Issue: read src_size bytes of global memory now (the rest of the nbytes are
         zeros), check the destination bytes against the race detector and mark them
         pending; the data lands when a wait retires the copy's group (_land_copies)."""
-        nb = int(s.nbytes)
-        if nb not in (4, 8, 16) or (s.cache == "cg" and nb != 16):
-            raise InterpError(f"cp.async.{s.cache} of {nb} bytes (4, 8 or 16; .cg: 16)"
-                              f"{self.where()}")
         if s.dst.memory is not kir.Memory.shared or s.src.memory is not kir.Memory.global_:
             raise InterpError(f"cp.async copies global {s.src.name} to shared {s.dst.name}"
+                              f"{self.where()}")
+        write, = shared_accesses(s)           # a pending write of nbytes per thread
+        nb = int(write.nbytes)
+        if not CP_ASYNC.allows(s.cache, nb):
+            raise InterpError(f"cp.async.{s.cache} of {nb} bytes (4, 8 or 16; .cg: 16)"
                               f"{self.where()}")
         lay = self._layout(s.dst)
         item = lay.itemsize

@@ -1,5 +1,6 @@
-"""Expression evaluation, vectorised over the active threads, and the operator tables:
-the one home of what each BinOp and UnOp computes.
+"""Expression evaluation, vectorised over the active threads. What each BinOp and UnOp
+computes is fuserir.op_table's meaning; this module applies it in the interpreter's
+computing types and evaluation order.
 
   * Every scalar expression evaluates to a numpy array over `act` (or a numpy scalar when
     it is uniform). Select and && / || evaluate their operands lazily, as the emitted C
@@ -21,62 +22,13 @@ constants, parameters and arithmetic; a block (execution.py) adds thread and blo
 indices, loads and shuffles. _EVAL, at the end, dispatches on the node's type.
 """
 
-import math
-
 import numpy as np
 
-from codegen.interp.base import _F32, _F64, _HALF, InterpError, _const, _point, _to, _truth
+from codegen.interp.base import _F32, _HALF, InterpError, _const, _point, _to, _truth
+from fuserir import op_table
 from fuserir.dtypes import DataType
-from fuserir.numerics import convert, int_div, int_mod
+from fuserir.numerics import convert
 from lowering import kir
-
-_erfc = np.frompyfunc(math.erfc, 1, 1)
-
-
-def _gelu(x):
-    # 1 + erf(x / sqrt 2) = erfc(-x / sqrt 2), without cancellation for x << 0
-    return 0.5 * x * np.asarray(_erfc(-x / math.sqrt(2.0)), dtype=_F64)
-
-
-def _gelu_tanh(x):
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
-
-
-_TRANSCENDENTAL = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "tanh": np.tanh, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
-    "gelu": _gelu, "gelu_tanh": _gelu_tanh,
-}
-
-_COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
-            "eq": np.equal, "ne": np.not_equal}
-
-
-def _pick(cond, a, b):
-    r = np.where(cond, a, b)
-    return r[()] if r.ndim == 0 else r
-
-
-# min/max as the CUDA preamble spells them: (a < b || a != a) ? a : b (NaN propagates;
-# min(-0, +0) is the second operand), and relu as x < 0 ? 0 : x (NaN and -0 kept).
-def _min(a, b):
-    return _pick((a < b) | (a != a), a, b)
-
-
-def _max(a, b):
-    return _pick((a > b) | (a != a), a, b)
-
-
-def _relu(x):
-    return _pick(x < 0, x.dtype.type(0), x)
-
-
-_FLOAT_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
-                 "div": np.true_divide, "mod": np.fmod, "min": _min, "max": _max}
-
-_INT_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
-               "min": _min, "max": _max, "xor": np.bitwise_xor}
-
 
 class _Evaluator:
     """Evaluates scalar expressions; without a block (launch configuration, allocation
@@ -126,43 +78,33 @@ class _Evaluator:
         raise InterpError(f"{e.name} used outside a block{self.where()}")
 
     def _binop(self, e, act):
-        op = e.op
-        if op == "and" or op == "or":
+        op, dt = e.op, e.dtype
+        entry = op_table.BINARY.get(op)
+        if entry is not None and entry.kind == "logical":
             return self._logical(e, act)
         a = self.ev(e.a, act)
         b = self.ev(e.b, act)
-        if op in _COMPARE:
+        if entry is not None and entry.kind == "compare":
             if a.dtype in _HALF:
                 a = a.astype(_F32)
             if b.dtype in _HALF:
                 b = b.astype(_F32)
-            return _COMPARE[op](a, b)
-        dt = e.dtype
+            return entry.meaning(a, b)
         if dt.is_float:
             work = DataType.f32 if dt.numpy in _HALF else dt
             a, b = _to(a, work), _to(b, work)
-            if op not in _FLOAT_BINARY:
+            if entry is None or entry.meaning is None:
                 raise InterpError(f"operator {op} on {dt}{self.where()}")
-            r = _FLOAT_BINARY[op](a, b)
+            r = entry.meaning(a, b)
             return r if work is dt else convert(r, dt)
+        if entry is None or entry.integer is None:
+            raise InterpError(f"unknown operator {op}{self.where()}")
         if dt is DataType.bool:
             if op == "xor":
                 raise InterpError(f"xor on bool (integers only){self.where()}")
             ai, bi = _to(a, DataType.i32), _to(b, DataType.i32)
-            return convert(self._int_op(op, ai, bi), dt)
-        return self._int_op(op, _to(a, dt), _to(b, dt))
-
-    def _int_op(self, op, a, b):
-        f = _INT_BINARY.get(op)
-        if f is not None:
-            return f(a, b)
-        if op == "div":                 # fuserir.numerics: a / 0 = 0, MIN / -1 = MIN
-            return int_div(a, b)
-        if op == "mod":                 # a % 0 = a, MIN % -1 = 0
-            return int_mod(a, b)
-        if op == "ceildiv":
-            return int_div(a + b - b.dtype.type(1), b)
-        raise InterpError(f"unknown operator {op}{self.where()}")
+            return convert(entry.integer(ai, bi), dt)
+        return entry.integer(_to(a, dt), _to(b, dt))
 
     def _logical(self, e, act):
         a = _truth(self.ev(e.a, act))
@@ -183,32 +125,20 @@ class _Evaluator:
     def _unop(self, e, act):
         a = self.ev(e.a, act)
         op, dt = e.op, e.dtype
-        if op == "not":
-            return convert(np.logical_not(_truth(a)), dt)
-        if op in ("neg", "abs", "relu"):
+        entry = op_table.UNARY.get(op)
+        if entry is None:
+            raise InterpError(f"unknown operator {op}{self.where()}")
+        if entry.kind == "logical":
+            return convert(entry.meaning(_truth(a)), dt)
+        if entry.kind == "exact":
             if dt.is_float:
                 work = DataType.f32 if dt.numpy in _HALF else dt
-                x = _to(a, work)
-                if op == "neg":
-                    r = np.negative(x)
-                elif op == "abs":
-                    r = np.abs(x)
-                else:
-                    r = _relu(x)
+                r = entry.meaning(_to(a, work))
                 return r if work is dt else convert(r, dt)
-            x = _to(a, dt)
-            if op == "neg":
-                return np.negative(x)
-            if op == "abs":
-                return np.abs(x)
-            return _relu(x)
-        f = _TRANSCENDENTAL.get(op)
-        if f is None:
-            raise InterpError(f"unknown operator {op}{self.where()}")
+            return entry.meaning(_to(a, dt))
         if not dt.is_float:
             raise InterpError(f"{op} on {dt}{self.where()}")
-        r = f(np.asarray(convert(a, DataType.f64), dtype=_F64))
-        return convert(r, dt)
+        return convert(op_table.math_unary(op, convert(a, DataType.f64)), dt)
 
     def _select(self, e, act):
         c = _truth(self.ev(e.cond, act))

@@ -1,5 +1,6 @@
-"""Tensor-core instructions: ldmatrix and mma.sync on per-lane register fragments, the
-one home of their lane maps in the interpreter.
+"""Tensor-core instructions: ldmatrix and mma.sync on per-lane register fragments, with
+the lane maps of their descriptors (fuserir.instructions: LDMATRIX, MMA_M16N8K16) and
+the shared-memory access of lowering.accesses.
 
   * LdMatrix / Mma are warp-collective (warps = 32 consecutive linear ids, as shuffles):
     a warp with some but not all lanes active is a "warp-divergence" hazard (missing
@@ -17,7 +18,9 @@ execution's _check_warps, shared with shuffles; shared reads go through race_det
 import numpy as np
 
 from codegen.interp.base import _F32, _F64, _HALF, InterpError
+from fuserir.instructions import LDMATRIX, MMA_M16N8K16 as MMA
 from lowering import kir
+from lowering.accesses import shared_accesses
 
 
 class _TensorCores:
@@ -54,7 +57,7 @@ class _TensorCores:
         then row l>>2, columns 2(l&3), 2(l&3)+1 of matrix i (.trans: rows 2(l&3),
         2(l&3)+1, column l>>2). Rows of lanes missing from a divergent warp read as 0."""
         num = int(s.num)
-        if num not in (1, 2, 4):
+        if num not in LDMATRIX.counts:
             raise InterpError(f"ldmatrix .x{num}: num must be 1, 2 or 4{self.where()}")
         if s.src.memory is not kir.Memory.shared:
             raise InterpError(f"ldmatrix source {s.src.name} is not shared{self.where()}")
@@ -66,19 +69,21 @@ class _TensorCores:
         self._check_warps(act, "warp-divergence", "ldmatrix", f"ldmatrix.x{num}{trans}")
         n = len(act)
         lane = act & 31
-        rows = np.zeros(((int(act[-1]) >> 5) * 32 + 32, 8), np.uint16)  # by thread id
-        sa = act[lane < 8 * num]
+        width = LDMATRIX.matrix                              # elements of one row
+        rows = np.zeros(((int(act[-1]) >> 5) * 32 + 32, width), np.uint16)  # by thread id
+        row_read, = shared_accesses(s)                       # the first lanes read a row
+        sa = act[lane < row_read.lanes]
         if len(sa):
             addr = self._index(self.ev(s.address, sa), len(sa))
-            mis = (lay.offset + addr * 2) % 16 != 0
+            mis = (lay.offset + addr * lay.itemsize) % row_read.nbytes != 0
             if mis.any():
                 i = int(np.flatnonzero(mis)[0])
                 raise InterpError(f"ldmatrix row address {s.src.name}[{int(addr[i])}] of "
                                   f"thread {self.interp.coords(sa[i])} is not 16-byte "
                                   f"aligned{self.where()}")
-            pos, ok = self._span(lay.name, addr, sa, 8, lay.size,
+            pos, ok = self._span(lay.name, addr, sa, width, lay.size,
                                  f"outside {lay.name}[0, {lay.size}) (an ldmatrix row)")
-            t8 = np.repeat(sa, 8)
+            t8 = np.repeat(sa, width)
             flat = pos.ravel()
             vals = self._view(lay).view(np.uint16)[flat]
             if ok is None:
@@ -87,15 +92,17 @@ class _TensorCores:
                 okf = ok.ravel()
                 self._shared_read(lay, t8[okf], flat[okf])
                 vals = np.where(okf, vals, 0)
-            rows[sa] = vals.reshape(len(sa), 8)
-        g, t = (lane >> 2)[:, None, None], (lane & 3)[:, None, None]
+            rows[sa] = vals.reshape(len(sa), width)
+        # register i of a lane: matrix i's elements (row, col) and (row, col + 1), or
+        # (row, col) and (row + 1, col) with .trans; matrix i's row r is lane 8i + r's
+        row, col = LDMATRIX.register(lane[:, None, None], trans=s.trans)
         base = (act - lane)[:, None, None]
         i = np.arange(num)[None, :, None]
         two = np.arange(2)[None, None, :]
         if s.trans:
-            regs = rows[base + 8 * i + 2 * t + two, g]
+            regs = rows[base + width * i + row + two, col]
         else:
-            regs = rows[base + 8 * i + g, 2 * t + two]            # [n, num, 2]
+            regs = rows[base + width * i + row, col + two]        # [n, num, 2]
         arr, pos, ok = self._fragment(s.dst, s.dst_index, act, 2 * num, 2, "ldmatrix")
         regs = regs.reshape(n, 2 * num)
         rows_t = np.broadcast_to(act[:, None], pos.shape)
@@ -104,17 +111,16 @@ class _TensorCores:
         arr.view(np.uint16)[rows_t, pos] = regs
 
     def _mma(self, s, act):
-        """mma.sync m16n8k16 per warp: gather A (16x16), B (16x8) and C (16x8, f32) from
-        every lane's fragment (kir.Mma's layout), D = A @ B + C, scatter D per lane.
+        """MMA (fuserir.instructions) per warp: gather A (16x16), B (16x8) and C (16x8, f32)
+        from every lane's fragment by the descriptor's maps, D = A @ B + C, scatter D.
         Products of f16/bf16 values are exact in f64; the 16 products and C are summed in
         f64 and rounded once to f32 (exact on integer-valued data, as the GPU is; on
         other data it may differ from the GPU's truncating adder in the last bit).
         Fragments of lanes missing from a divergent warp count as 0."""
         if s.dtype.numpy not in _HALF:
             raise InterpError(f"mma input dtype {s.dtype} is not f16 or bf16{self.where()}")
-        self._check_warps(act, "warp-divergence", "mma", f"mma.m16n8k16.{s.dtype}")
-        lane = act & 31
-        g, t = (lane >> 2)[:, None], (lane & 3)[:, None]
+        self._check_warps(act, "warp-divergence", "mma", f"{MMA.label}.{s.dtype}")
+        lane = (act & 31)[:, None]
         w = act >> 5
         W = int(w[-1]) + 1
         wi = w[:, None]
@@ -124,18 +130,18 @@ class _TensorCores:
             v = arr.view(view)[act[:, None], pos].astype(_F64)
             return v if ok is None else np.where(ok, v, 0.0)
 
-        k8, k4 = np.arange(8), np.arange(4)
-        A = np.zeros((W, 16, 16), _F64)
-        B = np.zeros((W, 16, 8), _F64)
-        C = np.zeros((W, 16, 8), _F64)
-        A[wi, g + 8 * ((k8 >> 1) & 1), 2 * t + (k8 & 1) + 8 * (k8 >> 2)] = gather(
-            s.a, s.a_index, 8, 2, s.dtype.numpy)
-        B[wi, 2 * t + (k4 & 1) + 8 * (k4 >> 1), g] = gather(s.b, s.b_index, 4, 2,
-                                                            s.dtype.numpy)
-        crow, ccol = g + 8 * (k4 >> 1), 2 * t + (k4 & 1)
-        C[wi, crow, ccol] = gather(s.c, s.c_index, 4, 4, _F32)
-        D = (np.matmul(A, B) + C).astype(_F32)
-        arr, pos, ok = self._fragment(s.d, s.d_index, act, 4, 4, "mma")
+        tiles = {}
+        for name, fragment, buf, index, itemsize, view in (
+                ("A", MMA.a, s.a, s.a_index, 2, s.dtype.numpy),
+                ("B", MMA.b, s.b, s.b_index, 2, s.dtype.numpy),
+                ("C", MMA.c, s.c, s.c_index, 4, _F32)):
+            tile = np.zeros((W, fragment.rows, fragment.cols), _F64)
+            row, col = fragment.at(lane, np.arange(fragment.count))
+            tile[wi, row, col] = gather(buf, index, fragment.count, itemsize, view)
+            tiles[name] = tile
+        D = (np.matmul(tiles["A"], tiles["B"]) + tiles["C"]).astype(_F32)
+        crow, ccol = MMA.c.at(lane, np.arange(MMA.c.count))
+        arr, pos, ok = self._fragment(s.d, s.d_index, act, MMA.c.count, 4, "mma")
         vals = D[wi, crow, ccol]
         rows_t = np.broadcast_to(act[:, None], pos.shape)
         if ok is not None:

@@ -3,6 +3,7 @@ and wait with its id and reasons. Operators print as C spells them (fuserir.op_t
 """
 
 from fuserir import op_table
+from fuserir.instructions import MMA_M16N8K16 as MMA
 from fuserir.dtypes import DataType
 
 from .expressions import BinOp, Cast, Const, Load, Select, Special, ShuffleXor, UnOp, Var
@@ -70,7 +71,7 @@ def format_stmt(s):
     if isinstance(s, Mma):
         def frag(buf, index):
             return f"{buf.name}[{format_expr(index)}..]"
-        return (f"mma.m16n8k16.{s.dtype} {frag(s.d, s.d_index)} = {frag(s.a, s.a_index)} * "
+        return (f"{MMA.label}.{s.dtype} {frag(s.d, s.d_index)} = {frag(s.a, s.a_index)} * "
                 f"{frag(s.b, s.b_index)} + {frag(s.c, s.c_index)}")
     if isinstance(s, CpAsync):
         return (f"cp.async.{s.cache} {s.dst.name}[{format_expr(s.dst_index)}] <- "

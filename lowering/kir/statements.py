@@ -221,11 +221,10 @@ class LdMatrix(Stmt):
 
 @dataclass(eq=False)
 class Mma(Stmt):
-    """mma.sync.aligned.m16n8k16.row.col.f32.{f16|bf16}.{f16|bf16}.f32: D = A * B + C for
-    one warp. Per lane (g = l >> 2, t = l & 3), from element *_index of each local buffer:
-    A 8 halves a0..a7 = (g, 2t..2t+1), (g+8, 2t..2t+1), (g, 2t+8..2t+9), (g+8, 2t+8..2t+9);
-    B 4 halves = (k 2t..2t+1, n g), (k 2t+8..2t+9, n g); C and D 4 floats =
-    (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1). Inputs are `dtype` (f16 or bf16)."""
+    """The warp-wide tensor-core instruction of fuserir.instructions.MMA_M16N8K16: D = A * B
+    + C for one warp, each operand the lanes' fragments from element *_index of a local
+    buffer, laid out by the descriptor's fragment maps. Inputs are `dtype` (f16 or bf16),
+    C and D f32."""
 
     d: "Buffer" = None
     d_index: ScalarExpr = None
