@@ -56,7 +56,7 @@ def fusion_text(fusion):
 def placed_by_lowering(fusion):
     """A copy of `fusion` as lowering's first pass (inline_defaults) leaves it: every
     tensor placed. The user's fusion is not changed."""
-    from lowering.analysis import LoweringContext
+    from lowering.context import LoweringContext
     from lowering.passes import inline_defaults
     ctx = LoweringContext(copy.deepcopy(fusion))
     inline_defaults.run(ctx, None)
