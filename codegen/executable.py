@@ -61,7 +61,7 @@ from fuserir.ir.equality import fusion_signature
 from fuserir.scheduler.auto import schedule_key
 from lowering import kir
 from lowering.index_bounds import index_dtype_for
-from lowering.pipeline import lower
+from lowering.pipeline import PASS_NAMES, lower
 
 from .cuda import emit_cuda
 from .launch import (BoundLaunch, WorkspacePool, bind, check_launch_limits, cupy_module,
@@ -660,7 +660,8 @@ def _build(fusion, backend, index_dtype=DataType.i32, vector_caps=None, device=N
            **options):
     """Lower, emit and (for the GPU) compile one kernel, refusing what `device` (the
     device model; the default where None) cannot launch whatever the sizes."""
-    kernel, _ = lower(fusion, index_dtype=index_dtype, vector_caps=vector_caps, **options)
+    kernel, _ = lower(fusion, index_dtype=index_dtype, vector_caps=vector_caps,
+                      instrument=stages.env_instrument(PASS_NAMES), **options)
     check_launch_limits(kernel, device or devices.DEFAULT)
     source = emit_cuda(kernel)
     compiled = CompiledKernel(kernel.name, kernel, source, caps=dict(vector_caps or {}))

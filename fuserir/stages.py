@@ -14,8 +14,9 @@ Environment (as NVFUSER_DUMP does), read at every codegen.compile:
 
 Each dump is preceded by one header line, `===== fuserir dump: <what> (<fusion>) =====`.
 An unknown name raises DumpOptionError (a FuserirError) at the compile that reads it.
-codegen.compile calls env_before_compile / env_after_compile and lowering.pipeline.lower
-calls env_dump_after / emit_after_pass; nothing else of the compiler knows about dumps.
+codegen.compile calls env_before_compile / env_after_compile and gives
+lowering.pipeline.lower the instrument env_instrument makes; nothing else of the compiler
+knows about dumps (lowering calls an instrument, whatever it does).
 """
 
 import copy
@@ -147,6 +148,20 @@ def emit_after_pass(name, kernel, fusion):
     else:
         text = "\n".join(t.describe() for t in fusion.tensors) + "\n"
     emit(f"after pass {name}", fusion.name, text)
+
+
+def env_instrument(pass_names):
+    """The instrument lowering.pipeline.lower calls after each pass: it prints the kernel IR
+    after the passes FUSERIR_DUMP_AFTER names (checked against `pass_names`); None when it
+    names none. Trial lowerings (segmentation asking "does this lower?") pass none."""
+    wanted = env_dump_after(pass_names)
+    if not wanted:
+        return None
+
+    def instrument(name, kernel, fusion):
+        if name in wanted:
+            emit_after_pass(name, kernel, fusion)
+    return instrument
 
 
 def env_before_compile(fusion):

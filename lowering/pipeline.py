@@ -24,12 +24,11 @@ provides. This module checks the order against the records when it is imported, 
 lower() refuses to leave out a pass whose product a pass that runs needs. The list above
 is written from the records by tools/gen_pass_docs.py (tests/test_pass_contract.py checks
 that it agrees). `dump_after` collects the kernel IR after any pass, as `fuserir dump
---after PASS` shows it.
+--after PASS` shows it; an `instrument` sees every pass as it finishes.
 """
 
 import copy
 
-from fuserir import stages
 from fuserir.dtypes import DataType
 
 from . import kir
@@ -61,18 +60,21 @@ def check_pass(name, optional=False, verb="disabled"):
 
 
 def lower(fusion, disable_passes=(), drop_syncs=(), verify=True, dump_after=(),
-          stop_after=None, index_dtype=DataType.i32, trial=False, vector_caps=None):
+          stop_after=None, index_dtype=DataType.i32, vector_caps=None, instrument=None):
     """Lower a scheduled fusion to one kernel. Returns (kernel, dumps) where dumps maps
     each pass named in dump_after to the kernel IR text after it. `stop_after` ends the
     pipeline after the named pass (the kernel is then as that pass left it). Index
-    arithmetic is in `index_dtype` (i32, or i64 for sizes past 2^31 elements). `trial`
-    lowerings (segmentation asking whether a segment lowers) print no FUSERIR_DUMP_AFTER.
+    arithmetic is in `index_dtype` (i32, or i64 for sizes past 2^31 elements).
     `vector_caps` ({global tensor name: bytes}) narrows the vector copies and cp.asyncs
     of those tensors to at most that many bytes per access (pass narrow_vectors): a
     variant of the kernel for arrays too short, strided or unaligned for the scheduled
     vectors. `drop_syncs` names inserted barriers to remove (step drop_syncs) and
     `verify=False` leaves out verify_hazards, so that the interpreter or the GPU shows
-    what a barrier prevents."""
+    what a barrier prevents.
+
+    `instrument(pass_name, kernel, fusion)`, when given, is called after every pass that
+    ran, in order (kernel is None before loop_nests builds one; fusion is lowering's copy
+    of it), as TVM's pass instruments are: the compile driver's FUSERIR_DUMP_AFTER is one."""
     for name in [*disable_passes, *dump_after, *([stop_after] if stop_after else [])]:
         check_pass(name)
     for name in disable_passes:
@@ -83,9 +85,6 @@ def lower(fusion, disable_passes=(), drop_syncs=(), verify=True, dump_after=(),
     if not drop_syncs:
         skipped.add(drop_step.PASS.name)       # a step runs only when asked
     check_skipped(PIPELINE, skipped, stop_after)
-    # FUSERIR_DUMP_AFTER (fuserir/stages.py); a trial lowering (segmentation asking "does
-    # this lower?") prints nothing.
-    env_after = () if trial else stages.env_dump_after(PASS_NAMES)
     ctx = LoweringContext(copy.deepcopy(fusion), index_dtype, vector_caps, drop_syncs,
                           providers=PROVIDERS)
     kernel, dumps = None, {}
@@ -99,8 +98,8 @@ def lower(fusion, disable_passes=(), drop_syncs=(), verify=True, dump_after=(),
             kir.relabel(kernel.body)
         if p.name in dump_after:
             dumps[p.name] = kir.format_kernel(kernel) if kernel is not None else str(ctx.fusion)
-        if p.name in env_after:
-            stages.emit_after_pass(p.name, kernel, ctx.fusion)
+        if instrument is not None:
+            instrument(p.name, kernel, ctx.fusion)
         if p.name == stop_after:
             break
     return kernel, dumps

@@ -80,7 +80,8 @@ def cmd_dump(args):
         text = stages.scheduled_text(fusion)
     elif args.after in ("inline_defaults", "validate") and fusion.trace:
         if args.after == "validate":
-            lower(fusion, stop_after="validate")      # what validate refuses, it says
+            lower(fusion, stop_after="validate",      # what validate refuses, it says
+                  instrument=stages.env_instrument(PASS_NAMES))
         text = _before_kernel(fusion, args.after)
     else:
         _, units, refused = build(fusion, options)
@@ -115,7 +116,7 @@ def _unit_text(unit, stage, after, options, arch):
     if after in ("inline_defaults", "validate"):
         return _before_kernel(unit.fusion, after)
     _, dumps = lower(unit.fusion, dump_after=[after], stop_after=after, verify=False,
-                     **options)
+                     instrument=stages.env_instrument(PASS_NAMES), **options)
     return dumps[after]
 
 
