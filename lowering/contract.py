@@ -29,8 +29,7 @@ from .errors import LoweringError
 IR_PRODUCTS = {
     "placement": "every tensor's compute-at position, on lowering's copy of the fusion",
     "kernel": "the kernel IR: parameters, launch configuration, the statement tree",
-    "sync_ids": "the ids of the inserted barriers and waits (sync1, ...), each with its "
-                "reasons",
+    "sync_ids": "the ids of the inserted barriers and waits: sync1, sync2, ...",
 }
 
 
