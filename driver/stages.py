@@ -28,7 +28,7 @@ from codegen.cuda import emit_cuda
 from fuserir.dsl import print_fusion
 from fuserir.errors import FuserirError
 from lowering import kir
-from lowering.analysis import LoweringContext
+from lowering.context import LoweringContext
 from lowering.passes import inline_defaults
 
 STAGES = ("fusion", "scheduled", "kernel", "cuda", "ptx")

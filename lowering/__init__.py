@@ -1,6 +1,7 @@
 """Lowering: a scheduled fusion becomes kernel IR, one named pass at a time.
 
-Empty until the lowering-core issue lands: the kernel IR, the ordered pass list
-(lowering.pipeline) and the passes (loop nests, indexing, predicates, allocation, sync
-insertion, hazard verification) arrive there. Nothing here pretends to work before then.
+lowering.pipeline.lower runs the passes (lowering/passes, one per module, each ending with
+its contract record, lowering.contract) over a context they share (lowering.context) and
+the kernel IR (lowering.kir, traversed with lowering.kir_visit). docs/passes.md is the
+catalogue.
 """

@@ -1,49 +1,31 @@
-"""What every lowering pass needs to know about a scheduled fusion, computed once.
+"""What lowering knows about a scheduled fusion before it builds anything.
 
 * The exact map: which axes of different tensors always take the same index (mapped
   through an expression's root map, or produced by the same split/merge of exactly mapped
   axes), as nvFuser's ComputeAtMap. Sync analysis uses it to prove that the thread which
   writes an element of a shared tensor is the thread that reads it.
-* Concrete loops: the loop a tensor's loop axis runs in. An axis inside a tensor's
-  compute-at position shares its consumer's loop, recursively; every other axis owns one.
-* Parallel extents and the launch configuration: each block/thread index spans the
-  largest extent bound to it; axes bound with a smaller extent are predicated.
-* Index helpers: loop indices -> root indices (replaying splits and merges backwards) and
-  logical indices -> loop indices (forwards), with C integer semantics.
+* What a tensor is to lowering: an async or vector copy, an mma operand or fragment, live
+  or dead code.
+* The schedules lowering refuses (check_supported, which pass validate runs), each with a
+  ScheduleError naming the tensor, the axis and a way out.
 
-It sits between the fusion IR and the passes so that no pass re-derives these facts.
+lowering.context holds these facts of one fusion once computed (the exact map, the live
+tensors, the parallel extents) and the index helpers; it sits between the fusion IR and the
+passes so that no pass re-derives them.
 """
 
 import networkx as nx
 
-from fuserir.dtypes import DataType
-from fuserir.transforms import concrete_loop
 from fuserir.ir.exprs import LoadStoreOp, MatmulOp
 from fuserir.ir.tensor import MemoryType, TensorView
 from fuserir.errors import ScheduleError
-from fuserir.ir import extent as ext
 from fuserir.ir.iterdomain import ParallelType, Split, history
-
-from . import kir
-from .arith import Ranges, simplify_binop
 
 THREAD_TYPES = (ParallelType.TIDx, ParallelType.TIDy, ParallelType.TIDz)
 BLOCK_TYPES = (ParallelType.BIDx, ParallelType.BIDy, ParallelType.BIDz)
 LOOP_TYPES = (ParallelType.serial, ParallelType.unroll, ParallelType.vectorize)
 MMA = ParallelType.mma
 WARP = 32            # lanes of a warp: the threads one mma instruction tile spans
-
-
-def _c_div(a, b):
-    q = abs(a) // abs(b)
-    return q if (a < 0) == (b < 0) else -q
-
-
-_FOLD = {
-    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-    "div": _c_div, "mod": lambda a, b: a - _c_div(a, b) * b,
-    "ceildiv": lambda a, b: -(-a // b), "min": min, "max": max,
-}
 
 
 class UnionFind:
@@ -163,268 +145,6 @@ def live_tensors(fusion):
     for out in fusion.outputs:
         live |= {n for n in nx.ancestors(fusion.graph, out) if isinstance(n, TensorView)}
     return live
-
-
-class LoweringContext:
-    """Facts about one scheduled fusion that the passes share (see module docstring)."""
-
-    def __init__(self, fusion, index_dtype=DataType.i32, vector_caps=None):
-        self.fusion = fusion
-        self.index_dtype = index_dtype
-        self.vector_caps = vector_caps  # {global tensor name: most bytes per access}
-        self.exact = None            # built by analyze(), once every tensor is placed
-        self.loop_vars = {}          # concrete axis -> kir.Var
-        self.buffers = {}            # tensor -> kir.Buffer
-        self.accumulators = {}       # reduction tensor -> kir.Buffer (local accumulator)
-        self.scratch = {}            # block-reduced tensor -> kir.Buffer (shared partials)
-        self.layouts = {}            # tensor or accumulator buffer -> [(loop position, stride)]
-        self.tensor_params = {}      # tensor -> kir.TensorParam
-        self.scalar_vars = {}        # symbol name -> kir.Var
-        self.store_info = {}         # kir.Store -> StoreInfo (what predicates need)
-        self.vector_axes = set()     # vector axes of async and vector copies (not loops)
-        self.lane_index = {}         # mma axis -> per-lane index, while lowering a fragment
-        self.frag_offset = None      # element of the fragment being lowered (None: 0)
-        self.fragment_vars = []      # the loop variables of fragment-element loops
-        self.circular = {}           # circular-buffered tensor -> its loop's concrete axis
-        self.ranges = Ranges()       # value ranges of index variables (lowering.arith)
-
-    def analyze(self):
-        """Compute the exact map and parallel extents of the (now fully placed) fusion."""
-        self.live = live_tensors(self.fusion)
-        for tv in self.live:
-            if (is_async_copy(tv) and tv.loop and
-                    tv.loop[-1].parallel is ParallelType.vectorize) or vector_copy_width(tv):
-                self.vector_axes.add(tv.loop[-1])
-        self.exact = build_exact_map(self.fusion)
-        self._parallel_extents()
-        self.serial_grid = any(tv.serial_grid for tv in self.live)
-        for tv in self.live:
-            if tv.circular_buffer_stages:
-                self.circular[tv] = self._circular_loop(tv)
-
-    def _circular_loop(self, tv):
-        """The loop a circular buffer rotates over: the innermost loop inside its
-        compute-at position."""
-        loops = [self.concrete_axis(tv, i) for i in range(tv.compute_at_pos or 0)]
-        loops = [a for a in loops if self.is_loop(a)]
-        if not loops:
-            raise ScheduleError(f"{tv.name}: circular buffering needs a loop inside its "
-                                f"compute-at position to rotate over")
-        return loops[-1]
-
-    # -- loops ---------------------------------------------------------------------------
-    def concrete(self, tv, i):
-        """(tensor, position) owning the loop that tv.loop[i] runs in."""
-        return concrete_loop(tv, i)
-
-    def concrete_axis(self, tv, i):
-        owner, j = self.concrete(tv, i)
-        return owner.loop[j]
-
-    def is_loop(self, axis):
-        """Does this (concrete) axis become a for-loop in the kernel? (Not the vector axis
-        of an async or vector copy: one instruction moves the whole vector.)"""
-        if axis.parallel not in LOOP_TYPES or axis in self.vector_axes:
-            return False
-        return not (axis.is_broadcast or axis.extent == 1)
-
-    def loop_var(self, axis):
-        if axis not in self.loop_vars:
-            var = kir.Var(f"i{len(self.loop_vars)}", self.index_dtype)
-            self.loop_vars[axis] = var
-            if isinstance(axis.extent, int):
-                self.ranges.vars[id(var)] = (0, axis.extent - 1)
-        return self.loop_vars[axis]
-
-    def loop_index(self, tv, i):
-        """The index of tv.loop[i] inside the kernel: a loop variable, a thread or block
-        index, or 0 for an axis of extent 1."""
-        axis = self.concrete_axis(tv, i)
-        if axis in self.lane_index:
-            return self.lane_index[axis]
-        if axis.parallel in THREAD_TYPES or axis.parallel in BLOCK_TYPES:
-            kind = (kir.SpecialKind.threadIdx if axis.parallel in THREAD_TYPES
-                    else kir.SpecialKind.blockIdx)
-            return kir.Special(kind, axis.parallel.value[-1], self.index_dtype)
-        if not self.is_loop(axis):
-            return self.const(0)
-        return self.loop_var(axis)
-
-    # -- index arithmetic ----------------------------------------------------------------
-    def const(self, value):
-        return kir.Const(value, self.index_dtype)
-
-    def extent(self, e):
-        """A fuserir extent as a kernel expression over the scalar parameters."""
-        if isinstance(e, int):
-            return self.const(e)
-        if isinstance(e, ext.Sym):
-            if e.name not in self.scalar_vars:
-                self.scalar_vars[e.name] = kir.Var(e.name, self.index_dtype, user=True)
-            return self.scalar_vars[e.name]
-        if isinstance(e, ext.CeilDiv):
-            return self.binop("ceildiv", self.extent(e.numerator), self.extent(e.denominator))
-        return self.binop("mul", self.extent(e.lhs), self.extent(e.rhs))
-
-    def binop(self, op, a, b):
-        """Index arithmetic with the obvious constant folding (x*1, x+0, 0*x, x/1)."""
-        ca = a.value if isinstance(a, kir.Const) else None
-        cb = b.value if isinstance(b, kir.Const) else None
-        if ca is not None and cb is not None and op in _FOLD:
-            return self.const(_FOLD[op](ca, cb))
-        if op == "add" and ca == 0:
-            return b
-        if op in ("add", "sub") and cb == 0:
-            return a
-        if op == "mul" and (ca == 0 or cb == 0):
-            return self.const(0)
-        if op == "mul" and ca == 1:
-            return b
-        if op in ("mul", "div", "ceildiv") and cb == 1:
-            return a
-        if op == "mod" and cb == 1:
-            return self.const(0)
-        if op in ("div", "mod") and ca == 0:
-            return self.const(0)
-        simpler = simplify_binop(op, a, b, self.ranges, self.binop)
-        if simpler is not None:
-            return simpler
-        dtype = DataType.bool if op in kir.COMPARISONS + ("and", "or") else self.index_dtype
-        return kir.BinOp(op, a, b, dtype)
-
-    @staticmethod
-    def _inlined_into(tv):
-        """The direct consumer tv is fully inlined into (every loop axis shared), or None."""
-        consumer = tv.compute_at_consumer
-        if tv.compute_at_pos and tv.compute_at_pos == tv.ndim and \
-                any(v is tv for v in consumer.definition.inputs):
-            return consumer
-        return None
-
-    def inline_target(self, tv):
-        """The tensor whose loops tv runs entirely inside (tv itself unless every loop axis
-        of tv is shared through compute-at with a direct consumer)."""
-        while (consumer := self._inlined_into(tv)) is not None:
-            tv = consumer
-        return tv
-
-    def root_indices(self, tv):
-        """{axis: index} for tv's root and logical axes (and everything between them and
-        the loop axes). A fully inlined tensor computes, in each iteration, the element its
-        consumer reads: its consumer's root indices through the root map (so a broadcast
-        merged into a larger loop never indexes past its own extent), down the chain of
-        consumers it is inlined into (walked, not recursed: a chain can be long).
-        Otherwise the loop indices are replayed backwards through tv's splits and merges.
-        Broadcast axes always have index 0."""
-        chain = [tv]
-        while (consumer := self._inlined_into(chain[-1])) is not None:
-            chain.append(consumer)
-        index = self._loop_root_indices(chain[-1])
-        for producer, consumer in zip(reversed(chain[:-1]), reversed(chain[1:])):
-            outer = index
-            index = {p: outer[c] for c, p in consumer.definition.root_map(producer).items()}
-            for a in producer.root + producer.logical:
-                if a.is_broadcast or a not in index:
-                    index[a] = self.const(0)
-        return index
-
-    def _loop_root_indices(self, tv):
-        """root_indices of a tensor that runs its own loops."""
-        index = {a: self.loop_index(tv, i) for i, a in enumerate(tv.loop)}
-        for t in reversed(history(tv.loop)):
-            if isinstance(t, Split):
-                inner = self.extent(t.inner.extent)
-                index[t.input] = self.binop("add", self.binop("mul", index[t.outer], inner),
-                                            index[t.inner])
-            else:
-                inner = self.extent(t.inner.extent)
-                index[t.outer] = self.binop("div", index[t.output], inner)
-                index[t.inner] = self.binop("mod", index[t.output], inner)
-        for a in list(index):
-            if a.is_broadcast:
-                index[a] = self.const(0)
-        return index
-
-    def forward_indices(self, tv, logical_index):
-        """{loop axis: index} of tv given the indices of its logical axes, replaying splits
-        and merges forwards (axes not derived from the logical domain, such as loop-only
-        broadcast axes, have index 0)."""
-        index = dict(logical_index)
-        transforms = history(tv.loop)
-        known = set(tv.root) | set(tv.logical)
-        for t in transforms:
-            for i in t.inputs:
-                if i.definition is None and i not in known:
-                    index.setdefault(i, self.const(0))   # a loop-only broadcast axis
-        for t in transforms:
-            if not all(i in index for i in t.inputs) or all(o in index for o in t.outputs):
-                continue
-            if isinstance(t, Split):
-                inner = self.extent(t.inner.extent)
-                index[t.outer] = self.binop("div", index[t.input], inner)
-                index[t.inner] = self.binop("mod", index[t.input], inner)
-            else:
-                inner = self.extent(t.inner.extent)
-                index[t.output] = self.binop("add", self.binop("mul", index[t.outer], inner),
-                                             index[t.inner])
-        return index
-
-    # -- parallelization -----------------------------------------------------------------
-    def _parallel_extents(self):
-        self.bound = {p: [] for p in THREAD_TYPES + BLOCK_TYPES}
-        for tv in self.fusion.tensors:
-            if tv.is_input or tv not in self.live:
-                continue
-            for i in range(tv.ndim):
-                axis = self.concrete_axis(tv, i)
-                if axis.parallel in self.bound and axis.extent not in self.bound[axis.parallel]:
-                    self.bound[axis.parallel].append(axis.extent)
-                if axis.parallel is MMA and WARP not in self.bound[ParallelType.TIDx]:
-                    self.bound[ParallelType.TIDx].append(WARP)   # the lanes of a warp
-
-    def launch_extent(self, ptype, round_to=1):
-        extents = [self.extent(e) for e in self.bound[ptype]]
-        if not extents:
-            return self.const(1)
-        dim = extents[0]
-        for e in extents[1:]:
-            dim = self.binop("max", dim, e)
-        if round_to > 1:
-            dim = self.binop("mul", self.binop("ceildiv", dim, self.const(round_to)),
-                             self.const(round_to))
-        return dim
-
-    def exact_class(self, axis):
-        """A stable identifier of axis's exact-map class."""
-        return id(self.exact.find(axis))
-
-    def threads_used(self):
-        return [p for p in THREAD_TYPES if self.bound[p]]
-
-    def owner(self, tv, is_write):
-        """AccessInfo.owner of tv's accesses: for each thread type the block uses, the exact
-        class of tv's axis bound to it, which selects the thread of each element. A write
-        where no data axis of tv is bound to it is guarded to thread 0 along it (the
-        predicate pass's redundant-write rule): "zero". A read with no such axis is made by
-        every thread along it: None (owned by no single thread)."""
-        owner = []
-        for p in self.threads_used():
-            cls = "zero" if is_write else None
-            if p is ParallelType.TIDx and mma_positions(tv):
-                # The lane of an element is fixed by the instruction's fragment map.
-                cls = ("mma",) + tuple(self.exact_class(tv.loop[i])
-                                       for i in mma_positions(tv))
-            for i in range(tv.ndim):
-                axis = tv.loop[i]
-                if self.concrete_axis(tv, i).parallel is not p or axis.is_broadcast:
-                    continue
-                if axis.is_reduction and is_write:
-                    continue
-                # An axis inside the compute-at position runs in its consumer's loop: the
-                # thread is that loop's, so the loop's axis identifies it.
-                cls = self.exact_class(self.concrete_axis(tv, i))
-            owner.append((p.value, cls))
-        return tuple(owner)
 
 
 def _bound_class(ctx, tv, ptype, data_only):
@@ -591,7 +311,7 @@ def _check_mma(ctx, tv):
         shapes = " or ".join(str(list(e)) for e in expected)
         raise ScheduleError(f"{where}; the m16n8k16 instruction tile needs {shapes} here "
                             f"({kind.replace('_', ' ')})")
-    if ctx.bound[ParallelType.TIDx] != [WARP]:
+    if tuple(ctx.bound[ParallelType.TIDx]) != (WARP,):
         raise ScheduleError(f"{tv.name}: with tensor cores TIDx is the lane of a warp (32): "
                             f"bind warps to TIDy/TIDz, not TIDx")
     if tv.memory_type.value == "global" and kind == "ldmatrix":

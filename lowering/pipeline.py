@@ -2,23 +2,29 @@
 
     lower(fusion) copies the fusion (lowering never changes the user's), then runs:
 
-    narrow_vectors    (only with vector_caps) narrow the vector copies of named globals
-    inline_defaults   place every tensor no compute_at placed (inline as far as legal)
-    validate          refuse what this lowering does not support, with a clear error
-    loop_nests        kernel parameters, launch configuration, loop nests of placed exprs
-    allocation        local/shared buffers and accumulators; shared byte offsets
-    indexing          placed expressions -> stores of indexed loads
-    block_reductions  TIDx reductions -> warp shuffles + shared scratch
-    grid_reductions   serial grid reductions -> a semaphore turnstile across CTAs
-    predicates        bounds, thread-extent and redundant-write guards
-    circular_buffer   pipeline circular-buffered async copies (prologue, prefetch, waits)
-    reuse_shared      let promote_reuse tensors alias dead shared buffers
-    insert_syncs      barriers for every shared-memory hazard, each with its reasons
-    drop_syncs        (only when asked) remove named barriers, to show what they prevent
-    verify_hazards    refuse a kernel the hazard analysis cannot prove safe
+     1  narrow_vectors         narrow the vector copies of the global tensors vector_caps names
+     2  inline_defaults        place every tensor that no compute_at placed
+     3  validate               refuse what this lowering cannot do, before anything is built
+     4  loop_nests             the kernel skeleton — parameters, launch configuration, loop nests
+     5  allocation             a buffer for every intermediate tensor and reduction accumulator
+     6  indexing               every placed expression becomes stores of indexed loads
+     7  unroll_register_loops  unroll loops that index registers, short tensor-core loops
+     8  block_reductions       combine the partials of a reduction bound to TIDx or TIDy
+     9  grid_reductions        serial grid reductions (split-K across CTAs, in turn)
+    10  predicates             guard each store that could touch an element it must not
+    11  circular_buffer        pipeline the async copies of circular-buffered shared tensors
+    12  reuse_shared           a shared tensor marked promote_reuse takes the bytes of dead buffers
+    13  insert_syncs           insert the barriers that order every shared-memory hazard
+     -  drop_syncs             remove the barriers a caller names, to show what each prevents
+    14  verify_hazards         refuse a kernel that the hazard analysis cannot prove safe
 
-Each pass is `run(ctx, kernel) -> kernel` in lowering/passes/<name>.py. `dump_after`
-collects the kernel IR after any pass, as `fuserir dump --after PASS` shows it.
+Each pass is lowering/passes/<name>.py: `run(ctx, kernel) -> kernel` and the module's PASS
+record (lowering.contract.Pass), which names the products the pass reads and the ones it
+provides. This module checks the order against the records when it is imported, and
+lower() refuses to leave out a pass whose product a pass that runs needs. The list above
+is written from the records by tools/gen_pass_docs.py (tests/test_pass_contract.py checks
+that it agrees). `dump_after` collects the kernel IR after any pass, as `fuserir dump
+--after PASS` shows it; an `instrument` sees every pass as it finishes.
 """
 
 import copy
@@ -26,30 +32,31 @@ import copy
 from fuserir.dtypes import DataType
 
 from . import kir
-from .analysis import LoweringContext
+from .context import LoweringContext
+from .contract import check_order, check_skipped
 from .errors import LoweringError
-from .passes import (allocation, block_reductions, circular_buffer, grid_reductions, indexing,
-                     inline_defaults, insert_syncs, loop_nests, narrow_vectors, predicates,
-                     reuse_shared, validate, verify_hazards)
-from .passes import drop_syncs as drop_syncs_pass
+from .passes import (allocation, block_reductions, circular_buffer, drop_syncs as drop_step,
+                     grid_reductions, indexing, inline_defaults, insert_syncs, loop_nests,
+                     narrow_vectors, predicates, reuse_shared, unroll_register_loops,
+                     validate, verify_hazards)
 
-PASSES = (
-    ("narrow_vectors", narrow_vectors.run),
-    ("inline_defaults", inline_defaults.run),
-    ("validate", validate.run),
-    ("loop_nests", loop_nests.run),
-    ("allocation", allocation.run),
-    ("indexing", indexing.run),
-    ("block_reductions", block_reductions.run),
-    ("grid_reductions", grid_reductions.run),
-    ("predicates", predicates.run),
-    ("circular_buffer", circular_buffer.run),
-    ("reuse_shared", reuse_shared.run),
-    ("insert_syncs", insert_syncs.run),
-    ("verify_hazards", verify_hazards.run),
-)
-PASS_NAMES = tuple(name for name, _ in PASSES)
-OPTIONAL = ("insert_syncs", "verify_hazards")   # the passes a caller may disable
+PIPELINE = tuple(module.PASS for module in (
+    narrow_vectors, inline_defaults, validate, loop_nests, allocation, indexing,
+    unroll_register_loops, block_reductions, grid_reductions, predicates, circular_buffer,
+    reuse_shared, insert_syncs, drop_step, verify_hazards))
+PROVIDERS = check_order(PIPELINE)        # {product: the pass that provides it}
+PASSES = tuple(p for p in PIPELINE if not p.on_request)     # the numbered passes
+PASS_NAMES = tuple(p.name for p in PASSES)
+OPTIONAL = tuple(p.name for p in PASSES if p.optional)     # the passes a caller may disable
+
+
+def check_pass(name, optional=False, verb="disabled"):
+    """Raise LoweringError unless `name` names a pass (one a caller may disable, with
+    `optional`; `verb` says how the message calls disabling)."""
+    if name not in PASS_NAMES:
+        raise LoweringError(f"unknown pass '{name}'; the passes are: {', '.join(PASS_NAMES)}")
+    if optional and name not in OPTIONAL:
+        raise LoweringError(f"pass '{name}' cannot be {verb} (only {', '.join(OPTIONAL)} can)")
 
 
 def lower(fusion, disable_passes=(), drop_syncs=(), verify=True, dump_after=(),
@@ -58,36 +65,41 @@ def lower(fusion, disable_passes=(), drop_syncs=(), verify=True, dump_after=(),
     each pass named in dump_after to the kernel IR text after it. `stop_after` ends the
     pipeline after the named pass (the kernel is then as that pass left it). Index
     arithmetic is in `index_dtype` (i32, or i64 for sizes past 2^31 elements).
-    `instrument(pass_name, kernel, fusion)`, when given, is called after every pass that
-    ran (kernel is None before loop_nests builds one; fusion is lowering's copy): the
-    driver's FUSERIR_DUMP_AFTER uses it, as TVM's pass instruments are used.
     `vector_caps` ({global tensor name: bytes}) narrows the vector copies and cp.asyncs
     of those tensors to at most that many bytes per access (pass narrow_vectors): a
     variant of the kernel for arrays too short, strided or unaligned for the scheduled
-    vectors."""
-    names = list(disable_passes) + list(dump_after) + ([stop_after] if stop_after else [])
-    for name in names:
-        if name not in PASS_NAMES:
-            raise LoweringError(f"unknown pass '{name}'; the passes are: "
-                                f"{', '.join(PASS_NAMES)}")
+    vectors. `drop_syncs` names inserted barriers to remove (step drop_syncs) and
+    `verify=False` leaves out verify_hazards, so that the interpreter or the GPU shows
+    what a barrier prevents.
+
+    `instrument(pass_name, kernel, fusion)`, when given, is called after every pass that
+    ran, in order (kernel is None before loop_nests builds one; fusion is lowering's copy
+    of it), as TVM's pass instruments are: the compile driver's FUSERIR_DUMP_AFTER is one."""
+    for name in [*disable_passes, *dump_after, *([stop_after] if stop_after else [])]:
+        check_pass(name)
     for name in disable_passes:
-        if name not in OPTIONAL:
-            raise LoweringError(f"pass '{name}' cannot be disabled (only "
-                                f"{', '.join(OPTIONAL)} can)")
-    ctx = LoweringContext(copy.deepcopy(fusion), index_dtype, vector_caps)
+        check_pass(name, optional=True)
+    skipped = set(disable_passes)
+    if not verify:
+        skipped.add(verify_hazards.PASS.name)
+    if not drop_syncs:
+        skipped.add(drop_step.PASS.name)       # a step runs only when asked
+    check_skipped(PIPELINE, skipped, stop_after)
+    ctx = LoweringContext(copy.deepcopy(fusion), index_dtype, vector_caps, drop_syncs,
+                          providers=PROVIDERS)
     kernel, dumps = None, {}
-    for name, run in PASSES:
-        if name == "verify_hazards" and drop_syncs:
-            kernel = drop_syncs_pass.run(ctx, kernel, tuple(drop_syncs))
-        if name in disable_passes or (name == "verify_hazards" and not verify):
+    for p in PIPELINE:
+        if p.name in skipped:
             continue
-        kernel = run(ctx, kernel)
+        kernel = ctx.run_pass(p, kernel)
+        if p.on_request:
+            continue             # a step is not one of the passes dumps and stops name
         if kernel is not None:
             kir.relabel(kernel.body)
-        if name in dump_after:
-            dumps[name] = kir.format_kernel(kernel) if kernel is not None else str(ctx.fusion)
+        if p.name in dump_after:
+            dumps[p.name] = kir.format_kernel(kernel) if kernel is not None else str(ctx.fusion)
         if instrument is not None:
-            instrument(name, kernel, ctx.fusion)
-        if name == stop_after:
+            instrument(p.name, kernel, ctx.fusion)
+        if p.name == stop_after:
             break
     return kernel, dumps

@@ -155,15 +155,15 @@ command("dump-cuda", "dump", TILED, "--stage", "cuda")
 command("dump-ptx", "dump", TILED, "--stage", "ptx", "--arch", "sm_90")
 
 PASSES = ["narrow_vectors", "inline_defaults", "validate", "loop_nests", "allocation", "indexing",
-          "block_reductions", "grid_reductions", "predicates", "circular_buffer",
-          "reuse_shared", "insert_syncs", "verify_hazards"]
+          "unroll_register_loops", "block_reductions", "grid_reductions", "predicates",
+          "circular_buffer", "reuse_shared", "insert_syncs", "verify_hazards"]
 
 
 def test_dump_list_passes_in_pipeline_order(ran):
     out = ok(ran["list-passes"])
     names = [line.split()[1] for line in out.splitlines()]
     assert names == PASSES[:-1] + ["drop_syncs", "verify_hazards"]
-    assert "12  insert_syncs" in out and "(optional: --without insert_syncs)" in out
+    assert "13  insert_syncs" in out and "(optional: --without insert_syncs)" in out
     assert " -  drop_syncs" in out and "(only with --drop ID,...)" in out
     rows = json.loads(ok(ran["list-passes-json"]))
     assert [r["name"] for r in rows if r["number"]] == PASSES

@@ -53,9 +53,9 @@ def after(text, name):
 
 def test_pipeline_lists_every_pass_in_order():
     assert PASS_NAMES == ("narrow_vectors", "inline_defaults", "validate", "loop_nests",
-                          "allocation", "indexing", "block_reductions", "grid_reductions",
-                          "predicates", "circular_buffer", "reuse_shared", "insert_syncs",
-                          "verify_hazards")
+                          "allocation", "indexing", "unroll_register_loops",
+                          "block_reductions", "grid_reductions", "predicates",
+                          "circular_buffer", "reuse_shared", "insert_syncs", "verify_hazards")
 
 
 def test_inline_defaults_places_unplaced_intermediates_only():

@@ -21,7 +21,7 @@ from codegen.interp import run_kernel
 from driver.vector_widths import widest_access_bytes
 from fuserir.scheduler import MatmulParams, schedule_matmul
 from lowering import bank_conflicts, kir
-from lowering.analysis import LoweringContext
+from lowering.context import LoweringContext
 from lowering.errors import LoweringError
 from lowering.pipeline import lower
 from lowering.passes import narrow_vectors, predicates

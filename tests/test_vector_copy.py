@@ -16,7 +16,7 @@ from codegen.cuda import CodegenError, emit_cuda
 from codegen.interp import InterpError, run_kernel
 from fuserir.errors import FuserirError, ScheduleError
 from lowering import bank_conflicts, kir
-from lowering.analysis import LoweringContext
+from lowering.context import LoweringContext
 from lowering.arith import Ranges, known_factor
 
 from fuserir.dtypes import DataType

@@ -164,15 +164,14 @@ def add_sync_arguments(parser):
 
 def sync_options(args):
     """disable_passes / drop_syncs for lowering, from --without and --drop."""
-    from lowering.pipeline import OPTIONAL, PASS_NAMES
+    from lowering.errors import LoweringError
+    from lowering.pipeline import check_pass
     without = [n.strip() for item in args.without for n in item.split(",") if n.strip()]
     for name in without:
-        if name not in PASS_NAMES:
-            raise UsageError(f"--without: unknown pass '{name}'; the passes are: "
-                             f"{', '.join(PASS_NAMES)}")
-        if name not in OPTIONAL:
-            raise UsageError(f"--without: pass '{name}' cannot be left out (only "
-                             f"{', '.join(OPTIONAL)} can)")
+        try:
+            check_pass(name, optional=True, verb="left out")
+        except LoweringError as error:
+            raise UsageError(f"--without: {error}") from None
     drop = [n.strip() for n in args.drop.split(",") if n.strip()]
     return {"disable_passes": tuple(without), "drop_syncs": tuple(drop)}
 

@@ -1,7 +1,6 @@
 """`fuserir dump`: the IR of one fusion at any stage, and the pass list."""
 
 import json
-import re
 import sys
 
 from driver import stages
@@ -32,23 +31,26 @@ def add_parser(sub):
 
 
 def pass_table():
-    """[(number or '-', name, one-line summary, note)] of the pipeline in order."""
+    """[(number or '-', name, one-line summary, note)] of the pipeline in order (from the
+    passes' records, lowering.contract.Pass)."""
     from lowering import pipeline
-    rows = []
-    for number, (name, run) in enumerate(pipeline.PASSES, 1):
-        if name == "verify_hazards":
-            rows.append(("-", "drop_syncs", _summary("lowering.passes.drop_syncs"),
-                         "only with --drop ID,..."))
-        note = "optional: --without " + name if name in pipeline.OPTIONAL else ""
-        rows.append((str(number), name, _summary(run.__module__), note))
+    rows, number = [], 0
+    for p in pipeline.PIPELINE:
+        if p.on_request:
+            rows.append(("-", p.name, p.summary, "only with --drop ID,..."))
+            continue
+        number += 1
+        note = "optional: --without " + p.name if p.optional else ""
+        rows.append((str(number), p.name, p.summary, note))
     return rows
 
 
-def _summary(module_name):
-    __import__(module_name)
-    doc = (sys.modules[module_name].__doc__ or "").strip().splitlines()
-    first = doc[0] if doc else ""
-    return re.sub(r"^(Pass|Step) `\w+`:\s*", "", first).rstrip(".")
+def format_pass_table(rows, notes=True):
+    """The lines `dump --list-passes` prints for `rows` (pass_table's)."""
+    width = max(len(r[1]) for r in rows)
+    return [f"{number:>2}  {name:<{width}}  {summary}"
+            + (f"  ({note})" if note and notes else "")
+            for number, name, summary, note in rows]
 
 
 def cmd_dump(args):
@@ -58,13 +60,15 @@ def cmd_dump(args):
         raise UsageError("dump: FILE is required (or --list-passes)")
     if args.json:
         raise UsageError("dump: --json goes with --list-passes; dumps are text")
-    from lowering.pipeline import PASS_NAMES, lower
+    from lowering.errors import LoweringError
+    from lowering.pipeline import PASS_NAMES, check_pass, lower
     if args.after is not None:
         if args.stage != "kernel":
             raise UsageError(f"--after goes with --stage kernel, not --stage {args.stage}")
-        if args.after not in PASS_NAMES:
-            raise UsageError(f"--after: unknown pass '{args.after}'; the passes are: "
-                             f"{', '.join(PASS_NAMES)}")
+        try:
+            check_pass(args.after)
+        except LoweringError as error:
+            raise UsageError(f"--after: {error}") from None
     if args.arch is not None and args.stage != "ptx":
         raise UsageError(f"--arch goes with --stage ptx, not --stage {args.stage}")
     options = sync_options(args)
@@ -133,8 +137,5 @@ def list_passes(args):
                            "summary": summary, "note": note}
                           for n, name, summary, note in rows], indent=2))
         return 0
-    width = max(len(r[1]) for r in rows)
-    for number, name, summary, note in rows:
-        tail = f"  ({note})" if note else ""
-        print(f"{number:>2}  {name:<{width}}  {summary}{tail}")
+    print("\n".join(format_pass_table(rows)))
     return 0

@@ -7,26 +7,31 @@ global tensor keeps all (inputs and outputs are kernel parameters). Broadcast an
 reduction axes hold no data. The buffer is laid out row-major over the kept loop axes;
 `ctx.layouts` records (loop position, stride) pairs for the indexing pass.
 
+A register tile of tensor-core fragments gets an innermost fragment position (the elements
+one lane holds of the instruction tile), a circular buffer an outermost stage position.
+`ctx.buffers` maps every tensor to its buffer: the parameters' (loop_nests made them) and
+the allocated ones.
+
 A reduction accumulates in a local buffer of its accumulation type, which keeps only the
 iteration axes that sit inside its reduction loops. A block reduction gets a shared
 scratch: 32 partials for one over TIDx (one per warp of a 1024-thread block), 1024 for
 one over TIDy (one per thread).
 
 Shared buffers are placed one after another in the block's shared-memory pool at 16-byte
-aligned byte offsets; later passes (and the matmul issue's reuse pass) reason on these
-physical byte ranges. All allocations sit at the top of the kernel.
+aligned byte offsets; later passes reason on these physical byte ranges (and reuse_shared
+may move a promoted tensor onto dead ones). All allocations sit at the top of the kernel.
 """
 
 from fuserir.errors import ScheduleError
 from fuserir.ir.exprs import MatmulOp, ReductionOp
+from fuserir.ir.iterdomain import ParallelType
 from fuserir.ir.tensor import MemoryType
 from fuserir.ops import accumulate_dtype
 
 from .. import kir
-from fuserir.ir.iterdomain import ParallelType
-
 from ..analysis import (BLOCK_TYPES, LOOP_TYPES, THREAD_TYPES, fragment_size, mma_kind,
                         reduction_thread)
+from ..contract import Pass
 
 SCRATCH_WARPS = 32       # a TIDx reduction keeps one partial per warp
 MAX_THREADS = 1024       # a TIDy reduction keeps one partial per thread
@@ -75,6 +80,8 @@ def _aligned(ctx, nbytes):
 
 
 def run(ctx, kernel):
+    ctx.buffers = {tv: param.buffer for tv, param in ctx.tensor_params.items()}
+    ctx.accumulators, ctx.scratch, ctx.layouts = {}, {}, {}
     allocations = []
     offset = ctx.const(0)
 
@@ -124,3 +131,8 @@ def run(ctx, kernel):
             place(scratch, [])
     kernel.body = allocations + kernel.body
     return kernel
+
+
+PASS = Pass("allocation", run, __doc__, reads=("kernel", "live", "tensor_params"),
+            provides=("buffers", "accumulators", "scratch", "layouts"),
+            why="indexing needs the layouts; sync analysis reasons on byte ranges")

@@ -18,11 +18,11 @@ finds them.
 """
 
 from fuserir.ir.exprs import ReductionOp
-
 from fuserir.ir.iterdomain import ParallelType
 
-from .. import kir
+from .. import kir, kir_visit
 from ..analysis import reduction_thread
+from ..contract import Pass
 from .indexing import accumulator_index, combine, identity
 
 WARP = 32
@@ -101,18 +101,20 @@ def expand_over_y(ctx, tv):
     ]
 
 
-def _rewrite(ctx, stmts):
-    out = []
-    for s in stmts:
-        if isinstance(s, kir.ExprStmt) and s.role == "block_reduce":
-            out.extend(expand(ctx, s))
-            continue
-        for body in s.bodies():
-            body[:] = _rewrite(ctx, body)
-        out.append(s)
-    return out
+class _Expand(kir_visit.StmtMutator):
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def mutate_ExprStmt(self, part):
+        return expand(self.ctx, part) if part.role == "block_reduce" else part
 
 
 def run(ctx, kernel):
-    kernel.body = _rewrite(ctx, kernel.body)
+    kernel.body = _Expand(ctx).mutate(kernel.body)
     return kernel
+
+
+PASS = Pass("block_reductions", run, __doc__,
+            reads=("kernel", "vector_axes", "bound", "accumulators", "scratch", "layouts"),
+            why="spelled out in kernel IR so that sync insertion and the interpreter see every "
+                "shared access")

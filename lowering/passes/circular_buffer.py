@@ -27,67 +27,65 @@ from dataclasses import replace
 
 from fuserir.errors import ScheduleError
 
-from .. import kir
+from .. import kir, kir_visit
+from ..contract import Pass
 
 
-def _loop_with_var(stmts, var):
-    """(list, index) of the ForLoop over `var`."""
-    for i, s in enumerate(stmts):
-        if isinstance(s, kir.ForLoop) and s.var is var:
-            return stmts, i
-        for body in s.bodies():
-            found = _loop_with_var(body, var)
-            if found is not None:
-                return found
-    return None
+class _ZeroFill(kir_visit.StmtMutator):
+    """Every copy reads nothing (zero-fills) unless `cond` holds; an ordinary store (where
+    no cp.async fits) is skipped instead: cond fails only for tiles past the loop's end,
+    which no iteration reads (within the loop, the predicates pass already made such a
+    store write 0 out of bounds)."""
+
+    def __init__(self, ctx, cond):
+        self.ctx, self.cond = ctx, cond
+
+    def mutate_CpAsync(self, s):
+        s.src_size = kir.Select(self.cond, s.src_size, self.ctx.const(0),
+                                self.ctx.index_dtype)
+        return s
+
+    def mutate_Store(self, s):
+        return kir.IfThenElse(self.cond, [s])
 
 
 def _zero_fill_unless(ctx, stmt, cond):
-    """Make every copy in stmt read nothing (zero-fill) unless cond holds; an ordinary
-    store (where no cp.async fits) is skipped instead: cond fails only for tiles past the
-    loop's end, which no iteration reads (within the loop, the predicates pass already
-    made such a store write 0 out of bounds). Returns the statement."""
-    for s in kir.walk([stmt]):
-        if isinstance(s, kir.CpAsync):
-            s.src_size = kir.Select(cond, s.src_size, ctx.const(0), ctx.index_dtype)
-    if isinstance(stmt, kir.Store):
-        return kir.IfThenElse(cond, [stmt])
-    bodies = [body for s in kir.walk([stmt]) for body in s.bodies()]
-    for body in bodies:
-        body[:] = [kir.IfThenElse(cond, [x]) if isinstance(x, kir.Store) else x
-                   for x in body]
-    return stmt
+    """stmt with every copy in it zero-filled, every store skipped, unless cond holds."""
+    (filled,) = _ZeroFill(ctx, cond).mutate([stmt])
+    return filled
 
 
 def _tag(name, offset, stages):
     return lambda info: replace(info, stage=(name, offset % stages, stages))
 
 
-def _tag_reads(stmt, buffers, tag):
-    """Tag the reads of circular buffers in stmt (offset 0: the current iteration's tile)."""
-    for s in kir.walk([stmt]):
-        if isinstance(s, kir.LdMatrix) and s.src in buffers:
-            s.access = tag(s.access)
-        elif isinstance(s, kir.Store):
-            s.value = _tag_loads(s.value, buffers, tag)
-            s.index = _tag_loads(s.index, buffers, tag)
-            if s.buffer in buffers:
-                raise ScheduleError(f"{s.buffer.name} is circular-buffered but written by "
-                                    "a statement that is not its async copy")
+class _TagReads(kir_visit.StmtVisitor):
+    """Tags the reads of circular buffers (offset 0: the current iteration's tile)."""
+
+    def __init__(self, buffers, tag):
+        self.buffers, self.tag = buffers, tag
+        self.loads = _TagLoads(buffers, tag)
+
+    def visit_LdMatrix(self, s):
+        if s.src in self.buffers:
+            s.access = self.tag(s.access)
+
+    def visit_Store(self, s):
+        s.value = self.loads.mutate(s.value)
+        s.index = self.loads.mutate(s.index)
+        if s.buffer in self.buffers:
+            raise ScheduleError(f"{s.buffer.name} is circular-buffered but written by "
+                                "a statement that is not its async copy")
 
 
-def _tag_loads(expr, buffers, tag):
-    if isinstance(expr, kir.Load) and expr.buffer in buffers:
-        return replace(expr, index=_tag_loads(expr.index, buffers, tag),
-                       access=tag(expr.access))
-    changes = {}
-    for name in ("a", "b", "cond", "index", "value"):
-        child = getattr(expr, name, None)
-        if isinstance(child, kir.ScalarExpr):
-            new = _tag_loads(child, buffers, tag)
-            if new is not child:
-                changes[name] = new
-    return replace(expr, **changes) if changes else expr
+class _TagLoads(kir_visit.ExprMutator):
+    def __init__(self, buffers, tag):
+        self.buffers, self.tag = buffers, tag
+
+    def mutate_Load(self, load):
+        if load.buffer not in self.buffers:
+            return self.generic_mutate(load)
+        return replace(load, index=self.mutate(load.index), access=self.tag(load.access))
 
 
 def _pipeline(ctx, kernel, axis, tensors):
@@ -98,7 +96,8 @@ def _pipeline(ctx, kernel, axis, tensors):
                             f"({sorted(stages)}); give them the same")
     stages = stages.pop()
     var = ctx.loop_var(axis)
-    found = _loop_with_var(kernel.body, var)
+    found = kir_visit.find_place(kernel.body,
+                                 lambda s: isinstance(s, kir.ForLoop) and s.var is var)
     if found is None:
         raise ScheduleError(f"{names}: the loop to circular-buffer over is not in the kernel")
     outer, at = found
@@ -129,8 +128,7 @@ def _pipeline(ctx, kernel, axis, tensors):
     for c in copies:
         copy = kir.copy_stmt(c, {id(var): ahead}, _tag(var.name, stages - 1, stages))
         prefetch.append(_zero_fill_unless(ctx, copy, ctx.binop("lt", ahead, loop.extent)))
-    for s in rest:
-        _tag_reads(s, buffers, _tag(var.name, 0, stages))
+    _TagReads(buffers, _tag(var.name, 0, stages)).visit(rest)
     loop.body = ([kir.CpAsyncWait(stages - 2)] + prefetch + [kir.CpAsyncCommit()] + rest)
     outer[at:at] = prologue
 
@@ -142,3 +140,8 @@ def run(ctx, kernel):
     for axis, tensors in by_loop.items():
         _pipeline(ctx, kernel, axis, tensors)
     return kernel
+
+
+PASS = Pass("circular_buffer", run, __doc__, reads=("kernel", "circular", "buffers"),
+            why="after predicates (the copies carry their guards), before reuse and sync "
+                "insertion, which reason on the expanded pipeline")

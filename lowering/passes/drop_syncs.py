@@ -2,15 +2,27 @@
 
 Not a pass of the normal pipeline: lowering runs it between insert_syncs and
 verify_hazards only when codegen.compile(..., drop_syncs=(...)) names barrier ids
-(sync1, ...); the verifier then refuses the kernel unless verify=False, in which case the
-interpreter or the GPU shows the race the barrier was there for.
+(sync1, ...; ctx.dropped_syncs); the verifier then refuses the kernel unless verify=False,
+in which case the interpreter or the GPU shows the race the barrier was there for.
 """
 
-from .. import kir
+from .. import kir, kir_visit
+from ..contract import Pass
 from ..errors import LoweringError
 
 
-def run(ctx, kernel, ids):
+class _Strip(kir_visit.StmtMutator):
+    def __init__(self, ids):
+        self.ids = ids
+
+    def mutate_Barrier(self, s):
+        return None if s.sync_id in self.ids else s
+
+    mutate_CpAsyncWait = mutate_Barrier
+
+
+def run(ctx, kernel):
+    ids = ctx.dropped_syncs
     barriers = {s.sync_id: s for s in kir.walk(kernel.body)
                 if isinstance(s, (kir.Barrier, kir.CpAsyncWait)) and s.sync_id}
     unknown = [i for i in ids if i not in barriers]
@@ -18,13 +30,10 @@ def run(ctx, kernel, ids):
         have = ", ".join(barriers) or "none"
         raise LoweringError(f"drop_syncs: kernel {kernel.name} has no barrier "
                             f"{', '.join(unknown)} (it has: {have})")
-
-    def strip(stmts):
-        stmts[:] = [s for s in stmts if not (isinstance(s, (kir.Barrier, kir.CpAsyncWait))
-                                              and s.sync_id in ids)]
-        for s in stmts:
-            for body in s.bodies():
-                strip(body)
-
-    strip(kernel.body)
+    kernel.body[:] = _Strip(ids).mutate(kernel.body)
     return kernel
+
+
+PASS = Pass("drop_syncs", run, __doc__, reads=("kernel", "sync_ids"), on_request=True,
+            why="between insert_syncs and verify_hazards, only when asked: to show what a "
+                "barrier prevents")

@@ -25,6 +25,7 @@ from fuserir.errors import ScheduleError
 from fuserir.ir.exprs import ReductionOp
 
 from .. import kir
+from ..contract import Pass
 from .indexing import combine
 
 
@@ -98,3 +99,8 @@ def run(ctx, kernel):
             kernel.body[i:] = _turnstile(ctx, kernel, s.tv, kernel.body[i + 1:])
             break
     return kernel
+
+
+PASS = Pass("grid_reductions", run, __doc__, reads=("kernel", "accumulators"),
+            why="after indexing (the accumulator exists), before predicates (the epilogue it "
+                "wraps gets its guards)")

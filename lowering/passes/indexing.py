@@ -17,14 +17,25 @@ Shared-memory accesses are tagged with AccessInfo (which thread owns each elemen
 sync insertion. A cache_after(shared, async_copy=True) becomes cp.async copies (one per
 element, or per vector when its innermost axis is vectorized: 4, 8 or 16 bytes), then a
 commit and a wait_group 0 after its own loops; sync insertion adds the barriers. Block
-reductions are left to the next pass. Where no cp.async fits (an element of 1 or 2
+and grid reductions are left to their own passes. Where no cp.async fits (an element of 1 or 2
 bytes, not vectorized), an async cache is an ordinary load and shared store (which the
 predicates pass makes store 0 out of bounds, as cp.async's zero fill does).
 
 A copy between global and shared memory whose innermost axis is vectorized (4, 8 or 16
 bytes, such as the matmul epilogue's 16-byte rows from the shared tile to the output)
-becomes one vector load and store of the whole vector, once lowering has proved both
-sides contiguous and aligned (see vector_copy).
+becomes one vector load and store of the whole vector (`width` 2-16 elements), once
+lowering has proved both sides contiguous and aligned (see vector_copy): lowered once with
+a symbolic lane v, both indices must come out as `base + v` with `base` a multiple of the
+width (lane-aware folds in lowering.arith: `(g*q + s) / (g*m) -> (g*q) / (g*m)` for
+0 <= s < g), else a ScheduleError.
+
+Tensor cores: an ldmatrix operand cache becomes `ldmatrix.x4/.x2[.trans]` with per-lane row
+addresses, the matmul's accumulate an `mma.sync`, a tensor in the accumulator layout (the
+epilogue's cast, the accumulator's init and final copy) a loop over the 4 elements each
+lane holds; the per-lane maps are lowering.fragments', everything above them came from
+transforms. A swizzled shared tensor's index goes through its XOR map. Index arithmetic is
+simplified with value ranges (lowering.arith). Which loops become unrolled is the next
+pass's choice (unroll_register_loops).
 """
 
 import numpy as np
@@ -37,11 +48,11 @@ from fuserir.ir.tensor import Scalar
 
 from fuserir.errors import ScheduleError
 
-from .. import kir
-from .. import fragments
+from .. import fragments, kir, kir_visit
 from ..analysis import (StoreInfo, async_vector_bytes, is_async_copy, mma_kind,
                         mma_positions, vector_copy_width)
 from ..arith import addends, known_factor
+from ..contract import Pass
 
 _BINARY_NAMES = {"maximum": "max", "minimum": "min"}
 
@@ -367,61 +378,28 @@ def lower_part(ctx, part):
     return s
 
 
-def _rewrite(ctx, stmts):
-    out = []
-    for s in stmts:
-        if isinstance(s, kir.ExprStmt) and s.role not in ("block_reduce", "grid_reduce"):
-            lowered = lower_part(ctx, s)
-            out.extend(lowered if isinstance(lowered, list) else [lowered])
-            continue
-        if isinstance(s, kir.ForLoop):
-            s.body = _rewrite(ctx, s.body)
-        elif isinstance(s, kir.IfThenElse):
-            s.then_body = _rewrite(ctx, s.then_body)
-            s.else_body = _rewrite(ctx, s.else_body)
-        out.append(s)
-    return out
+class _LowerParts(kir_visit.StmtMutator):
+    """Every placed part but block and grid reductions (the next passes') becomes its
+    loads and stores."""
 
+    def __init__(self, ctx):
+        self.ctx = ctx
 
-def _register_indices(stmt):
-    """The index expressions of stmt that address registers (local buffers)."""
-    out = []
-    if isinstance(stmt, kir.Store) and stmt.buffer.memory is kir.Memory.local:
-        out.append(stmt.index)
-    if isinstance(stmt, kir.LdMatrix):
-        out.append(stmt.dst_index)
-    if isinstance(stmt, kir.Mma):
-        out += [stmt.a_index, stmt.b_index, stmt.c_index, stmt.d_index]
-    exprs = [getattr(stmt, f, None) for f in ("value", "index", "cond", "address")]
-    for e in exprs:
-        if isinstance(e, kir.ScalarExpr):
-            out += [x.index for x in kir.walk_expr(e)
-                    if isinstance(x, kir.Load) and x.buffer.memory is kir.Memory.local]
-    return out
-
-
-PIPELINED = (kir.Mma, kir.LdMatrix, kir.CpAsync)
-UNROLL_LIMIT = 16      # most iterations of a short tensor-core/copy loop to unroll
-
-
-def unroll_register_loops(body):
-    """Unroll every constant-extent loop whose variable indexes registers: a local array
-    indexed by a run-time value lives in (slow) local memory instead of registers. Short
-    loops around ldmatrix, mma and cp.async are unrolled too, so that nvcc can overlap the
-    fragment loads of one k-step with the mma of the previous one."""
-    for loop in kir.walk(body):
-        if not isinstance(loop, kir.ForLoop) or not isinstance(loop.extent, kir.Const):
-            continue
-        inside = list(kir.walk(loop.body))
-        if any(loop.var is v for s in inside for index in _register_indices(s)
-               for v in kir.walk_expr(index)):
-            loop.kind = "unroll"
-        elif loop.extent.value <= UNROLL_LIMIT and any(isinstance(s, PIPELINED)
-                                                       for s in inside):
-            loop.kind = "unroll"
+    def mutate_ExprStmt(self, part):
+        if part.role in ("block_reduce", "grid_reduce"):
+            return part
+        return lower_part(self.ctx, part)
 
 
 def run(ctx, kernel):
-    kernel.body = _rewrite(ctx, kernel.body)
-    unroll_register_loops(kernel.body)
+    ctx.store_info = {}
+    kernel.body = _LowerParts(ctx).mutate(kernel.body)
     return kernel
+
+
+PASS = Pass("indexing", run, __doc__,
+            reads=("kernel", "vector_axes", "exact", "bound", "circular", "tensor_params",
+                   "buffers", "accumulators", "layouts"),
+            provides=("store_info",),
+            why="needs the allocation layouts; leaves block and grid reductions to the next "
+                "passes")

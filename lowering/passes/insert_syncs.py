@@ -24,9 +24,9 @@ All these questions are about one body, give or take synchronization statements:
 lowering.hazards.HazardAnalysis answers them, analysing again only what follows a change.
 """
 
-from ..errors import HazardError
-
 from .. import kir
+from ..contract import Pass
+from ..errors import HazardError
 from ..hazards import END, HazardAnalysis, path_to, thread_dependent
 from .verify_hazards import to_hazards
 
@@ -141,3 +141,9 @@ def run(ctx, kernel):
         sync.reasons = _reasons(analysis.find(kernel.body))
         stmts.insert(index, sync)
     return kernel
+
+
+PASS = Pass("insert_syncs", run, __doc__, reads=("kernel",), provides=("sync_ids",),
+            optional=True,
+            why="runs on final control flow and physical buffers (DESIGN.md section 5: plan "
+                "syncs after allocation and aliasing, and after pipeline expansion)")

@@ -1,5 +1,10 @@
 """Pass `loop_nests`: the kernel skeleton — parameters, launch configuration, loop nests.
 
+The parameters are the input and output tensors (each with a stride per axis) and every
+size symbol and named split factor (one kernel serves every size). Each block and thread
+index spans the largest extent bound to it; blockDim.x is rounded up to whole warps for a
+block reduction over TIDx.
+
 Every fusion expression is placed in the loops of its output tensor's loop axes; an axis
 inside the tensor's compute-at position runs in its consumer's loop (lowering.analysis
 `concrete`), so producers land inside the loops they share with consumers. Thread and
@@ -21,6 +26,7 @@ from fuserir.ir.iterdomain import ParallelType, Split, history
 
 from .. import kir
 from ..analysis import THREAD_TYPES, is_async_copy, reduction_thread
+from ..contract import Pass
 
 
 class Item:
@@ -121,16 +127,14 @@ def _nest(ctx, items, depth):
 
 
 def _params(ctx):
-    tensor_params = []
+    """{input or output tensor: its kir.TensorParam}, inputs first."""
+    params = {}
     for tv in ctx.fusion.inputs + ctx.fusion.outputs:
         buffer = kir.Buffer(tv.name, tv.dtype, kir.Memory.global_, tensor=tv.name, user=True)
-        ctx.buffers[tv] = buffer
         sizes = [ctx.extent(e) for e in tv.shape]
         strides = [kir.Var(f"{tv.name}_stride{i}", ctx.index_dtype) for i in range(tv.rank)]
-        param = kir.TensorParam(buffer, sizes, strides, is_output=tv.is_output)
-        ctx.tensor_params[tv] = param
-        tensor_params.append(param)
-    return tensor_params
+        params[tv] = kir.TensorParam(buffer, sizes, strides, is_output=tv.is_output)
+    return params
 
 
 def _symbols(ctx):
@@ -148,7 +152,7 @@ def _symbols(ctx):
 
 
 def run(ctx, kernel):
-    tensor_params = _params(ctx)
+    ctx.tensor_params = _params(ctx)
     body = _nest(ctx, _items(ctx), 0)
     has_block_reduction = any(isinstance(s, kir.ExprStmt) and s.role == "block_reduce"
                               and reduction_thread(ctx, s.tv) is ParallelType.TIDx
@@ -161,5 +165,9 @@ def run(ctx, kernel):
     grid = tuple(ctx.launch_extent(p) for p in (ParallelType.BIDx, ParallelType.BIDy,
                                                 ParallelType.BIDz))
     scalar_params = [kir.ScalarParam(ctx.extent(ext.Sym(name))) for name in _symbols(ctx)]
-    return kir.Kernel(ctx.fusion.name, tensor_params, scalar_params, body,
+    return kir.Kernel(ctx.fusion.name, list(ctx.tensor_params.values()), scalar_params, body,
                       kir.LaunchConfig(grid, block), ctx.index_dtype, user=True)
+
+
+PASS = Pass("loop_nests", run, __doc__, reads=("live", "vector_axes", "bound"),
+            provides=("tensor_params", "kernel"), why="the skeleton everything else fills in")

@@ -6,11 +6,12 @@ async_copy), or a vector load and store (indexing's vector_copy). That needs the
 array's rows to be a whole number of vectors, contiguous and aligned, which the
 executable checks at run time. For arrays that are not, `lower(..., vector_caps={name:
 bytes})` builds a variant of the kernel whose copies of that global tensor move at most
-that many bytes per access: every vectorized copy or cp.async whose global side is the
-named tensor (a cache reading input X, or an output written from a shared tile) has its
-vector axis of w elements split into [w / c, c] (c = the widest of 16, 8, 4 bytes within
-the cap, in elements), the outer part unrolled and the inner part vectorized; where no
-vector fits (c = 1, element copies) both pieces are unrolled. Those are the public
+that many bytes per access (the executable picks the caps from the actual arrays:
+driver.vector_widths.widest_access_bytes): every vectorized copy or cp.async whose
+global side is the named tensor (a cache reading input X, or an output written from a
+shared tile) has its vector axis of w elements split into [w / c, c] (c = the widest of
+16, 8, 4 bytes within the cap, in elements), the outer part unrolled and the inner part
+vectorized; where no vector fits (c = 1, element copies) both pieces are unrolled. Those are the public
 transforms (TensorView.split / parallelize / vectorize), applied to lowering's private
 copy of the fusion, never the user's.
 
@@ -37,6 +38,7 @@ from fuserir.ir.iterdomain import ParallelType
 from fuserir.ir.tensor import MemoryType
 
 from ..analysis import is_async_copy, vector_copy_width
+from ..contract import Pass
 from ..errors import LoweringError
 
 ACCESS_BYTES = (16, 8, 4)     # the vector accesses a copy lowers to (cp.async, vector words)
@@ -110,3 +112,8 @@ def run(ctx, kernel):
         if side is not None and side.name in caps:
             narrow(tv, caps[side.name])
     return kernel
+
+
+PASS = Pass("narrow_vectors", run, __doc__,
+            why="first, so that every later pass, placement included, sees the narrowed loops "
+                "as if the schedule had written them")

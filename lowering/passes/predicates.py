@@ -20,17 +20,18 @@ one store and sync insertion can always place a barrier between two statements.
 Out of bounds, an async copy is not skipped but zero-fills its bytes (the bounds become
 its src-size, as a pipeline's tail needs). Its element fallback (no cp.async moves 1 or
 2 bytes) and the element copies of a tile the tensor cores read do the same: the store
-writes `bounds ? value : 0` (zero_filled says which); only thread and
-redundant-write guards skip them.
+writes `bounds ? value : 0` (zero_filled says which; a vector copy of such a tile stores a
+vector of zeros in its guard's else branch); only thread and redundant-write guards skip
+them.
 """
 
 from fuserir.ir.exprs import LoadStoreOp
 from fuserir.ir.iterdomain import ParallelType, Split, history
 from fuserir.ir.tensor import MemoryType
 
-from .. import kir
-
+from .. import kir, kir_visit
 from ..analysis import BLOCK_TYPES, THREAD_TYPES, is_async_copy, mma_positions
+from ..contract import Pass
 
 
 def _divisible(split):
@@ -133,26 +134,33 @@ def _bounds_apart(ctx, conds):
     return inside, [c for c in conds if _thread_guard(c)]
 
 
-def _guard(ctx, stmts, launch):
-    out = []
-    for s in stmts:
-        for body in s.bodies():
-            body[:] = _guard(ctx, body, launch)
-        info = ctx.store_info.get(s) if isinstance(s, (kir.Store, kir.CpAsync)) else None
-        conds = conditions(ctx, info, launch) if info is not None else []
-        if isinstance(s, kir.CpAsync) and conds:
+class _Guard(kir_visit.StmtMutator):
+    """Each store and async copy that needs guards, guarded (or zero-filled)."""
+
+    def __init__(self, ctx, launch):
+        self.ctx, self.launch = ctx, launch
+
+    def mutate_CpAsync(self, s):
+        info = self.ctx.store_info.get(s)
+        conds = conditions(self.ctx, info, self.launch) if info is not None else []
+        if conds:
             # Out of the tensor's bounds an async copy reads nothing and zero-fills (as a
             # pipeline's tail does); thread and redundant-write guards still skip it.
-            inside, conds = _bounds_apart(ctx, conds)
+            inside, conds = _bounds_apart(self.ctx, conds)
             if inside is not None:
-                s.src_size = kir.Select(inside, s.src_size, ctx.const(0), ctx.index_dtype)
-        elif isinstance(s, kir.Store) and conds and \
-                info.role == "compute" and zero_filled(info.tv):
+                s.src_size = kir.Select(inside, s.src_size, self.ctx.const(0),
+                                        self.ctx.index_dtype)
+        return self._under(conds, s)
+
+    def mutate_Store(self, s):
+        info = self.ctx.store_info.get(s)
+        conds = conditions(self.ctx, info, self.launch) if info is not None else []
+        if conds and info.role == "compute" and zero_filled(info.tv):
             # The same for an element copy where no cp.async fits, and for any tile a
             # matmul reads (zero_filled): out of bounds it stores 0 (the load is
             # not made: C's ?:; a vector copy stores a vector of zeros instead); thread and
             # redundant-write guards still skip it.
-            inside, conds = _bounds_apart(ctx, conds)
+            inside, conds = _bounds_apart(self.ctx, conds)
             if inside is not None:
                 dtype = s.buffer.dtype
                 zero = kir.Const(0.0 if dtype.is_float else 0, dtype)
@@ -160,21 +168,27 @@ def _guard(ctx, stmts, launch):
                     s.value = kir.Select(inside, s.value, zero, dtype)
                 else:
                     zeros = kir.Store(s.buffer, s.index, zero, s.access, width=s.width)
-                    ctx.store_info[zeros] = info
                     s = kir.IfThenElse(inside, [s], [zeros])
-        if conds:
-            cond = conds[0]
-            for c in conds[1:]:
-                cond = ctx.binop("and", cond, c)
-            s = kir.IfThenElse(cond, [s])
-        out.append(s)
-    return out
+        return self._under(conds, s)
+
+    def _under(self, conds, s):
+        """s under one IfThenElse of the conjunction of conds (s itself when none)."""
+        if not conds:
+            return s
+        cond = conds[0]
+        for c in conds[1:]:
+            cond = self.ctx.binop("and", cond, c)
+        return kir.IfThenElse(cond, [s])
 
 
 def run(ctx, kernel):
     launch = dict(zip(THREAD_TYPES, kernel.launch.block))
     launch.update(zip(BLOCK_TYPES, kernel.launch.grid))
-    kernel.body = _guard(ctx, kernel.body, launch)
+    kernel.body = _Guard(ctx, launch).mutate(kernel.body)
     return kernel
 
+
+PASS = Pass("predicates", run, __doc__,
+            reads=("kernel", "vector_axes", "bound", "serial_grid", "store_info"),
+            why="one guard per store, so a barrier can always go between two statements")
 

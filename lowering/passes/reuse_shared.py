@@ -1,11 +1,12 @@
-"""Pass `reuse_shared`: let a shared tensor that asked for it (promote_reuse) reuse the bytes
-of shared buffers that are dead by the time it is first touched.
+"""Pass `reuse_shared`: a shared tensor marked promote_reuse takes the bytes of dead buffers.
 
-Each shared buffer's live range is the span of statements, in program order, from its
-first access to its last, widened to the whole of every loop around any access (a value
-may be carried around a loop's back edge). A promoted buffer is moved to the lowest
-16-byte aligned offset whose bytes belong to no buffer with an overlapping live range;
-the pool shrinks accordingly. Buffers not promoted keep the allocation pass's offsets.
+A shared tensor that asked for it (promote_reuse) reuses the bytes of shared buffers that
+are dead by the time it is first touched (the matmul's epilogue tile lands on the operand
+stages). Each shared buffer's live range is the span of statements, in program order, from
+its first access to its last, widened to the whole of every loop around any access (a
+value may be carried around a loop's back edge). A promoted buffer is moved to the lowest
+16-byte aligned offset whose bytes belong to no buffer with an overlapping live range; the
+pool shrinks accordingly. Buffers not promoted keep the allocation pass's offsets.
 
 It runs after circular buffering (the pipeline's prologue and prefetches are accesses too)
 and before sync insertion, which then reasons on the aliased bytes: a copy that may still
@@ -13,36 +14,37 @@ be in flight into bytes the promoted tensor now writes is an async-pending hazar
 and sync insertion drains it (the seed report's epilogue hazard, closed by analysis).
 """
 
-from .. import kir
+from .. import kir, kir_visit
+from ..contract import Pass
 from ..hazards import accesses_of
 
 
-def _live_ranges(kernel):
-    """{buffer: [first, last]} over statement positions in program order."""
-    ranges = {}
-    position = 0
+class _LiveRanges(kir_visit.StmtVisitor):
+    """{buffer: [first, last]} over statement positions in program order (`ranges`)."""
 
-    def visit(stmts):
-        nonlocal position
-        for s in stmts:
-            start = position
-            position += 1
-            if isinstance(s, kir.ForLoop):
-                visit(s.body)
-                for b in _touched(s.body):       # live around the back edge too
-                    widen(b, start, position)
-                continue
-            for body in s.bodies():
-                visit(body)
+    def __init__(self):
+        self.ranges, self.position = {}, 0
+
+    def visit_stmt(self, s):
+        start = self.position
+        self.position += 1
+        self.generic_visit(s)             # the statements inside take the next positions
+        if isinstance(s, kir.ForLoop):
+            for b in _touched(s.body):    # live around the back edge too
+                self._widen(b, start, self.position)
+        else:
             for access in accesses_of(s):
-                widen(access.buffer, start, start)
+                self._widen(access.buffer, start, start)
 
-    def widen(buffer, lo, hi):
-        r = ranges.setdefault(buffer, [lo, hi])
+    def _widen(self, buffer, lo, hi):
+        r = self.ranges.setdefault(buffer, [lo, hi])
         r[0], r[1] = min(r[0], lo), max(r[1], hi)
 
-    visit(kernel.body)
-    return ranges
+
+def _live_ranges(kernel):
+    visitor = _LiveRanges()
+    visitor.visit(kernel.body)
+    return visitor.ranges
 
 
 def _touched(stmts):
@@ -81,3 +83,8 @@ def run(ctx, kernel):
             offset = max(offset, end)
         buffer.byte_offset = ctx.const(offset)
     return kernel
+
+
+PASS = Pass("reuse_shared", run, __doc__, reads=("kernel", "buffers"),
+            why="after circular buffering (the pipeline's copies are accesses too), before "
+                "sync insertion, which must see the aliasing")

@@ -7,9 +7,9 @@ thread-dependent control flow. `verify=False` skips it, so that the interpreter 
 GPU) can show what a missing barrier does.
 """
 
-from ..errors import Hazard, HazardError
-
 from .. import kir
+from ..contract import Pass
+from ..errors import Hazard, HazardError
 from ..hazards import divergent_barriers, find_hazards
 
 
@@ -41,3 +41,7 @@ def run(ctx, kernel):
     if hazards:
         raise HazardError(hazards, kernel.name)
     return kernel
+
+
+PASS = Pass("verify_hazards", run, __doc__, reads=("kernel",), optional=True,
+            why="last, so nothing after it can break what it proved")
