@@ -74,7 +74,7 @@ import numpy as np
 from fuserir.dtypes import DataType
 from lowering import kir
 
-from .errors import CodegenError
+from ..errors import CodegenError
 
 __all__ = ["emit_cuda", "entry_point", "mangle", "C_TYPES"]
 
