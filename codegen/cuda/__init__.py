@@ -2,6 +2,8 @@
 of codegen, the tools and the tests use."""
 
 from ..errors import CodegenError
-from .emitter import _IDENT, _RESERVED, C_TYPES, emit_cuda, entry_point, mangle, preamble_names
+from .emitter import emit_cuda
+from .names import _IDENT, _RESERVED, C_TYPES, entry_point, mangle
+from .preamble import preamble_names
 
 __all__ = ["emit_cuda", "entry_point", "mangle", "C_TYPES"]

@@ -66,97 +66,18 @@ until it reads the value; SemRelease is `__threadfence()` then
 buffers must be global i32; index and value are integers (the value is cast to i32).
 """
 
-import math
-import re
-
-import numpy as np
-
 from fuserir.dtypes import DataType
 from lowering import kir
 
 from ..errors import CodegenError
-from .preamble import _preamble, preamble_names
-
-__all__ = ["emit_cuda", "entry_point", "mangle", "C_TYPES"]
-
-C_TYPES = {DataType.f16: "f16", DataType.bf16: "bf16", DataType.f32: "f32",
-           DataType.f64: "f64", DataType.i32: "i32", DataType.i64: "i64",
-           DataType.bool: "bool"}
-
-_ARITH = (DataType.i32, DataType.i64, DataType.f32, DataType.f64)
-_FLOAT = (DataType.f32, DataType.f64)
-_INT = (DataType.i32, DataType.i64)
-_VECTOR_WORDS = {4: "unsigned int", 8: "u32x2", 16: "u32x4"}   # vector copies by bytes
-_HALF = (DataType.f16, DataType.bf16)
+from .literals import _literal
+from .names import (_ARITH, _FLOAT, _HALF, _IDENT, _INT, _MATH, _RESERVED, _VECTOR_WORDS,
+                    C_TYPES, entry_point, mangle)
+from .preamble import _preamble
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<",
           "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&",
           "or": "||", "xor": "^"}
-
-# Math builtins NVRTC provides without headers, by operand type.
-_MATH = {
-    "exp": ("expf", "exp"), "log": ("logf", "log"), "sqrt": ("sqrtf", "sqrt"),
-    "rsqrt": ("rsqrtf", "rsqrt"), "tanh": ("tanhf", "tanh"), "abs": ("fabsf", "fabs"),
-}
-
-# Names the generated code defines or uses; kernel IR names that collide get a suffix.
-_CPP_KEYWORDS = set("""
-alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
-char32_t class compl concept const consteval constexpr constinit const_cast continue
-co_await co_return co_yield decltype default delete do double dynamic_cast else enum
-explicit export extern false float for friend goto if inline int long mutable namespace new
-noexcept not not_eq nullptr operator or or_eq private protected public register
-reinterpret_cast requires return short signed sizeof static static_assert static_cast struct
-switch template this thread_local throw true try typedef typeid typename union unsigned using
-virtual void volatile wchar_t while xor xor_eq
-threadIdx blockIdx blockDim gridDim warpSize smem main
-""".split())
-_RESERVED = (_CPP_KEYWORDS | set(C_TYPES.values())
-             | {m for pair in _MATH.values() for m in pair}
-             | {"erf", "erff", "fmod", "fmodf", "abs", "llabs", "min", "max"}
-             | {f"ldm{i}" for i in range(4)})     # ldmatrix's result registers
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9_]*(?<!_)\Z")     # no leading or trailing _
-_RESERVED |= preamble_names()
-
-
-# ---------------------------------------------------------------------------------------
-# User names in C
-# ---------------------------------------------------------------------------------------
-# The user's names (kir's `user=True`: tensors, sizes and run-time scalars, the fusion) are
-# mangled, so that they never meet a generated name (loop indices i0, j0, v0, e0; strides
-# x_stride0; smem, ldm0..3), a C/C++ keyword, a CUDA built-in or macro (threadIdx, dim3,
-# printf, NULL, std) or each other (a size named like a tensor): the name, an underscore
-# and a tag for its kind, x -> x_, N -> N_s, fusion f -> f_kernel. The last underscore
-# splits a mangled name into (name, tag) and the tags differ, so mangling is one-to-one
-# across kinds; the tags are no suffix any built-in ends with. A name that is not a plain
-# ASCII identifier is spelled by its UTF-8 bytes, u<hex>_<tag>x: Python allows non-ASCII
-# identifiers, and C++ reserves names with a leading underscore or a double underscore
-# (CUDA's __global__, __align__, ... are macros), which mangling must never produce.
-# Dumps, messages and `fuserir inspect` show the names as written.
-
-_USER_TAGS = {"tensor": "", "scalar": "s", "fusion": "kernel"}
-
-
-def mangle(name, kind):
-    """The C identifier of the user's name `name` of `kind` ("tensor", "scalar" or
-    "fusion"); see above."""
-    tag = _USER_TAGS[kind]
-    if _PLAIN.match(name) and "__" not in name:
-        return f"{name}_{tag}"
-    return f"u{name.encode().hex()}_{tag}x"
-
-
-def entry_point(kernel):
-    """The C name of `kernel`'s entry point, which the launcher looks up in its cubin: a
-    user's fusion name mangled (mangle(name, "fusion")); a kernel built by hand in kernel
-    IR keeps its name."""
-    return mangle(kernel.name, "fusion") if kernel.user else kernel.name
-
-
-# ---------------------------------------------------------------------------------------
-# Emitter
-# ---------------------------------------------------------------------------------------
 
 
 def emit_cuda(kernel):
@@ -814,53 +735,3 @@ def _comment_safe(text):
     # A backslash ending a // comment would splice the next source line into it.
     text = str(text).replace("\r", " ")
     return text + "." if text.endswith("\\") else text
-
-
-def _literal(value, dtype, emitter):
-    if isinstance(value, np.generic):
-        value = value.item()
-    if dtype is DataType.bool:
-        return "true" if value else "false"
-    if dtype in _INT:
-        v = int(value)
-        bits = 32 if dtype is DataType.i32 else 64
-        if not -(1 << (bits - 1)) <= v < (1 << (bits - 1)):
-            raise emitter.error(f"constant {v} does not fit {dtype}")
-        suffix = "LL" if dtype is DataType.i64 else ""
-        if v == -(1 << (bits - 1)):            # the C literal would not fit its own type
-            return f"(-{-(v + 1)}{suffix} - 1{suffix})"
-        return f"(-{-v}{suffix})" if v < 0 else f"{v}{suffix}"
-    if dtype in _HALF:
-        emitter.type_of(dtype)
-        rounded = float(np.array(value, dtype=dtype.numpy).astype(np.float32))
-        return f"f32_to_{dtype.value}({_float_literal(rounded, DataType.f32)})"
-    if dtype in _FLOAT:
-        v = float(np.array(value, dtype=dtype.numpy))
-        return _float_literal(v, dtype)
-    raise emitter.error(f"constant of unknown dtype {dtype!r}")
-
-
-def _float_literal(v, dtype):
-    f32 = dtype is DataType.f32
-    if math.isnan(v):
-        return "__int_as_float(0x7fffffff)" if f32 else \
-            "__longlong_as_double(0x7fffffffffffffffLL)"
-    if math.isinf(v):
-        pos = "__int_as_float(0x7f800000)" if f32 else \
-            "__longlong_as_double(0x7ff0000000000000LL)"
-        neg = "__int_as_float(0xff800000)" if f32 else \
-            "__longlong_as_double(0xfff0000000000000LL)"
-        return pos if v > 0 else neg
-    if f32:
-        text = np.format_float_positional(np.float32(v), unique=True, trim="0") \
-            if 1e-4 <= abs(v) < 1e7 or v == 0 else \
-            np.format_float_scientific(np.float32(v), unique=True, trim="0")
-    else:
-        text = repr(v)
-    if "." not in text and "e" not in text and "inf" not in text:
-        text += ".0"
-    if "e" in text and "." not in text.split("e")[0]:
-        mant, exp = text.split("e")
-        text = f"{mant}.0e{exp}"
-    text += "f" if f32 else ""
-    return f"({text})" if text.startswith("-") else text
