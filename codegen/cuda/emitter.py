@@ -39,37 +39,23 @@ MIN). NVRTC's default --fmad=true may contract an f32 `a * b + c` into one fma:
 results equal the interpreter's separately rounded ones wherever the product is exact
 (integer-valued data), and are within rounding elsewhere.
 
-Tensor cores and asynchronous copies are inline PTX (DESIGN.md sections 5 and 10):
-LdMatrix is `ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16` at the 32-bit
-shared-state-space address of its source element (`__cvta_generic_to_shared`, an NVRTC
-builtin), each result register unpacked into two elements of the 16-bit fragment buffer,
-low half first; Mma is `mma.sync.aligned.m16n8k16.row.col.f32.{f16|bf16}.{f16|bf16}.f32`
-on registers packed from consecutive fragment elements; CpAsync is `cp.async.{ca|cg}
-.shared.global [shared address], [global address], nbytes, src_size` (no src-size operand
-where src_size is None: the whole copy); commit and wait are `cp.async.commit_group` and
-`cp.async.wait_group n`, a wait's reasons written above it as a barrier's are. The copies,
-waits and ldmatrix carry a "memory" clobber so that the compiler moves no ordinary shared
-access across them. The emitter checks what it can see (memories, dtypes, sizes, .cg only
-for 16 bytes, constant alignment and fragment bounds); contiguity and alignment of a copy's
-global source are the lowering's to guarantee.
-
 Vector copies (a Store of width w > 1 whose value is a Load of width w, 4, 8 or 16 bytes)
 are one load and one store of an aligned word type (`unsigned int`, u32x2, u32x4) through
 reinterpret_cast: lowering proved both sides contiguous and aligned, the executable
 checks the global arrays' strides and alignment before the launch.
 
-Grid synchronization (split-K turnstiles, DESIGN.md section 5): Fence is
-`__threadfence()`; SemWait spins on `ld.acquire.gpu.global.b32` of its i32 global cell
-until it reads the value; SemRelease is `__threadfence()` then
-`st.release.gpu.global.b32` (preamble helpers sem_wait / sem_release, both with a
-"memory" clobber so that no ordinary global access moves across them). Semaphore
-buffers must be global i32; index and value are integers (the value is cast to i32).
+Tensor cores, asynchronous copies and grid synchronization are inline PTX, spelled in
+codegen.cuda.ptx. The emitter checks what it can see (memories, dtypes, sizes, .cg only
+for 16 bytes, constant alignment and fragment bounds); contiguity and alignment of a copy's
+global source are the lowering's to guarantee. Semaphore buffers must be global i32;
+index and value are integers (the value is cast to i32).
 """
 
 from fuserir.dtypes import DataType
 from lowering import kir
 
 from ..errors import CodegenError
+from . import ptx
 from .literals import _literal
 from .names import (_ARITH, _FLOAT, _HALF, _IDENT, _INT, _MATH, _RESERVED, _VECTOR_WORDS,
                     C_TYPES, entry_point, mangle)
@@ -244,6 +230,13 @@ class _Emitter:
         if label:
             line += f"  // {label}"
         self.lines.append(line)
+
+    def emit_lines(self, depth, lines, label):
+        """A statement of several lines (an asm statement), `label` on the first."""
+        first, *rest = lines
+        self.emit(depth, first, label)
+        for line in rest:
+            self.emit(depth, line)
 
     def stmts(self, stmts, depth):
         for s in stmts:
@@ -421,15 +414,10 @@ class _Emitter:
         self.need("smem_addr")
         self.need("b16_pack")
         regs = [f"ldm{i}" for i in range(s.num)]
-        trans = ".trans" if s.trans else ""
-        operands = ", ".join(f"%{i}" for i in range(s.num))
-        outs = ", ".join(f'"=r"({r})' for r in regs)
         addr = f"smem_addr(&{self.subscript(s.src, s.address)})"
         self.emit(depth, "{", self.describe(s))
         self.emit(depth + 1, f"unsigned int {', '.join(regs)};")
-        self.emit(depth + 1, f'asm volatile("ldmatrix.sync.aligned.m8n8.x{s.num}{trans}'
-                             f'.shared.b16 {{{operands}}}, [%{s.num}];"', s.label)
-        self.emit(depth + 1, f'             : {outs} : "r"({addr}) : "memory");')
+        self.emit_lines(depth + 1, ptx.ldmatrix(s.num, s.trans, regs, addr), s.label)
         for i, r in enumerate(regs):
             lo = self.fragment(s.dst, s.dst_index, 2 * i, 2 * s.num, "ldmatrix destination")
             hi = self.fragment(s.dst, s.dst_index, 2 * i + 1, 2 * s.num,
@@ -447,27 +435,20 @@ class _Emitter:
                 raise self.error(f"mma {role} fragment {b.name} is {b.dtype}, the "
                                  f"instruction takes {dtype}")
         self.need("b16_pack")
-        t = s.dtype.value
 
         def packed(buf, index, count, role):
             regs = []
             for i in range(count // 2):
                 lo = self.fragment(buf, index, 2 * i, count, role)
                 hi = self.fragment(buf, index, 2 * i + 1, count, role)
-                regs.append(f'"r"(pack_b16({lo}.x, {hi}.x))')
+                regs.append(f"pack_b16({lo}.x, {hi}.x)")
             return regs
 
         a = packed(s.a, s.a_index, 8, "mma A")
         b = packed(s.b, s.b_index, 4, "mma B")
-        c = [f'"f"({self.fragment(s.c, s.c_index, i, 4, "mma C")})' for i in range(4)]
-        d = [f'"=f"({self.fragment(s.d, s.d_index, i, 4, "mma D")})' for i in range(4)]
-        self.emit(depth, f'asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32 '
-                         '{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, '
-                         '{%10, %11, %12, %13};"', self.describe(s))
-        self.emit(depth, f"    : {', '.join(d)}")
-        self.emit(depth, f"    : {', '.join(a)},")
-        self.emit(depth, f"      {', '.join(b)},")
-        self.emit(depth, f"      {', '.join(c)});")
+        c = [self.fragment(s.c, s.c_index, i, 4, "mma C") for i in range(4)]
+        d = [self.fragment(s.d, s.d_index, i, 4, "mma D") for i in range(4)]
+        self.emit_lines(depth, ptx.mma_sync(s.dtype.value, d, a, b, c), self.describe(s))
 
     def s_CpAsync(self, s, depth):
         if s.nbytes not in (4, 8, 16) or isinstance(s.nbytes, bool):
@@ -497,8 +478,7 @@ class _Emitter:
         self.need("smem_addr")
         dst = f"smem_addr(&{self.subscript(s.dst, s.dst_index)})"
         src = f"gmem_addr(&{self.subscript(s.src, s.src_index)})"
-        inputs = f'"r"({dst}), "l"({src})'
-        operands = "[%0], [%1], " + str(s.nbytes)
+        src_size = None
         if s.src_size is not None:
             if s.src_size.dtype not in _INT:
                 raise self.error(f"cp.async src-size {_where(s.src_size)} is "
@@ -506,14 +486,12 @@ class _Emitter:
             if isinstance(s.src_size, kir.Const) and not 0 <= int(s.src_size.value) <= s.nbytes:
                 raise self.error(f"cp.async src-size {s.src_size.value} is not in "
                                  f"[0, {s.nbytes}]")
-            inputs += f', "r"((unsigned int){self.expr(s.src_size)})'
-            operands += ", %2"
-        self.emit(depth, f'asm volatile("cp.async.{s.cache}.shared.global {operands};"',
-                  self.describe(s))
-        self.emit(depth, f'             :: {inputs} : "memory");')
+            src_size = self.expr(s.src_size)
+        self.emit_lines(depth, ptx.cp_async(s.cache, s.nbytes, dst, src, src_size),
+                        self.describe(s))
 
     def s_CpAsyncCommit(self, s, depth):
-        self.emit(depth, 'asm volatile("cp.async.commit_group;" ::: "memory");', s.label)
+        self.emit(depth, ptx.cp_async_commit(), s.label)
 
     def s_CpAsyncWait(self, s, depth):
         n = s.n
@@ -523,11 +501,11 @@ class _Emitter:
         for reason in s.reasons:
             self.emit(depth, f"// {sid}: {_comment_safe(str(reason))}")
         tag = f"{s.label} {s.sync_id}" if s.sync_id else s.label
-        self.emit(depth, f'asm volatile("cp.async.wait_group {n};" ::: "memory");', tag)
+        self.emit(depth, ptx.cp_async_wait(n), tag)
 
     # -- grid synchronization (fences and semaphores) -----------------------------------
     def s_Fence(self, s, depth):
-        self.emit(depth, "__threadfence();", self.describe(s))
+        self.emit(depth, ptx.fence(), self.describe(s))
 
     def semaphore(self, s, what):
         """`&sem[index]` and the i32 value of a SemWait / SemRelease."""

@@ -14,6 +14,8 @@ them).
 
 import re
 
+from . import ptx
+
 # Snippets, each included only when the kernel uses it (in this order)
 
 _SNIPPETS = {}
@@ -142,22 +144,7 @@ __device__ __forceinline__ unsigned long long gmem_addr(const void* p) {
 }
 """)
 
-_snippet("grid_sync", r"""
-// Grid semaphores (split-K turnstiles): an acquire spin and a release store on an i32
-// global word, at gpu scope.
-__device__ __forceinline__ void sem_wait(const i32* cell, i32 value) {
-  i32 seen;
-  do {
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];"
-                 : "=r"(seen) : "l"(gmem_addr(cell)) : "memory");
-  } while (seen != value);
-}
-__device__ __forceinline__ void sem_release(i32* cell, i32 value) {
-  __threadfence();
-  asm volatile("st.release.gpu.global.b32 [%0], %1;"
-               :: "l"(gmem_addr(cell)), "r"(value) : "memory");
-}
-""", deps=("types", "smem_addr"))
+_snippet("grid_sync", ptx.SEMAPHORE_HELPERS, deps=("types", "smem_addr"))
 
 _snippet("b16_pack", r"""
 // Fragment registers: two 16-bit values per 32-bit register, low half first (PTX ISA).
