@@ -1,0 +1,102 @@
+"""PTX spellings: the text of every inline-asm statement the CUDA emitter writes for tensor
+cores, asynchronous copies and grid synchronization, in one module so that the
+instructions' shapes, types and modifiers are spelled in one place. The emitter
+(codegen.cuda.emitter) checks a statement and builds its operands' C text (addresses,
+fragment elements); the functions here only spell, and return the statement's lines.
+
+Tensor cores and asynchronous copies are inline PTX (DESIGN.md sections 5 and 10):
+LdMatrix is `ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16` at the 32-bit
+shared-state-space address of its source element (`__cvta_generic_to_shared`, an NVRTC
+builtin), each result register unpacked into two elements of the 16-bit fragment buffer,
+low half first; Mma is `mma.sync.aligned.m16n8k16.row.col.f32.{f16|bf16}.{f16|bf16}.f32`
+on registers packed from consecutive fragment elements; CpAsync is `cp.async.{ca|cg}
+.shared.global [shared address], [global address], nbytes, src_size` (no src-size operand
+where src_size is None: the whole copy); commit and wait are `cp.async.commit_group` and
+`cp.async.wait_group n`, a wait's reasons written above it as a barrier's are. The copies,
+waits and ldmatrix carry a "memory" clobber so that the compiler moves no ordinary shared
+access across them.
+
+Grid synchronization (split-K turnstiles, DESIGN.md section 5): Fence is
+`__threadfence()`; SemWait spins on `ld.acquire.gpu.global.b32` of its i32 global cell
+until it reads the value; SemRelease is `__threadfence()` then
+`st.release.gpu.global.b32` (preamble helpers sem_wait / sem_release, both with a
+"memory" clobber so that no ordinary global access moves across them).
+"""
+
+
+def ldmatrix(num, trans, registers, address):
+    """`ldmatrix.sync.aligned.m8n8.x{num}{.trans}.shared.b16` of `num` matrices into the
+    32-bit `registers` (C names) from the shared address `address` (C text): the asm
+    statement's two lines, the instruction and its operands."""
+    trans = ".trans" if trans else ""
+    operands = ", ".join(f"%{i}" for i in range(num))
+    outs = ", ".join(f'"=r"({r})' for r in registers)
+    return [f'asm volatile("ldmatrix.sync.aligned.m8n8.x{num}{trans}'
+            f'.shared.b16 {{{operands}}}, [%{num}];"',
+            f'             : {outs} : "r"({address}) : "memory");']
+
+
+def mma_sync(ab_type, d, a, b, c):
+    """`mma.sync.aligned.m16n8k16.row.col.f32.{ab_type}.{ab_type}.f32` (ab_type "f16" or
+    "bf16"): D (4 f32 elements) = A (4 packed registers) x B (2 packed registers) + C (4
+    f32 elements), each operand a list of C expressions; the asm statement's lines."""
+    d = [f'"=f"({x})' for x in d]
+    a = [f'"r"({x})' for x in a]
+    b = [f'"r"({x})' for x in b]
+    c = [f'"f"({x})' for x in c]
+    return [f'asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{ab_type}.{ab_type}.f32 '
+            '{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, '
+            '{%10, %11, %12, %13};"',
+            f"    : {', '.join(d)}",
+            f"    : {', '.join(a)},",
+            f"      {', '.join(b)},",
+            f"      {', '.join(c)});"]
+
+
+def cp_async(cache, nbytes, dst, src, src_size=None):
+    """`cp.async.{cache}.shared.global` of `nbytes` bytes from the global address `src` to
+    the 32-bit shared address `dst` (C text), reading `src_size` bytes (C text of an
+    integer; None: all) and zero-filling the rest: the asm statement's two lines."""
+    inputs = f'"r"({dst}), "l"({src})'
+    operands = "[%0], [%1], " + str(nbytes)
+    if src_size is not None:
+        inputs += f', "r"((unsigned int){src_size})'
+        operands += ", %2"
+    return [f'asm volatile("cp.async.{cache}.shared.global {operands};"',
+            f'             :: {inputs} : "memory");']
+
+
+def cp_async_commit():
+    """`cp.async.commit_group`: closes the group of the thread's copies issued since the
+    last commit."""
+    return 'asm volatile("cp.async.commit_group;" ::: "memory");'
+
+
+def cp_async_wait(n):
+    """`cp.async.wait_group n`: waits until at most `n` of the thread's committed groups
+    are in flight."""
+    return f'asm volatile("cp.async.wait_group {n};" ::: "memory");'
+
+
+def fence():
+    """A memory fence at gpu scope: CUDA's __threadfence()."""
+    return "__threadfence();"
+
+
+# The preamble's grid semaphores (codegen.cuda.preamble registers them as "grid_sync").
+SEMAPHORE_HELPERS = r"""
+// Grid semaphores (split-K turnstiles): an acquire spin and a release store on an i32
+// global word, at gpu scope.
+__device__ __forceinline__ void sem_wait(const i32* cell, i32 value) {
+  i32 seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];"
+                 : "=r"(seen) : "l"(gmem_addr(cell)) : "memory");
+  } while (seen != value);
+}
+__device__ __forceinline__ void sem_release(i32* cell, i32 value) {
+  __threadfence();
+  asm volatile("st.release.gpu.global.b32 [%0], %1;"
+               :: "l"(gmem_addr(cell)), "r"(value) : "memory");
+}
+"""
