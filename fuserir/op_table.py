@@ -104,7 +104,7 @@ class BinaryOp:
 
 UNARY = {op.name: op for op in (
     UnaryOp("neg", np.negative, "exact", fusion="neg"),
-    UnaryOp("abs", np.abs, "exact", fusion="abs"),
+    UnaryOp("abs", np.abs, "exact", fusion="abs", builtin=("fabsf", "fabs")),
     UnaryOp("not", np.logical_not, "logical"),
     UnaryOp("exp", np.exp, fusion="exp", builtin=("expf", "exp")),
     UnaryOp("log", np.log, fusion="log", builtin=("logf", "log")),
@@ -171,7 +171,8 @@ def math_unary(name, x):
 
 
 def c_names():
-    """Every C function name the table's CUDA spellings use (reserved for the emitter)."""
+    """Every C function name the table's CUDA spellings use (reserved for the emitter):
+    the builtins, and those the emitter and the preamble functions call besides (erf in
+    gelu, fmod for a float %, abs and llabs for integers, min and max)."""
     names = {n for op in UNARY.values() if op.builtin for n in op.builtin}
-    names |= {"erf", "erff", "fmod", "fmodf", "abs", "llabs", "min", "max"}
-    return names
+    return names | {"erf", "erff", "fmod", "fmodf", "abs", "llabs", "min", "max"}

@@ -23,6 +23,7 @@ results equal the interpreter's separately rounded ones wherever the product is 
 (integer-valued data), and are within rounding elsewhere.
 """
 
+from fuserir import op_table
 from fuserir.dtypes import DataType
 from lowering import kir
 
@@ -30,9 +31,8 @@ from ..errors import CodegenError
 from .literals import _literal
 from .names import _ARITH, _FLOAT, _HALF, _IDENT, _INT, _MATH, _RESERVED, C_TYPES, mangle
 
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "lt": "<",
-          "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&",
-          "or": "||", "xor": "^"}
+# C operators of the binary ops that have one (fuserir.op_table)
+_INFIX = {name: op.infix for name, op in op_table.BINARY.items() if op.infix}
 
 
 def _where(expr):

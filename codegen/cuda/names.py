@@ -18,6 +18,7 @@ Dumps, messages and `fuserir inspect` show the names as written.
 
 import re
 
+from fuserir import op_table
 from fuserir.dtypes import DataType
 
 from .preamble import preamble_names
@@ -32,11 +33,8 @@ _INT = (DataType.i32, DataType.i64)
 _VECTOR_WORDS = {4: "unsigned int", 8: "u32x2", 16: "u32x4"}   # vector copies by bytes
 _HALF = (DataType.f16, DataType.bf16)
 
-# Math builtins NVRTC provides without headers, by operand type.
-_MATH = {
-    "exp": ("expf", "exp"), "log": ("logf", "log"), "sqrt": ("sqrtf", "sqrt"),
-    "rsqrt": ("rsqrtf", "rsqrt"), "tanh": ("tanhf", "tanh"), "abs": ("fabsf", "fabs"),
-}
+# Math builtins NVRTC provides without headers, (f32, f64), by unary op (fuserir.op_table)
+_MATH = {name: op.builtin for name, op in op_table.UNARY.items() if op.builtin}
 
 # Names the generated code defines or uses; kernel IR names that collide get a suffix.
 _CPP_KEYWORDS = set("""
@@ -51,8 +49,7 @@ virtual void volatile wchar_t while xor xor_eq
 threadIdx blockIdx blockDim gridDim warpSize smem main
 """.split())
 _RESERVED = (_CPP_KEYWORDS | set(C_TYPES.values())
-             | {m for pair in _MATH.values() for m in pair}
-             | {"erf", "erff", "fmod", "fmodf", "abs", "llabs", "min", "max"}
+             | op_table.c_names()
              | {f"ldm{i}" for i in range(4)})     # ldmatrix's result registers
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9_]*(?<!_)\Z")     # no leading or trailing _

@@ -14,6 +14,8 @@ them).
 
 import re
 
+from fuserir import op_table
+
 from . import ptx
 
 # Snippets, each included only when the kernel uses it (in this order)
@@ -174,34 +176,16 @@ __device__ __forceinline__ {_t} max_{_t}({_t} a, {_t} b) {{ return (a > b{_nan})
 __device__ __forceinline__ {_t} relu_{_t}({_t} x) {{ return x < {_zero} ? {_zero} : x; }}
 """, deps=("types",))
 
-_snippet("sigmoid_f32", r"""
-__device__ __forceinline__ f32 sigmoid_f32(f32 x) { return 1.0f / (1.0f + expf(-x)); }
-""", deps=("types",))
-_snippet("sigmoid_f64", r"""
-__device__ __forceinline__ f64 sigmoid_f64(f64 x) { return 1.0 / (1.0 + exp(-x)); }
-""", deps=("types",))
-_snippet("gelu_f32", r"""
-// gelu, erf form: 0.5 x (1 + erf(x / sqrt(2)))
-__device__ __forceinline__ f32 gelu_f32(f32 x) {
-  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-}
-""", deps=("types",))
-_snippet("gelu_f64", r"""
-__device__ __forceinline__ f64 gelu_f64(f64 x) {
-  return 0.5 * x * (1.0 + erf(x * 0.70710678118654752));
-}
-""", deps=("types",))
-_snippet("gelu_tanh_f32", r"""
-// gelu, tanh form: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
-__device__ __forceinline__ f32 gelu_tanh_f32(f32 x) {
-  return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-}
-""", deps=("types",))
-_snippet("gelu_tanh_f64", r"""
-__device__ __forceinline__ f64 gelu_tanh_f64(f64 x) {
-  return 0.5 * x * (1.0 + tanh(0.79788456080286536 * (x + 0.044715 * x * x * x)));
-}
-""", deps=("types",))
+# The unary ops fuserir.op_table spells as a preamble function of x, per float type: on
+# one line where it fits in 100 columns, the table's comment above the f32 one.
+for _op in (op for op in op_table.UNARY.values() if op.preamble):
+    for _t, _body in _op.preamble.items():
+        _head = f"__device__ __forceinline__ {_t} {_op.name}_{_t}({_t} x)"
+        _line = f"{_head} {{ return {_body}; }}"
+        _text = _line if len(_line) <= 100 else f"{_head} {{\n  return {_body};\n}}"
+        if _op.comment and _t == "f32":
+            _text = f"// {_op.comment}\n{_text}"
+        _snippet(f"{_op.name}_{_t}", f"\n{_text}\n", deps=("types",))
 
 
 def _preamble(needed):

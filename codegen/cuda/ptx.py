@@ -1,6 +1,7 @@
 """PTX spellings: the text of every inline-asm statement the CUDA emitter writes for tensor
-cores, asynchronous copies and grid synchronization, in one module so that the
-instructions' shapes, types and modifiers are spelled in one place. The emitter
+cores, asynchronous copies and grid synchronization. The instructions' names, shapes,
+types and modifiers come from their descriptors (fuserir.instructions: LDMATRIX,
+MMA_M16N8K16, CP_ASYNC); this module adds the asm operands and constraints. The emitter
 (codegen.cuda.emitter) checks a statement and builds its operands' C text (addresses,
 fragment elements); the functions here only spell, and return the statement's lines.
 
@@ -8,7 +9,7 @@ Tensor cores and asynchronous copies are inline PTX (DESIGN.md sections 5 and 10
 LdMatrix is `ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16` at the 32-bit
 shared-state-space address of its source element (`__cvta_generic_to_shared`, an NVRTC
 builtin), each result register unpacked into two elements of the 16-bit fragment buffer,
-low half first; Mma is `mma.sync.aligned.m16n8k16.row.col.f32.{f16|bf16}.{f16|bf16}.f32`
+low half first; Mma is the descriptor's `mma.sync.aligned...` (MMA_M16N8K16.ptx_format)
 on registers packed from consecutive fragment elements; CpAsync is `cp.async.{ca|cg}
 .shared.global [shared address], [global address], nbytes, src_size` (no src-size operand
 where src_size is None: the whole copy); commit and wait are `cp.async.commit_group` and
@@ -23,28 +24,28 @@ until it reads the value; SemRelease is `__threadfence()` then
 "memory" clobber so that no ordinary global access moves across them).
 """
 
+from fuserir.instructions import CP_ASYNC, LDMATRIX, MMA_M16N8K16 as MMA
+
 
 def ldmatrix(num, trans, registers, address):
     """`ldmatrix.sync.aligned.m8n8.x{num}{.trans}.shared.b16` of `num` matrices into the
     32-bit `registers` (C names) from the shared address `address` (C text): the asm
     statement's two lines, the instruction and its operands."""
-    trans = ".trans" if trans else ""
     operands = ", ".join(f"%{i}" for i in range(num))
     outs = ", ".join(f'"=r"({r})' for r in registers)
-    return [f'asm volatile("ldmatrix.sync.aligned.m8n8.x{num}{trans}'
-            f'.shared.b16 {{{operands}}}, [%{num}];"',
+    return [f'asm volatile("{LDMATRIX.ptx(num, trans)} {{{operands}}}, [%{num}];"',
             f'             : {outs} : "r"({address}) : "memory");']
 
 
 def mma_sync(ab_type, d, a, b, c):
-    """`mma.sync.aligned.m16n8k16.row.col.f32.{ab_type}.{ab_type}.f32` (ab_type "f16" or
+    """The descriptor's mma instruction (MMA_M16N8K16.ptx_format, ab_type "f16" or
     "bf16"): D (4 f32 elements) = A (4 packed registers) x B (2 packed registers) + C (4
     f32 elements), each operand a list of C expressions; the asm statement's lines."""
     d = [f'"=f"({x})' for x in d]
     a = [f'"r"({x})' for x in a]
     b = [f'"r"({x})' for x in b]
     c = [f'"f"({x})' for x in c]
-    return [f'asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{ab_type}.{ab_type}.f32 '
+    return [f'asm volatile("{MMA.ptx_format.format(t=ab_type)} '
             '{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, '
             '{%10, %11, %12, %13};"',
             f"    : {', '.join(d)}",
@@ -62,20 +63,20 @@ def cp_async(cache, nbytes, dst, src, src_size=None):
     if src_size is not None:
         inputs += f', "r"((unsigned int){src_size})'
         operands += ", %2"
-    return [f'asm volatile("cp.async.{cache}.shared.global {operands};"',
+    return [f'asm volatile("{CP_ASYNC.ptx(cache)} {operands};"',
             f'             :: {inputs} : "memory");']
 
 
 def cp_async_commit():
     """`cp.async.commit_group`: closes the group of the thread's copies issued since the
     last commit."""
-    return 'asm volatile("cp.async.commit_group;" ::: "memory");'
+    return f'asm volatile("{CP_ASYNC.commit};" ::: "memory");'
 
 
 def cp_async_wait(n):
     """`cp.async.wait_group n`: waits until at most `n` of the thread's committed groups
     are in flight."""
-    return f'asm volatile("cp.async.wait_group {n};" ::: "memory");'
+    return f'asm volatile("{CP_ASYNC.wait(n)};" ::: "memory");'
 
 
 def fence():
