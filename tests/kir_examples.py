@@ -18,6 +18,7 @@ stride Var per axis, named <tensor>_s<axis>.
     casts_kernel()            every (src, dst) dtype pair; .cases lists (output, src, dst)
 """
 
+from fuserir import op_table
 from fuserir.dtypes import DataType
 from lowering import kir
 
@@ -214,8 +215,8 @@ def warp_sum_kernel(name="warp_sum"):
 UNARY_DTYPES = {
     "neg": (I32, I64, F32, F64), "abs": (I32, I64, F32, F64), "relu": (I32, I64, F32, F64),
     "not": (BOOL,),
-    **{op: (F32, F64) for op in ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "gelu",
-                                 "gelu_tanh")},
+    # every math op of the op table (exp, tanh, gelu, ...) takes f32 and f64
+    **{op: (F32, F64) for op, entry in op_table.UNARY.items() if entry.kind == "math"},
 }
 BINARY_DTYPES = {
     **{op: (I32, I64, F32, F64) for op in ("add", "sub", "mul", "div", "mod", "min", "max")},
