@@ -111,6 +111,7 @@ UNARY = {op.name: op for op in (
     UnaryOp("sqrt", np.sqrt, fusion="sqrt", builtin=("sqrtf", "sqrt")),
     UnaryOp("rsqrt", lambda x: 1.0 / np.sqrt(x), fusion="rsqrt", builtin=("rsqrtf", "rsqrt")),
     UnaryOp("tanh", np.tanh, fusion="tanh", builtin=("tanhf", "tanh")),
+    UnaryOp("erf", lambda x: _as_f64(_erf(x)), fusion="erf", builtin=("erff", "erf")),
     UnaryOp("sigmoid", lambda x: 1.0 / (1.0 + np.exp(-x)), fusion="sigmoid",
             preamble={"f32": "1.0f / (1.0f + expf(-x))", "f64": "1.0 / (1.0 + exp(-x))"}),
     UnaryOp("relu", _relu, "exact", fusion="relu"),

@@ -195,7 +195,7 @@ def _gelu_tanh(x):
 NUMPY_OPS = {
     "neg": np.negative, "abs": np.abs, "relu": lambda a: np.maximum(a, 0).astype(a.dtype),
     "not": np.logical_not, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
-    "rsqrt": lambda a: 1 / np.sqrt(a), "tanh": np.tanh,
+    "rsqrt": lambda a: 1 / np.sqrt(a), "tanh": np.tanh, "erf": np.vectorize(math.erf),
     "sigmoid": lambda a: 1 / (1 + np.exp(-a)), "gelu": _gelu, "gelu_tanh": _gelu_tanh,
     "add": np.add, "sub": np.subtract, "mul": np.multiply,
     "div": lambda a, b: _c_div(a, b) if a.dtype.kind == "i" else a / b,
@@ -206,7 +206,7 @@ NUMPY_OPS = {
     "gt": np.greater, "ge": np.greater_equal, "and": np.logical_and, "or": np.logical_or,
     "select": np.where,
 }
-TRANSCENDENTAL = {"exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "gelu", "gelu_tanh"}
+TRANSCENDENTAL = {"exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "gelu", "gelu_tanh"}
 
 
 @pytest.mark.gpu

@@ -175,6 +175,7 @@ EVERY_OP = {
     "sqrt": ("sqrt(x)", lambda i: np.sqrt(i["x"]), DataType.f32),
     "rsqrt": ("rsqrt(x)", lambda i: 1 / np.sqrt(i["x"]), DataType.f32),
     "tanh": ("tanh(x)", lambda i: np.tanh(i["x"]), DataType.f32),
+    "erf": ("erf(x)", lambda i: np.vectorize(math.erf)(i["x"]), DataType.f32),
     "sigmoid": ("sigmoid(x)", lambda i: 1 / (1 + np.exp(-i["x"])), DataType.f32),
     "relu": ("relu(x - 2)", lambda i: np.maximum(i["x"] - 2, 0), DataType.f32),
     "gelu": ("gelu(x)", lambda i: 0.5 * i["x"] * (1 + erf(i["x"] / math.sqrt(2))),
