@@ -57,6 +57,11 @@ class MmaInstruction:
     def ptx(self, dtype):
         return self.ptx_format.format(t=dtype.value)
 
+    @property
+    def shape_name(self):
+        """The shape as PTX names it: m16n8k16."""
+        return "m{}n{}k{}".format(*self.shape)
+
 
 @dataclass(frozen=True)
 class LdMatrixInstruction:

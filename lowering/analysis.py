@@ -19,6 +19,7 @@ import networkx as nx
 from fuserir.ir.exprs import LoadStoreOp, MatmulOp
 from fuserir.ir.tensor import MemoryType, TensorView
 from fuserir.errors import ScheduleError
+from fuserir.instructions import MMA_M16N8K16
 from fuserir.ir.iterdomain import ParallelType, Split, history
 
 THREAD_TYPES = (ParallelType.TIDx, ParallelType.TIDy, ParallelType.TIDz)
@@ -289,9 +290,12 @@ def _check_grid_reduction(ctx, tv):
                                 "tile computes what follows the reduction")
 
 
-# Instruction tiles by kind; B operand caches may hold two n8 tiles (one ldmatrix.x4).
-_MMA_SHAPES = {"mma": [(16, 8, 16)], "ldmatrix_a": [(16, 16)],
-               "ldmatrix_b": [(8, 16), (16, 16)], "fragment": [(16, 8)]}
+# Instruction tiles by kind, from the descriptor: the mma's (m, n, k), its A operand
+# (m x k), its B operand (n x k, or two n tiles in one ldmatrix.x4), its accumulator (m x n)
+_I = MMA_M16N8K16
+_M, _N, _K = _I.shape
+_MMA_SHAPES = {"mma": [(_M, _N, _K)], "ldmatrix_a": [(_I.a.rows, _I.a.cols)],
+               "ldmatrix_b": [(_N, _K), (2 * _N, _K)], "fragment": [(_I.c.rows, _I.c.cols)]}
 
 
 def _check_mma(ctx, tv):
@@ -309,7 +313,7 @@ def _check_mma(ctx, tv):
         raise ScheduleError(f"{where} must be the innermost loop axes")
     if extents not in expected:
         shapes = " or ".join(str(list(e)) for e in expected)
-        raise ScheduleError(f"{where}; the m16n8k16 instruction tile needs {shapes} here "
+        raise ScheduleError(f"{where}; the {_I.shape_name} instruction tile needs {shapes} here "
                             f"({kind.replace('_', ' ')})")
     if tuple(ctx.bound[ParallelType.TIDx]) != (WARP,):
         raise ScheduleError(f"{tv.name}: with tensor cores TIDx is the lane of a warp (32): "

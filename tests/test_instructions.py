@@ -59,6 +59,7 @@ def test_mma_shape_types_and_ptx():
     assert (MMA_M16N8K16.a.rows, MMA_M16N8K16.a.cols) == (m, k)
     assert (MMA_M16N8K16.b.rows, MMA_M16N8K16.b.cols) == (k, n)
     assert MMA_M16N8K16.accumulator is DataType.f32
+    assert MMA_M16N8K16.shape_name == "m16n8k16" and MMA_M16N8K16.label == "mma.m16n8k16"
     assert MMA_M16N8K16.ptx(DataType.bf16) == "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 
 

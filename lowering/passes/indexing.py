@@ -47,6 +47,7 @@ from fuserir.ir.exprs import (BinaryOp, BroadcastOp, CastOp, LoadStoreOp, Matmul
 from fuserir.ir.tensor import Scalar
 
 from fuserir.errors import ScheduleError
+from fuserir.instructions import CP_ASYNC
 
 from .. import fragments, kir, kir_visit
 from ..analysis import (StoreInfo, async_vector_bytes, is_async_copy, mma_kind,
@@ -224,7 +225,7 @@ def async_copy(ctx, tv, index):
         return store(ctx, tv, source, index, "compute")
     access = kir.AccessInfo(tv.name, ctx.owner(tv, is_write=True))
     copy = kir.CpAsync(buffer, target, source.buffer, source.index, nbytes,
-                       kir.Const(nbytes, ctx.index_dtype), "cg" if nbytes == 16 else "ca",
+                       kir.Const(nbytes, ctx.index_dtype), CP_ASYNC.cache_for(nbytes),
                        access)
     ctx.store_info[copy] = StoreInfo(tv, "async", index, kir.Memory.shared)
     return copy
