@@ -322,6 +322,10 @@ def matmul(a, b, layout="TT"):
         raise FusionError(f"matmul: unknown layout {layout!r}; expected one of "
                           f"{', '.join(LAYOUTS)}")
     _fusion_of("matmul", [a, b])
+    if b is a:
+        # x^T x: the two operands are cached and read differently (each its own shared
+        # tile and register fragment layout), so B is a copy of A, a tensor of its own
+        b = set(a)
     for name, t in (("A", a), ("B", b)):
         if t.rank != 2:
             raise FusionError(f"matmul: {name} ({t.name}) must have 2 axes, has {t.rank}")

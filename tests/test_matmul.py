@@ -418,3 +418,18 @@ def test_divisions_by_the_run_time_split_factor_are_computed_once():
     kernel = codegen.compile(seed_fusion(), backend="interp").kernels[0]
     name = kernel.source.split('extern "C" __global__ void ')[1].split("(")[0]
     assert nvrtc.ptx(kernel.source, name, arch="sm_90").count("div.s32") <= 2
+
+
+def test_a_matmul_of_a_tensor_with_itself_reads_it_through_a_copy():
+    """x^T x: the two operands are cached and laid out differently (A and B fragments), so
+    one tensor cannot be both: before, the second operand's cache wrapped the first's and
+    the automatic schedule computed out[i, j] = out[i, i]. B is now a copy of A (`set`),
+    which prints, parses back, and runs like the reference."""
+    f = fuserir.parse("fusion gram(x: f16[K, M]) {\n  y = matmul(x, x, layout=NT)\n"
+                      "  output y\n}\n")
+    assert "y = matmul(x, set(x), layout=NT)" in fuserir.print_fusion(f)
+    x = np.random.default_rng(3).integers(-3, 4, (37, 19)).astype(np.float16)
+    got = codegen.compile(f, backend="interp").run({"x": x})["y"]
+    want = x.astype(np.float64).T @ x.astype(np.float64)
+    assert np.array_equal(got, want)
+    assert np.array_equal(fuserir.evaluate(f, {"x": x})["y"], want)
