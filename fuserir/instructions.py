@@ -12,9 +12,11 @@ A descriptor is what every layer needs of one PTX instruction, written once:
                         them in an object with those operators)
     arch                the oldest GPU that has it (sm_80 for mma.sync and cp.async)
     PTX                 the instruction's spelling (codegen.cuda emits it)
-    accesses            what it reads and writes of shared memory per lane, for the hazard
-                        analysis, the bank-conflict report and the interpreter's race
-                        detector (lowering.accesses)
+    access shape        how it touches shared memory per lane (ldmatrix: which lanes give
+                        a row address and the row's bytes; cp.async: the bytes one thread
+                        writes, pending until its wait), which lowering.accesses turns into
+                        the accesses the hazard analysis, the bank-conflict report and the
+                        interpreter's race detector check
 
 The matmul scheduler takes the instruction tile from here, lowering the fragment maps,
 codegen the PTX and the arch check, the interpreter the semantics. A new instruction
