@@ -19,8 +19,11 @@ A descriptor is what every layer needs of one PTX instruction, written once:
                         interpreter's race detector check
 
 The matmul scheduler takes the instruction tile from here, lowering the fragment maps,
-codegen the PTX and the arch check, the interpreter the semantics. A new instruction
-(wgmma, TMA) is a new descriptor, consulted by the same code. The maps are the figures
+codegen the PTX and the arch check, the interpreter the semantics. A new instruction is a
+new descriptor, consulted by the same code: Hopper's warp-group MMA (WGMMA, sm_90a: its
+accumulator and register-A fragments over the 128 threads of a warp group, its PTX) and
+the shared-memory matrix descriptor and swizzle modes its operands are read through are
+here; the kernel-IR statements that issue them come next. The maps are the figures
 of the PTX ISA ("Matrix Fragments for mma.m16n8k16", "ldmatrix"); tests/test_instructions.py
 checks every lane against those figures spelled out independently.
 """
@@ -164,3 +167,124 @@ CP_ASYNC = CpAsyncInstruction(
 
 # every descriptor, by the kernel-IR statement that issues it
 BY_STATEMENT = {"Mma": MMA_M16N8K16, "LdMatrix": LDMATRIX, "CpAsync": CP_ASYNC}
+
+
+# ---------------------------------------------------------------------------------------
+# Hopper (sm_90a): warp-group MMA and its shared-memory operand descriptors
+# ---------------------------------------------------------------------------------------
+
+WARPGROUP = 128          # threads of a warp group: 4 consecutive warps, the first's index % 4 == 0
+
+# The swizzle modes of a wgmma matrix descriptor and a TMA box: the descriptor's 2-bit
+# code, and the row span the XOR pattern repeats over (bytes)
+SWIZZLE_CODES = {"none": 0, "128B": 1, "64B": 2, "32B": 3}
+SWIZZLE_BYTES = {"none": 16, "32B": 32, "64B": 64, "128B": 128}
+
+
+def swizzle(offset, mode):
+    """The byte offset `mode` stores byte `offset` at, within an atom aligned to 1024 bytes
+    (CUTLASS's Swizzle<b, 4, 3> on byte offsets): the 16-byte chunk index, bits 4 .. 4+b-1,
+    is XORed with bits 7 .. 7+b-1, b = 3 for 128B, 2 for 64B, 1 for 32B, 0 for "none" (the
+    identity). An involution; it keeps every 16-byte chunk whole. Works on ints and numpy
+    integer arrays."""
+    width = {"none": 0, "32B": 1, "64B": 2, "128B": 3}[mode]
+    mask = (1 << width) - 1
+    return offset ^ (((offset >> 7) & mask) << 4)
+
+
+@dataclass(frozen=True)
+class MatrixDescriptor:
+    """A wgmma shared-memory matrix descriptor's fields, in bytes (the 64-bit word holds
+    each >> 4): start address (bits 0-13), leading byte offset (16-29), stride byte offset
+    (32-45), base offset (49-51), swizzle mode (62-63)."""
+
+    start: int
+    leading: int
+    stride: int
+    swizzle: str = "none"
+    base_offset: int = 0
+
+    _FIELDS = ((0, 14), (16, 14), (32, 14))     # (first bit, width) of start, LBO, SBO
+
+    def encode(self):
+        word = 0
+        for value, (bit, width), what in zip((self.start, self.leading, self.stride),
+                                             self._FIELDS, ("start", "leading", "stride")):
+            if value % 16 or not 0 <= value >> 4 < 1 << width:
+                raise ValueError(f"matrix descriptor {what} byte offset {value} is not a "
+                                 f"multiple of 16 below {16 << width}")
+            word |= (value >> 4) << bit
+        if not 0 <= self.base_offset < 8:
+            raise ValueError(f"matrix descriptor base offset {self.base_offset} is not 0..7")
+        return word | self.base_offset << 49 | SWIZZLE_CODES[self.swizzle] << 62
+
+    @classmethod
+    def decode(cls, word):
+        start, leading, stride = (((word >> bit) & ((1 << width) - 1)) << 4
+                                  for bit, width in cls._FIELDS)
+        mode = {code: name for name, code in SWIZZLE_CODES.items()}[(word >> 62) & 3]
+        return cls(start, leading, stride, mode, (word >> 49) & 7)
+
+
+def _wgmma_d(lane, j):
+    # warp w (= lane // 32) holds rows 16w..16w+15; within them each 8-column chunk
+    # (4 elements per lane) has mma.sync m16n8's C layout
+    row, col = _mma_c(lane % 32, j % 4)
+    return 16 * (lane // 32) + row, 8 * (j // 4) + col
+
+
+def _wgmma_a(lane, j):
+    # A from registers: warp w holds rows 16w..16w+15 as mma.sync m16n8k16's A fragment
+    row, col = _mma_a(lane % 32, j)
+    return 16 * (lane // 32) + row, col
+
+
+@dataclass(frozen=True)
+class WgmmaInstruction:
+    """`wgmma.mma_async` m64nNk16 for one warp group: D (64 x n, f32, in registers) += A
+    (64 x 16, from shared memory through a matrix descriptor, or from registers) x B (16 x
+    n, from shared memory), asynchronous until the wait_group that retires its commit
+    group. `arch_specific`: compiled only for the "a" target (sm_90a)."""
+
+    name: str
+    arch: int
+    arch_specific: bool
+    m: int
+    k: int
+    widths: tuple         # the legal n
+    inputs: tuple
+    accumulator: DataType
+    ptx_format: str       # .format(n=..., t=...)
+    fence: str
+    commit: str
+    wait_format: str
+
+    def shape(self, n):
+        if n not in self.widths:
+            raise ValueError(f"{self.name}: n = {n} is not a multiple of 8 from 8 to 256")
+        return (self.m, n, self.k)
+
+    def d(self, n):
+        """The accumulator fragment of a 64 x n tile: n / 2 f32 per thread."""
+        self.shape(n)
+        return Fragment(self.m, n, n // 2, _wgmma_d)
+
+    def a(self):
+        """A held in registers: 8 halves per thread, 4 packed registers."""
+        return Fragment(self.m, self.k, 8, _wgmma_a)
+
+    def ptx(self, n, dtype):
+        self.shape(n)
+        return self.ptx_format.format(n=n, t=dtype.value)
+
+    def wait(self, n):
+        return self.wait_format.format(n=n)
+
+
+WGMMA = WgmmaInstruction(
+    name="wgmma.mma_async m64nNk16", arch=90, arch_specific=True, m=64, k=16,
+    widths=tuple(range(8, 257, 8)), inputs=(DataType.f16, DataType.bf16),
+    accumulator=DataType.f32,
+    ptx_format="wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t}",
+    fence="wgmma.fence.sync.aligned", commit="wgmma.commit_group.sync.aligned",
+    wait_format="wgmma.wait_group.sync.aligned {n}")
