@@ -7,7 +7,7 @@ math helpers), then the kernel as `extern "C" __global__`.
     emitter.py      emit_cuda; the ABI, the signature and one rule per statement
     expressions.py  the emitter's state, C identifiers, one rule per expression
     preamble.py     the snippets a kernel's preamble is made of, by what it uses
-    ptx.py          the inline-asm spellings (ldmatrix, mma.sync, cp.async, semaphores)
+    ptx.py          the inline-asm spellings (instructions from fuserir.instructions)
     names.py        C type names, reserved identifiers, mangle, entry_point
     literals.py     the C literals of constants
 

@@ -9,8 +9,8 @@ One module per part, each importing only modules listed above it:
   base.py            InterpError, program points in reports, the empty shadow mark,
                      values with kir.Cast semantics
   scheduler.py       blocks as coroutines in launch order: Wait, schedule (deadlocks)
-  expressions.py     scalar expressions over the active threads: the operator tables
-  tensor_cores.py    ldmatrix and mma.sync on per-lane register fragments
+  expressions.py     scalar expressions over the active threads (meaning: fuserir.op_table)
+  tensor_cores.py    ldmatrix and mma.sync by their descriptors (fuserir.instructions)
   async_copies.py    cp.async: issue, commit and wait groups, landing
   race_detector.py   shared memory: the shadow state per grain, hazard recording
   cross_cta.py       global memory between blocks: fences, semaphores, views
