@@ -9,7 +9,10 @@
 Every compile runs `-arch=sm_XY --std=c++17 -lineinfo` plus the caller's options; no GPU
 is needed (DESIGN.md section 10: NVRTC 13.x compiles sm_90 cubins on a CPU-only machine,
 and they load on the H200's driver). A failure raises codegen.errors.CompileError with
-NVRTC's log and the generated lines each error points at.
+NVRTC's log and the generated lines each error points at. So does a cubin that ptxas
+built but made slow in a way a schedule must not accept: the warnings of
+FAILING_WARNINGS (setmaxnreg ignored, wgmma serialized) fail that kernel's build, with
+ptxas's own lines; such a cubin is never cached.
 
 Cache. A compile is keyed by sha256 of (source, program name, options, arch, NVRTC version,
 fuserir version, cache format). Hits come from a per-process dict, then from
@@ -127,6 +130,28 @@ def _all_options(arch, options):
     return [f"-arch={arch}", *BASE_OPTIONS, *options]
 
 
+# ptxas warnings that make a cubin unacceptable: it runs, but not as the kernel was built
+# to (NVIDIA's codes; the text is ptxas's, quoted in the error)
+FAILING_WARNINGS = {
+    "C7508": "setmaxnreg was ignored: the kernel needs __launch_bounds__(threads, 1)",
+    "C7509": "wgmma was serialized (a function call in the wgmma pipeline)",
+    "C7510": "wgmma was serialized (a function call between wgmma and its wait)",
+    "C7511": "wgmma was serialized for lack of registers",
+}
+_WARNING = re.compile(r"^ptxas\s+warning\s*:\s*\((C\d{4})\)(.*)$", re.M)
+
+
+def check_warnings(log, name, options=(), source=""):
+    """Raise CompileError when NVRTC's log holds a warning of FAILING_WARNINGS."""
+    found = [(code, text.strip()) for code, text in _WARNING.findall(log)
+             if code in FAILING_WARNINGS]
+    if found:
+        lines = [f"  {code}: {FAILING_WARNINGS[code]} (ptxas: {text})" for code, text in found]
+        raise CompileError(f"ptxas built kernel {name} but warned that it will not run as "
+                           "built:\n" + "\n".join(lines), log=log, source=source, name=name,
+                           options=options)
+
+
 def compile_to_cubin(source, name, arch=None, options=(), cache=True):
     """The cubin (ELF bytes) of `source`; `name` names the program (`<name>.cu` in
     messages and line info) and is normally the kernel's name. cache=False skips the disk
@@ -144,7 +169,8 @@ def compile_to_cubin(source, name, arch=None, options=(), cache=True):
     if cubin is not None:
         stats["disk_hits"] += 1
     else:
-        cubin, _ = _compile(source, name, opts, want="cubin")
+        cubin, log = _compile(source, name, opts, want="cubin")
+        check_warnings(log, name, opts, source)
         stats["compiles"] += 1
         if path is not None:
             _write_entry(path, key, name, cubin)

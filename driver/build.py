@@ -45,15 +45,19 @@ def build_kernel(fusion, backend, index_dtype=DataType.i32, vector_caps=None, de
     source = emit_cuda(kernel)
     compiled = CompiledKernel(kernel.name, kernel, source, caps=dict(vector_caps or {}))
     if backend == "cuda":
-        arch = nvrtc.default_arch()
-        check_instructions(kernel, int(arch[3:].rstrip("af")), arch)
+        arch = kernel_arch(kernel, nvrtc.default_arch())
         compiled.cubin = nvrtc.compile_to_cubin(source, kernel.name, arch)
     return compiled
 
 
-def check_instructions(kernel, cc, arch):
-    """Refuse a kernel whose instructions (fuserir.instructions' descriptors, by kernel-IR
-    statement) need a newer GPU than compute capability `cc` (e.g. 90)."""
+def kernel_arch(kernel, arch):
+    """The target to compile `kernel` for on a GPU of `arch` (sm_XY): `arch` itself, or its
+    architecture-specific target sm_XYa where an instruction the kernel issues exists only
+    there (a descriptor's arch_specific, as wgmma on sm_90a; code for an `a` target runs on
+    that architecture alone, so other kernels keep the plain one). Refuses a kernel whose
+    instructions (fuserir.instructions' descriptors, by kernel-IR statement) need a newer
+    GPU, or an architecture-specific instruction of another architecture."""
+    cc = int(arch[3:].rstrip("af"))
     used = {type(s).__name__: BY_STATEMENT[type(s).__name__] for s in kir.walk(kernel.body)
             if type(s).__name__ in BY_STATEMENT}
     need = max((d.arch for d in used.values()), default=0)
@@ -61,3 +65,11 @@ def check_instructions(kernel, cc, arch):
         names = ", ".join(d.name for d in BY_STATEMENT.values())
         raise CompileError(f"kernel {kernel.name} uses {', '.join(sorted(used))} ({names}), "
                            f"which need sm_{need} or newer; this GPU is {arch}")
+    specific = {d.arch for d in used.values() if d.arch_specific}
+    if not specific:
+        return arch
+    if specific != {cc}:
+        names = ", ".join(sorted(d.name for d in used.values() if d.arch_specific))
+        raise CompileError(f"kernel {kernel.name} uses {names}, which exist only on "
+                           f"sm_{max(specific)}a; this GPU is {arch}")
+    return f"sm_{cc}a"

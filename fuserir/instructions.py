@@ -58,6 +58,7 @@ class MmaInstruction:
     b: Fragment           # k x n
     c: Fragment           # m x n (also D)
     ptx_format: str       # .format(t=input dtype)
+    arch_specific: bool = False   # only on the `a` target of its arch (sm_90a)
 
     def ptx(self, dtype):
         return self.ptx_format.format(t=dtype.value)
@@ -83,6 +84,7 @@ class LdMatrixInstruction:
     element_bytes: int
     row_bytes: int
     ptx_format: str       # .format(num=..., trans="" | ".trans")
+    arch_specific: bool = False   # only on the `a` target of its arch (sm_90a)
 
     @staticmethod
     def address_matrix(lane):
@@ -120,6 +122,7 @@ class CpAsyncInstruction:
     ptx_format: str       # .format(cache=...)
     commit: str
     wait_format: str      # .format(n=...)
+    arch_specific: bool = False   # only on the `a` target of its arch (sm_90a)
 
     def cache_for(self, nbytes):
         """The cache operator a copy of nbytes uses: .cg (L2 only) for 16, else .ca."""
