@@ -80,3 +80,28 @@ def test_a_failing_ptxas_warning_fails_the_build_and_is_not_cached(monkeypatch, 
 def test_other_warnings_pass():
     nvrtc.check_warnings("ptxas warning : (C7000) something else\n", "k")
     nvrtc.check_warnings("", "k")
+
+
+@pytest.mark.gpu
+def test_a_kernel_built_for_sm_90a_runs_on_the_gpu(mma_only_on_sm90a, monkeypatch):
+    """On an sm_90 GPU the chosen a target loads and computes: the seed matmul, built for
+    sm_90a because its mma is marked arch-specific here, against a float64 matmul."""
+    import cupy as cp
+    import numpy as np
+    if nvrtc.default_arch() != "sm_90":
+        pytest.skip("needs an sm_90 GPU")
+    asked = []
+    real = nvrtc.compile_to_cubin
+    monkeypatch.setattr(nvrtc, "compile_to_cubin",
+                        lambda source, name, arch=None, **kw: asked.append(arch)
+                        or real(source, name, arch, **kw))
+    exe = codegen.compile(fuserir.parse(SEED.read_text().replace("splitk_nt", "on_sm90a")),
+                          backend="cuda")
+    rng = np.random.default_rng(0)
+    m, n, k = 256, 384, 1000
+    a = cp.asarray(rng.uniform(-1, 1, (k, m)).astype(np.float16))
+    b = cp.asarray(rng.uniform(-1, 1, (k, n)).astype(np.float16))
+    out = exe.run({"A": a, "B": b})["out"].astype(cp.float64)
+    ref = a.astype(cp.float64).T @ b.astype(cp.float64)
+    assert asked == ["sm_90a"]
+    assert int((cp.abs(out - ref) > 1e-5 * k + 2 ** -10 * cp.abs(ref)).sum()) == 0
