@@ -40,7 +40,7 @@ pass's choice (unroll_register_loops).
 
 import numpy as np
 
-from fuserir import dtypes
+from fuserir import dtypes, op_table
 from fuserir.dtypes import DataType
 from fuserir.ir.exprs import (BinaryOp, BroadcastOp, CastOp, LoadStoreOp, MatmulOp,
                               ReductionOp, UnaryOp, WhereOp)
@@ -162,7 +162,7 @@ def pointwise_value(ctx, expr, index):
     if isinstance(expr, UnaryOp):
         compute = out.dtype.compute
         x = _operand(ctx, expr, expr.inputs[0], index, compute)
-        op = "gelu_tanh" if expr.op == "gelu" and expr.approximate == "tanh" else expr.op
+        op = op_table.kernel_unary(expr.op, expr.approximate)
         return convert(kir.UnOp(op, x, compute), out.dtype)
     if isinstance(expr, BinaryOp):
         a, b = expr.inputs
