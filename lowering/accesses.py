@@ -79,21 +79,28 @@ def _shared(buffer):
     return buffer is not None and buffer.memory is kir.Memory.shared
 
 
+def instruction_access(stmt):
+    """The shared-memory access the statement's own instruction makes (its store, its
+    ldmatrix rows, its cp.async write), without the loads of its expressions; None where it
+    makes none. What the interpreter asks as each instruction runs."""
+    if isinstance(stmt, kir.Store) and _shared(stmt.buffer):
+        return SharedAccess(stmt, "store", stmt.buffer, stmt.index,
+                            stmt.width * stmt.buffer.dtype.itemsize, True)
+    if isinstance(stmt, kir.LdMatrix) and _shared(stmt.src):
+        return SharedAccess(stmt, "ldmatrix", stmt.src, stmt.address, LDMATRIX.row_bytes,
+                            False, matrices=stmt.num, lanes=LDMATRIX.address_lanes(stmt.num))
+    if isinstance(stmt, kir.CpAsync) and _shared(stmt.dst):
+        return SharedAccess(stmt, "cp.async", stmt.dst, stmt.dst_index, stmt.nbytes, True,
+                            pending=True)
+    return None
+
+
 def shared_accesses(stmt):
-    """The shared-memory accesses `stmt` makes itself: reads, then its write."""
+    """The shared-memory accesses `stmt` makes itself: reads, then its instruction's."""
     found = [SharedAccess(stmt, "load", load.buffer, load.index,
                           load.width * load.buffer.dtype.itemsize, False, conds=conds,
                           load=load)
              for e in own_expressions(stmt) for load, conds in loads_with_conditions(e)
              if _shared(load.buffer)]
-    if isinstance(stmt, kir.Store) and _shared(stmt.buffer):
-        found.append(SharedAccess(stmt, "store", stmt.buffer, stmt.index,
-                                  stmt.width * stmt.buffer.dtype.itemsize, True))
-    elif isinstance(stmt, kir.LdMatrix) and _shared(stmt.src):
-        found.append(SharedAccess(stmt, "ldmatrix", stmt.src, stmt.address, LDMATRIX.row_bytes,
-                                  False, matrices=stmt.num,
-                                  lanes=LDMATRIX.address_lanes(stmt.num)))
-    elif isinstance(stmt, kir.CpAsync) and _shared(stmt.dst):
-        found.append(SharedAccess(stmt, "cp.async", stmt.dst, stmt.dst_index, stmt.nbytes,
-                                  True, pending=True))
-    return found
+    own = instruction_access(stmt)
+    return found if own is None else found + [own]

@@ -29,7 +29,7 @@ from codegen.errors import Hazard
 from codegen.interp.base import _NONE, InterpError, _point
 from fuserir.instructions import CP_ASYNC
 from lowering import kir
-from lowering.accesses import shared_accesses
+from lowering.accesses import instruction_access
 
 
 class _Copy:
@@ -58,7 +58,7 @@ class _AsyncCopies:
         if s.dst.memory is not kir.Memory.shared or s.src.memory is not kir.Memory.global_:
             raise InterpError(f"cp.async copies global {s.src.name} to shared {s.dst.name}"
                               f"{self.where()}")
-        write, = shared_accesses(s)           # a pending write of nbytes per thread
+        write = instruction_access(s)         # a pending write of nbytes per thread
         nb = int(write.nbytes)
         if not CP_ASYNC.allows(s.cache, nb):
             raise InterpError(f"cp.async.{s.cache} of {nb} bytes (4, 8 or 16; .cg: 16)"

@@ -20,7 +20,7 @@ import numpy as np
 from codegen.interp.base import _F32, _F64, _HALF, InterpError
 from fuserir.instructions import LDMATRIX, MMA_M16N8K16 as MMA
 from lowering import kir
-from lowering.accesses import shared_accesses
+from lowering.accesses import instruction_access
 
 
 class _TensorCores:
@@ -71,7 +71,7 @@ class _TensorCores:
         lane = act & 31
         width = LDMATRIX.matrix                              # elements of one row
         rows = np.zeros(((int(act[-1]) >> 5) * 32 + 32, width), np.uint16)  # by thread id
-        row_read, = shared_accesses(s)                       # the first lanes read a row
+        row_read = instruction_access(s)                     # the first lanes read a row
         sa = act[lane < row_read.lanes]
         if len(sa):
             addr = self._index(self.ev(s.address, sa), len(sa))
