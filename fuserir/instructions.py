@@ -291,3 +291,70 @@ WGMMA = WgmmaInstruction(
     ptx_format="wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t}",
     fence="wgmma.fence.sync.aligned", commit="wgmma.commit_group.sync.aligned",
     wait_format="wgmma.wait_group.sync.aligned {n}")
+
+
+# ---------------------------------------------------------------------------------------
+# Hopper (sm_90): stmatrix, TMA, mbarriers, fences, named barriers, register reallocation
+# ---------------------------------------------------------------------------------------
+
+STMATRIX = LdMatrixInstruction(
+    name="stmatrix", arch=90, counts=(1, 2, 4), matrix=8, element_bytes=2, row_bytes=16,
+    ptx_format="stmatrix.sync.aligned.m8n8.x{num}{trans}.shared.b16")
+
+
+@dataclass(frozen=True)
+class AsyncProxyInstruction:
+    """An sm_90 instruction of the async proxy or its synchronization (TMA, mbarriers,
+    fences, named barriers, setmaxnreg): its name, arch, and PTX spellings by role
+    (`ptx[role]`, some with .format fields)."""
+
+    name: str
+    arch: int
+    ptx: dict
+    arch_specific: bool = False
+
+
+TMA = AsyncProxyInstruction(
+    name="cp.async.bulk.tensor (TMA)", arch=90, ptx={
+        "load": "cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier"
+                "::complete_tx::bytes",
+        "store": "cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group",
+        "commit": "cp.async.bulk.commit_group",
+        "wait": "cp.async.bulk.wait_group{read} {n}"})
+
+# What a tensor map may be (cuTensorMapEncodeTiled's rules): ranks, box extents, global
+# strides (bytes: multiples of 16 below 2^40), the shared destination's alignment
+TMA_RANKS = (1, 2, 3, 4, 5)
+TMA_BOX_MAX = 256
+TMA_STRIDE_ALIGN = 16
+TMA_STRIDE_LIMIT = 1 << 40
+TMA_SMEM_ALIGN = 128
+
+MBARRIER = AsyncProxyInstruction(
+    name="mbarrier", arch=90, ptx={
+        "init": "mbarrier.init.shared::cta.b64",
+        "init_fence": "fence.mbarrier_init.release.cluster",
+        "arrive": "mbarrier.arrive.shared::cta.b64",
+        "arrive_tx": "mbarrier.arrive.expect_tx.shared::cta.b64",
+        "try_wait": "mbarrier.try_wait.parity.shared::cta.b64"})
+
+PROXY_FENCE = AsyncProxyInstruction(
+    name="fence.proxy.async", arch=90, ptx={"fence": "fence.proxy.async.shared::cta"})
+
+NAMED_BARRIER = AsyncProxyInstruction(
+    name="bar (named barrier)", arch=70, ptx={"sync": "bar.sync {id}, {count}",
+                                              "arrive": "bar.arrive {id}, {count}"})
+NAMED_BARRIER_IDS = range(1, 16)     # 0 is __syncthreads'
+
+SETMAXNREG = AsyncProxyInstruction(
+    name="setmaxnreg", arch=90, arch_specific=True,
+    ptx={"set": "setmaxnreg.{direction}.sync.aligned.u32 {count}"})
+SETMAXNREG_COUNTS = range(24, 257, 8)
+
+# every descriptor, by the kernel-IR statement that issues it
+BY_STATEMENT.update({
+    "Wgmma": WGMMA, "WgmmaFence": WGMMA, "WgmmaCommit": WGMMA, "WgmmaWait": WGMMA,
+    "StMatrix": STMATRIX, "TmaLoad": TMA, "TmaStore": TMA, "BulkCommit": TMA,
+    "BulkWait": TMA, "MbarrierInit": MBARRIER, "FenceMbarrierInit": MBARRIER,
+    "MbarrierArrive": MBARRIER, "MbarrierWait": MBARRIER, "FenceProxyAsync": PROXY_FENCE,
+    "NamedBarrier": NAMED_BARRIER, "SetMaxNReg": SETMAXNREG})

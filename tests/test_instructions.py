@@ -84,5 +84,14 @@ def test_cp_async_sizes_and_cache_operators():
 
 
 def test_every_descriptor_is_listed_by_its_statement():
-    assert set(BY_STATEMENT) == {"Mma", "LdMatrix", "CpAsync"}
-    assert all(d.arch >= 75 for d in BY_STATEMENT.values())
+    from lowering import kir
+    assert set(BY_STATEMENT) == {
+        "Mma", "LdMatrix", "CpAsync", "Wgmma", "WgmmaFence", "WgmmaCommit", "WgmmaWait",
+        "StMatrix", "TmaLoad", "TmaStore", "BulkCommit", "BulkWait", "MbarrierInit",
+        "FenceMbarrierInit", "MbarrierArrive", "MbarrierWait", "FenceProxyAsync",
+        "NamedBarrier", "SetMaxNReg"}
+    assert all(issubclass(getattr(kir, name), kir.Stmt) for name in BY_STATEMENT)
+    assert all(d.arch >= 70 for d in BY_STATEMENT.values())
+    # the arch-specific ones are sm_90a's: wgmma and setmaxnreg
+    assert {n for n, d in BY_STATEMENT.items() if d.arch_specific} == {
+        "Wgmma", "WgmmaFence", "WgmmaCommit", "WgmmaWait", "SetMaxNReg"}

@@ -15,6 +15,8 @@ The package, one module per part, each name available as `kir.<name>`:
 
     expressions   scalar expressions (their operators' meaning: fuserir.op_table)
     statements    buffers, parameters, access provenance, sync reasons, statements, Kernel
+    hopper        sm_90 statements: wgmma, TMA and tensor maps, mbarriers, stmatrix,
+                  proxy fences, named barriers, setmaxnreg
     traversal     walk, walk_expr, relabel, substitute, copy_stmt, names and argument keys
     printer       the text `fuserir dump --stage kernel` shows
     evaluate      launch-time values of scalar expressions, shared-memory bytes
@@ -28,6 +30,10 @@ from .statements import (Memory, Buffer, TensorParam, ScalarParam, AccessInfo, H
                          Comment, LdMatrix, Mma, CpAsync, CpAsyncCommit, CpAsyncWait,
                          Workspace, Fence, SemWait, SemRelease, ExprStmt, LaunchConfig,
                          Kernel)
+from .hopper import (SWIZZLES, TensorMap, MatrixLayout, WgmmaFence, Wgmma, WgmmaCommit,
+                     WgmmaWait, StMatrix, SetMaxNReg, NamedBarrier, FenceProxyAsync,
+                     MbarrierInit, FenceMbarrierInit, MbarrierArrive, MbarrierWait,
+                     TmaLoad, TmaStore, BulkCommit, BulkWait)
 from .traversal import (arg_name, scalar_args, walk, relabel, substitute, copy_stmt,
                         walk_expr)
 from .printer import (format_expr, format_stmt, format_stmts, format_kernel)

@@ -10,6 +10,7 @@ from .expressions import BinOp, Cast, Const, Load, Select, Special, ShuffleXor, 
 from .statements import (Allocate, Barrier, Comment, CpAsync, CpAsyncCommit, CpAsyncWait,
                          ExprStmt, Fence, ForLoop, IfThenElse, LdMatrix, Mma, SemRelease,
                          SemWait, Store)
+from . import hopper as h
 
 
 # ---------------------------------------------------------------------------------------
@@ -91,7 +92,73 @@ def format_stmt(s):
     if isinstance(s, SemRelease):
         return (f"sem_release {s.sem.name}[{format_expr(s.index)}] = "
                 f"{format_expr(s.value)}  (release)")
-    raise TypeError(type(s).__name__)
+    line = _format_hopper(s)
+    if line is None:
+        raise TypeError(type(s).__name__)
+    return line
+
+
+def _why(s):
+    sid = f" [{s.sync_id}]" if s.sync_id else ""
+    why = "; ".join(str(r) for r in s.reasons)
+    return sid + (f"  // {why}" if why else "")
+
+
+def _at(buf, index):
+    return f"{buf.name}[{format_expr(index)}]"
+
+
+def _format_hopper(s):
+    """The line of an sm_90 statement (kir.hopper), None for any other."""
+    if isinstance(s, h.Wgmma):
+        def operand(buf, index, layout, trans):
+            if layout is None:
+                return f"{buf.name}[{format_expr(index)}..]"
+            major = "MN" if trans else "K"
+            return (f"desc({_at(buf, index)}, {major}-major, LBO {layout.leading}, SBO "
+                    f"{layout.stride}, swizzle {layout.swizzle})")
+        acc = "" if s.accumulate is None else f" (accumulate if {format_expr(s.accumulate)})"
+        return (f"wgmma.m64n{s.n}k16.{s.dtype} {s.d.name}[{format_expr(s.d_index)}..] += "
+                f"{operand(s.a, s.a_index, s.a_layout, s.trans_a)} * "
+                f"{operand(s.b, s.b_index, s.b_layout, s.trans_b)}{acc}")
+    if isinstance(s, h.WgmmaFence):
+        return "wgmma.fence"
+    if isinstance(s, h.WgmmaCommit):
+        return "wgmma.commit_group"
+    if isinstance(s, h.WgmmaWait):
+        return f"wgmma.wait_group {s.n}{_why(s)}"
+    if isinstance(s, h.StMatrix):
+        trans = ".trans" if s.trans else ""
+        return (f"stmatrix.x{s.num}{trans} {_at(s.dst, s.address)} <- "
+                f"{s.src.name}[{format_expr(s.src_index)}..]")
+    if isinstance(s, h.SetMaxNReg):
+        return f"setmaxnreg.{'inc' if s.increase else 'dec'} {s.count}"
+    if isinstance(s, h.NamedBarrier):
+        return f"bar.{'arrive' if s.arrive_only else 'sync'} {s.id}, {s.count}{_why(s)}"
+    if isinstance(s, h.FenceProxyAsync):
+        return f"fence.proxy.async.shared::cta{_why(s)}"
+    if isinstance(s, h.MbarrierInit):
+        return f"mbarrier.init {_at(s.bar, s.index)}, count {format_expr(s.count)}"
+    if isinstance(s, h.FenceMbarrierInit):
+        return "fence.mbarrier_init"
+    if isinstance(s, h.MbarrierArrive):
+        tx = "" if s.tx_bytes is None else f".expect_tx {format_expr(s.tx_bytes)} bytes"
+        return f"mbarrier.arrive{tx} {_at(s.bar, s.index)}"
+    if isinstance(s, h.MbarrierWait):
+        return (f"mbarrier.wait {_at(s.bar, s.index)}, parity "
+                f"{format_expr(s.parity)}{_why(s)}")
+    if isinstance(s, (h.TmaLoad, h.TmaStore)):
+        box = "x".join(str(b) for b in s.map.box)
+        at = ", ".join(format_expr(c) for c in s.coords)
+        if isinstance(s, h.TmaLoad):
+            return (f"tma.load {_at(s.dst, s.dst_index)} <- {s.map.name}({at}) box {box}, "
+                    f"complete_tx {_at(s.bar, s.bar_index)}")
+        return f"tma.store {s.map.name}({at}) box {box} <- {_at(s.src, s.src_index)}"
+    if isinstance(s, h.BulkCommit):
+        return "cp.async.bulk.commit_group"
+    if isinstance(s, h.BulkWait):
+        return f"cp.async.bulk.wait_group{'.read' if s.read else ''} {s.n}{_why(s)}"
+    return None
 
 
 def format_stmts(stmts, indent=0):
@@ -111,6 +178,9 @@ def format_stmts(stmts, indent=0):
 def format_kernel(kernel):
     params = [f"{p.buffer.dtype} {p.buffer.name}[{', '.join(format_expr(s) for s in p.sizes)}]"
               for p in kernel.tensor_params]
+    params += [f"tensor_map {m.name}({m.tensor.buffer.name}, box "
+               f"{'x'.join(str(b) for b in m.box)}, swizzle {m.swizzle})"
+               for m in kernel.tensor_maps]
     params += [f"workspace {w.buffer.dtype} {w.buffer.name}[{format_expr(w.size)}]"
                + (" zeroed" if w.zeroed else "") for w in kernel.workspaces]
     params += [f"{p.var.dtype} {p.var.name}" for p in kernel.scalar_params]

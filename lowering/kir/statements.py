@@ -379,7 +379,9 @@ class Kernel:
     index_dtype: DataType = DataType.i32
     workspaces: list = field(default_factory=list)   # list[Workspace]
     user: bool = False       # named after the user's fusion (codegen.cuda mangles it)
+    tensor_maps: list = field(default_factory=list)  # list[kir.hopper.TensorMap]
 
     @property
     def params(self):
-        return list(self.tensor_params) + list(self.workspaces) + list(self.scalar_params)
+        return (list(self.tensor_params) + list(self.tensor_maps) + list(self.workspaces)
+                + list(self.scalar_params))
