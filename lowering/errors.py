@@ -15,7 +15,7 @@ from fuserir.errors import FuserirError
 @dataclass
 class Hazard:
     kind: str                 # RAW, WAR, WAW, async-pending, stale-read, uninitialized-read,
-                              # barrier-divergence, deadlock, cross-cta
+                              # barrier-divergence, deadlock, cross-cta, mbarrier
     buffer: str
     first: str                # the earlier access: "S12: xs[threadIdx.x] = ..."
     second: str               # the later access

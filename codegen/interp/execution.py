@@ -21,7 +21,9 @@ from codegen.interp.async_copies import _AsyncCopies
 from codegen.interp.base import _BF16, _BOOL, InterpError, _const, _point, _to, _truth
 from codegen.interp.cross_cta import _CrossCta, _merge_view
 from codegen.interp.expressions import _Evaluator
+from codegen.interp.mbarriers import _Mbarriers
 from codegen.interp.tensor_cores import _TensorCores
+from codegen.interp.tma import _Tma
 from lowering import kir
 
 
@@ -373,6 +375,12 @@ _LEAF = {
     kir.CpAsync: _AsyncCopies._cp_async, kir.CpAsyncCommit: _AsyncCopies._cp_commit,
     kir.CpAsyncWait: _AsyncCopies._cp_wait,
     kir.Fence: _CrossCta._fence, kir.SemRelease: _CrossCta._sem_release,
+    kir.MbarrierInit: _Mbarriers._mbarrier_init, kir.MbarrierArrive: _Mbarriers._mbarrier_arrive,
+    kir.FenceMbarrierInit: _Mbarriers._fence_mbarrier_init,
+    kir.MbarrierWait: _Mbarriers._mbarrier_wait, kir.NamedBarrier: _Mbarriers._named_barrier,
+    kir.TmaLoad: _Tma._tma_load, kir.TmaStore: _Tma._tma_store,
+    kir.BulkCommit: _Tma._bulk_commit, kir.BulkWait: _Tma._bulk_wait,
+    kir.FenceProxyAsync: _Tma._fence_proxy_async,
 }
 _COMPOUND = {kir.ForLoop: _Execution._for, kir.IfThenElse: _Execution._if,
              kir.SemWait: _CrossCta._sem_wait}

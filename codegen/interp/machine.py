@@ -31,9 +31,11 @@ from codegen.interp.base import _NONE, InterpError, _const, _point
 from codegen.interp.cross_cta import _CrossCta
 from codegen.interp.execution import _Execution
 from codegen.interp.expressions import _Evaluator
+from codegen.interp.mbarriers import _Mbarriers
 from codegen.interp.race_detector import _RaceDetector
 from codegen.interp.scheduler import schedule
 from codegen.interp.tensor_cores import _TensorCores
+from codegen.interp.tma import _Tma, bind_tensor_maps
 from lowering import kir
 
 
@@ -114,6 +116,7 @@ class _Interp:
         self.fences = {}
         self._bind_args(args, workspaces)
         uniform = _Evaluator(self)
+        self.tensor_maps = bind_tensor_maps(kernel, self.globals, uniform)
         launch = kernel.launch
         if launch is None or launch.grid is None or launch.block is None:
             raise InterpError(f"kernel {kernel.name} has no launch configuration")
@@ -333,7 +336,8 @@ class _Interp:
         blk.finish()
 
 
-class _Block(_Execution, _TensorCores, _AsyncCopies, _RaceDetector, _CrossCta):
+class _Block(_Execution, _TensorCores, _Mbarriers, _Tma, _AsyncCopies, _RaceDetector,
+             _CrossCta):
     """One block of the launch: its memories and the state of every room (the statements
     it runs, and how, come from the rooms' mixins)."""
 
@@ -369,6 +373,16 @@ class _Block(_Execution, _TensorCores, _AsyncCopies, _RaceDetector, _CrossCta):
         self.retired = np.zeros(self.T, np.int64)
         self.copies = []
         self.overlap = None
+        # mbarriers (see mbarriers.py): pool byte offset -> state; named barrier id ->
+        # the threads that arrived by bar.arrive in its current phase
+        self.mbarriers = {}
+        self.named = {}
+        # TMA (see tma.py): loads queued on their mbarriers and stores not retired, in
+        # issue order; per thread the bulk groups committed / retired
+        self.tma_loads = []
+        self.bulk_stores = []
+        self.bulk_committed = np.zeros(self.T, np.int64)
+        self.bulk_retired = np.zeros(self.T, np.int64)
         # access events: (statement, iterations, buffer name); ev_sid: statement ids
         self.events = []
         self.ev_sid = np.empty(256, np.int32)

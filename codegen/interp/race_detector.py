@@ -14,7 +14,7 @@ Race detector (shared memory)
   statement), stale-read (bytes last written through a different buffer name, across
   barriers too), uninitialized-read (never written in this block), out-of-bounds (any
   memory), barrier-divergence, shuffle-divergence, warp-divergence, async-pending,
-  deadlock. Hazards are deduplicated by
+  mbarrier, deadlock. Hazards are deduplicated by
   (kind, first program point, second program point) over the whole run; each names the
   buffer, a byte range (physical pool bytes for shared memory), both program points as
   "<label>: <statement>", an example pair of threads, the loop iterations of both sides
@@ -26,8 +26,9 @@ This module holds the shared-memory checks (RAW, WAR, WAW, stale-read,
 uninitialized-read, async-pending on grains marked pending in p_tid/p_ev) and their
 reports. The other kinds are reported where they arise: out-of-bounds and barrier-,
 shuffle- and warp-divergence in execution.py (where a full Barrier also starts the next
-epoch), copies never waited for in async_copies.py, cross-cta in cross_cta.py, deadlocks
-in machine.py; all are deduplicated by _Interp.add. The shadow arrays are made in
+epoch), copies never waited for in async_copies.py and tma.py, mbarrier misuse, waits
+that never pass and named-barrier counts in mbarriers.py, cross-cta in cross_cta.py, grid
+deadlocks in machine.py; all are deduplicated by _Interp.add. The shadow arrays are made in
 _Block.__init__ (machine.py).
 """
 
@@ -35,6 +36,7 @@ import numpy as np
 
 from codegen.errors import Hazard
 from codegen.interp.base import _NONE, _point
+from lowering import kir
 
 
 class _RaceDetector:
@@ -173,17 +175,20 @@ class _RaceDetector:
             span = (int(g[sel].min()) * grain, (int(g[sel].max()) + 1) * grain)
             nthreads = len(np.unique(t[sel]))
             buffer = lay.name if fname == lay.name else f"{fname}/{lay.name}"
+            copy, retire = (("a TMA load", "no mbarrier wait has needed it")
+                            if isinstance(fstmt, kir.TmaLoad) else
+                            ("a cp.async", "no cp.async.wait_group of the issuing thread "
+                                           "has retired it"))
             what = {"RAW": "read bytes another thread wrote",
                     "WAR": "wrote bytes another thread read",
                     "WAW": "wrote bytes another thread wrote",
                     "stale-read": f"read through {lay.name} bytes last written through "
                                   f"{fname}",
-                    "async-pending": f"{access} bytes a cp.async has not landed yet "
+                    "async-pending": f"{access} bytes {copy} has not landed yet "
                                      f"(issued by thread {self.interp.coords(ftid[i])})"
                     }[kind]
-            since = {"stale-read": "", "async-pending": ": no cp.async.wait_group of the "
-                     "issuing thread has retired it (a barrier does not)"}.get(
-                         kind, " since the last barrier")
+            since = {"stale-read": "", "async-pending": f": {retire} (a barrier does "
+                     "not)"}.get(kind, " since the last barrier")
             detail = (f"{nthreads} thread(s) {what}{since}; bytes [{span[0]}, {span[1]}) "
                       f"involved")
             self.interp.add(key, lambda: Hazard(

@@ -1,0 +1,219 @@
+"""Barriers other than __syncthreads: Hopper's mbarriers and named barriers (bar.sync /
+bar.arrive id, count).
+
+  * An mbarrier (kir.hopper's state model) is element `index` of an i64 shared buffer,
+    8-byte aligned, keyed here by its pool byte offset: the phase number (phases
+    completed so far), the arrivals pending in the current phase, the init count and the
+    transaction bytes still expected (negative when TMA bytes completed before an
+    expect_tx, as PTX allows). The state is kept beside the pool, not in its bytes: an
+    mbarrier is only touched through these statements.
+  * MbarrierInit: each active thread sets the state (phase 0, count pending, no bytes);
+    threads of one statement naming one barrier must give one count. MbarrierArrive: the
+    active threads arrive one by one in thread order, each first adding its tx_bytes
+    (expect_tx); the phase completes when no arrival and no byte is pending (then the
+    arrivals reset to the count and the phase number advances). Arriving on a barrier
+    never initialised, or when no arrival is pending (the phase waits only for bytes),
+    is an "mbarrier" hazard naming buffer[index] and the phase.
+  * MbarrierWait(parity P) passes once the phase of parity P has completed: the current
+    phase's parity differs from P (a fresh barrier passes parity 1 at once, parity 0
+    after the first completion). Threads run in lockstep, so an unsatisfied wait first
+    lands the TMA loads queued on that barrier (tma.py), in issue order, until it is
+    satisfied; if it still is not, no later statement could satisfy it on the GPU
+    either (the block's threads are all here): a "deadlock" hazard naming the barrier,
+    phase, parity, pending arrivals and bytes, and execution goes on past the wait.
+    What the waits do not model: an mbarrier phase orders the TMA bytes it counted, not
+    ordinary shared accesses between threads (the race detector's epochs advance only
+    at barriers).
+  * NamedBarrier: id in 1..15, count a positive multiple of 32. The threads of bar.arrive
+    statements are remembered per id and count toward the id's next completion; a
+    bar.sync completes it when the arrived threads (bar.arrive's and its own) number
+    exactly `count`, else (too few: the waiters would hang; too many; a thread twice)
+    it is a "barrier-divergence" hazard and the barrier is reset. A bar.sync completion
+    by the whole block is a Barrier (execution._barrier: a new epoch). Lockstep approximation for a
+    completion by a subset: it starts a new epoch too (the shadow's epochs are the
+    block's), so accesses of threads outside the subset are not checked against the
+    other side of it; and arrivals that the lockstep order runs after the bar.sync (an
+    else-branch) are not counted for it.
+
+It sits below execution.py, which names these handlers in its statement tables; the
+state is made in _Block.__init__ (machine.py).
+"""
+
+import numpy as np
+
+from codegen.errors import Hazard
+from codegen.interp.base import InterpError, _point
+from fuserir.dtypes import DataType
+from fuserir.instructions import NAMED_BARRIER_IDS
+from lowering import kir
+
+_COUNT_MAX = (1 << 20) - 1      # mbarrier.init's count and expect_tx's bytes: below 2^20
+
+
+class _Mbarrier:
+    """One initialised mbarrier: its name (buffer[index]), the init count, the phase
+    number, the arrivals pending and the transaction bytes expected in the current
+    phase."""
+
+    def __init__(self, name, count):
+        self.name, self.count = name, count
+        self.phase, self.pending, self.tx = 0, count, 0
+
+    def advance(self):
+        """Complete the current phase if nothing is pending any more."""
+        if self.pending == 0 and self.tx == 0:
+            self.phase += 1
+            self.pending = self.count
+
+    def passes(self, parity):
+        return self.phase % 2 != parity
+
+    def state(self):
+        return (f"phase {self.phase} (parity {self.phase % 2}) is current with "
+                f"{self.pending} of {self.count} arrivals pending and tx-count {self.tx} "
+                f"bytes")
+
+
+class _Mbarriers:
+    """The mixin of _Block (machine.py) that runs the mbarrier statements and named
+    barriers (state: `mbarriers` by pool byte offset, `named` by barrier id)."""
+
+    def _mbarrier_refs(self, buf, index, act, what):
+        """(active threads, element indices, pool byte offsets, layout) of the mbarrier
+        each active thread names; out-of-bounds ones are reported and dropped."""
+        if buf is None or buf.memory is not kir.Memory.shared or buf.dtype is not DataType.i64:
+            raise InterpError(f"{what} needs an i64 shared mbarrier buffer, not "
+                              f"{getattr(buf, 'name', None)}{self.where()}")
+        lay = self._layout(buf)
+        idx = self._index(self.ev(index, act), len(act))
+        ok = self._check(lay.name, idx, (idx >= 0) & (idx < lay.size), act,
+                         lambda: f"outside {lay.name}[0, {lay.size})", lay)
+        if ok is not None:
+            act, idx = act[ok], idx[ok]
+        off = lay.offset + idx * 8
+        if (off % 8).any():
+            raise InterpError(f"mbarrier {lay.name} at pool byte {lay.offset} is not 8-byte "
+                              f"aligned{self.where()}")
+        return act, idx, off, lay
+
+    def _mbarrier_hazard(self, kind, lay, tid, detail):
+        s, it = self.stmt, dict(self.iters)
+        t = self.interp.coords(tid)
+        self.interp.add((kind, s.label, s.label), lambda: Hazard(
+            kind=kind, buffer=lay.name, first=_point(s), second=_point(s),
+            threads=(t, t), iterations=(it, it), block=self.bidx, detail=detail))
+
+    def _mbarrier_init(self, s, act):
+        act, idx, off, lay = self._mbarrier_refs(s.bar, s.index, act, "mbarrier.init")
+        count = self._index(self.ev(s.count, act), len(act))
+        bad = (count < 1) | (count > _COUNT_MAX)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InterpError(f"mbarrier.init count {int(count[i])} of thread "
+                              f"{self.interp.coords(act[i])} is not in 1..{_COUNT_MAX}"
+                              f"{self.where()}")
+        for o in np.unique(off).tolist():
+            on = off == o
+            counts = np.unique(count[on])
+            name = f"{lay.name}[{int(idx[on][0])}]"
+            if len(counts) > 1:
+                raise InterpError(f"threads initialise mbarrier {name} with different "
+                                  f"counts {counts.tolist()}{self.where()}")
+            self.mbarriers[o] = _Mbarrier(name, int(counts[0]))
+
+    def _fence_mbarrier_init(self, s, act):
+        """No effect here: the state an init sets is visible at once (the async proxy's
+        ordering is not modelled)."""
+
+    def _mbarrier_arrive(self, s, act):
+        act, idx, off, lay = self._mbarrier_refs(s.bar, s.index, act, "mbarrier.arrive")
+        tx = None
+        if s.tx_bytes is not None:
+            tx = self._index(self.ev(s.tx_bytes, act), len(act))
+            bad = (tx < 0) | (tx > _COUNT_MAX)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise InterpError(f"mbarrier.arrive.expect_tx of {int(tx[i])} bytes by "
+                                  f"thread {self.interp.coords(act[i])} is not in "
+                                  f"0..{_COUNT_MAX}{self.where()}")
+        for i, (t, o) in enumerate(zip(act.tolist(), off.tolist())):
+            bar = self.mbarriers.get(o)
+            if bar is None:
+                self._mbarrier_hazard("mbarrier", lay, t, (
+                    f"thread {self.interp.coords(t)} arrives on {lay.name}[{int(idx[i])}], "
+                    f"which no mbarrier.init has initialised"))
+                continue
+            if tx is not None:
+                bar.tx += int(tx[i])
+            if bar.pending == 0:
+                self._mbarrier_hazard("mbarrier", lay, t, (
+                    f"thread {self.interp.coords(t)} arrives on {bar.name} in phase "
+                    f"{bar.phase} when no arrival is pending (more arrivals than its count "
+                    f"{bar.count}; the phase waits for {bar.tx} transaction bytes)"))
+                continue
+            bar.pending -= 1
+            bar.advance()
+
+    def _complete_tx(self, off, nbytes):
+        """A TMA load on the mbarrier at pool byte `off` landed `nbytes` bytes."""
+        bar = self.mbarriers.get(off)
+        if bar is not None:
+            bar.tx -= nbytes
+            bar.advance()
+
+    def _mbarrier_wait(self, s, act):
+        act, idx, off, lay = self._mbarrier_refs(s.bar, s.index, act, "mbarrier.wait")
+        parity = self._index(self.ev(s.parity, act), len(act))
+        if ((parity != 0) & (parity != 1)).any():
+            i = int(np.flatnonzero((parity != 0) & (parity != 1))[0])
+            raise InterpError(f"mbarrier.wait parity {int(parity[i])} of thread "
+                              f"{self.interp.coords(act[i])} is not 0 or 1{self.where()}")
+        for o, p in sorted(set(zip(off.tolist(), parity.tolist()))):
+            on = np.flatnonzero((off == o) & (parity == p))
+            t = int(act[on[0]])
+            bar = self.mbarriers.get(o)
+            if bar is None:
+                self._mbarrier_hazard("mbarrier", lay, t, (
+                    f"{len(on)} thread(s) wait on {lay.name}[{int(idx[on[0]])}], which no "
+                    f"mbarrier.init has initialised"))
+                continue
+            if not bar.passes(p):
+                self._land_loads(o, lambda: bar.passes(p))
+            if not bar.passes(p):
+                self._mbarrier_hazard("deadlock", lay, t, (
+                    f"{len(on)} thread(s) wait forever on {bar.name} for parity {p}: "
+                    f"{bar.state()}, and no pending TMA load completes it"))
+
+    def _named_barrier(self, s, act):
+        if s.id not in NAMED_BARRIER_IDS:
+            raise InterpError(f"named barrier id {s.id} is not in "
+                              f"{NAMED_BARRIER_IDS.start}..{NAMED_BARRIER_IDS.stop - 1} (0 "
+                              f"is __syncthreads'){self.where()}")
+        if s.count <= 0 or s.count % 32:
+            raise InterpError(f"named barrier {s.id}: thread count {s.count} is not a "
+                              f"positive multiple of 32{self.where()}")
+        before = self.named.pop(s.id, np.zeros(0, np.int64))
+        arrived = np.concatenate([before, act])
+        twice = np.intersect1d(before, act)
+        if s.arrive_only and len(arrived) < s.count and not len(twice):
+            self.named[s.id] = arrived
+            return
+        if len(arrived) == s.count and not len(twice):
+            if s.arrive_only:              # completed with no thread waiting: no order
+                return
+            if len(arrived) == self.T:
+                self._barrier(s, self.all)
+            else:
+                self.epoch += 1
+            return
+        cause = self.divergent[-1] if self.divergent else s
+        it = dict(self.iters)
+        t = self.interp.coords(act[0])
+        why = (f"thread {self.interp.coords(twice[0])} arrives twice" if len(twice) else
+               f"{len(arrived)} thread(s) arrive ({len(before)} by bar.arrive before it)")
+        self.interp.add(("barrier-divergence", cause.label, s.label), lambda: Hazard(
+            kind="barrier-divergence", buffer=f"named barrier {s.id}", first=_point(cause),
+            second=_point(s), threads=(t, t), iterations=(it, it), block=self.bidx,
+            detail=f"barrier {s.id} expects {s.count} threads but {why}: on the GPU it "
+                   f"never completes or completes with the wrong threads (the "
+                   f"interpreter resets it)"))

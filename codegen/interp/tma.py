@@ -1,0 +1,286 @@
+"""TMA: tensor maps, TmaLoad onto mbarriers, TmaStore in bulk groups, the proxy fence.
+
+  * Tensor maps (bind_tensor_maps, called by _Interp once the arguments are bound): each
+    kernel.tensor_maps entry's sizes and strides are evaluated (uniform) and checked
+    against cuTensorMapEncodeTiled's rules (fuserir.instructions' TMA_* limits): rank =
+    len(box) = len(sizes) = len(strides) + 1 in TMA_RANKS, box extents 1..256, sizes
+    positive, strides * itemsize positive multiples of 16 below 2^40, box[0] * itemsize a
+    multiple of 16 and, swizzled, exactly the swizzle's span; the tensor is a kernel
+    tensor parameter. TMA coordinates (x0, x1, ...) name tensor element offset x0 + x1 *
+    strides[0] + x2 * strides[1] ..., inside iff 0 <= x_d < sizes[d] for every d.
+  * A box in shared memory (kir.hopper's header): box element e (box order, dimension 0
+    fastest) at logical pool byte start + e * itemsize, physical byte swizzle(logical,
+    mode) (fuserir.instructions.swizzle). The start is 128-byte aligned (a swizzled box:
+    8 spans) and the box's bytes lie inside the buffer; a swizzle keeps them there.
+  * TmaLoad, per active thread: the source is read at issue through the global access
+    path (the cross-CTA checker sees it), elements outside the tensor are zeros; the
+    destination is checked like a write and marked pending (p_tid/p_ev, as cp.async's,
+    so any access to it before it lands is an "async-pending" report) and the copy is
+    queued on its mbarrier. It lands when an mbarrier wait needs it (mbarriers.py) or at
+    the end of the block (reported: never waited for): the bytes are written, the marks
+    cleared, and the shadow records the issuing thread's write as ordered before the
+    current epoch for every thread (the wait makes it visible, not a barrier; the
+    lockstep order gives every thread the same wait); then the barrier's transaction
+    bytes drop by the box's bytes.
+  * TmaStore, per active thread: joins the thread's open bulk group (bulk_committed
+    counts its commits, as cp.async's groups). Both BulkWait forms retire every group
+    older than committed - n, in issue order: the store reads its shared source then
+    (physical offsets; _shared_read, attributed to the issuing thread and the store) and
+    writes the elements inside the tensor through the global write path. So a source
+    overwritten before its wait_group.read shows in the output (the write is not
+    reported as a hazard). Stores no wait retires are reported at the end of the block
+    and retire then. A wait_group.read also completes the global writes (the GPU may
+    still be writing).
+  * FenceProxyAsync: no effect here (the generic/async proxy ordering is not modelled).
+
+It sits beside async_copies.py (its pending marks are the same); execution.py names the
+handlers in its statement tables, machine.py binds the maps and makes the queues.
+"""
+
+import numpy as np
+
+from codegen.errors import Hazard
+from codegen.interp.base import _NONE, InterpError, _point
+from fuserir.instructions import (SWIZZLE_BYTES, TMA_BOX_MAX, TMA_RANKS, TMA_SMEM_ALIGN,
+                                  TMA_STRIDE_ALIGN, TMA_STRIDE_LIMIT, swizzle)
+from lowering import kir
+
+
+class _BoundMap:
+    """A tensor map with its launch values: the global argument, sizes and strides
+    (ints), and the box's element coordinates (per dimension, box order)."""
+
+    def __init__(self, m, g, sizes, strides):
+        self.map, self.g, self.sizes, self.strides = m, g, sizes, strides
+        self.item = g.dtype.itemsize
+        self.box_bytes = m.box_bytes
+        grid = np.indices(tuple(reversed(m.box))).reshape(m.rank, -1)
+        self.grid = grid[::-1].astype(np.int64)
+
+    def elements(self, coords):
+        """(tensor element offsets, inside mask) of the box at `coords`, box order."""
+        x = [c + b for c, b in zip(coords, self.grid)]
+        inside = np.logical_and.reduce([(xd >= 0) & (xd < n)
+                                        for xd, n in zip(x, self.sizes)])
+        return x[0] + sum(xd * s for xd, s in zip(x[1:], self.strides)), inside
+
+    def physical(self, start, elements):
+        """The physical pool bytes of box elements `elements` of a box at `start`
+        ([elements, itemsize])."""
+        logical = start + elements[:, None] * self.item + np.arange(self.item)
+        return swizzle(logical, self.map.swizzle)
+
+
+def bind_tensor_maps(kernel, globals_, uniform):
+    """{TensorMap: _BoundMap} of the kernel's maps, checked (InterpError names the map)."""
+    bound = {}
+    params = {p.buffer for p in kernel.tensor_params}
+    for m in kernel.tensor_maps:
+        def bad(why):
+            return InterpError(f"kernel {kernel.name}: tensor map {m.name} {why}")
+        if m.tensor.buffer not in params:
+            raise bad(f"is over {m.tensor.buffer.name}, which is not a tensor parameter")
+        if m.swizzle not in SWIZZLE_BYTES:
+            raise bad(f"has swizzle {m.swizzle!r} (one of {sorted(SWIZZLE_BYTES)})")
+        if m.rank not in TMA_RANKS or len(m.sizes) != m.rank or len(m.strides) != m.rank - 1:
+            raise bad(f"has a box of rank {m.rank}, {len(m.sizes)} sizes and "
+                      f"{len(m.strides)} strides (rank 1..5, sizes = rank, strides = "
+                      f"rank - 1)")
+        if not all(1 <= b <= TMA_BOX_MAX for b in m.box):
+            raise bad(f"has box {tuple(m.box)}: extents must be 1..{TMA_BOX_MAX}")
+        g = globals_[m.tensor.buffer]
+        item = g.dtype.itemsize
+        sizes = [int(uniform.uniform(e, f"size {d} of tensor map {m.name}"))
+                 for d, e in enumerate(m.sizes)]
+        strides = [int(uniform.uniform(e, f"stride {d + 1} of tensor map {m.name}"))
+                   for d, e in enumerate(m.strides)]
+        if any(n < 1 for n in sizes):
+            raise bad(f"has sizes {sizes}: each must be positive")
+        for d, s in enumerate(strides):
+            nbytes = s * item
+            if nbytes <= 0 or nbytes % TMA_STRIDE_ALIGN or nbytes >= TMA_STRIDE_LIMIT:
+                raise bad(f"has stride {s} elements ({nbytes} bytes) in dimension {d + 1}: "
+                          f"a positive multiple of {TMA_STRIDE_ALIGN} bytes below 2^40")
+        row = m.box[0] * item
+        span = SWIZZLE_BYTES[m.swizzle]
+        if row % 16 or (m.swizzle != "none" and row != span):
+            need = "a multiple of 16" if m.swizzle == "none" else f"exactly {span}"
+            raise bad(f"has a box row of {m.box[0]} x {item} = {row} bytes: with swizzle "
+                      f"{m.swizzle} it must be {need}")
+        bound[m] = _BoundMap(m, g, sizes, strides)
+    return bound
+
+
+class _TmaCopy:
+    """A TMA load or store issued by one thread: its statement and loop iterations, the
+    map, the shared layout and start byte, the coordinates, and (a load) the access
+    event, destination elements, physical bytes, data and mbarrier byte offset, or (a
+    store) its bulk group number."""
+
+    def __init__(self, stmt, iters, bmap, tid, lay, start, coords, **more):
+        self.stmt, self.iters, self.bmap, self.tid = stmt, iters, bmap, tid
+        self.lay, self.start, self.coords = lay, start, coords
+        self.__dict__.update(more)
+
+
+class _Tma:
+    """The mixin of _Block (machine.py) that runs TmaLoad, TmaStore, BulkCommit, BulkWait
+    and FenceProxyAsync (state: `tma_loads`, `bulk_stores`, `bulk_committed`,
+    `bulk_retired`); `finish` lands and retires what is left, then the rooms after it
+    finish."""
+
+    def _box_sites(self, s, buf, index, act, what):
+        """(bound map, layout, active threads, start bytes, coordinates [threads, rank])
+        of a TMA statement; out-of-bounds boxes are reported and dropped."""
+        bmap = self.interp.tensor_maps.get(s.map)
+        if bmap is None:
+            raise InterpError(f"{what}: tensor map {getattr(s.map, 'name', None)} is not "
+                              f"one of the kernel's{self.where()}")
+        m = s.map
+        if len(s.coords) != m.rank:
+            raise InterpError(f"{what} of rank-{m.rank} map {m.name} gives "
+                              f"{len(s.coords)} coordinate(s){self.where()}")
+        if buf is None or buf.memory is not kir.Memory.shared:
+            raise InterpError(f"{what} needs a shared buffer, not "
+                              f"{getattr(buf, 'name', None)}{self.where()}")
+        lay = self._layout(buf)
+        n = len(act)
+        idx = self._index(self.ev(index, act), n)
+        start = lay.offset + idx * lay.itemsize
+        align = TMA_SMEM_ALIGN if m.swizzle == "none" else 8 * SWIZZLE_BYTES[m.swizzle]
+        mis = start % align != 0
+        if mis.any():
+            i = int(np.flatnonzero(mis)[0])
+            raise InterpError(f"{what}: {lay.name}[{int(idx[i])}] (pool byte "
+                              f"{int(start[i])}) of thread {self.interp.coords(act[i])} is "
+                              f"not {align}-byte aligned (map {m.name}, swizzle "
+                              f"{m.swizzle}){self.where()}")
+        end = lay.offset + lay.size * lay.itemsize
+        ok = self._check(lay.name, idx, (idx >= 0) & (start + m.box_bytes <= end), act,
+                         lambda: f"the start of a {m.box_bytes}-byte box that does not fit "
+                                 f"in {lay.name}[0, {lay.size})", lay)
+        coords = np.stack([self._index(self.ev(c, act), n) for c in s.coords], axis=1)
+        if ok is not None:
+            act, start, coords = act[ok], start[ok], coords[ok]
+        return bmap, lay, act, start, coords
+
+    def _tma_load(self, s, act):
+        bact, bidx, boff, blay = self._mbarrier_refs(s.bar, s.bar_index, act, "TMA load")
+        bars = dict(zip(bact.tolist(), zip(boff.tolist(), bidx.tolist())))
+        bmap, lay, act, start, coords = self._box_sites(s, s.dst, s.dst_index, act,
+                                                        "TMA load")
+        g = bmap.g
+        ne = bmap.box_bytes // lay.itemsize
+        for t, st, xs in zip(act.tolist(), start.tolist(), coords.tolist()):
+            if t not in bars:           # its mbarrier is out of bounds: reported
+                continue
+            o, bi = bars[t]
+            if o not in self.mbarriers:
+                self._mbarrier_hazard("mbarrier", blay, t, (
+                    f"thread {self.interp.coords(t)} issues a TMA load completing on "
+                    f"{blay.name}[{bi}], which no mbarrier.init has initialised"))
+            off, inside = bmap.elements(xs)
+            vals = np.zeros(len(off), g.dtype)
+            sel = np.flatnonzero(inside)
+            pos, okp = g.positions(off[sel])
+            tids = np.full(len(sel), t, np.int64)
+            okc = self._check(g.name, off[sel], okp, tids, lambda: self._global_oob(g))
+            if okc is not None:
+                sel, pos, tids = sel[okc], pos[okc], tids[okc]
+            self._global_access(g, tids, pos)
+            vals[sel] = g.flat[pos]
+            idx = (st - lay.offset) // lay.itemsize + np.arange(ne)
+            ev = self._shared_write(lay, np.full(ne, t, np.int64), idx, pending=True)
+            phys = bmap.physical(st, np.arange(len(off))).ravel()
+            self.tma_loads.append(_TmaCopy(
+                s, self.iters, bmap, t, lay, st, xs, ev=ev, idx=idx, phys=phys,
+                data=vals.view(np.uint8).ravel(), bar=o))
+
+    def _land_loads(self, bar=None, done=None):
+        """Land the queued loads on the mbarrier at pool byte `bar` in issue order until
+        done() (every queued load when bar is None)."""
+        keep = []
+        for cp in self.tma_loads:
+            if bar is not None and (cp.bar != bar or done()):
+                keep.append(cp)
+                continue
+            self.pool[cp.phys] = cp.data
+            tid = np.full(len(cp.idx), cp.tid, np.int64)
+            g, t = self._grains(cp.lay, tid, cp.idx)
+            mine = g[(self.p_ev[g] == cp.ev) & (self.p_tid[g] == t)]
+            self.p_tid[mine] = _NONE
+            self.p_ev[mine] = _NONE
+            self.w_tid[g] = t
+            self.w_ev[g] = cp.ev
+            self.w_epoch[g] = self.epoch - 1         # ordered before every thread's now
+            self.w_buf[g] = cp.lay.bufid
+            self._complete_tx(cp.bar, cp.bmap.box_bytes)
+        self.tma_loads = keep
+
+    def _tma_store(self, s, act):
+        bmap, lay, act, start, coords = self._box_sites(s, s.src, s.src_index, act,
+                                                        "TMA store")
+        for t, st, xs in zip(act.tolist(), start.tolist(), coords.tolist()):
+            self.bulk_stores.append(_TmaCopy(s, self.iters, bmap, t, lay, st, xs,
+                                             gid=int(self.bulk_committed[t])))
+
+    def _bulk_commit(self, s, act):
+        self.bulk_committed[act] += 1
+
+    def _bulk_wait(self, s, act):
+        self.bulk_retired[act] = np.maximum(self.bulk_retired[act],
+                                            self.bulk_committed[act] - int(s.n))
+        self._retire_stores()
+
+    def _retire_stores(self, end=False):
+        """Retire the stores whose bulk group their thread's waits have retired (all of
+        them at the end of the block), in issue order: read the shared box, write the
+        elements inside the tensor."""
+        keep = []
+        saved = self.stmt, self.iters
+        for cp in self.bulk_stores:
+            if not end and cp.gid >= self.bulk_retired[cp.tid]:
+                keep.append(cp)
+                continue
+            self.stmt, self.iters = cp.stmt, cp.iters    # the accesses are the store's
+            bmap, lay, g = cp.bmap, cp.lay, cp.bmap.g
+            off, inside = bmap.elements(cp.coords)
+            sel = np.flatnonzero(inside)
+            phys = bmap.physical(cp.start, sel).ravel()
+            idx = np.unique((phys - lay.offset) // lay.itemsize)
+            self._shared_read(lay, np.full(len(idx), cp.tid, np.int64), idx)
+            vals = self.pool[phys].view(g.dtype)
+            pos, ok = g.positions(off[sel])
+            tids = np.full(len(sel), cp.tid, np.int64)
+            ok = self._check(g.name, off[sel], ok, tids, lambda: self._global_oob(g))
+            if ok is not None:
+                tids, pos, vals = tids[ok], pos[ok], vals[ok]
+            self._global_access(g, tids, pos, write=True)
+            g.flat[pos] = vals
+        self.stmt, self.iters = saved
+        self.bulk_stores = keep
+
+    def _fence_proxy_async(self, s, act):
+        """No effect here: the generic and async proxies are one memory in the
+        interpreter (their ordering is not modelled)."""
+
+    def finish(self):
+        """The end of the block: loads no wait needed and stores no wait retired are
+        reported, then land and retire; then the other rooms finish."""
+        for what, copies in (("load", self.tma_loads), ("store", self.bulk_stores)):
+            for cp in copies:
+                lay = cp.lay
+                why = ("no mbarrier wait needed it" if what == "load" else
+                       "no cp.async.bulk.wait_group retired its bulk group")
+                self.interp.add(("async-pending", cp.stmt.label, "end"), lambda: Hazard(
+                    kind="async-pending", buffer=lay.name, first=_point(cp.stmt),
+                    second="end of the block", byte_range=(cp.start,
+                                                           cp.start + cp.bmap.box_bytes),
+                    threads=(self.interp.coords(cp.tid), self.interp.coords(cp.tid)),
+                    iterations=(dict(cp.iters), {}), block=self.bidx,
+                    detail=f"TMA {what} never waited for: {why}; it "
+                           f"{'lands' if what == 'load' else 'retires'} at the end of "
+                           f"the block"))
+        self._land_loads()
+        self._retire_stores(end=True)
+        super().finish()
