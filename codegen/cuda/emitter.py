@@ -248,12 +248,17 @@ class _Emitter(ExpressionEmitter):
             self.stmts(s.else_body, depth + 1)
         self.emit(depth, "}")
 
-    def s_Barrier(self, s, depth):
-        sid = s.sync_id or "barrier"
+    def emit_synchronizing(self, depth, s, text, kind):
+        """A barrier, wait or fence: its reasons a line each above it (named by its
+        sync_id, else `kind`), its sync_id after its label."""
+        sid = s.sync_id or kind
         for reason in s.reasons:
             self.emit(depth, f"// {sid}: {_comment_safe(str(reason))}")
         tag = f"{s.label} {s.sync_id}" if s.sync_id else s.label
-        self.emit(depth, "__syncthreads();", tag)
+        self.emit(depth, text, tag)
+
+    def s_Barrier(self, s, depth):
+        self.emit_synchronizing(depth, s, "__syncthreads();", "barrier")
 
     def s_Comment(self, s, depth):
         lines = str(s.text).splitlines() or [""]
@@ -298,6 +303,17 @@ class _Emitter(ExpressionEmitter):
         one = f"{k}LL" if index.dtype is DataType.i64 else f"{k}"
         return f"{name}[{self.expr(index)} + {one}]"
 
+    def packed_registers(self, buffer, index, count, role):
+        """The 32-bit registers (C text) of the `count` 16-bit fragment elements index ..
+        index + count - 1, two to a register, low half first."""
+        self.need("b16_pack")
+        regs = []
+        for i in range(count // 2):
+            lo = self.fragment(buffer, index, 2 * i, count, role)
+            hi = self.fragment(buffer, index, 2 * i + 1, count, role)
+            regs.append(f"pack_b16({lo}.x, {hi}.x)")
+        return regs
+
     def s_LdMatrix(self, s, depth):
         if s.num not in (1, 2, 4) or isinstance(s.num, bool):
             raise self.error(f"ldmatrix takes 1, 2 or 4 matrices, got {s.num!r}")
@@ -337,18 +353,8 @@ class _Emitter(ExpressionEmitter):
             if b.dtype is not dtype:
                 raise self.error(f"mma {role} fragment {b.name} is {b.dtype}, the "
                                  f"instruction takes {dtype}")
-        self.need("b16_pack")
-
-        def packed(buf, index, count, role):
-            regs = []
-            for i in range(count // 2):
-                lo = self.fragment(buf, index, 2 * i, count, role)
-                hi = self.fragment(buf, index, 2 * i + 1, count, role)
-                regs.append(f"pack_b16({lo}.x, {hi}.x)")
-            return regs
-
-        a = packed(s.a, s.a_index, 8, "mma A")
-        b = packed(s.b, s.b_index, 4, "mma B")
+        a = self.packed_registers(s.a, s.a_index, 8, "mma A")
+        b = self.packed_registers(s.b, s.b_index, 4, "mma B")
         c = [self.fragment(s.c, s.c_index, i, 4, "mma C") for i in range(4)]
         d = [self.fragment(s.d, s.d_index, i, 4, "mma D") for i in range(4)]
         self.emit_lines(depth, ptx.mma_sync(s.dtype.value, d, a, b, c), self.describe(s))
@@ -400,11 +406,7 @@ class _Emitter(ExpressionEmitter):
         n = s.n
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise self.error(f"cp.async.wait_group takes a non-negative int, got {n!r}")
-        sid = s.sync_id or "wait"
-        for reason in s.reasons:
-            self.emit(depth, f"// {sid}: {_comment_safe(str(reason))}")
-        tag = f"{s.label} {s.sync_id}" if s.sync_id else s.label
-        self.emit(depth, ptx.cp_async_wait(n), tag)
+        self.emit_synchronizing(depth, s, ptx.cp_async_wait(n), "wait")
 
     # -- grid synchronization (fences and semaphores) -----------------------------------
     def s_Fence(self, s, depth):
