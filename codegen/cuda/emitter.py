@@ -9,6 +9,8 @@ The ABI, shared with the launcher (codegen.launch) and the interpreter:
         one pointer per TensorParam, in kernel.tensor_params order
             (`const T* __restrict__` for inputs, `T*` for outputs),
         every stride Var of every TensorParam, tensor by tensor, axis by axis (elements),
+        one `const __grid_constant__ TensorMap` per kir.TensorMap, in kernel.tensor_maps
+            order (CUtensorMap's 128 bytes, 64-byte aligned, encoded at launch),
         one pointer per Workspace, in kernel.workspaces order (`T*`),
         every ScalarParam var, in kernel.scalar_params order)
 
@@ -16,7 +18,8 @@ strides and scalars in the kernel's index dtype (i32 = int, i64 = long long); th
 names (tensors, sizes, scalars, the fusion's) are mangled (x -> x_, N -> N_s, f ->
 f_kernel: see mangle), generated ones kept (i0, x_stride0). Shared
 buffers live in one dynamic pool, `extern __shared__ unsigned char smem[]`, each at its
-byte_offset, so the launch passes shared_bytes(kernel, scalars) as dynamic shared memory.
+byte_offset, so the launch passes shared_bytes(kernel, scalars) as dynamic shared memory;
+the pool is 1024-byte aligned where a TMA or wgmma statement swizzles by pool offset.
 
 Vector copies (a Store of width w > 1 whose value is a Load of width w, 4, 8 or 16 bytes)
 are one load and one store of an aligned word type (`unsigned int`, u32x2, u32x4) through
@@ -24,7 +27,8 @@ reinterpret_cast: lowering proved both sides contiguous and aligned, the executa
 checks the global arrays' strides and alignment before the launch.
 
 Tensor cores, asynchronous copies and grid synchronization are inline PTX, spelled in
-codegen.cuda.ptx. The emitter checks what it can see (memories, dtypes, sizes, .cg only
+codegen.cuda.ptx; the sm_90 statements' rules are codegen.cuda.hopper's (a mixin),
+spelled in codegen.cuda.ptx_sm90. The emitter checks what it can see (memories, dtypes, sizes, .cg only
 for 16 bytes, constant alignment and fragment bounds); contiguity and alignment of a copy's
 global source are the lowering's to guarantee. Semaphore buffers must be global i32;
 index and value are integers (the value is cast to i32).
@@ -34,6 +38,7 @@ from fuserir.dtypes import DataType
 from lowering import kir
 
 from . import ptx
+from .hopper import HopperEmitter
 from .expressions import ExpressionEmitter, _bare, _where
 from .names import _HALF, _IDENT, _INT, _RESERVED, _VECTOR_WORDS, C_TYPES, entry_point
 from .preamble import _preamble
@@ -44,9 +49,9 @@ def emit_cuda(kernel):
     return _Emitter(kernel).run()
 
 
-class _Emitter(ExpressionEmitter):
+class _Emitter(HopperEmitter, ExpressionEmitter):
     """One kernel's CUDA text: its frame (run, signature) and a rule s_<Stmt> per kind of
-    kernel IR statement."""
+    kernel IR statement (the sm_90 ones HopperEmitter's)."""
 
     # -- driver --------------------------------------------------------------------------
     def run(self):
@@ -62,9 +67,7 @@ class _Emitter(ExpressionEmitter):
         body = []
         if any(isinstance(s, kir.Allocate) and s.buffer.memory is kir.Memory.shared
                for s in kir.walk(k.body)):
-            body.append("  // Shared buffers: one dynamic pool; each buffer sits at its "
-                        "byte offset (buffers that overlap alias).")
-            body.append("  extern __shared__ __align__(16) unsigned char smem[];")
+            body += self.pool_declaration()
         self.lines = body
         self.stmts(k.body, 1)
         self.stmt = None
@@ -98,6 +101,7 @@ class _Emitter(ExpressionEmitter):
                 self.check_index_var(s, f"stride {axis} of {p.buffer.name}")
                 params.append((f"{ctype} {self.ident(s)}",
                                f"stride of {p.buffer.name} axis {axis} (elements)"))
+        params += self.tensor_map_params()
         for w in k.workspaces:
             b = w.buffer
             if not isinstance(w, kir.Workspace) or not isinstance(b, kir.Buffer):
