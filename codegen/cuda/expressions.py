@@ -92,7 +92,7 @@ class ExpressionEmitter:
             if p.var.user:
                 self.ident(p.var)
         for m in k.tensor_maps:
-            if m.user:
+            if isinstance(m, kir.TensorMap) and m.user:     # the signature checks the rest
                 self.ident(m)
 
     def error(self, message):
