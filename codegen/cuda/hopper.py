@@ -107,6 +107,7 @@ class HopperEmitter:
         return f"smem_addr(&{self.subscript(buffer, index)})"
 
     def check_dtype(self, buffer, dtype, role):
+        """The operand `buffer` holds `dtype`, the instruction's."""
         if buffer.dtype is not dtype:
             raise self.error(f"{role} {buffer.name} is {buffer.dtype}, the instruction "
                              f"takes {dtype}")
@@ -182,11 +183,11 @@ class HopperEmitter:
         self.emit(depth, ptx_sm90.wgmma_commit(), s.label)
 
     def s_WgmmaWait(self, s, depth):
-        self.emit_synchronizing(depth, s, ptx_sm90.wgmma_wait(self.group_count(s.n,
-                                                                               "wgmma")),
-                                "wait")
+        n = self.group_count(s.n, "wgmma")
+        self.emit_synchronizing(depth, s, ptx_sm90.wgmma_wait(n), "wait")
 
     def group_count(self, n, what):
+        """A wait's group count n, checked (a non-negative int)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise self.error(f"{what} wait_group takes a non-negative int, got {n!r}")
         return n
