@@ -5,9 +5,11 @@ what the kernel uses (type names, 16-bit float structs converted with inline PTX
 math helpers), then the kernel as `extern "C" __global__`.
 
     emitter.py      emit_cuda; the ABI, the signature and one rule per statement
+    hopper.py       the rules of the sm_90 statements (kir.hopper), a mixin of the emitter
     expressions.py  the emitter's state, C identifiers, one rule per expression
     preamble.py     the snippets a kernel's preamble is made of, by what it uses
     ptx.py          the inline-asm spellings (instructions from fuserir.instructions)
+    ptx_sm90.py     the same for the sm_90 statements, and their preamble helpers
     names.py        C type names, reserved identifiers, mangle, entry_point
     literals.py     the C literals of constants
 

@@ -9,6 +9,8 @@ The ABI, shared with the launcher (codegen.launch) and the interpreter:
         one pointer per TensorParam, in kernel.tensor_params order
             (`const T* __restrict__` for inputs, `T*` for outputs),
         every stride Var of every TensorParam, tensor by tensor, axis by axis (elements),
+        one `const __grid_constant__ TensorMap` per kir.TensorMap, in kernel.tensor_maps
+            order (CUtensorMap's 128 bytes, 64-byte aligned, encoded at launch),
         one pointer per Workspace, in kernel.workspaces order (`T*`),
         every ScalarParam var, in kernel.scalar_params order)
 
@@ -16,7 +18,8 @@ strides and scalars in the kernel's index dtype (i32 = int, i64 = long long); th
 names (tensors, sizes, scalars, the fusion's) are mangled (x -> x_, N -> N_s, f ->
 f_kernel: see mangle), generated ones kept (i0, x_stride0). Shared
 buffers live in one dynamic pool, `extern __shared__ unsigned char smem[]`, each at its
-byte_offset, so the launch passes shared_bytes(kernel, scalars) as dynamic shared memory.
+byte_offset, so the launch passes shared_bytes(kernel, scalars) as dynamic shared memory;
+the pool is 1024-byte aligned where a TMA or wgmma statement swizzles by pool offset.
 
 Vector copies (a Store of width w > 1 whose value is a Load of width w, 4, 8 or 16 bytes)
 are one load and one store of an aligned word type (`unsigned int`, u32x2, u32x4) through
@@ -24,9 +27,10 @@ reinterpret_cast: lowering proved both sides contiguous and aligned, the executa
 checks the global arrays' strides and alignment before the launch.
 
 Tensor cores, asynchronous copies and grid synchronization are inline PTX, spelled in
-codegen.cuda.ptx. The emitter checks what it can see (memories, dtypes, sizes, .cg only
-for 16 bytes, constant alignment and fragment bounds); contiguity and alignment of a copy's
-global source are the lowering's to guarantee. Semaphore buffers must be global i32;
+codegen.cuda.ptx; the sm_90 statements' rules are codegen.cuda.hopper's (a mixin),
+spelled in codegen.cuda.ptx_sm90. The emitter checks what it can see (memories, dtypes,
+sizes, .cg only for 16 bytes, constant alignment and fragment bounds); contiguity and
+alignment of a copy's global source are the lowering's to guarantee. Semaphore buffers must be global i32;
 index and value are integers (the value is cast to i32).
 """
 
@@ -34,6 +38,7 @@ from fuserir.dtypes import DataType
 from lowering import kir
 
 from . import ptx
+from .hopper import HopperEmitter
 from .expressions import ExpressionEmitter, _bare, _where
 from .names import _HALF, _IDENT, _INT, _RESERVED, _VECTOR_WORDS, C_TYPES, entry_point
 from .preamble import _preamble
@@ -44,9 +49,9 @@ def emit_cuda(kernel):
     return _Emitter(kernel).run()
 
 
-class _Emitter(ExpressionEmitter):
+class _Emitter(HopperEmitter, ExpressionEmitter):
     """One kernel's CUDA text: its frame (run, signature) and a rule s_<Stmt> per kind of
-    kernel IR statement."""
+    kernel IR statement (the sm_90 ones HopperEmitter's)."""
 
     # -- driver --------------------------------------------------------------------------
     def run(self):
@@ -62,9 +67,7 @@ class _Emitter(ExpressionEmitter):
         body = []
         if any(isinstance(s, kir.Allocate) and s.buffer.memory is kir.Memory.shared
                for s in kir.walk(k.body)):
-            body.append("  // Shared buffers: one dynamic pool; each buffer sits at its "
-                        "byte offset (buffers that overlap alias).")
-            body.append("  extern __shared__ __align__(16) unsigned char smem[];")
+            body += self.pool_declaration()
         self.lines = body
         self.stmts(k.body, 1)
         self.stmt = None
@@ -98,6 +101,7 @@ class _Emitter(ExpressionEmitter):
                 self.check_index_var(s, f"stride {axis} of {p.buffer.name}")
                 params.append((f"{ctype} {self.ident(s)}",
                                f"stride of {p.buffer.name} axis {axis} (elements)"))
+        params += self.tensor_map_params()
         for w in k.workspaces:
             b = w.buffer
             if not isinstance(w, kir.Workspace) or not isinstance(b, kir.Buffer):
@@ -248,12 +252,17 @@ class _Emitter(ExpressionEmitter):
             self.stmts(s.else_body, depth + 1)
         self.emit(depth, "}")
 
-    def s_Barrier(self, s, depth):
-        sid = s.sync_id or "barrier"
+    def emit_synchronizing(self, depth, s, text, kind):
+        """A barrier, wait or fence: its reasons a line each above it (named by its
+        sync_id, else `kind`), its sync_id after its label."""
+        sid = s.sync_id or kind
         for reason in s.reasons:
             self.emit(depth, f"// {sid}: {_comment_safe(str(reason))}")
         tag = f"{s.label} {s.sync_id}" if s.sync_id else s.label
-        self.emit(depth, "__syncthreads();", tag)
+        self.emit(depth, text, tag)
+
+    def s_Barrier(self, s, depth):
+        self.emit_synchronizing(depth, s, "__syncthreads();", "barrier")
 
     def s_Comment(self, s, depth):
         lines = str(s.text).splitlines() or [""]
@@ -298,6 +307,17 @@ class _Emitter(ExpressionEmitter):
         one = f"{k}LL" if index.dtype is DataType.i64 else f"{k}"
         return f"{name}[{self.expr(index)} + {one}]"
 
+    def packed_registers(self, buffer, index, count, role):
+        """The 32-bit registers (C text) of the `count` 16-bit fragment elements index ..
+        index + count - 1, two to a register, low half first."""
+        self.need("b16_pack")
+        regs = []
+        for i in range(count // 2):
+            lo = self.fragment(buffer, index, 2 * i, count, role)
+            hi = self.fragment(buffer, index, 2 * i + 1, count, role)
+            regs.append(f"pack_b16({lo}.x, {hi}.x)")
+        return regs
+
     def s_LdMatrix(self, s, depth):
         if s.num not in (1, 2, 4) or isinstance(s.num, bool):
             raise self.error(f"ldmatrix takes 1, 2 or 4 matrices, got {s.num!r}")
@@ -337,18 +357,8 @@ class _Emitter(ExpressionEmitter):
             if b.dtype is not dtype:
                 raise self.error(f"mma {role} fragment {b.name} is {b.dtype}, the "
                                  f"instruction takes {dtype}")
-        self.need("b16_pack")
-
-        def packed(buf, index, count, role):
-            regs = []
-            for i in range(count // 2):
-                lo = self.fragment(buf, index, 2 * i, count, role)
-                hi = self.fragment(buf, index, 2 * i + 1, count, role)
-                regs.append(f"pack_b16({lo}.x, {hi}.x)")
-            return regs
-
-        a = packed(s.a, s.a_index, 8, "mma A")
-        b = packed(s.b, s.b_index, 4, "mma B")
+        a = self.packed_registers(s.a, s.a_index, 8, "mma A")
+        b = self.packed_registers(s.b, s.b_index, 4, "mma B")
         c = [self.fragment(s.c, s.c_index, i, 4, "mma C") for i in range(4)]
         d = [self.fragment(s.d, s.d_index, i, 4, "mma D") for i in range(4)]
         self.emit_lines(depth, ptx.mma_sync(s.dtype.value, d, a, b, c), self.describe(s))
@@ -400,11 +410,7 @@ class _Emitter(ExpressionEmitter):
         n = s.n
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise self.error(f"cp.async.wait_group takes a non-negative int, got {n!r}")
-        sid = s.sync_id or "wait"
-        for reason in s.reasons:
-            self.emit(depth, f"// {sid}: {_comment_safe(str(reason))}")
-        tag = f"{s.label} {s.sync_id}" if s.sync_id else s.label
-        self.emit(depth, ptx.cp_async_wait(n), tag)
+        self.emit_synchronizing(depth, s, ptx.cp_async_wait(n), "wait")
 
     # -- grid synchronization (fences and semaphores) -----------------------------------
     def s_Fence(self, s, depth):

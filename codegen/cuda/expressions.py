@@ -91,6 +91,9 @@ class ExpressionEmitter:
         for p in k.scalar_params:
             if p.var.user:
                 self.ident(p.var)
+        for m in k.tensor_maps:
+            if isinstance(m, kir.TensorMap) and m.user:     # the signature checks the rest
+                self.ident(m)
 
     def error(self, message):
         where = ""

@@ -7,16 +7,17 @@ and their dependencies, in registration order: the element typedefs, the 16-bit 
 structs converted with inline PTX `cvt`, 16-bit shuffles, the vector copies' word types,
 the float -> integer and integer division helpers that define what C leaves undefined
 (fuserir.numerics), the address conversions inline PTX takes, the grid semaphores, the
+sm_90 helpers (wgmma's matrix descriptor, the mbarrier wait, the tensor map type), the
 fragment registers' packing, min/max/relu and the math helpers. preamble_names() is every
-C name a snippet defines, which kernel IR names must not take (codegen.cuda.names reserves
-them).
+C name a snippet defines (functions and structs), which kernel IR names must not take
+(codegen.cuda.names reserves them).
 """
 
 import re
 
 from fuserir import op_table
 
-from . import ptx
+from . import ptx, ptx_sm90
 
 # Snippets, each included only when the kernel uses it (in this order)
 
@@ -148,6 +149,16 @@ __device__ __forceinline__ unsigned long long gmem_addr(const void* p) {
 
 _snippet("grid_sync", ptx.SEMAPHORE_HELPERS, deps=("types", "smem_addr"))
 
+_snippet("wgmma_desc", ptx_sm90.WGMMA_DESCRIPTOR_HELPER, deps=("smem_addr",))
+
+_snippet("mbar_wait", ptx_sm90.MBARRIER_WAIT_HELPER)
+
+_snippet("tensor_map", r"""
+// TMA tensor maps: CUtensorMap's 128 opaque bytes, passed by value as a
+// `const __grid_constant__` kernel parameter (encoded on the host at launch).
+struct alignas(64) TensorMap { unsigned long long opaque[16]; };
+""")
+
 _snippet("b16_pack", r"""
 // Fragment registers: two 16-bit values per 32-bit register, low half first (PTX ISA).
 __device__ __forceinline__ unsigned int pack_b16(unsigned short lo, unsigned short hi) {
@@ -208,4 +219,5 @@ def preamble_names():
     names = set()
     for text, _ in _SNIPPETS.values():
         names.update(re.findall(r"(\w+)\(", text))
+        names.update(re.findall(r"\bstruct\s+(?:\w+\(\d+\)\s+)?(\w+)", text))
     return names
