@@ -34,6 +34,8 @@ from codegen.interp.expressions import _Evaluator
 from codegen.interp.race_detector import _RaceDetector
 from codegen.interp.scheduler import schedule
 from codegen.interp.tensor_cores import _TensorCores
+from codegen.interp.warpgroups import _Warpgroups
+from fuserir.instructions import WARPGROUP
 from lowering import kir
 
 
@@ -333,7 +335,8 @@ class _Interp:
         blk.finish()
 
 
-class _Block(_Execution, _TensorCores, _AsyncCopies, _RaceDetector, _CrossCta):
+class _Block(_Execution, _TensorCores, _Warpgroups, _AsyncCopies, _RaceDetector,
+             _CrossCta):
     """One block of the launch: its memories and the state of every room (the statements
     it runs, and how, come from the rooms' mixins)."""
 
@@ -369,6 +372,9 @@ class _Block(_Execution, _TensorCores, _AsyncCopies, _RaceDetector, _CrossCta):
         self.retired = np.zeros(self.T, np.int64)
         self.copies = []
         self.overlap = None
+        # wgmma (see warpgroups.py): per warp group the groups committed; the pending ops
+        self.wgmma_committed = np.zeros(-(-self.T // WARPGROUP), np.int64)
+        self.wgmmas = []
         # access events: (statement, iterations, buffer name); ev_sid: statement ids
         self.events = []
         self.ev_sid = np.empty(256, np.int32)
