@@ -261,7 +261,7 @@ class Case:
         body.append(per_thread(d, out.buffer, h, to_global=True))
         return kernel(f"wgmma_n{n}", params, body, 128)
 
-    def args(self, rng):
+    def args(self):
         h = self.n // 2
         args = {f"x{name}": o["image"] for name, o in self.ops.items()}
         args["xc"] = accumulator(self.C).astype(np.float32).ravel()
@@ -285,7 +285,7 @@ SHARED_CASES = [(WIDTHS[(i + j) % 4], (F16, BF16)[(i + j) % 2], swz, ta, tb)
 def test_wgmma_shared_operands_every_lane_exact(rng, n, dt, swz, trans_a, trans_b):
     case = Case(rng, n, dt, swz, swz, trans_a, trans_b)
     k = case.kernel()
-    args = case.args(rng)
+    args = case.args()
     run_kernel(k, args)
     np.testing.assert_array_equal(args["out"].reshape(128, n // 2), accumulator(case.D))
 
@@ -295,14 +295,14 @@ def test_wgmma_shared_operands_every_lane_exact(rng, n, dt, swz, trans_a, trans_
     (64, F16, True, "64B", False), (128, BF16, False, "32B", False)])
 def test_wgmma_register_a_and_accumulate(rng, n, dt, trans_b, swz_b, accumulate):
     case = Case(rng, n, dt, None, swz_b, False, trans_b, reg_a=True, accumulate=accumulate)
-    args = case.args(rng)
+    args = case.args()
     run_kernel(case.kernel(), args)
     np.testing.assert_array_equal(args["out"].reshape(128, n // 2), accumulator(case.D))
 
 
 def test_wgmma_mixed_swizzles(rng):
     case = Case(rng, 64, F16, "128B", "none", False, True, accumulate=False)
-    args = case.args(rng)
+    args = case.args()
     run_kernel(case.kernel(), args)
     np.testing.assert_array_equal(args["out"].reshape(128, 32), accumulator(case.D))
 
@@ -321,7 +321,7 @@ def test_accumulator_layout_is_the_ptx_figure():
         o = case.ops[name]
         image = o["image"].view(np.uint8)
         place(image, 0, tile, o["trans"], "none", o["layout"].leading, o["layout"].stride)
-    args = case.args(rng)
+    args = case.args()
     run_kernel(case.kernel(), args)
     got = args["out"].reshape(4, 32, 8)                # warp, lane, register
     lane = np.arange(32)[:, None]
@@ -342,7 +342,7 @@ def race(k, args):
 
 def test_d_read_before_the_wait_has_the_old_values(rng):
     case = Case(rng, 64, F16, "128B", "128B", False, False)
-    args = case.args(rng)
+    args = case.args()
     run_kernel(case.kernel(before_wait=True), args)
     np.testing.assert_array_equal(args["early"].reshape(128, 32), accumulator(case.C))
     np.testing.assert_array_equal(args["out"].reshape(128, 32), accumulator(case.D))
@@ -350,7 +350,7 @@ def test_d_read_before_the_wait_has_the_old_values(rng):
 
 def test_missing_wait_is_reported_and_retires_at_the_end(rng):
     case = Case(rng, 32, BF16, "64B", "none", True, False)
-    args = case.args(rng)
+    args = case.args()
     k = case.kernel(wait=False)
     hazards = race(k, args)
     np.testing.assert_array_equal(args["out"].reshape(128, 16), accumulator(case.C))
@@ -369,7 +369,7 @@ def test_writes_between_issue_and_wait_change_the_result(rng):
         return [kir.Barrier(), loop("j", size // 128, [
                     st(case.buf["b"], add(mul(v("j"), 128), TX), c(1.0, F16))]),
                 loop("j", 32, [st(case.d, v("j"), c(0.0, F32))]), kir.Barrier()]
-    args = case.args(rng)
+    args = case.args()
     run_kernel(case.kernel(between=between), args)
     np.testing.assert_array_equal(args["out"].reshape(128, 32),
                                   accumulator(case.A @ np.ones((16, 64))))
@@ -393,7 +393,7 @@ def test_wait_group_1_leaves_the_newest_group_pending(rng):
                          per_thread(e, late.buffer, 4, to_global=True)]
     k.tensor_params += [xe, early, late]
     kir.relabel(k.body)
-    args = case.args(rng)
+    args = case.args()
     old_e = rng.integers(-9, 10, size=512).astype(np.float32)
     args.update(xe=old_e, early=np.zeros(512, np.float32), late=np.zeros(512, np.float32))
     run_kernel(k, args)
@@ -410,7 +410,7 @@ def test_operand_reads_feed_the_race_detector(rng):
     k = case.kernel()
     k.body.remove(next(s for s in k.body if isinstance(s, kir.Barrier)))
     kir.relabel(k.body)
-    hazards = race(k, case.args(rng))
+    hazards = race(k, case.args())
     assert {h.kind for h in hazards} == {"RAW"}
     assert {h.second for h in hazards} == {point(case.wgmma)}
     fills = {point(k.body[1].body[0]), point(k.body[3].body[0])}   # the two copy_in stores
@@ -423,7 +423,7 @@ def test_wgmmas_on_one_accumulator_retire_in_issue_order(rng):
     k = case.kernel()
     k.body.insert(k.body.index(case.wgmma) + 1, case.statements(case.d))
     kir.relabel(k.body)
-    args = case.args(rng)
+    args = case.args()
     run_kernel(k, args)
     np.testing.assert_array_equal(args["out"].reshape(128, 8),
                                   accumulator(2 * case.A @ case.B + case.C))
@@ -435,7 +435,7 @@ def test_divergent_warp_group_reported(rng):
     w = k.body.index(case.wgmma)
     k.body[w] = kir.IfThenElse(op("lt", TX, 96), [case.wgmma])
     kir.relabel(k.body)
-    hazards = race(k, case.args(rng))
+    hazards = race(k, case.args())
     assert [h.kind for h in hazards] == ["warp-divergence"]
     assert "warp group 0 runs wgmma m64n8k16.f16 with 96 of 128 lanes" in hazards[0].detail
 
@@ -464,14 +464,14 @@ def test_wgmma_checks(rng, change, message):
     for name, value in change.items():
         setattr(case.wgmma, name, value)
     with pytest.raises(InterpError, match=message):
-        run_kernel(k, case.args(rng))
+        run_kernel(k, case.args())
 
 
 def test_out_of_bounds_operand_reported(rng):
     case = Case(rng, 8, F16, "none", "none", False, False)
     k = case.kernel()
     case.wgmma.b_index = c(case.ops["b"]["image"].size - 64)
-    hazards = race(k, case.args(rng))
+    hazards = race(k, case.args())
     assert {h.kind for h in hazards} == {"out-of-bounds"}
     assert "a wgmma B element" in hazards[0].detail
 
