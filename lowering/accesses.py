@@ -9,6 +9,7 @@ statements in its bodies), reads first, then its write, as the hardware orders t
     store      a kir.Store into a shared buffer: width elements per thread
     ldmatrix   a kir.LdMatrix: the first LDMATRIX.address_lanes(num) lanes of each warp
                read one row of LDMATRIX.row_bytes at their address
+    stmatrix   a kir.StMatrix: likewise STMATRIX's first lanes write one row each
     cp.async   a kir.CpAsync: an async write of nbytes per thread, pending until the wait
                that retires its group (DESIGN.md section 5)
 
@@ -21,7 +22,7 @@ descriptors (fuserir.instructions).
 import dataclasses
 from dataclasses import dataclass, field
 
-from fuserir.instructions import LDMATRIX
+from fuserir.instructions import LDMATRIX, STMATRIX
 
 from . import kir
 
@@ -29,11 +30,11 @@ from . import kir
 @dataclass(frozen=True, eq=False)
 class SharedAccess:
     """One shared-memory access of a statement, per executing lane: `nbytes` from element
-    `index` of `buffer` (for ldmatrix, the row address; only the first `lanes` lanes of a
-    warp take part: None = every executing lane)."""
+    `index` of `buffer` (for ldmatrix and stmatrix, the row address; only the first
+    `lanes` lanes of a warp take part: None = every executing lane)."""
 
     stmt: object
-    via: str                 # "load", "store", "ldmatrix" or "cp.async"
+    via: str                 # "load", "store", "ldmatrix", "stmatrix" or "cp.async"
     buffer: object
     index: object
     nbytes: int
@@ -41,7 +42,7 @@ class SharedAccess:
     pending: bool = False    # an async write, pending until its wait
     conds: list = field(default_factory=list)   # [(cond, taken)] inside the statement
     load: object = None      # the kir.Load of a "load"
-    matrices: int = 0        # ldmatrix's num
+    matrices: int = 0        # ldmatrix's (stmatrix's) num
     lanes: int = None
 
     @property
@@ -81,14 +82,17 @@ def _shared(buffer):
 
 def instruction_access(stmt):
     """The shared-memory access the statement's own instruction makes (its store, its
-    ldmatrix rows, its cp.async write), without the loads of its expressions; None where it
-    makes none. What the interpreter asks as each instruction runs."""
+    ldmatrix or stmatrix rows, its cp.async write), without the loads of its expressions;
+    None where it makes none. What the interpreter asks as each instruction runs."""
     if isinstance(stmt, kir.Store) and _shared(stmt.buffer):
         return SharedAccess(stmt, "store", stmt.buffer, stmt.index,
                             stmt.width * stmt.buffer.dtype.itemsize, True)
     if isinstance(stmt, kir.LdMatrix) and _shared(stmt.src):
         return SharedAccess(stmt, "ldmatrix", stmt.src, stmt.address, LDMATRIX.row_bytes,
                             False, matrices=stmt.num, lanes=LDMATRIX.address_lanes(stmt.num))
+    if isinstance(stmt, kir.StMatrix) and _shared(stmt.dst):
+        return SharedAccess(stmt, "stmatrix", stmt.dst, stmt.address, STMATRIX.row_bytes,
+                            True, matrices=stmt.num, lanes=STMATRIX.address_lanes(stmt.num))
     if isinstance(stmt, kir.CpAsync) and _shared(stmt.dst):
         return SharedAccess(stmt, "cp.async", stmt.dst, stmt.dst_index, stmt.nbytes, True,
                             pending=True)

@@ -1,6 +1,6 @@
 """Statement execution for one block: statement lists, control flow and lockstep active
-sets, loads and stores of every memory, shuffles and the warp check of warp-collective
-instructions, and the statement tables that send each kir statement to its room.
+sets, loads and stores of every memory, shuffles and the warp (or warp-group) check of
+collective instructions, and the statement tables that send each kir statement to its room.
 
   * All threads of a block run in lockstep, vectorised over thread ids. A statement runs
     for an *active set* `act`: a sorted array of linear thread ids (x + y*bx + z*bx*by).
@@ -24,6 +24,7 @@ from codegen.interp.expressions import _Evaluator
 from codegen.interp.mbarriers import _Mbarriers
 from codegen.interp.tensor_cores import _TensorCores
 from codegen.interp.tma import _Tma
+from codegen.interp.warpgroups import _Warpgroups
 from lowering import kir
 
 
@@ -266,22 +267,24 @@ class _Execution(_Evaluator):
             out[partner >= self.T] = 0
         return out
 
-    def _check_warps(self, act, kind, name, what):
-        """Report `kind` if a warp that has an active lane does not have all 32 active
-        (a warp-collective instruction under divergent control flow, or a block whose
-        last warp is partial). Returns the mask over `act` of lanes in complete warps."""
-        warps = act >> 5
+    def _check_warps(self, act, kind, name, what, size=32):
+        """Report `kind` if a warp (of `size` lanes: a warp group with size 128) that has
+        an active lane does not have all of them active (a collective instruction under
+        divergent control flow, or a block whose last warp is partial). Returns the mask
+        over `act` of lanes in complete warps."""
+        unit = "warp" if size == 32 else "warp group"
+        warps = act // size
         counts = np.bincount(warps, minlength=int(warps[-1]) + 1)
-        bad = counts[warps] != 32
+        bad = counts[warps] != size
         if not bad.any():
             return None
         w = int(warps[np.flatnonzero(bad)[0]])
-        lanes = np.arange(w * 32, w * 32 + 32)
+        lanes = np.arange(w * size, w * size + size)
         inactive = lanes[~np.isin(lanes, act)]
         cause = self.divergent[-1] if self.divergent else self.stmt
         it = dict(self.iters)
         absent = inactive[0] >= self.T
-        missing = (f"lane {inactive[0] - w * 32} does not exist (the block has "
+        missing = (f"lane {inactive[0] - w * size} does not exist (the block has "
                    f"{self.T} threads)" if absent else
                    f"thread {self.interp.coords(inactive[0])} is inactive")
         self.interp.add((kind, cause.label, self.stmt.label), lambda: Hazard(
@@ -289,7 +292,8 @@ class _Execution(_Evaluator):
             threads=(self.interp.coords(act[np.flatnonzero(warps == w)[0]]),
                      None if absent else self.interp.coords(inactive[0])),
             iterations=(it, it), block=self.bidx,
-            detail=f"warp {w} runs {what} with {int(counts[w])} of 32 lanes: {missing}"))
+            detail=f"{unit} {w} runs {what} with {int(counts[w])} of {size} lanes: "
+                   f"{missing}"))
         return ~bad
 
     # -- helpers --------------------------------------------------------------------
@@ -381,6 +385,9 @@ _LEAF = {
     kir.TmaLoad: _Tma._tma_load, kir.TmaStore: _Tma._tma_store,
     kir.BulkCommit: _Tma._bulk_commit, kir.BulkWait: _Tma._bulk_wait,
     kir.FenceProxyAsync: _Tma._fence_proxy_async,
+    kir.Wgmma: _Warpgroups._wgmma, kir.WgmmaFence: _Warpgroups._wgmma_fence,
+    kir.WgmmaCommit: _Warpgroups._wgmma_commit, kir.WgmmaWait: _Warpgroups._wgmma_wait,
+    kir.SetMaxNReg: _Warpgroups._setmaxnreg, kir.StMatrix: _Warpgroups._stmatrix,
 }
 _COMPOUND = {kir.ForLoop: _Execution._for, kir.IfThenElse: _Execution._if,
              kir.SemWait: _CrossCta._sem_wait}

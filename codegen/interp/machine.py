@@ -36,6 +36,8 @@ from codegen.interp.race_detector import _RaceDetector
 from codegen.interp.scheduler import schedule
 from codegen.interp.tensor_cores import _TensorCores
 from codegen.interp.tma import _Tma, bind_tensor_maps
+from codegen.interp.warpgroups import _Warpgroups
+from fuserir.instructions import WARPGROUP
 from lowering import kir
 
 
@@ -336,8 +338,8 @@ class _Interp:
         blk.finish()
 
 
-class _Block(_Execution, _TensorCores, _Mbarriers, _Tma, _AsyncCopies, _RaceDetector,
-             _CrossCta):
+class _Block(_Execution, _TensorCores, _Warpgroups, _Mbarriers, _Tma, _AsyncCopies,
+             _RaceDetector, _CrossCta):
     """One block of the launch: its memories and the state of every room (the statements
     it runs, and how, come from the rooms' mixins)."""
 
@@ -383,6 +385,9 @@ class _Block(_Execution, _TensorCores, _Mbarriers, _Tma, _AsyncCopies, _RaceDete
         self.bulk_stores = []
         self.bulk_committed = np.zeros(self.T, np.int64)
         self.bulk_retired = np.zeros(self.T, np.int64)
+        # wgmma (see warpgroups.py): per warp group the groups committed; the pending ops
+        self.wgmma_committed = np.zeros(-(-self.T // WARPGROUP), np.int64)
+        self.wgmmas = []
         # access events: (statement, iterations, buffer name); ev_sid: statement ids
         self.events = []
         self.ev_sid = np.empty(256, np.int32)

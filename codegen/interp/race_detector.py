@@ -26,9 +26,10 @@ This module holds the shared-memory checks (RAW, WAR, WAW, stale-read,
 uninitialized-read, async-pending on grains marked pending in p_tid/p_ev) and their
 reports. The other kinds are reported where they arise: out-of-bounds and barrier-,
 shuffle- and warp-divergence in execution.py (where a full Barrier also starts the next
-epoch), copies never waited for in async_copies.py and tma.py, mbarrier misuse, waits
-that never pass and named-barrier counts in mbarriers.py, cross-cta in cross_cta.py, grid
-deadlocks in machine.py; all are deduplicated by _Interp.add. The shadow arrays are made in
+epoch), copies never waited for in async_copies.py and tma.py, wgmmas never waited
+for in warpgroups.py, mbarrier misuse, waits that never pass and named-barrier counts
+in mbarriers.py, cross-cta in cross_cta.py, grid deadlocks in machine.py; all are
+deduplicated by _Interp.add. The shadow arrays are made in
 _Block.__init__ (machine.py).
 """
 
