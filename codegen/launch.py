@@ -7,8 +7,15 @@ argument signature.
 
 `args` maps each TensorParam's buffer name to a CuPy array and each ScalarParam's name to
 an int. Arguments are passed in the ABI order of codegen.cuda (tensor pointers, then
-every tensor's strides in elements, then the workspace pointers, then the scalars, all
-strides and scalars in the kernel's index dtype).
+every tensor's strides in elements, then one 128-byte TMA tensor map per
+kernel.tensor_maps entry, then the workspace pointers, then the scalars, all strides and
+scalars in the kernel's index dtype).
+
+Tensor maps (kir.TensorMap) are built from the bound tensors: their fields (dimensions,
+byte strides, box, swizzle; codegen.tensor_maps, which checks them against the array)
+once per argument signature, the encoded 128 bytes per launch from the tensor's address,
+kept per (device, address, fields), so a launch at addresses seen before encodes nothing.
+Kernels without tensor maps do none of this.
 
 Workspaces (kir.Workspace: split-K partial sums, semaphores) may be given in `args` under
 their buffer names (1-D, contiguous, at least `size` elements); the others come from a
@@ -59,6 +66,7 @@ from fuserir.dtypes import DataType
 from fuserir.errors import FuserirError
 from lowering import kir
 
+from . import tensor_maps
 from .cuda import entry_point
 
 __all__ = ["launch", "bind", "BoundLaunch", "load_function", "launch_config",
@@ -71,6 +79,7 @@ _functions = {}     # (device id, id(cubin), name) -> (cubin, function): no reha
 _configs = {}       # (id(kernel), scalar values) -> (kernel, (grid, block, shared bytes))
 _opted_in = {}      # CUDA function handle -> dynamic shared bytes its opt-in limit allows
 _launchers = {}     # (id(kernel), id(cubin)) -> _Launcher (which holds both)
+_tensor_maps = {}   # (device id, address, TensorMapFields) -> encoded map (numpy V128)
 
 
 @functools.cache
@@ -334,8 +343,9 @@ class BoundLaunch:
 
     Where the CUDA driver is at hand, the call goes straight to cuLaunchKernel with every
     parameter packed into one buffer as the kernel's ABI lays them out (each at its natural
-    alignment, in order: pointers 8 bytes, index-typed strides and scalars 4 or 8), built
-    once; a call only writes the arrays' addresses into it. CuPy's launch converts every
+    alignment, in order: pointers 8 bytes, index-typed strides and scalars 4 or 8, tensor
+    maps 128 at 64), built once; a call only writes the arrays' addresses (and a
+    _MappedLaunch its tensor maps) into it. CuPy's launch converts every
     argument to a C value on every call, which cost most of a launch's host time (18 us for
     the seed kernel's 17 arguments on the H200's host). Without the driver (the tests'
     recording GPU) it launches through CuPy with the same arguments."""
@@ -355,6 +365,7 @@ class BoundLaunch:
         self.workspace_names = launcher.workspace_names
         self.pooled = pooled      # a workspace not given: launch() takes the pool's
         self._packed = _PackedLaunch.for_bound(self, len(self.tensor_names),
+                                               len(launcher.kernel.tensor_maps),
                                                len(self.workspace_names))
 
     def __call__(self, tensors, workspaces, stream=None):
@@ -363,6 +374,41 @@ class BoundLaunch:
             return
         self.func(self.grid, self.block, (*tensors, *self.strides, *workspaces, *self.scalars),
                   shared_mem=self.shared, stream=stream)
+
+
+class _MappedLaunch(BoundLaunch):
+    """The BoundLaunch of a kernel with tensor maps: each call takes the maps of its
+    tensors' addresses (tensor_map_value) and passes them after the strides, in the
+    packed buffer or as CuPy arguments (numpy V128, by value)."""
+
+    __slots__ = ("maps", "device")
+
+    def __init__(self, launcher, func, config, strides, scalar_values, pooled, maps, device):
+        super().__init__(launcher, func, config, strides, scalar_values, pooled)
+        self.maps = maps        # ((index into tensors, TensorMapFields), ...) in ABI order
+        self.device = device
+
+    def __call__(self, tensors, workspaces, stream=None):
+        maps = [tensor_map_value(fields, tensors[i].data.ptr, self.device)
+                for i, fields in self.maps]
+        if self._packed is not None:
+            self._packed.put_maps(maps)
+            self._packed(tensors, workspaces, stream)
+            return
+        self.func(self.grid, self.block,
+                  (*tensors, *self.strides, *maps, *workspaces, *self.scalars),
+                  shared_mem=self.shared, stream=stream)
+
+
+def tensor_map_value(fields, address, device):
+    """The tensor map `fields` describes, at `address`, encoded once per device, address
+    and fields (codegen.tensor_maps.encode_tensor_map; the address checked first)."""
+    key = (device, address, fields)
+    known = _tensor_maps.get(key)
+    if known is None:
+        known = remember(_tensor_maps, key, tensor_maps.encode_tensor_map(
+            tensor_maps.at_address(fields, address)))
+    return known
 
 
 @functools.cache
@@ -384,32 +430,36 @@ def _cu_launch_kernel():
 class _PackedLaunch:
     """cuLaunchKernel of one BoundLaunch with its parameters in one packed buffer (see
     BoundLaunch): the strides and scalars written once, the pointers of the tensors and
-    workspaces at their offsets on each call."""
+    workspaces at their offsets on each call (and the tensor maps, by put_maps)."""
 
     END, BUFFER_POINTER, BUFFER_SIZE = 0, 1, 2      # CU_LAUNCH_PARAM_*
+    POINTER = (8, 8)                                 # (size, alignment) of a parameter
+    MAP = (tensor_maps.TENSOR_MAP_BYTES, tensor_maps.TENSOR_MAP_ALIGN)
 
     @classmethod
-    def for_bound(cls, bound, tensors, workspaces):
+    def for_bound(cls, bound, tensors, maps, workspaces):
         fn = _cu_launch_kernel()
         if fn is None or not isinstance(getattr(bound.func, "ptr", None), int):
             return None
-        return cls(fn, bound, tensors, workspaces)
+        return cls(fn, bound, tensors, maps, workspaces)
 
-    def __init__(self, fn, bound, tensors, workspaces):
-        values = ([None] * tensors + list(bound.strides) + [None] * workspaces
-                  + list(bound.scalars))
+    def __init__(self, fn, bound, tensors, maps, workspaces):
+        values = ([self.POINTER] * tensors + list(bound.strides) + [self.MAP] * maps
+                  + [self.POINTER] * workspaces + list(bound.scalars))
         offsets, offset = [], 0
         for v in values:
-            size = 8 if v is None else v.itemsize        # None: a pointer
-            offset = -(-offset // size) * size
+            size, align = v if isinstance(v, tuple) else (v.itemsize, v.itemsize)
+            offset = -(-offset // align) * align
             offsets.append(offset)
             offset += size
         self.buffer = ctypes.create_string_buffer(max(offset, 1))
         for v, at in zip(values, offsets):
-            if v is not None:
+            if not isinstance(v, tuple):
                 struct.pack_into(v.dtype.char, self.buffer, at, v)
+        after_strides = tensors + len(bound.strides)
         self.tensor_offsets = offsets[:tensors]
-        self.workspace_offsets = offsets[tensors + len(bound.strides):][:workspaces]
+        self.map_offsets = offsets[after_strides:][:maps]
+        self.workspace_offsets = offsets[after_strides + maps:][:workspaces]
         self.size = ctypes.c_size_t(offset)
         self.extra = (ctypes.c_void_p * 5)(
             self.BUFFER_POINTER, ctypes.addressof(self.buffer), self.BUFFER_SIZE,
@@ -418,6 +468,11 @@ class _PackedLaunch:
         self.args = (bound.func.ptr, *bound.grid, *bound.block, bound.shared)
 
     _pointer = struct.Struct("Q").pack_into
+
+    def put_maps(self, maps):
+        """Write the tensor maps (numpy V128 values, in ABI order) into the buffer."""
+        for at, value in zip(self.map_offsets, maps):
+            self.buffer[at:at + tensor_maps.TENSOR_MAP_BYTES] = value.tobytes()
 
     def __call__(self, tensors, workspaces, stream):
         buffer, put = self.buffer, self._pointer
@@ -547,10 +602,23 @@ class _Launcher:
                                      f"contiguous 1-D array of at least {size} elements, got "
                                      f"shape {a.shape}, strides {a.strides}")
 
+        maps = tuple(self._tensor_map_fields(args, scalars))
         config = launch_config(kernel, scalars)
         func = load_function(self.cubin, entry_point(kernel))
         _opt_in(kernel, func, config[2])
+        if maps:
+            return _MappedLaunch(self, func, config, strides, scalars, pooled, maps, device)
         return BoundLaunch(self, func, config, strides, scalars, pooled)
+
+    def _tensor_map_fields(self, args, scalars):
+        """(index into the tensors, checked TensorMapFields) of each tensor map."""
+        for m in self.kernel.tensor_maps:
+            name = m.tensor.buffer.name
+            if name not in self.tensor_names:
+                raise ValueError(f"kernel {self.kernel.name}: tensor map {m.name} is over "
+                                 f"{name}, which is not a tensor parameter of the kernel")
+            yield self.tensor_names.index(name), tensor_maps.tensor_map_fields(
+                self.kernel, m, args[name], scalars)
 
 
 def _opt_in(kernel, func, shared):
