@@ -343,9 +343,8 @@ class BoundLaunch:
 
     Where the CUDA driver is at hand, the call goes straight to cuLaunchKernel with every
     parameter packed into one buffer as the kernel's ABI lays them out (each at its natural
-    alignment, in order: pointers 8 bytes, index-typed strides and scalars 4 or 8, tensor
-    maps 128 at 64), built once; a call only writes the arrays' addresses (and a
-    _MappedLaunch its tensor maps) into it. CuPy's launch converts every
+    alignment, in order: pointers 8 bytes, index-typed strides and scalars 4 or 8), built
+    once; a call only writes the arrays' addresses into it. CuPy's launch converts every
     argument to a C value on every call, which cost most of a launch's host time (18 us for
     the seed kernel's 17 arguments on the H200's host). Without the driver (the tests'
     recording GPU) it launches through CuPy with the same arguments."""
@@ -365,7 +364,6 @@ class BoundLaunch:
         self.workspace_names = launcher.workspace_names
         self.pooled = pooled      # a workspace not given: launch() takes the pool's
         self._packed = _PackedLaunch.for_bound(self, len(self.tensor_names),
-                                               len(launcher.kernel.tensor_maps),
                                                len(self.workspace_names))
 
     def __call__(self, tensors, workspaces, stream=None):
@@ -378,23 +376,27 @@ class BoundLaunch:
 
 class _MappedLaunch(BoundLaunch):
     """The BoundLaunch of a kernel with tensor maps: each call takes the maps of its
-    tensors' addresses (tensor_map_value) and passes them after the strides, in the
-    packed buffer or as CuPy arguments (numpy V128, by value)."""
+    tensors' addresses (tensor_map_value) and passes them after the strides as CuPy
+    arguments (numpy V128, by value).
+
+    Always through CuPy's launch, never the packed buffer, whose layout (each parameter
+    at its natural alignment from offset 0) does not hold for the 64-byte aligned map:
+    checked on the H200 with cuFuncGetParamInfo, after two pointers and three i32 strides
+    (28 bytes) the map sits at offset 48, not 64 (as if aligned in the constant bank,
+    where sm_90's parameters start at 0x210), and a packed launch fails. CuPy passes each
+    argument by pointer and the driver places it."""
 
     __slots__ = ("maps", "device")
 
     def __init__(self, launcher, func, config, strides, scalar_values, pooled, maps, device):
         super().__init__(launcher, func, config, strides, scalar_values, pooled)
+        self._packed = None     # see above
         self.maps = maps        # ((index into tensors, TensorMapFields), ...) in ABI order
         self.device = device
 
     def __call__(self, tensors, workspaces, stream=None):
         maps = [tensor_map_value(fields, tensors[i].data.ptr, self.device)
                 for i, fields in self.maps]
-        if self._packed is not None:
-            self._packed.put_maps(maps)
-            self._packed(tensors, workspaces, stream)
-            return
         self.func(self.grid, self.block,
                   (*tensors, *self.strides, *maps, *workspaces, *self.scalars),
                   shared_mem=self.shared, stream=stream)
@@ -430,36 +432,32 @@ def _cu_launch_kernel():
 class _PackedLaunch:
     """cuLaunchKernel of one BoundLaunch with its parameters in one packed buffer (see
     BoundLaunch): the strides and scalars written once, the pointers of the tensors and
-    workspaces at their offsets on each call (and the tensor maps, by put_maps)."""
+    workspaces at their offsets on each call."""
 
     END, BUFFER_POINTER, BUFFER_SIZE = 0, 1, 2      # CU_LAUNCH_PARAM_*
-    POINTER = (8, 8)                                 # (size, alignment) of a parameter
-    MAP = (tensor_maps.TENSOR_MAP_BYTES, tensor_maps.TENSOR_MAP_ALIGN)
 
     @classmethod
-    def for_bound(cls, bound, tensors, maps, workspaces):
+    def for_bound(cls, bound, tensors, workspaces):
         fn = _cu_launch_kernel()
         if fn is None or not isinstance(getattr(bound.func, "ptr", None), int):
             return None
-        return cls(fn, bound, tensors, maps, workspaces)
+        return cls(fn, bound, tensors, workspaces)
 
-    def __init__(self, fn, bound, tensors, maps, workspaces):
-        values = ([self.POINTER] * tensors + list(bound.strides) + [self.MAP] * maps
-                  + [self.POINTER] * workspaces + list(bound.scalars))
+    def __init__(self, fn, bound, tensors, workspaces):
+        values = ([None] * tensors + list(bound.strides) + [None] * workspaces
+                  + list(bound.scalars))
         offsets, offset = [], 0
         for v in values:
-            size, align = v if isinstance(v, tuple) else (v.itemsize, v.itemsize)
-            offset = -(-offset // align) * align
+            size = 8 if v is None else v.itemsize        # None: a pointer
+            offset = -(-offset // size) * size
             offsets.append(offset)
             offset += size
         self.buffer = ctypes.create_string_buffer(max(offset, 1))
         for v, at in zip(values, offsets):
-            if not isinstance(v, tuple):
+            if v is not None:
                 struct.pack_into(v.dtype.char, self.buffer, at, v)
-        after_strides = tensors + len(bound.strides)
         self.tensor_offsets = offsets[:tensors]
-        self.map_offsets = offsets[after_strides:][:maps]
-        self.workspace_offsets = offsets[after_strides + maps:][:workspaces]
+        self.workspace_offsets = offsets[tensors + len(bound.strides):][:workspaces]
         self.size = ctypes.c_size_t(offset)
         self.extra = (ctypes.c_void_p * 5)(
             self.BUFFER_POINTER, ctypes.addressof(self.buffer), self.BUFFER_SIZE,
@@ -468,11 +466,6 @@ class _PackedLaunch:
         self.args = (bound.func.ptr, *bound.grid, *bound.block, bound.shared)
 
     _pointer = struct.Struct("Q").pack_into
-
-    def put_maps(self, maps):
-        """Write the tensor maps (numpy V128 values, in ABI order) into the buffer."""
-        for at, value in zip(self.map_offsets, maps):
-            self.buffer[at:at + tensor_maps.TENSOR_MAP_BYTES] = value.tobytes()
 
     def __call__(self, tensors, workspaces, stream):
         buffer, put = self.buffer, self._pointer

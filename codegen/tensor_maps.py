@@ -38,10 +38,9 @@ from fuserir.instructions import (SWIZZLE_BYTES, TMA_ADDRESS_ALIGN, TMA_BOX_MAX,
 from lowering import kir
 
 __all__ = ["TensorMapFields", "tensor_map_fields", "at_address", "encode_tensor_map",
-           "TENSOR_MAP_BYTES", "TENSOR_MAP_ALIGN"]
+           "TENSOR_MAP_BYTES"]
 
 TENSOR_MAP_BYTES = 128          # sizeof(CUtensorMap), the kernel parameter's size
-TENSOR_MAP_ALIGN = 64           # its alignment (the kernel's struct is alignas(64))
 
 # CUtensorMapDataType of each dtype a map may have (the member's name without its
 # CU_TENSOR_MAP_DATA_TYPE_ prefix)
