@@ -7,8 +7,15 @@ argument signature.
 
 `args` maps each TensorParam's buffer name to a CuPy array and each ScalarParam's name to
 an int. Arguments are passed in the ABI order of codegen.cuda (tensor pointers, then
-every tensor's strides in elements, then the workspace pointers, then the scalars, all
-strides and scalars in the kernel's index dtype).
+every tensor's strides in elements, then one 128-byte TMA tensor map per
+kernel.tensor_maps entry, then the workspace pointers, then the scalars, all strides and
+scalars in the kernel's index dtype).
+
+Tensor maps (kir.TensorMap) are built from the bound tensors: their fields (dimensions,
+byte strides, box, swizzle; codegen.tensor_maps, which checks them against the array)
+once per argument signature, the encoded 128 bytes per launch from the tensor's address,
+kept per (device, address, fields), so a launch at addresses seen before encodes nothing.
+Kernels without tensor maps do none of this.
 
 Workspaces (kir.Workspace: split-K partial sums, semaphores) may be given in `args` under
 their buffer names (1-D, contiguous, at least `size` elements); the others come from a
@@ -59,6 +66,7 @@ from fuserir.dtypes import DataType
 from fuserir.errors import FuserirError
 from lowering import kir
 
+from . import tensor_maps
 from .cuda import entry_point
 
 __all__ = ["launch", "bind", "BoundLaunch", "load_function", "launch_config",
@@ -71,6 +79,7 @@ _functions = {}     # (device id, id(cubin), name) -> (cubin, function): no reha
 _configs = {}       # (id(kernel), scalar values) -> (kernel, (grid, block, shared bytes))
 _opted_in = {}      # CUDA function handle -> dynamic shared bytes its opt-in limit allows
 _launchers = {}     # (id(kernel), id(cubin)) -> _Launcher (which holds both)
+_tensor_maps = {}   # (device id, address, TensorMapFields) -> encoded map (numpy V128)
 
 
 @functools.cache
@@ -365,6 +374,45 @@ class BoundLaunch:
                   shared_mem=self.shared, stream=stream)
 
 
+class _MappedLaunch(BoundLaunch):
+    """The BoundLaunch of a kernel with tensor maps: each call takes the maps of its
+    tensors' addresses (tensor_map_value) and passes them after the strides as CuPy
+    arguments (numpy V128, by value).
+
+    Always through CuPy's launch, never the packed buffer, whose layout (each parameter
+    at its natural alignment from offset 0) does not hold for the 64-byte aligned map:
+    checked on the H200 with cuFuncGetParamInfo, after two pointers and three i32 strides
+    (28 bytes) the map sits at offset 48, not 64 (as if aligned in the constant bank,
+    where sm_90's parameters start at 0x210), and a packed launch fails. CuPy passes each
+    argument by pointer and the driver places it."""
+
+    __slots__ = ("maps", "device")
+
+    def __init__(self, launcher, func, config, strides, scalar_values, pooled, maps, device):
+        super().__init__(launcher, func, config, strides, scalar_values, pooled)
+        self._packed = None     # see above
+        self.maps = maps        # ((index into tensors, TensorMapFields), ...) in ABI order
+        self.device = device
+
+    def __call__(self, tensors, workspaces, stream=None):
+        maps = [tensor_map_value(fields, tensors[i].data.ptr, self.device)
+                for i, fields in self.maps]
+        self.func(self.grid, self.block,
+                  (*tensors, *self.strides, *maps, *workspaces, *self.scalars),
+                  shared_mem=self.shared, stream=stream)
+
+
+def tensor_map_value(fields, address, device):
+    """The tensor map `fields` describes, at `address`, encoded once per device, address
+    and fields (codegen.tensor_maps.encode_tensor_map; the address checked first)."""
+    key = (device, address, fields)
+    known = _tensor_maps.get(key)
+    if known is None:
+        known = remember(_tensor_maps, key, tensor_maps.encode_tensor_map(
+            tensor_maps.at_address(fields, address)))
+    return known
+
+
 @functools.cache
 def _cu_launch_kernel():
     """The driver's cuLaunchKernel through ctypes, or None where there is no driver (or
@@ -547,10 +595,23 @@ class _Launcher:
                                      f"contiguous 1-D array of at least {size} elements, got "
                                      f"shape {a.shape}, strides {a.strides}")
 
+        maps = tuple(self._tensor_map_fields(args, scalars))
         config = launch_config(kernel, scalars)
         func = load_function(self.cubin, entry_point(kernel))
         _opt_in(kernel, func, config[2])
+        if maps:
+            return _MappedLaunch(self, func, config, strides, scalars, pooled, maps, device)
         return BoundLaunch(self, func, config, strides, scalars, pooled)
+
+    def _tensor_map_fields(self, args, scalars):
+        """(index into the tensors, checked TensorMapFields) of each tensor map."""
+        for m in self.kernel.tensor_maps:
+            name = m.tensor.buffer.name
+            if name not in self.tensor_names:
+                raise ValueError(f"kernel {self.kernel.name}: tensor map {m.name} is over "
+                                 f"{name}, which is not a tensor parameter of the kernel")
+            yield self.tensor_names.index(name), tensor_maps.tensor_map_fields(
+                self.kernel, m, args[name], scalars)
 
 
 def _opt_in(kernel, func, shared):

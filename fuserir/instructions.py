@@ -323,9 +323,12 @@ TMA = AsyncProxyInstruction(
         "wait": "cp.async.bulk.wait_group{read} {n}"})
 
 # What a tensor map may be (cuTensorMapEncodeTiled's rules): ranks, box extents, global
-# strides (bytes: multiples of 16 below 2^40), the shared destination's alignment
+# dimensions (1 .. 2^32 elements), the global address's alignment (bytes), global strides
+# (bytes: multiples of 16 below 2^40), the shared destination's alignment
 TMA_RANKS = (1, 2, 3, 4, 5)
 TMA_BOX_MAX = 256
+TMA_DIM_LIMIT = 1 << 32
+TMA_ADDRESS_ALIGN = 16
 TMA_STRIDE_ALIGN = 16
 TMA_STRIDE_LIMIT = 1 << 40
 TMA_SMEM_ALIGN = 128
