@@ -38,8 +38,8 @@ def tma_load_case(rows, cols, box, mode, rank):
     kernel = hp.tma_load_probe(rows, cols, box, mode, rank)
     x = _half(_bits(rows * cols, 1), F16).reshape(rows, cols)
     n = hp.box_elements(box)
-    if rank == 2:
-        at = (cols - box[0] - box[0] // 2, -3)
+    if rank == 2:       # dimension 0 at a multiple of 16 bytes (TMA_COORD_ALIGN)
+        at = ((cols - box[0] - box[0] // 2) // 8 * 8, -3)
     else:
         at = (0, rows - 4, cols // 64 - 1)
     args = {"x": x, "out1": np.zeros(n, np.float16), "out2": np.zeros(n, np.float16)}
@@ -57,7 +57,7 @@ def tma_store_case(rows, cols, box, mode):
     n = hp.box_elements(box)
     src = _half(_bits(n, 2), F16)
     y = _half(_bits(rows * cols, 3), F16).reshape(rows, cols)
-    at = (cols - box[0] // 2 - 8, rows - box[1] // 2)
+    at = ((cols - box[0] // 2 - 8) // 8 * 8, rows - box[1] // 2)
     args = {"src": src, "y": y.copy(), "c0": at[0], "c1": at[1]}
     return kernel, args, {"y": hp.expected_tma_store(src, y, box, mode, at)}
 

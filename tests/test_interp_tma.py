@@ -145,7 +145,7 @@ def f16_tensor(rng, shape):
         np.uint16).view(np.float16).reshape(shape)
 
 
-@pytest.mark.parametrize("coords", [(0, 0), (60, -3), (-5, 30)], ids=["inside", "edge",
+@pytest.mark.parametrize("coords", [(0, 0), (56, -3), (-8, 30)], ids=["inside", "edge",
                                                                      "negative"])
 @pytest.mark.parametrize("swizzle", sorted(BOXES))
 def test_2d_box_lands_swizzled_with_zero_fill(rng, swizzle, coords):
@@ -277,7 +277,7 @@ def model_store(y, image, coords, box, mode):
 
 @pytest.mark.parametrize("swizzle", sorted(BOXES))
 def test_store_writes_the_swizzled_box_inside_the_tensor_only(rng, swizzle):
-    box, coords = BOXES[swizzle], (90, -2)
+    box, coords = BOXES[swizzle], (88, -2)
     k, n = store_kernel(box, swizzle, coords)
     src = f16_tensor(rng, (n,))
     y = np.full((40, 104), -3.0, np.float16)
@@ -392,6 +392,9 @@ def tma_stmt_kernel(stmt_for, bar_dtype=I64):
     ("misaligned", "TMA load: sm[64] (pool byte 1152) of thread (0, 0, 0) is not 1024-byte "
                    "aligned (map m, swizzle 128B)"),
     ("coords", "TMA load of rank-2 map m gives 3 coordinate(s)"),
+    ("coord_align", "TMA load: the dimension-0 coordinate 60 of thread (0, 0, 0) is 120 bytes "
+                    "into map m's rows, not a multiple of 16 (the GPU faults with an illegal "
+                    "instruction)"),
     ("bar_dtype", "mbarrier.init needs an i64 shared mbarrier buffer, not bar"),
     ("count", "mbarrier.init count 0 of thread (0, 0, 0) is not in 1..1048575"),
     ("parity", "mbarrier.wait parity 2 of thread (0, 0, 0) is not 0 or 1"),
@@ -399,12 +402,13 @@ def tma_stmt_kernel(stmt_for, bar_dtype=I64):
     ("named_count", "named barrier 1: thread count 48 is not a positive multiple of 32"),
 ])
 def test_statement_errors(case, message):
-    def load(m, bar, sm, index=0, c2=None):
-        return kir.TmaLoad(dst=sm, dst_index=c(index), map=m, c0=c(0), c1=c(0), c2=c2,
+    def load(m, bar, sm, index=0, c2=None, c0=0):
+        return kir.TmaLoad(dst=sm, dst_index=c(index), map=m, c0=c(c0), c1=c(0), c2=c2,
                            bar=bar, bar_index=c(0))
     make = {
         "misaligned": lambda m, bar, sm: load(m, bar, sm, index=64),
         "coords": lambda m, bar, sm: load(m, bar, sm, c2=c(0)),
+        "coord_align": lambda m, bar, sm: load(m, bar, sm, c0=60),
         "bar_dtype": lambda m, bar, sm: kir.MbarrierInit(bar=bar, index=c(0), count=c(1)),
         "count": lambda m, bar, sm: kir.MbarrierInit(bar=bar, index=c(0), count=c(0)),
         "parity": lambda m, bar, sm: kir.MbarrierWait(bar=bar, index=c(0), parity=c(2)),

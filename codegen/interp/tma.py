@@ -7,7 +7,8 @@
     positive, strides * itemsize positive multiples of 16 below 2^40, box[0] * itemsize a
     multiple of 16 and, swizzled, exactly the swizzle's span; the tensor is a kernel
     tensor parameter. TMA coordinates (x0, x1, ...) name tensor element offset x0 + x1 *
-    strides[0] + x2 * strides[1] ..., inside iff 0 <= x_d < sizes[d] for every d.
+    strides[0] + x2 * strides[1] ..., inside iff 0 <= x_d < sizes[d] for every d; x0 *
+    itemsize must be a multiple of 16 bytes (TMA_COORD_ALIGN: else the GPU faults).
   * A box in shared memory (kir.hopper's header): box element e (box order, dimension 0
     fastest) at logical pool byte start + e * itemsize, physical byte swizzle(logical,
     mode) (fuserir.instructions.swizzle). The start is 128-byte aligned (a swizzled box:
@@ -41,8 +42,9 @@ import numpy as np
 
 from codegen.errors import Hazard
 from codegen.interp.base import _NONE, InterpError, _point
-from fuserir.instructions import (SWIZZLE_BYTES, TMA_BOX_MAX, TMA_RANKS, TMA_SMEM_ALIGN,
-                                  TMA_STRIDE_ALIGN, TMA_STRIDE_LIMIT, swizzle)
+from fuserir.instructions import (SWIZZLE_BYTES, TMA_BOX_MAX, TMA_COORD_ALIGN, TMA_RANKS,
+                                  TMA_SMEM_ALIGN, TMA_STRIDE_ALIGN, TMA_STRIDE_LIMIT,
+                                  swizzle)
 from lowering import kir
 
 
@@ -160,6 +162,15 @@ class _Tma:
                          lambda: f"the start of a {m.box_bytes}-byte box that does not fit "
                                  f"in {lay.name}[0, {lay.size})", lay)
         coords = np.stack([self._index(self.ev(c, act), n) for c in s.coords], axis=1)
+        item = m.dtype.itemsize
+        mis = (coords[:, 0] * item) % TMA_COORD_ALIGN != 0
+        if mis.any():
+            i = int(np.flatnonzero(mis)[0])
+            raise InterpError(f"{what}: the dimension-0 coordinate {int(coords[i, 0])} of "
+                              f"thread {self.interp.coords(act[i])} is "
+                              f"{int(coords[i, 0]) * item} bytes into map {m.name}'s rows, "
+                              f"not a multiple of {TMA_COORD_ALIGN} (the GPU faults with an "
+                              f"illegal instruction){self.where()}")
         if ok is not None:
             act, start, coords = act[ok], start[ok], coords[ok]
         return bmap, lay, act, start, coords

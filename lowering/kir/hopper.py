@@ -283,7 +283,8 @@ class MbarrierWait(Stmt):
 class TmaLoad(Stmt):
     """cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes,
     by each active thread (one, usually): the box of `map` at coordinates (c0, c1[, c2])
-    (elements, innermost first, may be negative) into shared `dst` from element
+    (elements, innermost first, may be negative; c0 * itemsize a multiple of 16 bytes,
+    else the GPU faults) into shared `dst` from element
     `dst_index` (the pool byte 128-byte aligned; a swizzled box: aligned to 8 swizzle
     spans), completing map.box_bytes transaction bytes on mbarrier bar[bar_index] when
     it lands (see the module header for the layout and the zero fill)."""
