@@ -325,7 +325,9 @@ TMA = AsyncProxyInstruction(
 # What a tensor map may be (cuTensorMapEncodeTiled's rules): ranks, box extents, global
 # dimensions (1 .. 2^32 elements), the global address's alignment (bytes), global strides
 # (bytes: multiples of 16 below 2^40), the shared destination's alignment
-TMA_RANKS = (1, 2, 3, 4, 5)
+# the ranks kernel IR's TMA statements address (coordinates c0, c1[, c2]; the hardware
+# takes 1 to 5)
+TMA_RANKS = (2, 3)
 TMA_BOX_MAX = 256
 TMA_DIM_LIMIT = 1 << 32
 TMA_ADDRESS_ALIGN = 16

@@ -18,6 +18,8 @@ independently of the interpreter.
                            swizzle), or A from registers; every lane's accumulators out
     stmatrix_probe(...)    every lane's fragment from global memory, stmatrix to permuted
                            row addresses, the shared image out
+    roles_probe()          two warp groups: setmaxnreg dec / inc, bar.sync and bar.arrive
+                           on named barriers, plain mbarrier arrivals of every thread
 """
 
 import numpy as np
@@ -350,3 +352,53 @@ def expected_stmatrix(src, num, trans):
                     r, col = lane // 4, 2 * (lane % 4) + h
                 out[w * 64 * num + stmatrix_row(num, i, r) + col] = src[t, 2 * i + h]
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# warp-group roles: setmaxnreg, named barriers, plain mbarrier arrivals
+# ---------------------------------------------------------------------------------------
+
+
+def roles_probe():
+    """Two warp groups (256 threads). Warp group 0 gives registers back (setmaxnreg.dec
+    40), warp group 1 takes them (setmaxnreg.inc 232); every thread stores x[t] * 2, a
+    bar.sync 1, 256 orders the stores before y[t] = buf[255 - t]; warp group 1 then stores
+    x[t] + 1 and signals with bar.arrive 2, 256, on which warp group 0 waits (bar.sync 2,
+    256) before z[t] = buf2[t]; at the end every thread arrives on an mbarrier of count
+    256 and waits for its phase 0, then done[t] = 1."""
+    n = 2 * THREADS
+    x = ex.tensor("x", F32, [c(n)])
+    y = ex.tensor("y", F32, [c(n)], is_output=True)
+    z = ex.tensor("z", F32, [c(THREADS)], is_output=True)
+    done = ex.tensor("done", I32, [c(n)], is_output=True)
+    bar = _shared("bar", I64, 1, 0)
+    buf = _shared("buf", F32, n, 16)
+    buf2 = _shared("buf2", F32, THREADS, 16 + 4 * n)
+    t = ex.tid()
+    first = ex.lt(t, c(THREADS))
+    second = ex.binop("ge", t, c(THREADS))
+    body = [
+        kir.Allocate(bar), kir.Allocate(buf), kir.Allocate(buf2),
+        kir.IfThenElse(_tid0(), [kir.MbarrierInit(bar, c(0), c(n)), kir.FenceMbarrierInit()]),
+        kir.Barrier(),
+        kir.IfThenElse(first, [kir.SetMaxNReg(40, increase=False)],
+                       [kir.SetMaxNReg(232, increase=True)]),
+        kir.Store(buf, t, ex.mul(ex.load(x, [t]), c(2.0, F32))),
+        kir.NamedBarrier(1, n),
+        ex.store(y, [t], kir.Load(buf, ex.sub(c(n - 1), t))),
+        kir.IfThenElse(second, [
+            kir.Store(buf2, ex.sub(t, c(THREADS)), ex.add(ex.load(x, [t]), c(1.0, F32))),
+            kir.NamedBarrier(2, n, arrive_only=True)]),
+        kir.IfThenElse(first, [kir.NamedBarrier(2, n), ex.store(z, [t], kir.Load(buf2, t))]),
+        kir.MbarrierArrive(bar, c(0)),
+        kir.MbarrierWait(bar, c(0), c(0)),
+        ex.store(done, [t], c(1)),
+    ]
+    k = kir.Kernel("roles", [x, y, z, done], [], body, ex.launch([c(1)], [c(n)]))
+    return ex.finish(k)
+
+
+def expected_roles(x):
+    n = 2 * THREADS
+    return {"y": (x * 2)[::-1].astype(np.float32), "z": (x[THREADS:] + 1).astype(np.float32),
+            "done": np.ones(n, np.int32)}

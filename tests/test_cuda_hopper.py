@@ -313,11 +313,22 @@ def test_wgmma_helpers_fences_and_setmaxnreg_text():
     assert re.search(r'asm volatile\("wgmma.wait_group.sync.aligned 0;" ::: "memory"\);'
                      rf"  // {wait.label} wait1$", source, re.M)
     assert 'asm volatile("setmaxnreg.inc.sync.aligned.u32 240;" ::: "memory");' in source
+    # setmaxnreg is ignored (ptxas C7508) unless the kernel bounds its block
+    assert re.search(r'extern "C" __global__ void __launch_bounds__\(128, 1\) \w+\(', source)
+    assert "__launch_bounds__" not in emit_cuda(tma_kernel())     # no setmaxnreg there
     ptx = nvrtc.ptx(source, kernel.name, arch="sm_90a")
     for instr in ("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16", "wgmma.fence",
                   "wgmma.commit_group", "wgmma.wait_group.sync.aligned 0",
                   "setmaxnreg.inc.sync.aligned.u32 240"):
         assert instr in ptx, instr
+
+
+def test_setmaxnreg_needs_a_constant_block():
+    kernel = wgmma_kernel(16, dtype=BF16, accumulate=False)
+    kernel.launch.block = (kir.Var("threads", I32),) + tuple(kernel.launch.block[1:])
+    with pytest.raises(CodegenError, match="a kernel that issues setmaxnreg needs a constant "
+                                           r"block size \(its __launch_bounds__\)"):
+        emit_cuda(kernel)
 
 
 def test_the_descriptor_helper_encodes_as_matrix_descriptor():
@@ -458,7 +469,7 @@ TMA_ERRORS = [
                                r"128 bytes, got 32 x f16 = 64"),
     (_set_map(0, swizzle="16B"), r"tensor map xmap swizzle '16B' is not one of none, 32B"),
     (_set_map(0, box=(64, 8, 1, 1, 1, 1), sizes=[], strides=[]),
-     r"tensor map xmap has rank 6; TMA takes ranks 1 to 5"),
+     r"tensor map xmap has rank 6; TMA takes ranks 2 to 3 \(coordinates c0, c1\[, c2\]\)"),
     (_set_map(0, strides=[]), r"tensor map xmap of rank 2 has 2 sizes and 0 strides"),
     (lambda k: k.tensor_maps.append("xmap"), r"tensor map 'xmap' is not a kir.TensorMap"),
     (lambda k: setattr(k.tensor_maps[0], "tensor", tensor("w", F16, [const(4)])),
@@ -479,6 +490,6 @@ def test_a_rank_1_map_is_refused_by_the_statement():
     xmap = kernel.tensor_maps[0]
     xmap.box, xmap.sizes, xmap.strides = (64,), xmap.sizes[:1], []
     stmt_of(kernel, kir.TmaLoad).c1 = None
-    with pytest.raises(CodegenError, match=r"tma load of rank-1 map xmap: the statement "
-                                           r"takes ranks 2 and 3"):
+    with pytest.raises(CodegenError, match=r"tensor map xmap has rank 1; TMA takes ranks 2 "
+                                           r"to 3"):
         emit_cuda(kernel)

@@ -95,6 +95,14 @@ def stmatrix_case(num, trans):
     return kernel, args, {"out": hp.expected_stmatrix(src, num, trans)}
 
 
+def roles_case():
+    kernel = hp.roles_probe()
+    x = np.arange(2 * hp.THREADS, dtype=np.float32) - 77
+    args = {"x": x, "y": np.zeros(2 * hp.THREADS, np.float32),
+            "z": np.zeros(hp.THREADS, np.float32), "done": np.zeros(2 * hp.THREADS, np.int32)}
+    return kernel, args, hp.expected_roles(x)
+
+
 def _wgmma_id(p):
     return "-".join(f"{k}={v}" for k, v in p.items())
 
@@ -104,7 +112,8 @@ CASES = ([(f"tma_load-{r}d-{m}-box{'x'.join(map(str, b))}", tma_load_case, (R, C
          + [(f"tma_store-{m}", tma_store_case, (R, C, b, m)) for R, C, b, m in TMA_STORES]
          + [(f"wgmma-{_wgmma_id(p)}", wgmma_case, p) for p in WGMMAS]
          + [(f"stmatrix-x{n}{'-trans' if t else ''}", stmatrix_case, (n, t))
-            for n, t in STMATRICES])
+            for n, t in STMATRICES]
+         + [("roles-setmaxnreg-named-barriers-arrive", roles_case, ())])
 
 
 def build(case):

@@ -133,7 +133,7 @@ WHERE = "kernel tma: tensor map a_map of a: "
      "the box's dimension 0 spans 8 bytes, not a multiple of 16"),
     (tma_kernel(swizzle="256B"), fake((8, 64)), dict(M=8, K=64), "unknown swizzle '256B'"),
     (tma_kernel(box=(64,) * 6, sizes=[], strides=[]), fake((8, 64)), dict(M=8, K=64),
-     "rank 6 .*; a tensor map has rank 1..5"),
+     "rank 6 .*; a tensor map has rank 2..3"),
     (tma_kernel(box=(64, 8, 2)), fake((8, 64)), dict(M=8, K=64),
      "a rank-3 box needs 3 sizes and 2 strides, the map has 2 and 1"),
     (tma_kernel(dtype=DataType.bool, box=(64, 8)), fake((8, 64), dtype=np.bool_),

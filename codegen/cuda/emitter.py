@@ -115,10 +115,11 @@ class _Emitter(HopperEmitter, ExpressionEmitter):
         for p in k.scalar_params:
             self.check_index_var(p.var, "scalar parameter")
             params.append((f"{ctype} {self.ident(p.var)}", "scalar"))
+        head = f'extern "C" __global__ void {self.launch_bounds()}{entry_point(k)}('
         if not params:
-            return f'extern "C" __global__ void {entry_point(k)}() {{'
+            return head + ") {"
         width = max(len(d) for d, _ in params) + 1
-        lines = [f'extern "C" __global__ void {entry_point(k)}(']
+        lines = [head]
         for i, (decl, comment) in enumerate(params):
             sep = "," if i + 1 < len(params) else ")"
             lines.append(f"    {(decl + sep).ljust(width)}  // {comment}")

@@ -32,8 +32,6 @@ from . import ptx_sm90
 from .expressions import _bare, _where
 from .names import _HALF, _INT
 
-# the ranks TmaLoad / TmaStore spell (c0, c1[, c2]); tensor maps may have TMA_RANKS
-_TMA_STATEMENT_RANKS = (2, 3)
 # statements whose shared-memory addresses are swizzled by pool offset
 _SWIZZLED = (kir.Wgmma, kir.TmaLoad, kir.TmaStore)
 _SWIZZLED_POOL_ALIGN = 1024
@@ -56,6 +54,21 @@ class HopperEmitter:
                         f"  extern __shared__ __align__({_SWIZZLED_POOL_ALIGN}) unsigned char "
                         "smem[];"]
 
+    def launch_bounds(self):
+        """`__launch_bounds__(threads, 1) ` where the kernel reallocates registers
+        (setmaxnreg is ignored without it: ptxas C7508), else "". The block must be a
+        constant size then."""
+        if not any(isinstance(s, kir.SetMaxNReg) for s in kir.walk(self.kernel.body)):
+            return ""
+        block = self.kernel.launch.block if self.kernel.launch else None
+        if not block or not all(isinstance(e, kir.Const) for e in block):
+            raise self.error("a kernel that issues setmaxnreg needs a constant block size "
+                             "(its __launch_bounds__)")
+        threads = 1
+        for e in block:
+            threads *= int(e.value)
+        return f"__launch_bounds__({threads}, 1) "
+
     def tensor_map_params(self):
         """(declaration, comment) of each of kernel.tensor_maps, checked."""
         params = []
@@ -67,7 +80,7 @@ class HopperEmitter:
                                  "one of the kernel's tensor parameters")
             if m.rank not in TMA_RANKS:
                 raise self.error(f"tensor map {m.name} has rank {m.rank}; TMA takes ranks "
-                                 f"{TMA_RANKS[0]} to {TMA_RANKS[-1]}")
+                                 f"{TMA_RANKS[0]} to {TMA_RANKS[-1]} (coordinates c0, c1[, c2])")
             if len(m.sizes) != m.rank or len(m.strides) != m.rank - 1:
                 raise self.error(f"tensor map {m.name} of rank {m.rank} has {len(m.sizes)} "
                                  f"sizes and {len(m.strides)} strides (rank and rank - 1)")
@@ -266,9 +279,6 @@ class HopperEmitter:
         if len(coords) != m.rank:
             raise self.error(f"{what} gives {len(coords)} coordinates, map {m.name} has "
                              f"rank {m.rank}")
-        if m.rank not in _TMA_STATEMENT_RANKS:
-            raise self.error(f"{what} of rank-{m.rank} map {m.name}: the statement takes "
-                             f"ranks {' and '.join(map(str, _TMA_STATEMENT_RANKS))}")
         self.check_memory(buffer, kir.Memory.shared, f"{what} {role}")
         if buffer.dtype is not m.dtype:
             raise self.error(f"{what} {role} {buffer.name} is {buffer.dtype}, map {m.name} "

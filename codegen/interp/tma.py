@@ -86,8 +86,8 @@ def bind_tensor_maps(kernel, globals_, uniform):
             raise bad(f"has swizzle {m.swizzle!r} (one of {sorted(SWIZZLE_BYTES)})")
         if m.rank not in TMA_RANKS or len(m.sizes) != m.rank or len(m.strides) != m.rank - 1:
             raise bad(f"has a box of rank {m.rank}, {len(m.sizes)} sizes and "
-                      f"{len(m.strides)} strides (rank 1..5, sizes = rank, strides = "
-                      f"rank - 1)")
+                      f"{len(m.strides)} strides (rank {TMA_RANKS[0]}..{TMA_RANKS[-1]}, "
+                      f"sizes = rank, strides = rank - 1)")
         if not all(1 <= b <= TMA_BOX_MAX for b in m.box):
             raise bad(f"has box {tuple(m.box)}: extents must be 1..{TMA_BOX_MAX}")
         g = globals_[m.tensor.buffer]
