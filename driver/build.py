@@ -62,14 +62,15 @@ def kernel_arch(kernel, arch):
             if type(s).__name__ in BY_STATEMENT}
     need = max((d.arch for d in used.values()), default=0)
     if cc < need:
-        names = ", ".join(d.name for d in BY_STATEMENT.values())
-        raise CompileError(f"kernel {kernel.name} uses {', '.join(sorted(used))} ({names}), "
-                           f"which need sm_{need} or newer; this GPU is {arch}")
+        newer = ", ".join(f"{stmt} ({d.name}, sm_{d.arch})" for stmt, d in sorted(used.items())
+                          if d.arch > cc)
+        raise CompileError(f"kernel {kernel.name} uses {newer}, which need sm_{need} or "
+                           f"newer; this GPU is {arch}")
     specific = {d.arch for d in used.values() if d.arch_specific}
     if not specific:
         return arch
     if specific != {cc}:
-        names = ", ".join(sorted(d.name for d in used.values() if d.arch_specific))
+        names = ", ".join(sorted({d.name for d in used.values() if d.arch_specific}))
         raise CompileError(f"kernel {kernel.name} uses {names}, which exist only on "
                            f"sm_{max(specific)}a; this GPU is {arch}")
     return f"sm_{cc}a"

@@ -21,11 +21,14 @@ A descriptor is what every layer needs of one PTX instruction, written once:
 The matmul scheduler takes the instruction tile from here, lowering the fragment maps,
 codegen the PTX and the arch check, the interpreter the semantics. A new instruction is a
 new descriptor, consulted by the same code: Hopper's warp-group MMA (WGMMA, sm_90a: its
-accumulator and register-A fragments over the 128 threads of a warp group, its PTX) and
-the shared-memory matrix descriptor and swizzle modes its operands are read through are
-here; the kernel-IR statements that issue them come next. The maps are the figures
-of the PTX ISA ("Matrix Fragments for mma.m16n8k16", "ldmatrix"); tests/test_instructions.py
-checks every lane against those figures spelled out independently.
+accumulator and register-A fragments over the 128 threads of a warp group, its PTX), the
+shared-memory matrix descriptor and swizzle modes its operands are read through,
+stmatrix, TMA (and what a tensor map may be), mbarriers, the proxy fence, named barriers
+and setmaxnreg are here, issued by the statements of lowering/kir/hopper.py
+(BY_STATEMENT). The maps are the figures of the PTX ISA ("Matrix Fragments for
+mma.m16n8k16", "ldmatrix", "wgmma"); tests/test_instructions.py and
+tests/test_instructions_sm90.py check every lane against those figures spelled out
+independently, and tests/test_hopper_probes.py checks them against the H200.
 """
 
 from dataclasses import dataclass

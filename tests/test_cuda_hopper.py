@@ -461,6 +461,8 @@ TMA_ERRORS = [
     (_set(kir.TmaLoad, bar=_shared(I32)), r"tma load mbarrier sh is i32"),
     (_set(kir.TmaStore, src=_local(F16, 512)), r"tma store source loc is in local memory"),
     (_set(kir.TmaLoad, c1=const(0.5, F32)), r"tma load coordinate 1 must be an integer"),
+    (_set(kir.TmaLoad, c0=const(12)), r"tma load coordinate 0 = 12 is 24 bytes into a row of "
+                                      r"map xmap, not a multiple of 16 \(the GPU faults\)"),
     (_set(kir.BulkWait, n=True), r"cp.async.bulk wait_group takes a non-negative int, "
                                  r"got True"),
     (_set_map(0, box=(64, 0)), r"tensor map xmap box extent 0 is not 1..256"),

@@ -41,6 +41,31 @@ def test_a_kernel_with_an_arch_specific_instruction_gets_the_a_target(mma_only_o
         build.kernel_arch(seed, "sm_80")
 
 
+def test_hopper_kernels_get_their_targets_from_the_instructions_they_issue():
+    import hopper_probes as hp
+    wgmma, _, _ = hp.wgmma_probe(64)
+    tma = hp.tma_load_probe(40, 96, (64, 8), "128B")
+    assert build.kernel_arch(wgmma, "sm_90") == "sm_90a"
+    assert build.kernel_arch(hp.roles_probe(), "sm_90") == "sm_90a"       # setmaxnreg
+    assert build.kernel_arch(tma, "sm_90") == "sm_90"                     # TMA alone
+    with pytest.raises(CompileError) as caught:
+        build.kernel_arch(tma, "sm_89")
+    assert str(caught.value) == (
+        "kernel tma_load_2d_128B uses FenceMbarrierInit (mbarrier, sm_90), MbarrierArrive "
+        "(mbarrier, sm_90), MbarrierInit (mbarrier, sm_90), MbarrierWait (mbarrier, sm_90), "
+        "TmaLoad (cp.async.bulk.tensor (TMA), sm_90), which need sm_90 or newer; this GPU "
+        "is sm_89")
+    with pytest.raises(CompileError, match=r"uses setmaxnreg, wgmma.mma_async m64nNk16, "
+                                           r"which exist only on sm_90a; this GPU is sm_100"):
+        build.kernel_arch(_with_setmaxnreg(wgmma), "sm_100")
+
+
+def _with_setmaxnreg(kernel):
+    from lowering import kir
+    kernel.body.insert(0, kir.SetMaxNReg(240))
+    return kernel
+
+
 def test_the_driver_compiles_that_kernel_for_sm_90a(mma_only_on_sm90a, monkeypatch):
     asked = []
     real = nvrtc.compile_to_cubin

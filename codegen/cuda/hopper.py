@@ -24,8 +24,8 @@ refuses the rest with a CodegenError naming the statement:
 
 from fuserir.dtypes import DataType
 from fuserir.instructions import (NAMED_BARRIER_IDS, SETMAXNREG_COUNTS, STMATRIX,
-                                  SWIZZLE_BYTES, TMA_BOX_MAX, TMA_RANKS, TMA_SMEM_ALIGN,
-                                  WGMMA, MatrixDescriptor)
+                                  SWIZZLE_BYTES, TMA_BOX_MAX, TMA_COORD_ALIGN, TMA_RANKS,
+                                  TMA_SMEM_ALIGN, WGMMA, MatrixDescriptor)
 from lowering import kir
 
 from . import ptx_sm90
@@ -279,6 +279,12 @@ class HopperEmitter:
         if len(coords) != m.rank:
             raise self.error(f"{what} gives {len(coords)} coordinates, map {m.name} has "
                              f"rank {m.rank}")
+        if isinstance(coords[0], kir.Const) and \
+                int(coords[0].value) * m.dtype.itemsize % TMA_COORD_ALIGN:
+            raise self.error(f"{what} coordinate 0 = {coords[0].value} is "
+                             f"{int(coords[0].value) * m.dtype.itemsize} bytes into a row of "
+                             f"map {m.name}, not a multiple of {TMA_COORD_ALIGN} (the GPU "
+                             "faults)")
         self.check_memory(buffer, kir.Memory.shared, f"{what} {role}")
         if buffer.dtype is not m.dtype:
             raise self.error(f"{what} {role} {buffer.name} is {buffer.dtype}, map {m.name} "
