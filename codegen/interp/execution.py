@@ -179,6 +179,7 @@ class _Execution(_Evaluator):
                              f"outside {b.name}[0, {arr.shape[1]})")
             if ok is not None:
                 act, idx, val = act[ok], idx[ok], val[ok]
+            self._register_access(b, act, idx, write=True)     # async_proxy.py
             arr[act, idx] = val
         else:
             g = self._global(b)
@@ -233,7 +234,9 @@ class _Execution(_Evaluator):
             ok = self._check(b.name, idx, (idx >= 0) & (idx < arr.shape[1]), act,
                              f"outside {b.name}[0, {arr.shape[1]})")
             if ok is None:
+                self._register_access(b, act, idx)              # async_proxy.py
                 return arr[act, idx]
+            self._register_access(b, act[ok], idx[ok])
             out = np.zeros(n, dtype=arr.dtype)
             out[ok] = arr[act[ok], idx[ok]]
             return out

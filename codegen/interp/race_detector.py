@@ -118,6 +118,7 @@ class _RaceDetector:
             return None
         g, t = self._grains(lay, act, idx)
         e = self._event(lay.name)
+        self._check_held(lay, g, t)               # async_proxy.py: bytes in use
         pend = self.p_tid[g] >= 0
         self.overlap = None
         if pend.any():

@@ -85,6 +85,8 @@ class _Pending:
     def __init__(self, stmt, iters, group, tids, gid, accumulate, d, a, b):
         self.stmt, self.iters, self.group, self.tids = stmt, iters, group, tids
         self.gid, self.accumulate, self.d, self.a, self.b = gid, accumulate, d, a, b
+        self.tid = int(tids[0])
+        self.held = None          # the shared grains it holds (async_proxy.py)
 
 
 class _Warpgroups:
@@ -130,9 +132,23 @@ class _Warpgroups:
             a_g = (part(a) if register_a else
                    self._operand(s.a, s.a_layout, s.trans_a, WGMMA.m, tids, a, sel, g, "A"))
             b_g = self._operand(s.b, s.b_layout, s.trans_b, n, tids, b, sel, g, "B")
-            self.wgmmas.append(_Pending(s, self.iters, int(g), tids,
-                                        int(self.wgmma_committed[g]), bool(accumulate),
-                                        part(d), a_g, b_g))
+            op = _Pending(s, self.iters, int(g), tids, int(self.wgmma_committed[g]),
+                          bool(accumulate), part(d), a_g, b_g)
+            regs = [(s.d, op.d[1], op.d[2], "accumulator")]
+            if register_a:
+                regs.append((s.a, op.a[1], op.a[2], "register-A"))
+            self._check_wgmma_fence(s, int(g), tids, regs)
+            shared = [(o, w) for o, w in ((a_g, "A"), (b_g, "B")) if isinstance(o, _Operand)]
+            held = []
+            for o, w in shared:
+                flat, readers = o.elem.ravel(), o.readers
+                if o.ok is not None:
+                    okf = o.ok.ravel()
+                    flat, readers = flat[okf], readers[okf]
+                self._check_proxy_fenced(o.lay, readers, flat, f"the wgmma's {w} operand")
+                held.append(self._hold(o.lay, readers, flat))
+            op.held = np.unique(np.concatenate(held))
+            self.wgmmas.append(op)
 
     def _starts(self, buf, index, layout, act, what):
         if buf.memory is not kir.Memory.shared or buf.dtype.itemsize != 2 or layout is None:
@@ -181,6 +197,7 @@ class _Warpgroups:
 
     def _wgmma_fence(self, s, act):
         self._collective(act, "wgmma.fence")
+        self.wg_fence[np.unique(act // WARPGROUP)] = len(self.events)
 
     def _wgmma_commit(self, s, act):
         self._collective(act, "wgmma.commit_group")
@@ -222,6 +239,7 @@ class _Warpgroups:
         s = op.stmt
         saved = self.stmt, self.iters
         self.stmt, self.iters = s, op.iters
+        self._release(op.held)
         dt = s.dtype.numpy
         lane = (op.tids % WARPGROUP)[:, None]
         if isinstance(op.a, _Operand):
@@ -286,6 +304,7 @@ class _Warpgroups:
         lane = act & 31
         width = STMATRIX.matrix
         arr, pos, ok = self._fragment(s.src, s.src_index, act, 2 * num, 2, "stmatrix")
+        self._register_access(s.src, act, pos)        # registers of a pending wgmma?
         regs = arr.view(np.uint16)[act[:, None], pos]
         if ok is not None:
             regs = np.where(ok, regs, 0).astype(np.uint16)
