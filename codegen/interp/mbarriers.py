@@ -165,6 +165,10 @@ class _Mbarriers:
                 raise InterpError(f"mbarrier.arrive.expect_tx of {int(tx[i])} bytes by "
                                   f"thread {self.interp.coords(act[i])} is not in "
                                   f"0..{_COUNT_MAX}{self.where()}")
+        for o in np.unique(off).tolist():
+            if o in self.mbarriers:
+                self._init_visible(self.mbarriers[o], lay, act[off == o].tolist(),
+                                   "arrive on")
         for i, (t, o) in enumerate(zip(act.tolist(), off.tolist())):
             bar = self.mbarriers.get(o)
             if bar is None:
@@ -172,7 +176,6 @@ class _Mbarriers:
                     f"thread {self.interp.coords(t)} arrives on {lay.name}[{int(idx[i])}], "
                     f"which no mbarrier.init has initialised"))
                 continue
-            self._init_visible(bar, lay, [t], "arrive on")
             if tx is not None:
                 bar.tx += int(tx[i])
             if bar.pending == 0:
