@@ -91,7 +91,7 @@ def only(found, kind):
     return found[0]
 
 
-# -- wgmma: proxy fences, registers in flight, wgmma.fence, operands in use -------------
+# -- wgmma: proxy fences, registers in flight, wgmma.fence, operands in use ------------
 
 class Mma:
     """sa (A) and sb (B) filled from xa / xb by st.shared (or A by a TMA load), d[0..4)
@@ -117,8 +117,9 @@ class Mma:
         return kir.ForLoop(v("z"), c(4), [kir.Store(self.d, v("z"), c(0.0, F32))])
 
     def d_out(self):
-        return kir.ForLoop(v("o"), c(4), [kir.Store(
-            self.out.buffer, op("add", op("mul", TX, 4), v("o")), kir.Load(self.d, v("o")))])
+        at = op("add", op("mul", TX, 4), v("o"))
+        return kir.ForLoop(v("o"), c(4), [kir.Store(self.out.buffer, at,
+                                                    kir.Load(self.d, v("o")))])
 
     def kernel(self, proxy_fence=True, tma_a=False, prologue=None, between=(), after=()):
         """Fill (A by TMA when tma_a), [fence.proxy.async], barrier, `prologue` (default:
@@ -159,9 +160,9 @@ def test_st_shared_then_wgmma_needs_fence_proxy_async(rng):
                                                          ("proxy-fence", "sb")]
     h = next(h for h in found if h.buffer == "sb")
     assert h.first == point(k.body[4].body[0]) and h.second == point(m.mma)
-    assert ("128 thread(s) wrote bytes through the generic proxy that the wgmma's B operand "
-            "reads through the async proxy: no fence.proxy.async by the writing thread "
-            "between the generic write and the async-proxy read") in h.detail
+    assert ("128 thread(s) wrote bytes through the generic proxy that the wgmma's B "
+            "operand reads through the async proxy: no fence.proxy.async by the writing "
+            "thread between the generic write and the async-proxy read") in h.detail
     assert h.byte_range == (3072, 3328) and h.iterations == ({"jb": 0}, {})
 
 
@@ -225,7 +226,7 @@ def test_stage_overwritten_while_a_wgmma_reads_it(rng):
     assert hazards(m.kernel(after=[kir.Barrier(), refill]), m.args(rng)) == []
 
 
-# -- TMA stores ---------------------------------------------------------------------------
+# -- TMA stores -------------------------------------------------------------------------
 
 ROWS = 16                       # a tile: 16 rows of 8 f16 (16 bytes): 256 bytes
 
@@ -289,7 +290,7 @@ def test_persistent_tile_reuses_smem_before_the_store_read_it(rng):
     np.testing.assert_array_equal(args["y"][:ROWS], args["y"][ROWS:])
 
 
-# -- mbarrier init --------------------------------------------------------------------------
+# -- mbarrier init ----------------------------------------------------------------------
 
 def test_mbarrier_used_by_other_threads_before_a_barrier_after_init():
     """nvFuser #1552: every thread arrives on (and waits for) a barrier thread 0 has just
@@ -326,7 +327,7 @@ def test_tma_load_completing_on_an_unfenced_init(rng):
             ) in h.detail
 
 
-# -- cross-CTA hand-off of TMA-stored data -------------------------------------------------
+# -- cross-CTA hand-off of TMA-stored data ----------------------------------------------
 
 def test_tma_stored_workspace_read_by_another_block(rng):
     """Block 0 TMA-stores a tile to ws and releases a semaphore; block 1 acquires it and

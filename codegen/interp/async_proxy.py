@@ -138,7 +138,8 @@ class _AsyncProxy:
                 if not isinstance(part, tuple) or part[0] is not arr:
                     continue
                 r = np.searchsorted(op.tids, act)
-                mine = (r < len(op.tids)) & (op.tids[np.minimum(r, len(op.tids) - 1)] == act)
+                last = len(op.tids) - 1
+                mine = (r <= last) & (op.tids[np.minimum(r, last)] == act)
                 if not mine.any():
                     continue
                 pos = part[1][r[mine]]

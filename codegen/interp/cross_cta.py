@@ -26,6 +26,10 @@ Cross-CTA checker (global memory: outputs, workspaces, any written buffer)
     that write disjoint elements and never read each other's are never reported. The
     semaphore operations themselves are synchronization, not data: they are not checked,
     and a SemRelease clears its cells' data shadow.
+  * TMA stores (tma.py) write through the same path when a wait retires them; a store
+    retired by a wait_group.read only gets a new write event when its thread's full
+    BulkWait completes its writes (_complete_writes), so a Fence (or SemRelease) between
+    the two does not cover it: a block acquiring it is reported "cross-cta".
   Threads of a block still run in lockstep, so what the shadow cannot see is ordering
   inside a statement list that is not a Fence/Barrier/SemRelease/SemWait: e.g. a release
   is always after the releasing block's earlier statements.
@@ -168,7 +172,8 @@ class _CrossCta:
         the current statement, which only a later Fence covers."""
         still = pos[g.shadow.w_seq[pos] == seq]
         if len(still):
-            g.shadow.w_seq[still] = self.interp.global_event(self.stmt, self.iters, self.lin)
+            g.shadow.w_seq[still] = self.interp.global_event(self.stmt, self.iters,
+                                                             self.lin)
 
     def _cross_cta(self, g, act, pos, seq, wb, foreign, write):
         sel = np.flatnonzero(foreign)

@@ -9,8 +9,9 @@ collective instructions, and the statement tables that send each kir statement t
   * IfThenElse with a thread-dependent condition runs the then-branch for the threads
     that take it, then the else-branch for the others.
 
-A load or store goes through the race detector (race_detector.py) for shared memory and
-the cross-CTA checker (cross_cta.py) for global memory; the helpers at the end of
+A load or store goes through the race detector (race_detector.py) for shared memory, the
+cross-CTA checker (cross_cta.py) for global memory and async_proxy.py's register check
+(wgmmas in flight, wgmma.fence) for local memory; the helpers at the end of
 _Execution (indices, layouts and views, bounds checks) serve every room.
 """
 

@@ -8,12 +8,16 @@ bar.arrive id, count).
     expect_tx, as PTX allows). The state is kept beside the pool, not in its bytes: an
     mbarrier is only touched through these statements.
   * MbarrierInit: each active thread sets the state (phase 0, count pending, no bytes);
-    threads of one statement naming one barrier must give one count. MbarrierArrive: the
-    active threads arrive one by one in thread order, each first adding its tx_bytes
-    (expect_tx); the phase completes when no arrival and no byte is pending (then the
-    arrivals reset to the count and the phase number advances). Arriving on a barrier
-    never initialised, or when no arrival is pending (the phase waits only for bytes),
-    is an "mbarrier" hazard naming buffer[index] and the phase.
+    threads of one statement naming one barrier must give one count. Init visibility
+    ("mbarrier-init"): another thread's arrive or wait (or TMA load) on the barrier before
+    a __syncthreads has passed since the init (the epoch is the init's) is reported, and
+    a TMA load completing on it before its init thread ran FenceMbarrierInit after the
+    init (the init's statement and thread are the report's first side).
+  * MbarrierArrive: the active threads arrive one by one in thread order, each first
+    adding its tx_bytes (expect_tx); the phase completes when no arrival and no byte is
+    pending (then the arrivals reset to the count and the phase number advances).
+    Arriving on a barrier never initialised, or when no arrival is pending (the phase
+    waits only for bytes), is an "mbarrier" hazard naming buffer[index] and the phase.
   * MbarrierWait(parity P) passes once the phase of parity P has completed: the current
     phase's parity differs from P (a fresh barrier passes parity 1 at once, parity 0
     after the first completion). Threads run in lockstep, so an unsatisfied wait first

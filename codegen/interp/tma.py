@@ -17,22 +17,27 @@
     path (the cross-CTA checker sees it), elements outside the tensor are zeros; the
     destination is checked like a write and marked pending (p_tid/p_ev, as cp.async's,
     so any access to it before it lands is an "async-pending" report) and the copy is
-    queued on its mbarrier. It lands when an mbarrier wait needs it (mbarriers.py) or at
+    queued on its mbarrier (its init must be visible and fenced: mbarriers.py's
+    "mbarrier-init"). It lands when an mbarrier wait needs it (mbarriers.py) or at
     the end of the block (reported: never waited for): the bytes are written, the marks
     cleared, and the shadow records the issuing thread's write as ordered before the
     current epoch for every thread (the wait makes it visible, not a barrier; the
     lockstep order gives every thread the same wait); then the barrier's transaction
     bytes drop by the box's bytes.
-  * TmaStore, per active thread: joins the thread's open bulk group (bulk_committed
-    counts its commits, as cp.async's groups). Both BulkWait forms retire every group
-    older than committed - n, in issue order: the store reads its shared source then
-    (physical offsets; _shared_read, attributed to the issuing thread and the store) and
-    writes the elements inside the tensor through the global write path. So a source
-    overwritten before its wait_group.read shows in the output (the write is not
-    reported as a hazard). Stores no wait retires are reported at the end of the block
-    and retire then. A wait_group.read also completes the global writes (the GPU may
-    still be writing).
-  * FenceProxyAsync: no effect here (the generic/async proxy ordering is not modelled).
+  * TmaStore, per active thread: its source bytes must be proxy-fenced by their writers
+    ("proxy-fence") and are held until its group retires (a write to them is
+    "async-pending"; async_proxy.py); it joins the thread's open bulk group
+    (bulk_committed counts its commits, as cp.async's groups). Both BulkWait forms retire
+    every group older than committed - n, in issue order: the store reads its shared
+    source then (physical offsets; _shared_read, attributed to the issuing thread and the
+    store) and writes the elements inside the tensor through the global write path. So a
+    source overwritten before its wait_group.read also shows in the output. Stores no
+    wait retires are reported at the end of the block and retire then. The global writes
+    of a store retired by a wait_group.read complete at its thread's full BulkWait (or
+    the end of the block): cross_cta._complete_writes gives them a new write event then,
+    so that only a Fence after the full wait covers them.
+  * FenceProxyAsync: each active thread's earlier generic-proxy shared writes are fenced
+    for the async proxy (`proxy_fenced`, async_proxy.py).
 
 It sits beside async_copies.py (its pending marks are the same); execution.py names the
 handlers in its statement tables, machine.py binds the maps and makes the queues.

@@ -9,7 +9,12 @@ STMATRIX, SETMAXNREG_COUNTS) and the operand addresses of lowering/kir/hopper.py
   * Wgmma issue: the operand start indices and `accumulate` are evaluated (uniform over
     the warp group, else InterpError), the shared operands' element addresses computed
     and bounds-checked (out-of-bounds elements reported, read as 0), and one pending op
-    per warp group recorded with the group's commit count as its group. WgmmaCommit
+    per warp group recorded with the group's commit count as its group; at issue
+    async_proxy.py checks the wgmma.fence ("wgmma-fence"), that the shared operands'
+    generic writes are proxy-fenced ("proxy-fence"), and holds the operands' bytes (a
+    write to them before the wait is "async-pending"), and while the op is pending the
+    group's Loads and Stores of its accumulator and register-A elements (and stmatrix
+    sources) are "wgmma-registers". WgmmaCommit
     increments the count; WgmmaWait n retires, in issue order, every pending op of the
     waiting groups whose group < committed - n. Only then are its operands read (shared
     A / B through _shared_read, element i of an operand attributed to the i % 128-th
@@ -29,8 +34,9 @@ STMATRIX, SETMAXNREG_COUNTS) and the operand addresses of lowering/kir/hopper.py
     no descriptor base offset (0), which PTX needs otherwise; a start inside a swizzled
     row (K-major: + 32 bytes per k block) is allowed. The descriptor's fields are checked
     by MatrixDescriptor.encode.
-  * WgmmaFence has no data effect (a collective check only); SetMaxNReg checks its count
-    against SETMAXNREG_COUNTS and has no data effect.
+  * WgmmaFence has no data effect (a collective check; it records the group's fence for
+    async_proxy.py); SetMaxNReg checks its count against SETMAXNREG_COUNTS and has no
+    data effect.
   * StMatrix (warp collective, _check_warps) is ldmatrix's inverse: register i of lane l
     holds row l>>2, columns 2(l&3), 2(l&3)+1 of matrix i (.trans: rows 2(l&3), 2(l&3)+1,
     column l>>2); lanes < 8*num give 16-byte-aligned row addresses (lane 8i+r: row r of
@@ -138,9 +144,10 @@ class _Warpgroups:
             if register_a:
                 regs.append((s.a, op.a[1], op.a[2], "register-A"))
             self._check_wgmma_fence(s, int(g), tids, regs)
-            shared = [(o, w) for o, w in ((a_g, "A"), (b_g, "B")) if isinstance(o, _Operand)]
             held = []
-            for o, w in shared:
+            for o, w in ((a_g, "A"), (b_g, "B")):
+                if not isinstance(o, _Operand):
+                    continue
                 flat, readers = o.elem.ravel(), o.readers
                 if o.ok is not None:
                     okf = o.ok.ravel()
