@@ -24,9 +24,14 @@ operations, and wgmma.fence (HOPPER.md, "The bug class on this path").
     (no Store between) need no new fence; registers written by a wgmma, ldmatrix or mma
     are not recorded.
 
+Not modelled: a fence.proxy.async between a cp.async's issue and its landing counts for
+the landed bytes (they carry the issue's event); registers written by ldmatrix or mma do
+not need a wgmma.fence here; ordering through mbarrier phases is the race detector's
+(epochs), so proxy-fenced bytes handed over by an mbarrier alone are checked as RAW.
+
 It sits beside race_detector.py, whose shadow (w_ev, w_tid, the events) it reads through
-`self`; warpgroups.py, tma.py and execution.py call these checks; the state is made in
-_Block.__init__ (machine.py).
+`self`; warpgroups.py, tma.py and execution.py call these checks, mbarriers.py its
+_hazard; the state is made in _Block.__init__ (machine.py).
 """
 
 import numpy as np
