@@ -196,6 +196,16 @@ def test_a_named_barrier_short_of_its_count_deadlocks_naming_it():
             in dead[0].detail)
 
 
+def test_a_thread_arriving_twice_on_a_named_barrier_is_barrier_divergence():
+    k = handoff()
+    k.body[1].then_body.append(kir.NamedBarrier(id=1, count=2 * WG, arrive_only=True))
+    kir.relabel(k.body)
+    hazards = hazards_of(k, handoff_args(), "then-first")
+    div = [h for h in hazards if h.kind == "barrier-divergence"]
+    assert div and "barrier 1 expects 256 threads but thread (0, 0, 0) arrives twice" in (
+        div[0].detail)
+
+
 def test_the_roles_probe_runs_clean_under_every_interleaving():
     x = np.arange(2 * hp.THREADS, dtype=np.float32) - 100
 

@@ -4,8 +4,8 @@
 a kir.Kernel on numpy arrays, writing its outputs in place, and raises RaceError (after
 the run, outputs written) listing every hazard it saw. `run_interleavings(kernel,
 make_args, seeds=(0,))` runs it under several interleavings of its warp-specialized
-roles (roles.py) and reports the hazards of all of them. DESIGN.md sections 5 and 6 are the specification; the header of each
-module of this package says how its part meets it.
+roles (roles.py) and reports the hazards of all of them. DESIGN.md sections 5 and 6 are
+the specification; the header of each module of this package says how its part meets it.
 
 One module per part, each importing only modules listed above it:
   base.py            InterpError, program points in reports, the empty shadow mark,
@@ -34,7 +34,8 @@ _TensorCores, _Warpgroups, _Mbarriers, _Tma, _AsyncCopies, _RaceDetector, _Order
 _CrossCta): a room reaches
 the others' methods and the block's state through `self`, so the rooms import one
 another only where execution.py names their statement handlers (and merges acquired
-views at a barrier). This entry holds run_kernel and run_interleavings and re-exports what callers import.
+views at a barrier). This entry holds run_kernel and run_interleavings and re-exports what
+callers import.
 """
 
 from dataclasses import replace

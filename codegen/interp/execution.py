@@ -7,9 +7,10 @@ collective instructions, and the statement tables that send each kir statement t
     Loop variables are uniform (a ForLoop's extent must be the same for every active
     thread), so no per-thread state lives outside memory.
   * IfThenElse with a thread-dependent condition that keeps every warp group on one side
-    is a role branch: its two sides run as interleaved coroutines (roles.py). Any other
-    thread-dependent condition runs the then-branch for the threads that take it, then
-    the else-branch for the others.
+    is a role branch, in a kernel with mbarriers or named barriers (what one role can
+    wait on for another): its two sides run as interleaved coroutines (roles.py). Any
+    other thread-dependent condition runs the then-branch for the threads that take it,
+    then the else-branch for the others.
   * Statements that wait are generators (_COMPOUND): SemWait, MbarrierWait and a
     NamedBarrier yield a Wait when they block; they, MbarrierArrive and TmaLoad first
     yield None, a switch point where another role may run (roles.py).
@@ -85,7 +86,7 @@ class _Execution(_Evaluator):
                 yield from self.exec_list(body, act)
             return
         self.divergent.append(s)
-        if self._role_branch(act, c):
+        if self.interp.ordered and self._role_branch(act, c):
             yield from self._run_roles(s, [("then", s.then_body, act[c]),
                                            ("else", s.else_body, act[~c])])
         else:

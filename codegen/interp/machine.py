@@ -343,8 +343,8 @@ class _Interp:
         blk.finish()
 
 
-class _Block(_Execution, _Roles, _TensorCores, _Warpgroups, _Mbarriers, _Tma, _AsyncCopies,
-             _RaceDetector, _Ordering, _CrossCta):
+class _Block(_Execution, _Roles, _TensorCores, _Warpgroups, _Mbarriers, _Tma,
+             _AsyncCopies, _RaceDetector, _Ordering, _CrossCta):
     """One block of the launch: its memories and the state of every room (the statements
     it runs, and how, come from the rooms' mixins)."""
 

@@ -16,24 +16,25 @@ bar.arrive id, count).
     is an "mbarrier" hazard naming buffer[index] and the phase.
   * MbarrierWait(parity P) passes once the phase of parity P has completed: the current
     phase's parity differs from P (a fresh barrier passes parity 1 at once, parity 0
-    after the first completion). Threads run in lockstep, so an unsatisfied wait first
-    lands the TMA loads queued on that barrier (tma.py), in issue order, until it is
-    satisfied; if it still is not, no later statement could satisfy it on the GPU
-    either (the block's threads are all here): a "deadlock" hazard naming the barrier,
-    phase, parity, pending arrivals and bytes, and execution goes on past the wait.
-    What the waits do not model: an mbarrier phase orders the TMA bytes it counted, not
-    ordinary shared accesses between threads (the race detector's epochs advance only
-    at barriers).
-  * NamedBarrier: id in 1..15, count a positive multiple of 32. The threads of bar.arrive
-    statements are remembered per id and count toward the id's next completion; a
-    bar.sync completes it when the arrived threads (bar.arrive's and its own) number
-    exactly `count`, else (too few: the waiters would hang; too many; a thread twice)
-    it is a "barrier-divergence" hazard and the barrier is reset. A bar.sync completion
-    by the whole block is a Barrier (execution._barrier: a new epoch). Lockstep approximation for a
-    completion by a subset: it starts a new epoch too (the shadow's epochs are the
-    block's), so accesses of threads outside the subset are not checked against the
-    other side of it; and arrivals that the lockstep order runs after the bar.sync (an
-    else-branch) are not counted for it.
+    after the first completion). It is a generator: a switch point first (roles.py);
+    then, if the wait does not pass, it lands the TMA loads queued on that barrier
+    (tma.py), in issue order, until it passes. If it still does not: inside a role
+    branch it yields a Wait (ready once it could pass, counting the queued loads; the
+    deadlock report names buffer[index], phase, parity, pending arrivals and bytes), and
+    once resumed lands the loads and passes; in plain lockstep (no role branch around
+    it) nothing could satisfy it any more (every thread of the block is here), so it is
+    a "deadlock" hazard naming the same, and execution goes on past the wait. A passing
+    wait acquires the phase's order (ordering.py): arrivals release into the current
+    phase, a landing TMA load releases its issuing thread's write into it.
+  * NamedBarrier: id in 1..15, count a positive multiple of 32; a generator (a switch
+    point first). Its current generation counts the threads arrived by bar.arrive and
+    bar.sync; bar.arrive does not block; bar.sync blocks (yields a Wait, inside a role
+    branch) until `count` threads have arrived; the arrival that makes `count`
+    completes the generation: every bar.sync thread of it acquires the join of all its
+    participants' releases (ordering.py), and a completion by the whole block is a
+    Barrier too (execution._barrier: a new epoch). More arrivals than `count`, a thread
+    arriving twice, or (in plain lockstep, where no later arrival can come) a bar.sync
+    short of its count is a "barrier-divergence" hazard and the barrier is reset.
 
 It sits below execution.py, which names these handlers in its statement tables; the
 state is made in _Block.__init__ (machine.py).
