@@ -334,8 +334,8 @@ class _Interp:
             self.add(("deadlock", wait.stmt.label, wait.stmt.label), lambda: Hazard(
                 kind="deadlock", buffer=wait.what or "grid", first=_point(wait.stmt),
                 second=_point(wait.stmt), block=block,
-                detail=f"blocks {others} wait forever: every block left is waiting; "
-                       f"block {block}: {wait.describe()}"))
+                detail=f"blocks {others} wait forever: every block left is waiting"
+                       + (f"; block {block}: {wait.describe()}" if wait.why else "")))
 
     def _block(self, bidx):
         blk = _Block(self, bidx)
