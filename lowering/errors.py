@@ -15,7 +15,8 @@ from fuserir.errors import FuserirError
 @dataclass
 class Hazard:
     kind: str                 # RAW, WAR, WAW, async-pending, stale-read, uninitialized-read,
-                              # barrier-divergence, deadlock, cross-cta, mbarrier
+                              # barrier-divergence, deadlock, cross-cta, mbarrier,
+                              # mbarrier-init, proxy-fence, wgmma-registers, wgmma-fence
     buffer: str
     first: str                # the earlier access: "S12: xs[threadIdx.x] = ..."
     second: str               # the later access

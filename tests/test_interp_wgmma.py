@@ -227,8 +227,9 @@ class Case:
             accumulate=None if self.accumulate else c(False, BOOL))
 
     def kernel(self, between=None, wait=True, before_wait=False):
-        """Fill the operands and D, fence, wgmma, commit, between(self)'s statements, wait
-        (unless not), write D to `out`; `before_wait`: D to `early` before the wait."""
+        """Fill the operands and D, proxy fence, barrier, wgmma.fence, wgmma, commit,
+        between(self)'s statements, wait (unless not), write D to `out`; `before_wait`:
+        D to `early` before the wait."""
         n, dt = self.n, self.dt
         h = n // 2
         self.buf, params, body = {}, [], []
@@ -250,7 +251,8 @@ class Case:
             body += [kir.Allocate(ra), per_thread(ra, xr.buffer, 8)]
         self.wgmma = self.statements(d, ra)
         self.d = d
-        body += [kir.Barrier(), kir.WgmmaFence(), self.wgmma, kir.WgmmaCommit(),
+        body += [kir.FenceProxyAsync(), kir.Barrier(), kir.WgmmaFence(), self.wgmma,
+                 kir.WgmmaCommit(),
                  *(between(self) if between else [])]
         if before_wait:
             early = tensor("early", F32, 128 * h, output=True)
@@ -341,9 +343,13 @@ def race(k, args):
 
 
 def test_d_read_before_the_wait_has_the_old_values(rng):
+    """(and is reported: accumulator registers read while the wgmma is pending)"""
     case = Case(rng, 64, F16, "128B", "128B", False, False)
     args = case.args()
-    run_kernel(case.kernel(before_wait=True), args)
+    k = case.kernel(before_wait=True)
+    hazards = race(k, args)
+    assert [(h.kind, h.first) for h in hazards] == [("wgmma-registers", point(case.wgmma))]
+    assert "early[" in hazards[0].second
     np.testing.assert_array_equal(args["early"].reshape(128, 32), accumulator(case.C))
     np.testing.assert_array_equal(args["out"].reshape(128, 32), accumulator(case.D))
 
@@ -354,14 +360,16 @@ def test_missing_wait_is_reported_and_retires_at_the_end(rng):
     k = case.kernel(wait=False)
     hazards = race(k, args)
     np.testing.assert_array_equal(args["out"].reshape(128, 16), accumulator(case.C))
-    assert [(h.kind, h.first, h.second) for h in hazards] == [
-        ("async-pending", point(case.wgmma), "end of the block")]
-    assert "wgmma never waited for" in hazards[0].detail
+    assert [(h.kind, h.first) for h in hazards] == [
+        ("wgmma-registers", point(case.wgmma)), ("async-pending", point(case.wgmma))]
+    assert hazards[1].second == "end of the block"
+    assert "wgmma never waited for" in hazards[1].detail
 
 
 def test_writes_between_issue_and_wait_change_the_result(rng):
-    """B overwritten in shared memory (after a barrier: no race reported) and D zeroed in
-    registers between issue and wait: the op reads both at the wait."""
+    """B overwritten in shared memory (after a barrier) and D zeroed in registers between
+    issue and wait: both reported (async_proxy's checks), and the op reads both at the
+    wait."""
     case = Case(rng, 64, F16, "32B", "32B", False, True)
     size = case.ops["b"]["image"].size
 
@@ -370,14 +378,16 @@ def test_writes_between_issue_and_wait_change_the_result(rng):
                     st(case.buf["b"], add(mul(v("j"), 128), TX), c(1.0, F16))]),
                 loop("j", 32, [st(case.d, v("j"), c(0.0, F32))]), kir.Barrier()]
     args = case.args()
-    run_kernel(case.kernel(between=between), args)
+    hazards = race(case.kernel(between=between), args)
+    assert [(h.kind, h.buffer) for h in hazards] == [("async-pending", "sb"),
+                                                      ("wgmma-registers", "d")]
     np.testing.assert_array_equal(args["out"].reshape(128, 32),
                                   accumulator(case.A @ np.ones((16, 64))))
 
 
 def test_wait_group_1_leaves_the_newest_group_pending(rng):
     """Two wgmmas into d and e, committed separately: wait_group 1 retires the first only,
-    wait_group 0 the second."""
+    wait_group 0 the second (reading e between is reported)."""
     case = Case(rng, 8, F16, "none", "none", False, False)
     k = case.kernel()
     e = local("e", F32, 4)
@@ -396,7 +406,8 @@ def test_wait_group_1_leaves_the_newest_group_pending(rng):
     args = case.args()
     old_e = rng.integers(-9, 10, size=512).astype(np.float32)
     args.update(xe=old_e, early=np.zeros(512, np.float32), late=np.zeros(512, np.float32))
-    run_kernel(k, args)
+    hazards = race(k, args)
+    assert [(h.kind, h.first) for h in hazards] == [("wgmma-registers", point(second))]
     np.testing.assert_array_equal(args["out"].reshape(128, 4), accumulator(case.D))
     np.testing.assert_array_equal(args["early"], old_e)                # still pending
     np.testing.assert_array_equal(args["late"].reshape(128, 4),    # retired onto old e

@@ -26,6 +26,10 @@ Cross-CTA checker (global memory: outputs, workspaces, any written buffer)
     that write disjoint elements and never read each other's are never reported. The
     semaphore operations themselves are synchronization, not data: they are not checked,
     and a SemRelease clears its cells' data shadow.
+  * TMA stores (tma.py) write through the same path when a wait retires them; a store
+    retired by a wait_group.read only gets a new write event when its thread's full
+    BulkWait completes its writes (_complete_writes), so a Fence (or SemRelease) between
+    the two does not cover it: a block acquiring it is reported "cross-cta".
   Threads of a block still run in lockstep, so what the shadow cannot see is ordering
   inside a statement list that is not a Fence/Barrier/SemRelease/SemWait: e.g. a release
   is always after the releasing block's earlier statements.
@@ -162,6 +166,15 @@ class _CrossCta:
             sh.w_seq[pos] = self.interp.global_event(self.stmt, self.iters, self.lin)
             sh.w_tid[pos] = act
 
+    def _complete_writes(self, g, pos, seq):
+        """The global writes of event `seq` to positions `pos` (a TMA store retired by a
+        wait_group.read) complete now: the elements it still holds get a new event of
+        the current statement, which only a later Fence covers."""
+        still = pos[g.shadow.w_seq[pos] == seq]
+        if len(still):
+            g.shadow.w_seq[still] = self.interp.global_event(self.stmt, self.iters,
+                                                             self.lin)
+
     def _cross_cta(self, g, act, pos, seq, wb, foreign, write):
         sel = np.flatnonzero(foreign)
         wtid = g.shadow.w_tid[pos[sel]].astype(np.int64)
@@ -195,7 +208,10 @@ class _CrossCta:
             writer, reader = interp.block_coords(x), self.bidx
             fenced = interp.fences[x][int(wtid[i])] > e
             why = ("the writing thread has executed no Fence (__threadfence) since the "
-                   "write" if not fenced else
+                   "write" + (" completed (a TMA store's writes complete at its thread's "
+                              "full cp.async.bulk.wait_group, not at .read)"
+                              if isinstance(wstmt, kir.TmaStore) else "")
+                   if not fenced else
                    f"block {reader} has acquired no SemRelease that published it (one by "
                    f"block {writer} after the fence, after a Barrier where another "
                    "thread releases, or by a block that acquired that; then SemWait on "

@@ -15,8 +15,9 @@ collective instructions, and the statement tables that send each kir statement t
     NamedBarrier yield a Wait when they block; they, MbarrierArrive and TmaLoad first
     yield None, a switch point where another role may run (roles.py).
 
-A load or store goes through the race detector (race_detector.py) for shared memory and
-the cross-CTA checker (cross_cta.py) for global memory; the helpers at the end of
+A load or store goes through the race detector (race_detector.py) for shared memory, the
+cross-CTA checker (cross_cta.py) for global memory and async_proxy.py's register check
+(wgmmas in flight, wgmma.fence) for local memory; the helpers at the end of
 _Execution (indices, layouts and views, bounds checks) serve every room.
 """
 
@@ -189,6 +190,7 @@ class _Execution(_Evaluator):
                              f"outside {b.name}[0, {arr.shape[1]})")
             if ok is not None:
                 act, idx, val = act[ok], idx[ok], val[ok]
+            self._register_access(b, act, idx, write=True)     # async_proxy.py
             arr[act, idx] = val
         else:
             g = self._global(b)
@@ -243,7 +245,9 @@ class _Execution(_Evaluator):
             ok = self._check(b.name, idx, (idx >= 0) & (idx < arr.shape[1]), act,
                              f"outside {b.name}[0, {arr.shape[1]})")
             if ok is None:
+                self._register_access(b, act, idx)              # async_proxy.py
                 return arr[act, idx]
+            self._register_access(b, act[ok], idx[ok])
             out = np.zeros(n, dtype=arr.dtype)
             out[ok] = arr[act[ok], idx[ok]]
             return out

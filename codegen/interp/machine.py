@@ -27,6 +27,7 @@ import numpy as np
 
 from codegen.errors import Hazard
 from codegen.interp.async_copies import _AsyncCopies
+from codegen.interp.async_proxy import _AsyncProxy
 from codegen.interp.base import _NONE, InterpError, _const, _point
 from codegen.interp.cross_cta import _CrossCta
 from codegen.interp.execution import _Execution
@@ -110,6 +111,11 @@ class _Interp:
         self.stmts = list(kir.walk(kernel.body))
         self.sid = {s: i for i, s in enumerate(self.stmts)}
         self.ordered = needs_ordering(self.stmts)     # vector clocks (ordering.py)
+        # async_proxy.py: statements whose shared writes are the async proxy's (TMA
+        # loads); whether local Stores are recorded for wgmma.fence
+        self.async_writer = np.array([isinstance(s, kir.TmaLoad) for s in self.stmts]
+                                     + [False], bool)
+        self.has_wgmma = any(isinstance(s, kir.Wgmma) for s in self.stmts)
         self.env = {}
         # cross-CTA checker: one event per execution of a statement that writes global
         # memory (its statement, loop iterations and linear block id); semaphore cells
@@ -344,7 +350,7 @@ class _Interp:
 
 
 class _Block(_Execution, _Roles, _TensorCores, _Warpgroups, _Mbarriers, _Tma,
-             _AsyncCopies, _RaceDetector, _Ordering, _CrossCta):
+             _AsyncCopies, _RaceDetector, _AsyncProxy, _Ordering, _CrossCta):
     """One block of the launch: its memories and the state of every room (the statements
     it runs, and how, come from the rooms' mixins)."""
 
@@ -386,15 +392,26 @@ class _Block(_Execution, _Roles, _TensorCores, _Warpgroups, _Mbarriers, _Tma,
         self.mbarriers = {}
         self.named = {}
         self._init_ordering()         # vector clocks (see ordering.py)
-        # TMA (see tma.py): loads queued on their mbarriers and stores not retired, in
-        # issue order; per thread the bulk groups committed / retired
+        # TMA (see tma.py): loads queued on their mbarriers, stores not retired and
+        # stores whose global writes are not complete, in issue order; per thread the
+        # bulk groups committed, retired (source read) and done (writes complete)
         self.tma_loads = []
         self.bulk_stores = []
+        self.bulk_writing = []
         self.bulk_committed = np.zeros(self.T, np.int64)
         self.bulk_retired = np.zeros(self.T, np.int64)
+        self.bulk_done = np.zeros(self.T, np.int64)
         # wgmma (see warpgroups.py): per warp group the groups committed; the pending ops
         self.wgmma_committed = np.zeros(-(-self.T // WARPGROUP), np.int64)
         self.wgmmas = []
+        # async proxy (see async_proxy.py): per thread the event count at its latest
+        # fence.proxy.async; per grain the pending async reads holding it; per warp group
+        # the event count at its latest wgmma.fence; local buffer -> per element the event
+        # of its latest Store
+        self.proxy_fenced = np.full(self.T, _NONE, np.int64)
+        self.held = np.zeros(n, np.int32)
+        self.wg_fence = np.full(-(-self.T // WARPGROUP), _NONE, np.int64)
+        self.reg_ev = {}
         # access events: (statement, iterations, buffer name); ev_sid: statement ids
         self.events = []
         self.ev_sid = np.empty(256, np.int32)

@@ -8,12 +8,16 @@ bar.arrive id, count).
     expect_tx, as PTX allows). The state is kept beside the pool, not in its bytes: an
     mbarrier is only touched through these statements.
   * MbarrierInit: each active thread sets the state (phase 0, count pending, no bytes);
-    threads of one statement naming one barrier must give one count. MbarrierArrive: the
-    active threads arrive one by one in thread order, each first adding its tx_bytes
-    (expect_tx); the phase completes when no arrival and no byte is pending (then the
-    arrivals reset to the count and the phase number advances). Arriving on a barrier
-    never initialised, or when no arrival is pending (the phase waits only for bytes),
-    is an "mbarrier" hazard naming buffer[index] and the phase.
+    threads of one statement naming one barrier must give one count. Init visibility
+    ("mbarrier-init"): another thread's arrive or wait (or TMA load) on the barrier before
+    a __syncthreads has passed since the init (the epoch is the init's) is reported, and
+    a TMA load completing on it before its init thread ran FenceMbarrierInit after the
+    init (the init's statement and thread are the report's first side).
+  * MbarrierArrive: the active threads arrive one by one in thread order, each first
+    adding its tx_bytes (expect_tx); the phase completes when no arrival and no byte is
+    pending (then the arrivals reset to the count and the phase number advances).
+    Arriving on a barrier never initialised, or when no arrival is pending (the phase
+    waits only for bytes), is an "mbarrier" hazard naming buffer[index] and the phase.
   * MbarrierWait(parity P) passes once the phase of parity P has completed: the current
     phase's parity differs from P (a fresh barrier passes parity 1 at once, parity 0
     after the first completion). It is a generator: a switch point first (roles.py);
@@ -57,9 +61,11 @@ class _Mbarrier:
     number, the arrivals pending and the transaction bytes expected in the current
     phase."""
 
-    def __init__(self, name, count):
+    def __init__(self, name, count, init):
         self.name, self.count = name, count
         self.phase, self.pending, self.tx = 0, count, 0
+        self.init_stmt, self.init_iters, self.init_tid, self.init_epoch = init
+        self.fenced = False         # a FenceMbarrierInit of the init thread followed it
 
     def advance(self):
         """Complete the current phase if nothing is pending any more."""
@@ -131,11 +137,38 @@ class _Mbarriers:
             if len(counts) > 1:
                 raise InterpError(f"threads initialise mbarrier {name} with different "
                                   f"counts {counts.tolist()}{self.where()}")
-            self.mbarriers[o] = _Mbarrier(name, int(counts[0]))
+            self.mbarriers[o] = _Mbarrier(name, int(counts[0]), (
+                s, self.iters, int(act[on][0]), self.epoch))
 
     def _fence_mbarrier_init(self, s, act):
-        """No effect here: the state an init sets is visible at once (the async proxy's
-        ordering is not modelled)."""
+        """The active threads' earlier inits are fenced (visible to the async proxy)."""
+        mine = set(act.tolist())
+        for bar in self.mbarriers.values():
+            if bar.init_tid in mine:
+                bar.fenced = True
+
+    def _init_visible(self, bar, lay, tids, what, async_proxy=False):
+        """Threads `tids` use `bar` (`what`): an "mbarrier-init" hazard if one of them is
+        not its init thread and no __syncthreads has passed since the init; with
+        async_proxy (a TMA load completing on it), if its init thread has not executed
+        fence.mbarrier_init since the init."""
+        others = [t for t in tids if t != bar.init_tid]
+        if others and self.epoch == bar.init_epoch:
+            self._hazard(
+                "mbarrier-init", lay.name, bar.init_stmt, bar.init_iters,
+                (bar.init_tid, others[0]),
+                detail=f"{len(others)} thread(s) {what} {bar.name} that thread "
+                       f"{self.interp.coords(bar.init_tid)} initialised with no "
+                       f"__syncthreads since the init (the init is not visible to other "
+                       f"threads)")
+        if async_proxy and not bar.fenced:
+            self._hazard(
+                "mbarrier-init", lay.name, bar.init_stmt, bar.init_iters,
+                (bar.init_tid, tids[0]),
+                key=("mbarrier-init", bar.init_stmt.label, self.stmt.label, "fence"),
+                detail=f"a TMA load completes on {bar.name}: mbarrier init not fenced "
+                       f"before the async proxy uses it (no fence.mbarrier_init by thread "
+                       f"{self.interp.coords(bar.init_tid)} after the init)")
 
     def _mbarrier_arrive(self, s, act):
         act, idx, off, lay = self._mbarrier_refs(s.bar, s.index, act, "mbarrier.arrive")
@@ -148,6 +181,10 @@ class _Mbarriers:
                 raise InterpError(f"mbarrier.arrive.expect_tx of {int(tx[i])} bytes by "
                                   f"thread {self.interp.coords(act[i])} is not in "
                                   f"0..{_COUNT_MAX}{self.where()}")
+        for o in np.unique(off).tolist():
+            if o in self.mbarriers:
+                self._init_visible(self.mbarriers[o], lay, act[off == o].tolist(),
+                                   "arrive on")
         arrived = {}                  # mbarrier -> threads arrived in its current phase
         for i, (t, o) in enumerate(zip(act.tolist(), off.tolist())):
             bar = self.mbarriers.get(o)
@@ -168,7 +205,7 @@ class _Mbarriers:
             arrived.setdefault(bar, []).append(t)
             self._advance(bar, arrived)
         for bar, tids in arrived.items():
-            self._release(bar, tids)
+            self._release_clock(bar, tids)
 
     def _advance(self, bar, arrived=None):
         """Complete bar's phase if nothing is pending any more: the threads in
@@ -177,7 +214,7 @@ class _Mbarriers:
         bar.advance()
         if bar.phase != phase:
             if arrived and bar in arrived:
-                self._release(bar, arrived.pop(bar))
+                self._release_clock(bar, arrived.pop(bar))
             self._complete_phase(bar, phase % 2)
 
     def _complete_tx(self, off, nbytes, tid, ev):
@@ -221,6 +258,7 @@ class _Mbarriers:
                     f"{len(on)} thread(s) wait on {lay.name}[{int(idx[on[0]])}], which no "
                     f"mbarrier.init has initialised"))
                 continue
+            self._init_visible(bar, lay, act[on].tolist(), "wait on")
             if not bar.passes(p):
                 self._land_loads(o, lambda: bar.passes(p))
             while not bar.passes(p) and self.in_roles:
@@ -256,7 +294,7 @@ class _Mbarriers:
             self._barrier_divergence(s, act, before, arrived, twice)
             return
         gen.arrived = arrived
-        self._release(gen, act)
+        self._release_clock(gen, act)
         if not s.arrive_only:
             gen.waiters.append(act)
         if len(arrived) == s.count:

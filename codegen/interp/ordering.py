@@ -53,7 +53,7 @@ class _Ordering:
         self.released = {}
         self.completed = {}
 
-    def _release(self, key, tids):
+    def _release_clock(self, key, tids):
         """Threads `tids` release into `key`'s accumulating clock."""
         tids = np.asarray(tids, np.int64)
         rel = self.clock[tids].max(axis=0)

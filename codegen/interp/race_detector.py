@@ -15,8 +15,10 @@ Race detector (shared memory)
   of a Store's index and value are processed (for every active thread) before its write. Reported: RAW, WAR, WAW (also two threads writing one byte in one
   statement), stale-read (bytes last written through a different buffer name, across
   barriers too), uninitialized-read (never written in this block), out-of-bounds (any
-  memory), barrier-divergence, shuffle-divergence, warp-divergence, async-pending,
-  mbarrier, deadlock. Hazards are deduplicated by
+  memory), barrier-divergence, shuffle-divergence, warp-divergence, async-pending (also
+  a write to bytes a pending wgmma or TMA store still reads), proxy-fence,
+  wgmma-registers, wgmma-fence, mbarrier, mbarrier-init, deadlock, cross-cta. Hazards
+  are deduplicated by
   (kind, first program point, second program point) over the whole run; each names the
   buffer, a byte range (physical pool bytes for shared memory), both program points as
   "<label>: <statement>", an example pair of threads, the loop iterations of both sides
@@ -30,7 +32,9 @@ reports. The other kinds are reported where they arise: out-of-bounds and barrie
 shuffle- and warp-divergence in execution.py (where a full Barrier also starts the next
 epoch), copies never waited for in async_copies.py and tma.py, wgmmas never waited
 for in warpgroups.py, mbarrier misuse, waits that never pass and named-barrier counts
-in mbarriers.py, cross-cta in cross_cta.py, grid deadlocks in machine.py; all are
+in mbarriers.py, cross-cta in cross_cta.py, grid deadlocks in machine.py, the
+async-proxy kinds (proxy-fence, wgmma-registers, wgmma-fence, writes to held bytes) in
+async_proxy.py and mbarrier-init in mbarriers.py; all are
 deduplicated by _Interp.add. The shadow arrays are made in
 _Block.__init__ (machine.py).
 """
@@ -125,6 +129,7 @@ class _RaceDetector:
             return None
         g, t = self._grains(lay, act, idx)
         e = self._event(lay.name)
+        self._check_held(lay, g, t)               # async_proxy.py: bytes in use
         pend = self.p_tid[g] >= 0
         self.overlap = None
         if pend.any():

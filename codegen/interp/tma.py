@@ -17,22 +17,27 @@
     path (the cross-CTA checker sees it), elements outside the tensor are zeros; the
     destination is checked like a write and marked pending (p_tid/p_ev, as cp.async's,
     so any access to it before it lands is an "async-pending" report) and the copy is
-    queued on its mbarrier. It lands when an mbarrier wait needs it (mbarriers.py) or at
+    queued on its mbarrier (its init must be visible and fenced: mbarriers.py's
+    "mbarrier-init"). It lands when an mbarrier wait needs it (mbarriers.py) or at
     the end of the block (reported: never waited for): the bytes are written, the marks
     cleared, and the shadow records the issuing thread's write, ordered (ordering.py)
     before the threads that wait on the phase its bytes complete (the wait makes it
     visible, not a barrier); then the barrier's transaction bytes drop by the box's
     bytes.
-  * TmaStore, per active thread: joins the thread's open bulk group (bulk_committed
-    counts its commits, as cp.async's groups). Both BulkWait forms retire every group
-    older than committed - n, in issue order: the store reads its shared source then
-    (physical offsets; _shared_read, attributed to the issuing thread and the store) and
-    writes the elements inside the tensor through the global write path. So a source
-    overwritten before its wait_group.read shows in the output (the write is not
-    reported as a hazard). Stores no wait retires are reported at the end of the block
-    and retire then. A wait_group.read also completes the global writes (the GPU may
-    still be writing).
-  * FenceProxyAsync: no effect here (the generic/async proxy ordering is not modelled).
+  * TmaStore, per active thread: its source bytes must be proxy-fenced by their writers
+    ("proxy-fence") and are held until its group retires (a write to them is
+    "async-pending"; async_proxy.py); it joins the thread's open bulk group
+    (bulk_committed counts its commits, as cp.async's groups). Both BulkWait forms retire
+    every group older than committed - n, in issue order: the store reads its shared
+    source then (physical offsets; _shared_read, attributed to the issuing thread and the
+    store) and writes the elements inside the tensor through the global write path. So a
+    source overwritten before its wait_group.read also shows in the output. Stores no
+    wait retires are reported at the end of the block and retire then. The global writes
+    of a store retired by a wait_group.read complete at its thread's full BulkWait (or
+    the end of the block): cross_cta._complete_writes gives them a new write event then,
+    so that only a Fence after the full wait covers them.
+  * FenceProxyAsync: each active thread's earlier generic-proxy shared writes are fenced
+    for the async proxy (`proxy_fenced`, async_proxy.py).
 
 It sits beside async_copies.py (its pending marks are the same); execution.py names the
 handlers in its statement tables, machine.py binds the maps and makes the queues.
@@ -190,6 +195,9 @@ class _Tma:
                 self._mbarrier_hazard("mbarrier", blay, t, (
                     f"thread {self.interp.coords(t)} issues a TMA load completing on "
                     f"{blay.name}[{bi}], which no mbarrier.init has initialised"))
+            else:
+                self._init_visible(self.mbarriers[o], blay, [t],
+                                   "issue a TMA load completing on", async_proxy=True)
             off, inside = bmap.elements(xs)
             vals = np.zeros(len(off), g.dtype)
             sel = np.flatnonzero(inside)
@@ -229,24 +237,37 @@ class _Tma:
         self.tma_loads = keep
 
     def _tma_store(self, s, act):
+        """Per active thread: the source box's bytes must be proxy-fenced; they are held
+        (async_proxy.py) until a wait retires the store's group."""
         bmap, lay, act, start, coords = self._box_sites(s, s.src, s.src_index, act,
                                                         "TMA store")
         for t, st, xs in zip(act.tolist(), start.tolist(), coords.tolist()):
-            self.bulk_stores.append(_TmaCopy(s, self.iters, bmap, t, lay, st, xs,
-                                             gid=int(self.bulk_committed[t])))
+            off, inside = bmap.elements(xs)
+            sel = np.flatnonzero(inside)
+            phys = bmap.physical(st, sel).ravel()
+            idx = np.unique((phys - lay.offset) // lay.itemsize)
+            tid = np.full(len(idx), t, np.int64)
+            self._check_proxy_fenced(lay, tid, idx, "the TMA store")
+            self.bulk_stores.append(_TmaCopy(
+                s, self.iters, bmap, t, lay, st, xs, gid=int(self.bulk_committed[t]),
+                off=off[sel], phys=phys, idx=idx, held=self._hold(lay, tid, idx)))
 
     def _bulk_commit(self, s, act):
         self.bulk_committed[act] += 1
 
     def _bulk_wait(self, s, act):
-        self.bulk_retired[act] = np.maximum(self.bulk_retired[act],
-                                            self.bulk_committed[act] - int(s.n))
+        older = self.bulk_committed[act] - int(s.n)
+        self.bulk_retired[act] = np.maximum(self.bulk_retired[act], older)
+        if not s.read:
+            self.bulk_done[act] = np.maximum(self.bulk_done[act], older)
         self._retire_stores()
 
     def _retire_stores(self, end=False):
         """Retire the stores whose bulk group their thread's waits have retired (all of
         them at the end of the block), in issue order: read the shared box, write the
-        elements inside the tensor."""
+        elements inside the tensor; the writes of a store retired by a wait_group.read
+        complete at its thread's full wait (cross_cta.py: a fence covers them only
+        then)."""
         keep = []
         saved = self.stmt, self.iters
         for cp in self.bulk_stores:
@@ -254,26 +275,33 @@ class _Tma:
                 keep.append(cp)
                 continue
             self.stmt, self.iters = cp.stmt, cp.iters    # the accesses are the store's
-            bmap, lay, g = cp.bmap, cp.lay, cp.bmap.g
-            off, inside = bmap.elements(cp.coords)
-            sel = np.flatnonzero(inside)
-            phys = bmap.physical(cp.start, sel).ravel()
-            idx = np.unique((phys - lay.offset) // lay.itemsize)
-            self._shared_read(lay, np.full(len(idx), cp.tid, np.int64), idx)
-            vals = self.pool[phys].view(g.dtype)
-            pos, ok = g.positions(off[sel])
-            tids = np.full(len(sel), cp.tid, np.int64)
-            ok = self._check(g.name, off[sel], ok, tids, lambda: self._global_oob(g))
+            lay, g = cp.lay, cp.bmap.g
+            self._release(cp.held)
+            self._shared_read(lay, np.full(len(cp.idx), cp.tid, np.int64), cp.idx)
+            vals = self.pool[cp.phys].view(g.dtype)
+            pos, ok = g.positions(cp.off)
+            tids = np.full(len(cp.off), cp.tid, np.int64)
+            ok = self._check(g.name, cp.off, ok, tids, lambda: self._global_oob(g))
             if ok is not None:
                 tids, pos, vals = tids[ok], pos[ok], vals[ok]
             self._global_access(g, tids, pos, write=True)
             g.flat[pos] = vals
+            if len(pos) and not end and cp.gid >= self.bulk_done[cp.tid]:
+                cp.pos, cp.seq = pos, int(g.shadow.w_seq[pos[0]])
+                self.bulk_writing.append(cp)
+        writing = []
+        for cp in self.bulk_writing:
+            if not end and cp.gid >= self.bulk_done[cp.tid]:
+                writing.append(cp)
+                continue
+            self.stmt, self.iters = cp.stmt, cp.iters
+            self._complete_writes(cp.bmap.g, cp.pos, cp.seq)
         self.stmt, self.iters = saved
-        self.bulk_stores = keep
+        self.bulk_stores, self.bulk_writing = keep, writing
 
     def _fence_proxy_async(self, s, act):
-        """No effect here: the generic and async proxies are one memory in the
-        interpreter (their ordering is not modelled)."""
+        """Each active thread's earlier generic-proxy writes are fenced (async_proxy.py)."""
+        self.proxy_fenced[act] = len(self.events)
 
     def finish(self):
         """The end of the block: loads no wait needed and stores no wait retired are

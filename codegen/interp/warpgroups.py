@@ -9,7 +9,12 @@ STMATRIX, SETMAXNREG_COUNTS) and the operand addresses of lowering/kir/hopper.py
   * Wgmma issue: the operand start indices and `accumulate` are evaluated (uniform over
     the warp group, else InterpError), the shared operands' element addresses computed
     and bounds-checked (out-of-bounds elements reported, read as 0), and one pending op
-    per warp group recorded with the group's commit count as its group. WgmmaCommit
+    per warp group recorded with the group's commit count as its group; at issue
+    async_proxy.py checks the wgmma.fence ("wgmma-fence"), that the shared operands'
+    generic writes are proxy-fenced ("proxy-fence"), and holds the operands' bytes (a
+    write to them before the wait is "async-pending"), and while the op is pending the
+    group's Loads and Stores of its accumulator and register-A elements (and stmatrix
+    sources) are "wgmma-registers". WgmmaCommit
     increments the count; WgmmaWait n retires, in issue order, every pending op of the
     waiting groups whose group < committed - n. Only then are its operands read (shared
     A / B through _shared_read, element i of an operand attributed to the i % 128-th
@@ -29,8 +34,9 @@ STMATRIX, SETMAXNREG_COUNTS) and the operand addresses of lowering/kir/hopper.py
     no descriptor base offset (0), which PTX needs otherwise; a start inside a swizzled
     row (K-major: + 32 bytes per k block) is allowed. The descriptor's fields are checked
     by MatrixDescriptor.encode.
-  * WgmmaFence has no data effect (a collective check only); SetMaxNReg checks its count
-    against SETMAXNREG_COUNTS and has no data effect.
+  * WgmmaFence has no data effect (a collective check; it records the group's fence for
+    async_proxy.py); SetMaxNReg checks its count against SETMAXNREG_COUNTS and has no
+    data effect.
   * StMatrix (warp collective, _check_warps) is ldmatrix's inverse: register i of lane l
     holds row l>>2, columns 2(l&3), 2(l&3)+1 of matrix i (.trans: rows 2(l&3), 2(l&3)+1,
     column l>>2); lanes < 8*num give 16-byte-aligned row addresses (lane 8i+r: row r of
@@ -85,6 +91,8 @@ class _Pending:
     def __init__(self, stmt, iters, group, tids, gid, accumulate, d, a, b):
         self.stmt, self.iters, self.group, self.tids = stmt, iters, group, tids
         self.gid, self.accumulate, self.d, self.a, self.b = gid, accumulate, d, a, b
+        self.tid = int(tids[0])
+        self.held = None          # the shared grains it holds (async_proxy.py)
 
 
 class _Warpgroups:
@@ -130,9 +138,24 @@ class _Warpgroups:
             a_g = (part(a) if register_a else
                    self._operand(s.a, s.a_layout, s.trans_a, WGMMA.m, tids, a, sel, g, "A"))
             b_g = self._operand(s.b, s.b_layout, s.trans_b, n, tids, b, sel, g, "B")
-            self.wgmmas.append(_Pending(s, self.iters, int(g), tids,
-                                        int(self.wgmma_committed[g]), bool(accumulate),
-                                        part(d), a_g, b_g))
+            op = _Pending(s, self.iters, int(g), tids, int(self.wgmma_committed[g]),
+                          bool(accumulate), part(d), a_g, b_g)
+            regs = [(s.d, op.d[1], op.d[2], "accumulator")]
+            if register_a:
+                regs.append((s.a, op.a[1], op.a[2], "register-A"))
+            self._check_wgmma_fence(s, int(g), tids, regs)
+            held = []
+            for o, w in ((a_g, "A"), (b_g, "B")):
+                if not isinstance(o, _Operand):
+                    continue
+                flat, readers = o.elem.ravel(), o.readers
+                if o.ok is not None:
+                    okf = o.ok.ravel()
+                    flat, readers = flat[okf], readers[okf]
+                self._check_proxy_fenced(o.lay, readers, flat, f"the wgmma's {w} operand")
+                held.append(self._hold(o.lay, readers, flat))
+            op.held = np.unique(np.concatenate(held))
+            self.wgmmas.append(op)
 
     def _starts(self, buf, index, layout, act, what):
         if buf.memory is not kir.Memory.shared or buf.dtype.itemsize != 2 or layout is None:
@@ -181,6 +204,7 @@ class _Warpgroups:
 
     def _wgmma_fence(self, s, act):
         self._collective(act, "wgmma.fence")
+        self.wg_fence[np.unique(act // WARPGROUP)] = len(self.events)
 
     def _wgmma_commit(self, s, act):
         self._collective(act, "wgmma.commit_group")
@@ -222,6 +246,7 @@ class _Warpgroups:
         s = op.stmt
         saved = self.stmt, self.iters
         self.stmt, self.iters = s, op.iters
+        self._release(op.held)
         dt = s.dtype.numpy
         lane = (op.tids % WARPGROUP)[:, None]
         if isinstance(op.a, _Operand):
@@ -286,6 +311,7 @@ class _Warpgroups:
         lane = act & 31
         width = STMATRIX.matrix
         arr, pos, ok = self._fragment(s.src, s.src_index, act, 2 * num, 2, "stmatrix")
+        self._register_access(s.src, act, pos)        # registers of a pending wgmma?
         regs = arr.view(np.uint16)[act[:, None], pos]
         if ok is not None:
             regs = np.where(ok, regs, 0).astype(np.uint16)
