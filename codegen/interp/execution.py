@@ -6,8 +6,14 @@ collective instructions, and the statement tables that send each kir statement t
     for an *active set* `act`: a sorted array of linear thread ids (x + y*bx + z*bx*by).
     Loop variables are uniform (a ForLoop's extent must be the same for every active
     thread), so no per-thread state lives outside memory.
-  * IfThenElse with a thread-dependent condition runs the then-branch for the threads
-    that take it, then the else-branch for the others.
+  * IfThenElse with a thread-dependent condition that keeps every warp group on one side
+    is a role branch, in a kernel with mbarriers or named barriers (what one role can
+    wait on for another): its two sides run as interleaved coroutines (roles.py). Any
+    other thread-dependent condition runs the then-branch for the threads that take it,
+    then the else-branch for the others.
+  * Statements that wait are generators (_COMPOUND): SemWait, MbarrierWait and a
+    NamedBarrier yield a Wait when they block; they, MbarrierArrive and TmaLoad first
+    yield None, a switch point where another role may run (roles.py).
 
 A load or store goes through the race detector (race_detector.py) for shared memory, the
 cross-CTA checker (cross_cta.py) for global memory and async_proxy.py's register check
@@ -81,10 +87,14 @@ class _Execution(_Evaluator):
                 yield from self.exec_list(body, act)
             return
         self.divergent.append(s)
-        if s.then_body:
-            yield from self.exec_list(s.then_body, act[c])
-        if s.else_body:
-            yield from self.exec_list(s.else_body, act[~c])
+        if self.interp.ordered and self._role_branch(act, c):
+            yield from self._run_roles(s, [("then", s.then_body, act[c]),
+                                           ("else", s.else_body, act[~c])])
+        else:
+            if s.then_body:
+                yield from self.exec_list(s.then_body, act[c])
+            if s.else_body:
+                yield from self.exec_list(s.else_body, act[~c])
         self.divergent.pop()
 
     def _barrier(self, s, act):
@@ -373,9 +383,17 @@ class _Execution(_Evaluator):
         return 1
 
 
+def _switch_point(handler):
+    """Leaf statement `handler` run after a switch point (a None yield, roles.py)."""
+    def run(self, s, act):
+        yield None
+        handler(self, s, act)
+    return run
+
+
 # Statement handlers. Leaf statements run to completion; compound ones are generators
-# (they run bodies, or, as SemWait, yield a Wait to the scheduler). New statements
-# register here.
+# (they run bodies, or, as SemWait, yield a Wait to the scheduler; or offer a switch
+# point). New statements register here.
 _LEAF = {
     kir.Store: _Execution._store, kir.Barrier: _Execution._barrier,
     kir.Allocate: _Execution._allocate, kir.Comment: _Execution._comment,
@@ -383,10 +401,9 @@ _LEAF = {
     kir.CpAsync: _AsyncCopies._cp_async, kir.CpAsyncCommit: _AsyncCopies._cp_commit,
     kir.CpAsyncWait: _AsyncCopies._cp_wait,
     kir.Fence: _CrossCta._fence, kir.SemRelease: _CrossCta._sem_release,
-    kir.MbarrierInit: _Mbarriers._mbarrier_init, kir.MbarrierArrive: _Mbarriers._mbarrier_arrive,
+    kir.MbarrierInit: _Mbarriers._mbarrier_init,
     kir.FenceMbarrierInit: _Mbarriers._fence_mbarrier_init,
-    kir.MbarrierWait: _Mbarriers._mbarrier_wait, kir.NamedBarrier: _Mbarriers._named_barrier,
-    kir.TmaLoad: _Tma._tma_load, kir.TmaStore: _Tma._tma_store,
+    kir.TmaStore: _Tma._tma_store,
     kir.BulkCommit: _Tma._bulk_commit, kir.BulkWait: _Tma._bulk_wait,
     kir.FenceProxyAsync: _Tma._fence_proxy_async,
     kir.Wgmma: _Warpgroups._wgmma, kir.WgmmaFence: _Warpgroups._wgmma_fence,
@@ -394,4 +411,8 @@ _LEAF = {
     kir.SetMaxNReg: _Warpgroups._setmaxnreg, kir.StMatrix: _Warpgroups._stmatrix,
 }
 _COMPOUND = {kir.ForLoop: _Execution._for, kir.IfThenElse: _Execution._if,
-             kir.SemWait: _CrossCta._sem_wait}
+             kir.SemWait: _CrossCta._sem_wait,
+             kir.MbarrierWait: _Mbarriers._mbarrier_wait,
+             kir.NamedBarrier: _Mbarriers._named_barrier,
+             kir.MbarrierArrive: _switch_point(_Mbarriers._mbarrier_arrive),
+             kir.TmaLoad: _switch_point(_Tma._tma_load)}

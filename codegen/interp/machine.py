@@ -33,7 +33,9 @@ from codegen.interp.cross_cta import _CrossCta
 from codegen.interp.execution import _Execution
 from codegen.interp.expressions import _Evaluator
 from codegen.interp.mbarriers import _Mbarriers
+from codegen.interp.ordering import _Ordering, needs_ordering
 from codegen.interp.race_detector import _RaceDetector
+from codegen.interp.roles import Interleaving, _Roles
 from codegen.interp.scheduler import schedule
 from codegen.interp.tensor_cores import _TensorCores
 from codegen.interp.tma import _Tma, bind_tensor_maps
@@ -100,13 +102,15 @@ class _SharedLayout:
 
 
 class _Interp:
-    def __init__(self, kernel, args, workspaces=None):
+    def __init__(self, kernel, args, workspaces=None, interleaving="then-first"):
         self.kernel = kernel
+        self.interleaving = Interleaving(interleaving)
         self.hazards = []
         self.seen = set()
         self.consts = {}
         self.stmts = list(kir.walk(kernel.body))
         self.sid = {s: i for i, s in enumerate(self.stmts)}
+        self.ordered = needs_ordering(self.stmts)     # vector clocks (ordering.py)
         # async_proxy.py: statements whose shared writes are the async proxy's (TMA
         # loads); whether local Stores are recorded for wgmma.fence
         self.async_writer = np.array([isinstance(s, kir.TmaLoad) for s in self.stmts]
@@ -336,7 +340,8 @@ class _Interp:
             self.add(("deadlock", wait.stmt.label, wait.stmt.label), lambda: Hazard(
                 kind="deadlock", buffer=wait.what or "grid", first=_point(wait.stmt),
                 second=_point(wait.stmt), block=block,
-                detail=f"blocks {others} wait forever: every block left is waiting"))
+                detail=f"blocks {others} wait forever: every block left is waiting"
+                       + (f"; block {block}: {wait.describe()}" if wait.why else "")))
 
     def _block(self, bidx):
         blk = _Block(self, bidx)
@@ -344,8 +349,8 @@ class _Interp:
         blk.finish()
 
 
-class _Block(_Execution, _TensorCores, _Warpgroups, _Mbarriers, _Tma, _AsyncCopies,
-             _RaceDetector, _AsyncProxy, _CrossCta):
+class _Block(_Execution, _Roles, _TensorCores, _Warpgroups, _Mbarriers, _Tma,
+             _AsyncCopies, _RaceDetector, _AsyncProxy, _Ordering, _CrossCta):
     """One block of the launch: its memories and the state of every room (the statements
     it runs, and how, come from the rooms' mixins)."""
 
@@ -357,6 +362,7 @@ class _Block(_Execution, _TensorCores, _Warpgroups, _Mbarriers, _Tma, _AsyncCopi
         self.all = np.arange(self.T, dtype=np.int64)
         self.iters = ()               # ((loop var, value), ...) of the enclosing loops
         self.divergent = []           # IfThenElse statements that split the active set
+        self.in_roles = 0             # role branches around the running code (roles.py)
         self.epoch = 0
         # shared memory and its shadow (see race_detector.py)
         self.pool = np.full(interp.pool_bytes, 0xFF, dtype=np.uint8)
@@ -382,9 +388,10 @@ class _Block(_Execution, _TensorCores, _Warpgroups, _Mbarriers, _Tma, _AsyncCopi
         self.copies = []
         self.overlap = None
         # mbarriers (see mbarriers.py): pool byte offset -> state; named barrier id ->
-        # the threads that arrived by bar.arrive in its current phase
+        # its current generation (the threads arrived, the bar.sync threads waiting)
         self.mbarriers = {}
         self.named = {}
+        self._init_ordering()         # vector clocks (see ordering.py)
         # TMA (see tma.py): loads queued on their mbarriers, stores not retired and
         # stores whose global writes are not complete, in issue order; per thread the
         # bulk groups committed, retired (source read) and done (writes complete)

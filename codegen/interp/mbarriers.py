@@ -20,24 +20,25 @@ bar.arrive id, count).
     waits only for bytes), is an "mbarrier" hazard naming buffer[index] and the phase.
   * MbarrierWait(parity P) passes once the phase of parity P has completed: the current
     phase's parity differs from P (a fresh barrier passes parity 1 at once, parity 0
-    after the first completion). Threads run in lockstep, so an unsatisfied wait first
-    lands the TMA loads queued on that barrier (tma.py), in issue order, until it is
-    satisfied; if it still is not, no later statement could satisfy it on the GPU
-    either (the block's threads are all here): a "deadlock" hazard naming the barrier,
-    phase, parity, pending arrivals and bytes, and execution goes on past the wait.
-    What the waits do not model: an mbarrier phase orders the TMA bytes it counted, not
-    ordinary shared accesses between threads (the race detector's epochs advance only
-    at barriers).
-  * NamedBarrier: id in 1..15, count a positive multiple of 32. The threads of bar.arrive
-    statements are remembered per id and count toward the id's next completion; a
-    bar.sync completes it when the arrived threads (bar.arrive's and its own) number
-    exactly `count`, else (too few: the waiters would hang; too many; a thread twice)
-    it is a "barrier-divergence" hazard and the barrier is reset. A bar.sync completion
-    by the whole block is a Barrier (execution._barrier: a new epoch). Lockstep approximation for a
-    completion by a subset: it starts a new epoch too (the shadow's epochs are the
-    block's), so accesses of threads outside the subset are not checked against the
-    other side of it; and arrivals that the lockstep order runs after the bar.sync (an
-    else-branch) are not counted for it.
+    after the first completion). It is a generator: a switch point first (roles.py);
+    then, if the wait does not pass, it lands the TMA loads queued on that barrier
+    (tma.py), in issue order, until it passes. If it still does not: inside a role
+    branch it yields a Wait (ready once it could pass, counting the queued loads; the
+    deadlock report names buffer[index], phase, parity, pending arrivals and bytes), and
+    once resumed lands the loads and passes; in plain lockstep (no role branch around
+    it) nothing could satisfy it any more (every thread of the block is here), so it is
+    a "deadlock" hazard naming the same, and execution goes on past the wait. A passing
+    wait acquires the phase's order (ordering.py): arrivals release into the current
+    phase, a landing TMA load releases its issuing thread's write into it.
+  * NamedBarrier: id in 1..15, count a positive multiple of 32; a generator (a switch
+    point first). Its current generation counts the threads arrived by bar.arrive and
+    bar.sync; bar.arrive does not block; bar.sync blocks (yields a Wait, inside a role
+    branch) until `count` threads have arrived; the arrival that makes `count`
+    completes the generation: every bar.sync thread of it acquires the join of all its
+    participants' releases (ordering.py), and a completion by the whole block is a
+    Barrier too (execution._barrier: a new epoch). More arrivals than `count`, a thread
+    arriving twice, or (in plain lockstep, where no later arrival can come) a bar.sync
+    short of its count is a "barrier-divergence" hazard and the barrier is reset.
 
 It sits below execution.py, which names these handlers in its statement tables; the
 state is made in _Block.__init__ (machine.py).
@@ -47,6 +48,7 @@ import numpy as np
 
 from codegen.errors import Hazard
 from codegen.interp.base import InterpError, _point
+from codegen.interp.scheduler import Wait
 from fuserir.dtypes import DataType
 from fuserir.instructions import NAMED_BARRIER_IDS
 from lowering import kir
@@ -78,6 +80,16 @@ class _Mbarrier:
         return (f"phase {self.phase} (parity {self.phase % 2}) is current with "
                 f"{self.pending} of {self.count} arrivals pending and tx-count {self.tx} "
                 f"bytes")
+
+
+class _Generation:
+    """The current generation of a named barrier: the threads arrived (bar.sync's and
+    bar.arrive's), the arrays of bar.sync threads waiting, whether it completed."""
+
+    def __init__(self):
+        self.arrived = np.zeros(0, np.int64)
+        self.waiters = []
+        self.done = False
 
 
 class _Mbarriers:
@@ -173,6 +185,7 @@ class _Mbarriers:
             if o in self.mbarriers:
                 self._init_visible(self.mbarriers[o], lay, act[off == o].tolist(),
                                    "arrive on")
+        arrived = {}                  # mbarrier -> threads arrived in its current phase
         for i, (t, o) in enumerate(zip(act.tolist(), off.tolist())):
             bar = self.mbarriers.get(o)
             if bar is None:
@@ -189,14 +202,44 @@ class _Mbarriers:
                     f"{bar.count}; the phase waits for {bar.tx} transaction bytes)"))
                 continue
             bar.pending -= 1
-            bar.advance()
+            arrived.setdefault(bar, []).append(t)
+            self._advance(bar, arrived)
+        for bar, tids in arrived.items():
+            self._release_clock(bar, tids)
 
-    def _complete_tx(self, off, nbytes):
-        """A TMA load on the mbarrier at pool byte `off` landed `nbytes` bytes."""
+    def _advance(self, bar, arrived=None):
+        """Complete bar's phase if nothing is pending any more: the threads in
+        arrived[bar] (this statement's arrivals in the phase) release into it first."""
+        phase = bar.phase
+        bar.advance()
+        if bar.phase != phase:
+            if arrived and bar in arrived:
+                self._release_clock(bar, arrived.pop(bar))
+            self._complete_phase(bar, phase % 2)
+
+    def _complete_tx(self, off, nbytes, tid, ev):
+        """A TMA load (access event ev of thread tid) on the mbarrier at pool byte `off`
+        landed `nbytes` bytes: the landing is released into the phase."""
         bar = self.mbarriers.get(off)
         if bar is not None:
+            self._release_event(bar, tid, ev)
             bar.tx -= nbytes
-            bar.advance()
+            self._advance(bar)
+
+    def _could_pass(self, off, bar, parity):
+        """Whether a wait on bar (at pool byte off) for `parity` passes now, or once the
+        TMA loads queued on it land."""
+        if bar.passes(parity):
+            return True
+        if bar.pending:
+            return False
+        tx = bar.tx
+        for cp in self.tma_loads:
+            if cp.bar == off:
+                tx -= cp.bmap.box_bytes
+                if tx == 0:
+                    return True
+        return False
 
     def _mbarrier_wait(self, s, act):
         act, idx, off, lay = self._mbarrier_refs(s.bar, s.index, act, "mbarrier.wait")
@@ -205,6 +248,7 @@ class _Mbarriers:
             i = int(np.flatnonzero((parity != 0) & (parity != 1))[0])
             raise InterpError(f"mbarrier.wait parity {int(parity[i])} of thread "
                               f"{self.interp.coords(act[i])} is not 0 or 1{self.where()}")
+        yield None                                # a switch point (roles.py)
         for o, p in sorted(set(zip(off.tolist(), parity.tolist()))):
             on = np.flatnonzero((off == o) & (parity == p))
             t = int(act[on[0]])
@@ -217,10 +261,19 @@ class _Mbarriers:
             self._init_visible(bar, lay, act[on].tolist(), "wait on")
             if not bar.passes(p):
                 self._land_loads(o, lambda: bar.passes(p))
+            while not bar.passes(p) and self.in_roles:
+                yield Wait(s, lambda o=o, bar=bar, p=p: self._could_pass(o, bar, p),
+                           what=lay.name, why=lambda n=len(on), bar=bar, p=p: (
+                               f"{n} thread(s) wait on {bar.name} for parity {p}: "
+                               f"{bar.state()}"))
+                self._land_loads(o, lambda: bar.passes(p))
             if not bar.passes(p):
                 self._mbarrier_hazard("deadlock", lay, t, (
                     f"{len(on)} thread(s) wait forever on {bar.name} for parity {p}: "
                     f"{bar.state()}, and no pending TMA load completes it"))
+                self._acquire_released(bar, act[on])
+                continue
+            self._acquire_phase(bar, p, act[on])
 
     def _named_barrier(self, s, act):
         if s.id not in NAMED_BARRIER_IDS:
@@ -230,20 +283,34 @@ class _Mbarriers:
         if s.count <= 0 or s.count % 32:
             raise InterpError(f"named barrier {s.id}: thread count {s.count} is not a "
                               f"positive multiple of 32{self.where()}")
-        before = self.named.pop(s.id, np.zeros(0, np.int64))
+        yield None                                # a switch point (roles.py)
+        gen = self.named.setdefault(s.id, _Generation())
+        before = gen.arrived
         arrived = np.concatenate([before, act])
         twice = np.intersect1d(before, act)
-        if s.arrive_only and len(arrived) < s.count and not len(twice):
-            self.named[s.id] = arrived
+        lockstep_short = not s.arrive_only and not self.in_roles and len(arrived) < s.count
+        if len(twice) or len(arrived) > s.count or lockstep_short:
+            del self.named[s.id]
+            self._barrier_divergence(s, act, before, arrived, twice)
             return
-        if len(arrived) == s.count and not len(twice):
-            if s.arrive_only:              # completed with no thread waiting: no order
-                return
-            if len(arrived) == self.T:
-                self._barrier(s, self.all)
-            else:
-                self.epoch += 1
+        gen.arrived = arrived
+        self._release_clock(gen, act)
+        if not s.arrive_only:
+            gen.waiters.append(act)
+        if len(arrived) == s.count:
+            del self.named[s.id]
+            gen.done = True
+            if gen.waiters:
+                self._acquire_released(gen, np.concatenate(gen.waiters))
+                if len(arrived) == self.T:
+                    self._barrier(s, self.all)
             return
+        if not s.arrive_only:
+            yield Wait(s, lambda: gen.done, what=f"named barrier {s.id}", why=lambda: (
+                f"{len(act)} thread(s) wait at named barrier {s.id}: {len(gen.arrived)} "
+                f"of {s.count} threads have arrived in its current generation"))
+
+    def _barrier_divergence(self, s, act, before, arrived, twice):
         cause = self.divergent[-1] if self.divergent else s
         it = dict(self.iters)
         t = self.interp.coords(act[0])

@@ -9,8 +9,10 @@ Race detector (shared memory)
     r_tid1/r_tid2       up to two distinct reader threads of the current epoch (two are
     r_ev1/r_ev2/r_epoch  enough to know whether a reader other than any writer exists)
   An epoch is the time between two barriers; a Barrier executed by all threads starts a
-  new one. Reads of a Store's index and value are processed (for every active thread)
-  before its write. Reported: RAW, WAR, WAW (also two threads writing one byte in one
+  new one. In a kernel with mbarriers or named barriers, two accesses of one epoch are
+  also ordered when the earlier one happens before the later thread's access through
+  them (ordering.py's vector clocks; readers then keep their latest read's event). Reads
+  of a Store's index and value are processed (for every active thread) before its write. Reported: RAW, WAR, WAW (also two threads writing one byte in one
   statement), stale-read (bytes last written through a different buffer name, across
   barriers too), uninitialized-read (never written in this block), out-of-bounds (any
   memory), barrier-divergence, shuffle-divergence, warp-divergence, async-pending (also
@@ -89,6 +91,8 @@ class _RaceDetector:
             if st.any():
                 self._report("stale-read", st, g, t, lay, self.w_ev[g], self.w_tid[g])
         raw = (self.w_epoch[g] == self.epoch) & (self.w_tid[g] != t)
+        if raw.any() and self.clock is not None:
+            raw = self._unordered(raw, self.w_ev[g], self.w_tid[g], t)
         if raw.any():
             self._report("RAW", raw, g, t, lay, self.w_ev[g], self.w_tid[g])
         # merge the readers of this access into the (at most two) readers per grain
@@ -111,6 +115,9 @@ class _RaceDetector:
         self.r_tid1[ug] = n1
         self.r_tid2[ug] = n2
         self.r_epoch[ug] = self.epoch
+        if self.clock is not None:      # ordering needs a reader's latest read
+            self.r_ev1[g[self.r_tid1[g] == t]] = e
+            self.r_ev2[g[self.r_tid2[g] == t]] = e
 
     def _shared_write(self, lay, act, idx, pending=False):
         """An ordinary write; with `pending` (a cp.async issue) the same checks against
@@ -134,12 +141,18 @@ class _RaceDetector:
         if cur.any():
             r1, r2 = self.r_tid1[g], self.r_tid2[g]
             c1 = cur & (r1 >= 0) & (r1 != t)
+            if self.clock is not None and c1.any():
+                c1 = self._unordered(c1, self.r_ev1[g], r1, t)
             c2 = cur & (r2 >= 0) & (r2 != t) & ~c1
+            if self.clock is not None and c2.any():
+                c2 = self._unordered(c2, self.r_ev2[g], r2, t)
             war = c1 | c2
             if war.any():
                 self._report("WAR", war, g, t, lay,
                              np.where(c1, self.r_ev1[g], self.r_ev2[g]), np.where(c1, r1, r2))
         waw = (self.w_epoch[g] == self.epoch) & (self.w_tid[g] != t)
+        if waw.any() and self.clock is not None:
+            waw = self._unordered(waw, self.w_ev[g], self.w_tid[g], t)
         if waw.any():
             self._report("WAW", waw, g, t, lay, self.w_ev[g], self.w_tid[g])
         if self._duplicates(g):      # two threads writing one grain in this statement

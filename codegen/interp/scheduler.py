@@ -1,10 +1,12 @@
 """The block scheduler: every block of a launch is a coroutine, resumed in launch order.
 
   * Blocks are generators run by `schedule` in launch order (x fastest). A block that must
-    wait (SemWait on a grid semaphore) yields a `Wait`; the scheduler resumes the earliest
-    block that can go on; if every remaining block waits, that is a "deadlock" hazard
-    (naming the semaphore buffer). So a split-K turnstile where split z waits for z and
-    releases z + 1 runs whatever the order of blockIdx.z in the launch.
+    wait (SemWait on a grid semaphore; every role of a role branch blocked, roles.py)
+    yields a `Wait`; a block may also yield None (a switch point: it can go on). The
+    scheduler resumes the earliest block that can go on; if every remaining block waits,
+    that is a "deadlock" hazard (naming the semaphore buffer, or what each role waits
+    on). So a split-K turnstile where split z waits for z and releases z + 1 runs
+    whatever the order of blockIdx.z in the launch.
 
 It knows nothing of kernels (the tests drive it with plain generators); it sits under the
 rooms because cross_cta's SemWait yields a Wait, and machine.py reports the deadlocks.
@@ -14,12 +16,17 @@ rooms because cross_cta's SemWait yields a Wait, and machine.py reports the dead
 class Wait:
     """What a block coroutine yields when it cannot go on (e.g. a semaphore wait): it is
     resumed once `ready()` is true. `stmt` is the waiting statement, `what` names what it
-    waits on (a semaphore buffer) for a deadlock report."""
+    waits on (a semaphore or mbarrier buffer) for a deadlock report, `why` (a callable,
+    optional) the state it waits in, as `describe()` gives it."""
 
-    def __init__(self, stmt, ready, what=""):
+    def __init__(self, stmt, ready, what="", why=None):
         self.stmt = stmt
         self.ready = ready
         self.what = what
+        self.why = why
+
+    def describe(self):
+        return self.why() if self.why is not None else f"waits on {self.what}"
 
 
 def schedule(coroutines):

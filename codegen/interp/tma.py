@@ -20,10 +20,10 @@
     queued on its mbarrier (its init must be visible and fenced: mbarriers.py's
     "mbarrier-init"). It lands when an mbarrier wait needs it (mbarriers.py) or at
     the end of the block (reported: never waited for): the bytes are written, the marks
-    cleared, and the shadow records the issuing thread's write as ordered before the
-    current epoch for every thread (the wait makes it visible, not a barrier; the
-    lockstep order gives every thread the same wait); then the barrier's transaction
-    bytes drop by the box's bytes.
+    cleared, and the shadow records the issuing thread's write, ordered (ordering.py)
+    before the threads that wait on the phase its bytes complete (the wait makes it
+    visible, not a barrier); then the barrier's transaction bytes drop by the box's
+    bytes.
   * TmaStore, per active thread: its source bytes must be proxy-fenced by their writers
     ("proxy-fence") and are held until its group retires (a write to them is
     "async-pending"; async_proxy.py); it joins the thread's open bulk group
@@ -231,9 +231,9 @@ class _Tma:
             self.p_ev[mine] = _NONE
             self.w_tid[g] = t
             self.w_ev[g] = cp.ev
-            self.w_epoch[g] = self.epoch - 1         # ordered before every thread's now
+            self.w_epoch[g] = self.epoch       # ordered by the phase's waits (ordering.py)
             self.w_buf[g] = cp.lay.bufid
-            self._complete_tx(cp.bar, cp.bmap.box_bytes)
+            self._complete_tx(cp.bar, cp.bmap.box_bytes, cp.tid, cp.ev)
         self.tma_loads = keep
 
     def _tma_store(self, s, act):
