@@ -14,7 +14,7 @@ C[64, 64 * tiles] (f16) = A[64, 64 * k_tiles] (f16, K-major) x B[64 * tiles, 64 
         previous phase counts as complete), arrive.expect_tx full[s] with both boxes'
         bytes, TMA-load the 64 x 64 boxes of A and B (128-byte swizzle) into stage s;
         with `prefetch`, one more load than the consumer uses (a pipeline running ahead,
-        whose last stage the consumer must drain before reusing the bytes)
+        whose last stage the consumer must drain, and release, before reusing the bytes)
     warp group 1, the consumer: per output tile zero the accumulators, wgmma.fence, then
         per k-tile wait full[s], four wgmma k-steps from the stage's descriptors, commit,
         wait_group 0, arrive on empty[s] (all 128 threads; its count); then the
@@ -153,12 +153,16 @@ def ws_matmul(tiles=1, k_tiles=4, stages=2, prefetch=False, drop=()):
 
 def _drain(prefetch, drop, bars, tile_v, loads, k_tiles, stages):
     """With prefetch: wait for the load the consumer does not use, before its stage's
-    bytes are reused."""
+    bytes are reused, and release the stage. (Without the release a persistent kernel
+    deadlocks: the producer waits for that stage's next phase of `empty` forever; the
+    interpreter found this in an earlier version of this kernel.)"""
     if not prefetch or "drain" in drop:
         return []
     last = ex.add(ex.mul(tile_v, c(loads)), c(k_tiles))
-    return [kir.MbarrierWait(bars, _op("mod", last, c(stages)),
-                             _op("mod", _op("div", last, c(stages)), c(2)))]
+    stage = _op("mod", last, c(stages))
+    # wait for the load, then give its stage back (the producer refills it next tile)
+    return [kir.MbarrierWait(bars, stage, _op("mod", _op("div", last, c(stages)), c(2))),
+            kir.MbarrierArrive(bars, ex.add(stage, c(stages)))]
 
 
 def _epilogue(drop, acc, frag, c_tile, c_map, lane, tile_v):

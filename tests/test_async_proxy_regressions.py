@@ -16,14 +16,16 @@ from lowering import kir
 
 SEEDS = (0, 1, 2)
 SHAPES = {"one tile": dict(), "persistent, two tiles": dict(tiles=2),
-          "prefetching": dict(prefetch=True)}
+          "prefetching": dict(prefetch=True),
+          "three stages, five k-tiles, prefetching, two tiles":
+              dict(stages=3, k_tiles=5, tiles=2, prefetch=True)}
 
 
 def _run(kernel, shape):
     args_seen = []
 
     def make_args():
-        args = hp.inputs(tiles=shape.get("tiles", 1))
+        args = hp.inputs(tiles=shape.get("tiles", 1), k_tiles=shape.get("k_tiles", 4))
         args_seen.append(args)
         return args
     run_interleavings(kernel, make_args, seeds=SEEDS)
@@ -108,7 +110,7 @@ def test_the_pipeline_on_the_gpu_matches_float64_and_the_interpreter(shape):
     # two launches back to back on one stream, the second with its own output: the
     # launcher gives it a tensor map of its own (a map is a by-value parameter, never
     # re-pointed under a store in flight)
-    runs = [hp.inputs(tiles=tiles, seed=s) for s in (0, 1)]
+    runs = [hp.inputs(tiles=tiles, k_tiles=shape.get("k_tiles", 4), seed=s) for s in (0, 1)]
     on_gpu = [{k: cupy.asarray(v) for k, v in args.items()} for args in runs]
     for args in on_gpu:
         launch(kernel, cubin, args)
