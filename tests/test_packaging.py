@@ -28,7 +28,7 @@ def test_pyproject_declares_packages_dependencies_and_script():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     names = {re.split("[<>=]", d)[0] for d in project["dependencies"]}
     assert {"numpy", "ml_dtypes", "networkx", "lark", "cupy-cuda13x",
-            "nvidia-cuda-nvrtc"} <= names
+            "nvidia-cuda-nvrtc", "cuda-bindings"} <= names
     assert project["scripts"]["fuserir"] == "fuserir.cli:main"
     assert {"pytest", "hypothesis"} <= {re.split("[<>=]", d)[0] for d in
                                          project["optional-dependencies"]["test"]}
