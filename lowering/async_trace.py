@@ -1,5 +1,5 @@
-"""A Hopper kernel's control skeleton unrolled into role traces, and the happens-before
-graph over them: the first two steps of lowering.async_protocol.
+"""A Hopper kernel's control skeleton unrolled into role traces: step 1 of
+lowering.async_protocol (lowering.async_order builds the happens-before graph over them).
 
 Unrolling. The body is walked as the block runs it, SIMT style: each statement with the
 set of threads executing it (a bit mask over threadIdx.x) and every loop variable bound
@@ -24,14 +24,6 @@ operands (read by it). An index is evaluated with the loop variables bound and, 
 depends on threadIdx.x, once per executing thread (stmatrix and ldmatrix: per address
 lane), so an access is a list of spans, each with the threads that touch it; an index
 that depends on data or run-time scalars stands for the whole buffer, touched by all.
-
-The graph. Its nodes are role events (each meaning: every thread of the role, at this
-point) and synchronization points (an mbarrier phase's completion, a barrier's
-generation). An edge from an event to a later one of its role is program order, thread by
-thread; an edge into or out of a synchronization point holds for every thread of the
-role. So an event happens before another for every pair of their threads (`before`) when
-a path through a synchronization point joins them, or, within a role of one thread, when
-any path does.
 """
 
 from dataclasses import dataclass, field, fields, replace
@@ -313,72 +305,3 @@ def _operand_bytes(buffer, index, layout, trans, rows, env, stmt):
         return _buffer_bytes(buffer, stmt)
     physical = swizzle(start + layout.offsets(trans, rows), layout.swizzle)
     return int(physical.min()), int(physical.max()) + buffer.dtype.itemsize
-
-
-# ---------------------------------------------------------------------------------------
-# Happens-before
-# ---------------------------------------------------------------------------------------
-
-
-class Graph:
-    """Happens-before over role events and synchronization points (see the header)."""
-
-    def __init__(self):
-        self.succ, self.is_sync = [], []
-        self.reach = self.through = None
-
-    def node(self, sync=False):
-        self.succ.append([])
-        self.is_sync.append(sync)
-        return len(self.succ) - 1
-
-    def edge(self, a, b):
-        self.succ[a].append(b)
-
-    def close(self):
-        """Computes reachability; returns the nodes on or behind a cycle (none: acyclic)."""
-        n = len(self.succ)
-        indegree = [0] * n
-        for targets in self.succ:
-            for b in targets:
-                indegree[b] += 1
-        order = [a for a in range(n) if indegree[a] == 0]
-        for a in order:                                   # grows as it goes
-            for b in self.succ[a]:
-                indegree[b] -= 1
-                if indegree[b] == 0:
-                    order.append(b)
-        if len(order) < n:
-            return set(range(n)) - set(order)
-        # reach[a]: nodes a path from a reaches (a included); through[a]: those reached
-        # by a path that passes a synchronization point; both bit sets
-        self.reach, self.through = [0] * n, [0] * n
-        for a in reversed(order):
-            reach, through = 1 << a, 0
-            for b in self.succ[a]:
-                reach |= self.reach[b]
-                through |= self.through[b]
-            self.reach[a] = reach
-            self.through[a] = reach if self.is_sync[a] else through
-        return set()
-
-    def on_cycle(self, start, among):
-        """Does a path within the node set `among` lead from `start` back to it?"""
-        stack, seen = list(self.succ[start]), set()
-        while stack:
-            a = stack.pop()
-            if a == start:
-                return True
-            if a in among and a not in seen:
-                seen.add(a)
-                stack.extend(self.succ[a])
-        return False
-
-    def reaches(self, a, b):
-        return bool(self.reach[a] >> b & 1)
-
-    def before(self, first, second):
-        """Does event `first` end before event `second` begins, for all their threads?"""
-        if first.role is second.role and first.role.size == 1:
-            return self.reaches(first.leave, second.enter)
-        return bool(self.through[first.leave] >> second.enter & 1)
