@@ -4,7 +4,9 @@ the bug it reproduces, reported by the interpreter under the interleavings it ex
 (producer first, consumer first, seeded random); and the negative controls: the correct
 kernels run clean, with no proxy fence between a TMA load and the wgmma reading it, no
 __syncthreads in the warp-specialized main loop, and consumers ordered after the
-producer by mbarrier waits alone. On an H200 the correct kernels match float64."""
+producer by mbarrier waits alone; lowering.async_protocol proves the correct kernels and
+finds each drop statically, under the same kind. On an H200 the correct kernels match
+float64."""
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ import hopper_pipelines as hp
 from codegen.errors import RaceError
 from codegen.interp import run_interleavings
 from lowering import kir
+from lowering.async_protocol import check_async_protocol
 
 SEEDS = (0, 1, 2)
 SHAPES = {"one tile": dict(), "persistent, two tiles": dict(tiles=2),
@@ -35,6 +38,7 @@ def _run(kernel, shape):
 @pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES)
 def test_the_pipeline_is_correct_and_clean_under_every_interleaving(shape):
     kernel = hp.ws_matmul(**shape)
+    assert check_async_protocol(kernel) == []            # and statically proved
     runs = _run(kernel, shape)
     assert len(runs) == 2 + len(SEEDS)
     for args in runs:
@@ -69,6 +73,8 @@ def test_each_anchor_bug_is_caught(name, shape, drop, kind, words):
     found = [h for h in caught.value.hazards if h.kind == kind]
     assert found, (name, [(h.kind, h.detail) for h in caught.value.hazards])
     assert any(words in h.detail for h in found), (name, [h.detail for h in found])
+    static = check_async_protocol(kernel)                # the verifier catches it too
+    assert kind in {h.kind for h in static}, (name, [(h.kind, h.detail) for h in static])
 
 
 def _role_bodies(kernel):

@@ -57,23 +57,6 @@ from lowering import kir
 from lowering.accesses import instruction_access
 
 
-def _offsets(layout, trans, rows):
-    """Logical byte offsets [rows, k] of an operand's elements from its start
-    (lowering/kir/hopper.py's header: K-major, or MN-major with trans)."""
-    r = np.arange(rows)[:, None]
-    k = np.arange(WGMMA.k)[None, :]
-    lead, stride = layout.leading, layout.stride
-    span = SWIZZLE_BYTES[layout.swizzle]
-    if layout.swizzle == "none":
-        if trans:
-            return (r % 8) * 2 + (r // 8) * stride + (k % 8) * 16 + (k // 8) * lead
-        return (r % 8) * 16 + (r // 8) * stride + (k % 8) * 2 + (k // 8) * lead
-    if trans:
-        t = span // 2
-        return (r % t) * 2 + (r // t) * lead + (k % 8) * span + (k // 8) * stride
-    return (r % 8) * span + (r // 8) * stride + k * 2
-
-
 class _Operand:
     """A shared operand of one pending wgmma: its layout, element indices [rows, k] into
     the buffer, the in-bounds mask (None: all) and the reading thread of each element."""
@@ -191,7 +174,7 @@ class _Warpgroups:
         except ValueError as e:
             raise InterpError(f"wgmma {what} operand {buf.name}: {e}"
                               f"{self.where()}") from None
-        phys = swizzle(byte + _offsets(layout, trans, rows), layout.swizzle)
+        phys = swizzle(byte + layout.offsets(trans, rows), layout.swizzle)
         elem = (phys - lay.offset) // 2
         readers = tids[np.arange(elem.size) % len(tids)]
         ok = self._check(lay.name, elem.ravel(), ((elem >= 0) & (elem < lay.size)).ravel(),

@@ -28,7 +28,10 @@ Addresses and layouts, shared by both backends:
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from fuserir.dtypes import DataType
+from fuserir.instructions import SWIZZLE_BYTES, WGMMA
 
 from .expressions import ScalarExpr
 from .statements import AccessInfo, Buffer, Stmt, TensorParam
@@ -97,6 +100,22 @@ class MatrixLayout:
     leading: int
     stride: int
     swizzle: str = "none"
+
+    def offsets(self, trans, rows):
+        """Logical byte offsets [rows, k] of an operand's elements from its start (the
+        module header's formulas: K-major, or MN-major with trans), before the swizzle."""
+        r = np.arange(rows)[:, None]
+        k = np.arange(WGMMA.k)[None, :]
+        lead, stride = self.leading, self.stride
+        span = SWIZZLE_BYTES[self.swizzle]
+        if self.swizzle == "none":
+            if trans:
+                return (r % 8) * 2 + (r // 8) * stride + (k % 8) * 16 + (k // 8) * lead
+            return (r % 8) * 16 + (r // 8) * stride + (k % 8) * 2 + (k // 8) * lead
+        if trans:
+            t = span // 2
+            return (r % t) * 2 + (r // t) * lead + (k % 8) * span + (k // 8) * stride
+        return (r % 8) * span + (r // 8) * stride + k * 2
 
 
 @dataclass(eq=False)

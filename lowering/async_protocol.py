@@ -1,0 +1,231 @@
+"""Static verification of a Hopper kernel's asynchronous protocol: the mbarrier, TMA,
+wgmma and bulk-store synchronization of a warp-specialized kernel, proved from the
+control skeleton alone (no data, no interpreter), or the findings that say what is
+missing (lowering.errors.Hazard, with the interpreter's kinds).
+
+What it proves, for every interleaving of the block's threads:
+  * mbarrier-init: each mbarrier is initialised by one thread, fence.mbarrier_init orders
+    the init before any TMA load completing on it, and other threads use it only after a
+    barrier that follows the init;
+  * deadlock, mbarrier: each wait names the parity of the phase it is matched to, that
+    phase completes (all its arrivals come; its expect_tx bytes equal the bytes of the TMA
+    loads counted toward it), no arrival can count toward an earlier phase, no wait can
+    miss its phase, no chain of waits is circular; each barrier generation (bar.sync id,
+    count; __syncthreads) is reached by exactly its count of threads;
+  * async-pending: a TMA load's bytes are touched only after the toucher's own wait on the
+    phase that counts them (an async-proxy access: after that phase); a pending wgmma's
+    operands and a TMA store's source are written only after the wgmma.wait_group /
+    cp.async.bulk.wait_group(.read) retiring them; nothing asynchronous is left pending
+    at the end of the kernel;
+  * RAW, WAR, WAW: conflicting shared accesses (asynchronous ones over their whole
+    flight) of different threads are ordered by happens-before;
+  * proxy-fence: generic writes that the async proxy reads next (a wgmma operand, a TMA
+    store's source) are followed by fence.proxy.async in the writing threads, ordered
+    before the read (bytes a TMA load landed need none);
+  * wgmma-fence: no wgmma's registers (accumulator, register A) were stored since its
+    warp group's last wgmma.fence, and some fence precedes it.
+
+How: a bounded, exact symbolic execution of the skeleton, in three steps.
+lowering.async_trace unrolls the kernel into role traces (threads that run the same
+statements), each statement execution an event with its shared byte spans per thread;
+lowering.async_order builds the happens-before graph over them (program order, mbarrier
+phases with their arrivals, TMA loads and matched waits, barrier generations), proves
+its own assignment of arrivals and waits to phases, and closes it (a cycle is a
+deadlock); here each rule is a question to the closed graph.
+
+What it refuses (kind "cannot-prove", never a pass): a loop extent, condition, barrier
+index, parity, count or expect_tx that is not a constant given the loop variables (a
+condition may also depend on threadIdx.x), a block of more than one dimension, cp.async,
+a shared buffer with no constant place, one statement's arrivals split across two
+phases, a TMA load issued before its thread arrives on its barrier. What it does not
+check: that the threads of one statement execution touch distinct bytes (lowering.hazards'
+owner maps and the interpreter do), global memory, registers read while a wgmma is
+pending. A whole wgmma is retired for its role at that role's wait (the instruction is
+warp-group collective); a TMA load's bytes are visible to a thread only through a wait
+of its own role.
+"""
+
+from . import kir
+from .async_order import Ordering, point
+from .async_trace import Refusal, Trace
+from .errors import Hazard, HazardError
+
+_ASYNC_READ = {"wgmma": ("a pending wgmma still reads", "the wgmma.wait_group retiring it"),
+               "tma-store": ("a TMA store still reads",
+                             "the cp.async.bulk.wait_group.read retiring it")}
+
+
+def check_async_protocol(kernel):
+    """Every finding (lowering.errors.Hazard) of the kernel's async protocol; [] when it is
+    proved."""
+    try:
+        return _Protocol(Trace(kernel)).check()
+    except Refusal as r:
+        return [Hazard("cannot-prove", "-", point(r.stmt), point(r.stmt), detail=r.why)]
+
+
+def verify_async_protocol(kernel):
+    """Raise HazardError listing the findings, unless the protocol is proved."""
+    findings = check_async_protocol(kernel)
+    if findings:
+        raise HazardError(findings, kernel.name)
+
+
+class _Protocol(Ordering):
+    """The checks, asked of the closed graph."""
+
+    def check(self):
+        if not self.order():                 # a cycle: its deadlocks are the findings
+            self._init_visibility()
+            self._conflicts()
+            self._proxy_fences()
+            self._pending_at_end()
+        return list(self.found.values())
+
+    def _init_visibility(self):
+        for bar in self.bars.values():
+            if not bar.inits:
+                continue
+            init = bar.inits[0]
+            if len(bar.inits) > 1 or init.role.size > 1:
+                self._finding("mbarrier-init", bar.name, init, bar.inits[-1],
+                              f"{bar.name} is initialised more than once")
+            uses = [e for batch in bar.batches for e in batch]
+            uses += [e for e, _ in bar.loads]
+            uses += [e for waits in bar.waits.values() for e, _ in waits]
+            for e in uses:
+                if not self.graph.before(init, e):
+                    self._finding("mbarrier-init", bar.name, init, e,
+                                  f"{e.role} use {bar.name} before its init is visible to "
+                                  f"them: no barrier after the mbarrier.init orders it "
+                                  f"before the use")
+            for e, _ in bar.loads:
+                if not any(self.graph.reaches(init.leave, f.enter) and self.graph.before(f, e)
+                           for f in self.init_fences[init.role]):
+                    self._finding("mbarrier-init", bar.name, init, e,
+                                  f"a TMA load completes on {bar.name} with no "
+                                  f"fence.mbarrier_init after its init")
+
+    # -- shared accesses -----------------------------------------------------------------
+
+    def _accesses(self):
+        return sorted((a for e in self.trace.events for a in e.accesses),
+                      key=lambda a: (a.lo, a.event.step))
+
+    def _pairs(self):
+        """(earlier, later, how their threads meet) in walk order, for the accesses of
+        different statement executions that touch common bytes."""
+        accesses = self._accesses()
+        for i, a in enumerate(accesses):
+            for b in accesses[i + 1:]:
+                if b.lo >= a.hi:
+                    break
+                if a.event.step != b.event.step:
+                    meet = a.threads_meet(b)
+                    if meet:
+                        yield ((a, b) if a.event.step < b.event.step else (b, a)) + (meet,)
+
+    def _ordered(self, first, second, meet="other"):
+        """Is access `first` complete before access `second` begins, for the threads that
+        touch their common bytes (`meet`: Access.threads_meet)?"""
+        g, e = self.graph, second.event
+        if first.proxy == "tma-load":
+            phase = first.end
+            if phase is None or phase.node is None or not phase.landed:
+                return False
+            if second.proxy != "generic" and g.reaches(phase.node, e.enter):
+                return True
+            return any(m >= phase.number and g.reaches(w.leave, e.enter)
+                       for w, m in phase.bar.matched.get(e.role, ()))
+        if first.end is None:
+            return False
+        if meet == "same" or (first.proxy == "wgmma" and first.end.role is e.role):
+            return g.reaches(first.end.leave, e.enter)
+        return g.before(first.end, e)
+
+    def _conflicts(self):
+        for a, b, meet in self._pairs():
+            if not (a.is_write or b.is_write):
+                continue
+            if (a.event.role is b.event.role and a.buffer is b.buffer and a.info is not None
+                    and b.info is not None and a.info.same_thread_as(b.info)):
+                meet = "same"
+            if not (self._ordered(a, b, meet) or self._ordered(b, a, meet)):
+                self._conflict(a, b)
+
+    def _conflict(self, a, b):
+        first, second = (b, a) if self.graph.before(b.event, a.event) else (a, b)
+        fe, se = first.event, second.event
+        what = f"{_op(second)} by {se.role} ({se.stmt.label})"
+        if first.proxy == "tma-load":
+            kind = "async-pending"
+            phase = first.end
+            where = f"{phase.bar.name} phase {phase.number}" if phase else "its phase"
+            detail = (f"a TMA load has not landed: {what} is not ordered after {where} "
+                      f"completes through a wait of its threads")
+        elif first.proxy in _ASYNC_READ and second.proxy == "generic" \
+                and self.graph.before(fe, se):
+            held, retire = _ASYNC_READ[first.proxy]
+            kind = "async-pending"
+            detail = f"{what} writes bytes {held}: {retire} does not happen before it"
+        else:
+            kind = ("WAW" if second.is_write else "RAW") if first.is_write else "WAR"
+            detail = f"{what} is not ordered after {_op(first)} by {fe.role} ({fe.stmt.label})"
+            if first.proxy in _ASYNC_READ:
+                detail += f": {_ASYNC_READ[first.proxy][1]} does not happen before it"
+            else:
+                detail += ": no barrier, mbarrier phase or program order joins them"
+        self._finding(kind, _names(first, second), fe, se, detail, first.overlap(second))
+
+    def _proxy_fences(self):
+        writes = [a for a in self._accesses() if a.is_write]
+        for a, b, meet in self._pairs():
+            for x, y in ((a, b), (b, a)):
+                if x.is_write and x.proxy == "generic" and y.proxy in _ASYNC_READ \
+                        and self._ordered(x, y, meet) and not self._fenced(x, y, writes):
+                    self._finding("proxy-fence", _names(x, y), x.event, y.event,
+                                  f"{x.event.role} wrote bytes through the generic proxy "
+                                  f"that {_op(y)} reads through the async proxy: no "
+                                  f"fence.proxy.async by the writing threads between the "
+                                  f"generic write and the async-proxy read", x.overlap(y))
+
+    def _fenced(self, x, y, writes):
+        """Is generic write x, ordered before async read y, proxy-fenced (or overwritten
+        before y reads)?"""
+        g = self.graph
+        if any(g.reaches(x.event.leave, f.enter) and g.before(f, y.event)
+               for f in self.fences[x.event.role]):
+            return True
+        lo, hi = x.overlap(y)
+        return any(z is not x and any(a <= lo and hi <= b for a, b, _ in z.spans)
+                   and self._ordered(x, z) and self._ordered(z, y) for z in writes)
+
+    def _pending_at_end(self):
+        for a in self.async_pending:
+            if a.end is None:
+                self._finding("async-pending", a.buffer.name, a.event, None,
+                              f"{_op(a)} is still pending when the kernel ends: "
+                              f"{_ASYNC_READ[a.proxy][1]} never runs")
+        for bar in self.bars.values():
+            for phase in bar.phases:
+                waited = any(m >= phase.number for matched in bar.matched.values()
+                             for _, m in matched)
+                for e in phase.loads if not waited else ():
+                    self._finding("async-pending", e.stmt.dst.name, e, None,
+                                  f"a TMA load has not landed when the kernel ends: no "
+                                  f"thread waits for {bar.name} phase {phase.number}")
+
+
+_ASYNC_OPS = {"tma-load": "the TMA load", "wgmma": "the wgmma", "tma-store": "the TMA store"}
+
+
+def _op(access):
+    if access.proxy in _ASYNC_OPS:
+        return _ASYNC_OPS[access.proxy]
+    if isinstance(access.event.stmt, kir.StMatrix):
+        return "stmatrix"
+    return f"the {'write' if access.is_write else 'read'} of {access.buffer.name}"
+
+
+def _names(a, b):
+    return "/".join(dict.fromkeys((a.buffer.name, b.buffer.name)))
