@@ -55,11 +55,11 @@ _ASYNC_READ = {"wgmma": ("a pending wgmma still reads", "the wgmma.wait_group re
                              "the cp.async.bulk.wait_group.read retiring it")}
 
 
-def check_async_protocol(kernel):
+def check_async_protocol(kernel, known=None):
     """Every finding (lowering.errors.Hazard) of the kernel's async protocol; [] when it is
-    proved."""
+    proved. `known`: see async_trace.Trace (a caller asking again and again)."""
     try:
-        return _Protocol(Trace(kernel)).check()
+        return _Protocol(Trace(kernel, known)).check()
     except Refusal as r:
         return [Hazard("cannot-prove", "-", point(r.stmt), point(r.stmt), detail=r.why)]
 

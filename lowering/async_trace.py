@@ -141,7 +141,11 @@ class Access:
 class Trace:
     """A kernel unrolled: `threads` of its block, `roles`, `events` in walk order."""
 
-    def __init__(self, kernel):
+    def __init__(self, kernel, known=None):
+        """`known`: a dict a caller keeps across traces of one kernel whose statements it
+        only adds to (sync insertion): the byte spans computed so far, by index
+        expression, buffer, size, threads and loop values."""
+        self._known = {} if known is None else known
         self.threads = _block_threads(kernel)
         full = (1 << self.threads) - 1
         self._bindings = {}                      # id(expression) -> _bind_thread of it
@@ -206,6 +210,13 @@ class Trace:
     def _spans(self, buffer, index, nbytes, mask, env, stmt, lanes=32):
         """[(lo, hi, threads)]: the bytes from element `index` each thread of `mask` (the
         first `lanes` of each warp) touches."""
+        key = (id(index), id(buffer), nbytes, mask, lanes, tuple(sorted(env.items())))
+        if key not in self._known:
+            self._known[key] = self._compute_spans(buffer, index, nbytes, mask, env, stmt,
+                                                   lanes)
+        return self._known[key]
+
+    def _compute_spans(self, buffer, index, nbytes, mask, env, stmt, lanes):
         whole = [(*_buffer_bytes(buffer, stmt), mask)]
         try:
             at = kir.evaluate_scalar(index, env)

@@ -1,8 +1,9 @@
 """Property: random warp-specialized pipelines (tests/hopper_pipelines.py's matmul at
 random stage counts, k-tile counts, output tiles and prefetch depth) compute the float64
 result exactly and run clean under the producer-first, consumer-first and a random
-interleaving; the same pipeline with one of its synchronizations dropped (any that
-matters at that configuration) is reported under at least one of them. Inputs are small
+interleaving, and the static verifier proves them; the same pipeline with one of its
+synchronizations dropped (any that matters at that configuration) is refused by the
+verifier and reported by the interpreter under at least one of the interleavings. Inputs are small
 integers, so every result is exact and the comparison is bitwise."""
 
 import numpy as np
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 import hopper_pipelines as hp
 from codegen.errors import RaceError
 from codegen.interp import run_interleavings
+from lowering.async_protocol import check_async_protocol
 
 from conftest import STATS
 
@@ -39,14 +41,18 @@ def _run(kernel, shape, seed):
     return runs
 
 
-@settings(max_examples=12, deadline=None, derandomize=True)
+@settings(max_examples=8, deadline=None, derandomize=True)
 @given(pipelines())
 def test_random_pipelines_are_exact_and_clean_and_each_dropped_sync_is_caught(case):
     shape, drop, seed = case
-    for args in _run(hp.ws_matmul(**shape), shape, seed):
+    kernel = hp.ws_matmul(**shape)
+    assert check_async_protocol(kernel) == []
+    for args in _run(kernel, shape, seed):
         np.testing.assert_array_equal(args["C"], hp.expected(args))
+    dropped = hp.ws_matmul(drop=(drop,), **shape)
+    assert check_async_protocol(dropped), f"the verifier proved {shape} without {drop}"
     try:
-        _run(hp.ws_matmul(drop=(drop,), **shape), shape, seed)
+        _run(dropped, shape, seed)
     except RaceError as caught:
         STATS["warp-specialized property: drops caught"] += 1
         assert caught.hazards

@@ -123,6 +123,8 @@ class WgmmaFence(Stmt):
     """wgmma.fence.sync.aligned: orders the warp group's earlier register accesses
     (accumulators, register A) before its next wgmma.mma_async (warp-group collective)."""
 
+    sync_id: str = None
+    reasons: list = field(default_factory=list)
     label: str = None
 
 
@@ -265,6 +267,8 @@ class FenceMbarrierInit(Stmt):
     """fence.mbarrier_init.release.cluster: the thread's earlier mbarrier inits are
     visible to the async proxy and, after a barrier, to other threads."""
 
+    sync_id: str = None
+    reasons: list = field(default_factory=list)
     label: str = None
 
 

@@ -122,7 +122,7 @@ def _format_hopper(s):
                 f"{operand(s.a, s.a_index, s.a_layout, s.trans_a)} * "
                 f"{operand(s.b, s.b_index, s.b_layout, s.trans_b)}{acc}")
     if isinstance(s, h.WgmmaFence):
-        return "wgmma.fence"
+        return f"wgmma.fence{_why(s)}"
     if isinstance(s, h.WgmmaCommit):
         return "wgmma.commit_group"
     if isinstance(s, h.WgmmaWait):
@@ -140,7 +140,7 @@ def _format_hopper(s):
     if isinstance(s, h.MbarrierInit):
         return f"mbarrier.init {_at(s.bar, s.index)}, count {format_expr(s.count)}"
     if isinstance(s, h.FenceMbarrierInit):
-        return "fence.mbarrier_init"
+        return f"fence.mbarrier_init{_why(s)}"
     if isinstance(s, h.MbarrierArrive):
         tx = "" if s.tx_bytes is None else f".expect_tx {format_expr(s.tx_bytes)} bytes"
         return f"mbarrier.arrive{tx} {_at(s.bar, s.index)}"

@@ -97,6 +97,9 @@ class HazardKind(Enum):
     WAR = "WAR"              # write after another thread's read
     WAW = "WAW"              # write after another thread's write
     ASYNC = "async-pending"  # access to bytes an async copy may still be writing
+    PROXY = "proxy-fence"    # generic writes the async proxy reads next, not fenced
+    INIT = "mbarrier-init"   # an mbarrier used before its init is visible
+    WGMMA_FENCE = "wgmma-fence"  # registers written before a wgmma, not fenced
 
 
 @dataclass

@@ -1,0 +1,216 @@
+"""Sync insertion for Hopper's asynchronous protocol: the fences, waits and barriers that
+lowering.async_protocol's findings ask for, each placed with the reasons it exists, until
+the protocol is proved; what no placement of them can fix is refused.
+
+The rules, one per kind of finding (first: the earlier statement, second: the later):
+    proxy-fence        fence.proxy.async after the last of the generic writes a reader
+                       meets, in the innermost statement list holding writers and reader
+    wgmma-fence        wgmma.fence before the wgmma, in the innermost list holding it and
+                       the register writes (so before a main loop, not in it)
+    mbarrier-init      __syncthreads after the init (its ancestor in the list it shares
+                       with the use); or, where the init is not fenced,
+                       fence.mbarrier_init after the init inside the initialising
+                       thread's branch
+    async-pending      a TMA store's source written before its read wait, or the store
+                       still pending at the end: cp.async.bulk.wait_group.read 0 after
+                       the store's commit
+    RAW, WAR, WAW      between threads of the one warp group (or block) that runs the
+                       innermost list holding both: bar.sync on a fresh id for the threads
+                       of that list (__syncthreads if they are the block) before the later
+                       statement's ancestor there
+Refused (HazardError listing the findings): a deadlock, a wrong parity or an expect_tx
+that does not match (the protocol itself is wrong); a TMA load's bytes touched before its
+phase is waited for, and a stage handed between roles before its reads retired (only the
+pipeline's own mbarrier protocol orders those: a barrier across roles would deadlock);
+conflicts whose statements share only a loop around both (loop-carried across roles);
+anything the verifier cannot prove.
+
+Placements are made a round at a time (a later round sees the earlier ones); at the end
+each placed statement that a later one made redundant is taken out again, so every one
+kept is needed. A correct kernel is returned unchanged, with nothing inserted. It sits above
+lowering.async_protocol (it asks it, between placements) and below the passes that will
+run it on the kernels the Hopper scheduler lowers.
+"""
+
+from fuserir.instructions import NAMED_BARRIER_IDS
+
+from . import kir
+from .async_protocol import check_async_protocol
+from .async_trace import Trace
+from .errors import HazardError
+from .hazards import path_to, thread_dependent
+
+_KINDS = {"proxy-fence": kir.HazardKind.PROXY, "wgmma-fence": kir.HazardKind.WGMMA_FENCE,
+          "mbarrier-init": kir.HazardKind.INIT, "async-pending": kir.HazardKind.ASYNC,
+          "RAW": kir.HazardKind.RAW, "WAR": kir.HazardKind.WAR, "WAW": kir.HazardKind.WAW}
+_ROUNDS = 16
+
+
+def insert_async_syncs(kernel):
+    """Place what the kernel's async protocol needs (see the module header); returns the
+    statements inserted, in the order placed. Raises HazardError where it cannot."""
+    inserted, known = [], {}
+    for _ in range(_ROUNDS):
+        findings = check_async_protocol(kernel, known)
+        if not findings:
+            return _prune(kernel, inserted, known)
+        placements = _Placer(kernel, findings, known).placements()
+        if not placements:
+            raise HazardError(findings, kernel.name)
+        for stmts, index, stmt in sorted(placements, key=lambda p: -p[1]):
+            stmts.insert(index, stmt)
+            inserted.append(stmt)
+        kir.relabel(kernel.body)
+    raise HazardError(check_async_protocol(kernel, known), kernel.name)
+
+
+def _prune(kernel, inserted, known):
+    """Drop, newest first, each placed statement that a later placement made redundant
+    (the kernel stays proved without it), so each one kept is needed."""
+    kept = list(inserted)
+    for stmt in reversed(inserted):
+        stmts, index, _ = path_to(kernel.body, stmt)[-1]
+        del stmts[index]
+        kir.relabel(kernel.body)
+        if check_async_protocol(kernel, known):
+            stmts.insert(index, stmt)
+            kir.relabel(kernel.body)
+        else:
+            kept.remove(stmt)
+    return kept
+
+
+class _Placer:
+    """One round: the placements the findings ask for (at most one per place)."""
+
+    def __init__(self, kernel, findings, known):
+        self.kernel, self.findings, self.known = kernel, findings, known
+        self.by_label = {s.label: s for s in kir.walk(kernel.body)}
+        self._trace = None
+        self.seen = set()
+        self.used_ids = {s.id for s in kir.walk(kernel.body) if isinstance(s, kir.NamedBarrier)}
+
+    def stmt(self, point):
+        return self.by_label.get(point.split(":", 1)[0])
+
+    def reason(self, h, first, second):
+        return kir.SyncReason(_KINDS[h.kind], tuple(h.buffer.split("/")), first, second)
+
+    def placements(self):
+        out = []
+        readers = {}
+        for h in self.findings:
+            first, second = self.stmt(h.first), self.stmt(h.second)
+            if first is not None and second is None and h.second.startswith("END"):
+                second = first                # still pending when the kernel ends
+            if first is None or second is None:
+                continue
+            if h.kind == "proxy-fence":
+                readers.setdefault(second, []).append((h, first))
+                continue
+            rule = {"wgmma-fence": self.wgmma_fence, "mbarrier-init": self.init,
+                    "async-pending": self.store_read_wait, "RAW": self.barrier,
+                    "WAR": self.barrier, "WAW": self.barrier}.get(h.kind)
+            place = rule(h, first, second) if rule else None
+            if place is not None:
+                self.add(out, place)
+        for reader, writers in readers.items():
+            self.add(out, self.proxy_fence(reader, writers))
+        return out
+
+    def add(self, out, place):
+        stmts, index, stmt = place
+        key = (id(stmts), index, type(stmt))
+        if key not in self.seen:
+            self.seen.add(key)
+            out.append(place)
+
+    # -- where: the innermost statement list holding both, and their ancestors in it ------
+    def common(self, *stmts):
+        """(list, [index of each statement's ancestor in it]) of the innermost statement
+        list that holds all of `stmts` (each through one of its statements)."""
+        paths = [path_to(self.kernel.body, s) for s in stmts]
+        depth = 0
+        while all(len(p) > depth + 1 for p in paths) and \
+                all(p[depth + 1][0] is paths[0][depth + 1][0] for p in paths):
+            depth += 1
+        return paths[0][depth][0], [p[depth][1] for p in paths]
+
+    def threads(self, *stmts):
+        """The bit mask of the threads that execute any statement in or under `stmts`."""
+        if self._trace is None:
+            self._trace = Trace(self.kernel, self.known)
+        inside = {id(x) for x in kir.walk(list(stmts))}
+        mask = 0
+        for e in self._trace.events:
+            if id(e.stmt) in inside:
+                mask |= e.role.mask
+        return mask
+
+    # -- the rules ----------------------------------------------------------------------
+    def proxy_fence(self, reader, writers):
+        stmts, at = self.common(reader, *(w for _, w in writers))
+        last = max(at[1:])
+        if last >= at[0]:
+            return None
+        fence = kir.FenceProxyAsync(reasons=[self.reason(h, w, reader) for h, w in writers])
+        return stmts, last + 1, fence
+
+    def wgmma_fence(self, h, first, second):
+        fence = kir.WgmmaFence(reasons=[self.reason(h, first, second)])
+        if first is not second:             # after the register writes, before the wgmma
+            stmts, (a, b) = self.common(first, second)
+            if a < b:
+                return stmts, b, fence
+        stmts, index, _ = path_to(self.kernel.body, second)[-1]
+        return stmts, index, fence
+
+    def init(self, h, first, second):
+        if "fence.mbarrier_init" in h.detail:
+            path = path_to(self.kernel.body, first)
+            inside = next((i for i, (_, _, owner) in enumerate(path)
+                           if isinstance(owner, kir.IfThenElse)
+                           and thread_dependent(owner.cond)), 0)
+            stmts, index, _ = path[inside]
+            return stmts, index + 1, kir.FenceMbarrierInit(
+                reasons=[self.reason(h, first, second)])
+        stmts, (a, b) = self.common(first, second)
+        if a >= b:
+            return None
+        return stmts, a + 1, kir.Barrier(reasons=[self.reason(h, first, second)])
+
+    def store_read_wait(self, h, first, second):
+        if not isinstance(first, kir.TmaStore):
+            return None
+        stmts, index, _ = path_to(self.kernel.body, first)[-1]
+        commit = next((i for i in range(index + 1, len(stmts))
+                       if isinstance(stmts[i], kir.BulkCommit)), None)
+        if commit is None:
+            return None
+        return stmts, commit + 1, kir.BulkWait(0, read=True,
+                                               reasons=[self.reason(h, first, second)])
+
+    def barrier(self, h, first, second):
+        stmts, (a, b) = self.common(first, second)
+        if a >= b:
+            return None                       # only a loop around both: carried, refuse
+        mask = self.threads(*stmts)
+        sides = self.threads(first) | self.threads(second)
+        if mask & sides != sides:
+            return None
+        count = bin(mask).count("1")
+        reason = self.reason(h, first, second)
+        if count == self.threads_in_block():
+            return stmts, b, kir.Barrier(reasons=[reason])
+        if count % 32:
+            return None
+        free = [i for i in NAMED_BARRIER_IDS if i not in self.used_ids]
+        if not free:
+            return None
+        self.used_ids.add(free[0])
+        return stmts, b, kir.NamedBarrier(free[0], count, reasons=[reason])
+
+    def threads_in_block(self):
+        if self._trace is None:
+            self._trace = Trace(self.kernel, self.known)
+        return self._trace.threads
