@@ -51,6 +51,26 @@ class _TensorCores:
                              f"outside {buf.name}[0, {size}) (a {count}-element fragment)")
         return arr, pos, ok
 
+    def _row_sites(self, s, lay, act, name, row):
+        """The lanes of `act` that give a row address to an ldmatrix or stmatrix `s` (the
+        first 8 * num of each warp: lowering.accesses.instruction_access), and each one's
+        row as element positions [lanes, 8] into `lay` (clipped) with the in-bounds mask
+        (None: all in bounds; else reported). A row not 16-byte aligned is refused."""
+        rows = instruction_access(s)
+        sa = act[(act & 31) < rows.lanes]
+        if not len(sa):
+            return sa, None, None
+        addr = self._index(self.ev(s.address, sa), len(sa))
+        mis = (lay.offset + addr * lay.itemsize) % rows.nbytes != 0
+        if mis.any():
+            i = int(np.flatnonzero(mis)[0])
+            raise InterpError(f"{name} row address {lay.name}[{int(addr[i])}] "
+                              f"of thread {self.interp.coords(sa[i])} is not 16-byte "
+                              f"aligned{self.where()}")
+        pos, ok = self._span(lay.name, addr, sa, LDMATRIX.matrix, lay.size,
+                             f"outside {lay.name}[0, {lay.size}) ({row})")
+        return sa, pos, ok
+
     def _ldmatrix(self, s, act):
         """Per lane: lanes 0..8*num-1 read the 8 b16 values (16 bytes) of the row their
         address names (shared reads, through the race detector); register i of lane l is
@@ -71,18 +91,8 @@ class _TensorCores:
         lane = act & 31
         width = LDMATRIX.matrix                              # elements of one row
         rows = np.zeros(((int(act[-1]) >> 5) * 32 + 32, width), np.uint16)  # by thread id
-        row_read = instruction_access(s)                     # the first lanes read a row
-        sa = act[lane < row_read.lanes]
+        sa, pos, ok = self._row_sites(s, lay, act, "ldmatrix", "an ldmatrix row")
         if len(sa):
-            addr = self._index(self.ev(s.address, sa), len(sa))
-            mis = (lay.offset + addr * lay.itemsize) % row_read.nbytes != 0
-            if mis.any():
-                i = int(np.flatnonzero(mis)[0])
-                raise InterpError(f"ldmatrix row address {s.src.name}[{int(addr[i])}] of "
-                                  f"thread {self.interp.coords(sa[i])} is not 16-byte "
-                                  f"aligned{self.where()}")
-            pos, ok = self._span(lay.name, addr, sa, width, lay.size,
-                                 f"outside {lay.name}[0, {lay.size}) (an ldmatrix row)")
             t8 = np.repeat(sa, width)
             flat = pos.ravel()
             vals = self._view(lay).view(np.uint16)[flat]

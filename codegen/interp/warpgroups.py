@@ -42,7 +42,8 @@ STMATRIX, SETMAXNREG_COUNTS) and the operand addresses of lowering/kir/hopper.py
     column l>>2); lanes < 8*num give 16-byte-aligned row addresses (lane 8i+r: row r of
     matrix i) and write their rows through _shared_write (missing lanes' registers as 0).
 
-It sits beside tensor_cores.py (whose _span and _fragment it uses through `self`), above
+It sits beside tensor_cores.py (whose _span, _fragment and _row_sites it uses through
+`self`), above
 race_detector.py, whose shadow checks every shared access here; the pending ops and the
 commit counts are made in _Block.__init__.
 """
@@ -54,7 +55,6 @@ from codegen.interp.base import _F32, _F64, InterpError, _point, _truth
 from fuserir.instructions import (SETMAXNREG_COUNTS, STMATRIX, SWIZZLE_BYTES, WARPGROUP,
                                   WGMMA, MatrixDescriptor, swizzle)
 from lowering import kir
-from lowering.accesses import instruction_access
 
 
 class _Operand:
@@ -309,19 +309,9 @@ class _Warpgroups:
             rows[base + width * i + row + two, col] = regs
         else:
             rows[base + width * i + row, col + two] = regs
-        row_write = instruction_access(s)                   # the first lanes write a row
-        sa = act[lane < row_write.lanes]
+        sa, pos, ok = self._row_sites(s, lay, act, "stmatrix", "a stmatrix row")
         if not len(sa):
             return
-        addr = self._index(self.ev(s.address, sa), len(sa))
-        mis = (lay.offset + addr * lay.itemsize) % row_write.nbytes != 0
-        if mis.any():
-            j = int(np.flatnonzero(mis)[0])
-            raise InterpError(f"stmatrix row address {s.dst.name}[{int(addr[j])}] of "
-                              f"thread {self.interp.coords(sa[j])} is not 16-byte "
-                              f"aligned{self.where()}")
-        pos, ok = self._span(lay.name, addr, sa, width, lay.size,
-                             f"outside {lay.name}[0, {lay.size}) (a stmatrix row)")
         t8 = np.repeat(sa, width)
         flat = pos.ravel()
         vals = rows[sa].ravel()
