@@ -96,9 +96,9 @@ class _Protocol(Ordering):
             for e in uses:
                 if not self.graph.before(init, e):
                     self._finding("mbarrier-init", bar.name, init, e,
-                                  f"{e.role} use {bar.name} before its init is visible to "
-                                  f"them: no barrier after the mbarrier.init orders it "
-                                  f"before the use")
+                                  f"{e.role} {'uses' if e.role.size == 1 else 'use'} "
+                                  f"{bar.name} before its init is visible there: no barrier "
+                                  f"after the mbarrier.init orders it before the use")
             for e, _ in bar.loads:
                 if not any(self.graph.reaches(init.leave, f.enter) and self.graph.before(f, e)
                            for f in self.init_fences[init.role]):
