@@ -30,8 +30,8 @@ Tensor cores, asynchronous copies and grid synchronization are inline PTX, spell
 codegen.cuda.ptx; the sm_90 statements' rules are codegen.cuda.hopper's (a mixin),
 spelled in codegen.cuda.ptx_sm90. The emitter checks what it can see (memories, dtypes,
 sizes, .cg only for 16 bytes, constant alignment and fragment bounds); contiguity and
-alignment of a copy's global source are the lowering's to guarantee. Semaphore buffers must be global i32;
-index and value are integers (the value is cast to i32).
+alignment of a copy's global source are the lowering's to guarantee. Semaphore buffers
+must be global i32; index and value are integers (the value is cast to i32).
 """
 
 from fuserir.dtypes import DataType

@@ -12,9 +12,10 @@ Race detector (shared memory)
   new one. In a kernel with mbarriers or named barriers, two accesses of one epoch are
   also ordered when the earlier one happens before the later thread's access through
   them (ordering.py's vector clocks; readers then keep their latest read's event). Reads
-  of a Store's index and value are processed (for every active thread) before its write. Reported: RAW, WAR, WAW (also two threads writing one byte in one
-  statement), stale-read (bytes last written through a different buffer name, across
-  barriers too), uninitialized-read (never written in this block), out-of-bounds (any
+  of a Store's index and value are processed (for every active thread) before its
+  write. Reported: RAW, WAR, WAW (also two threads writing one byte in one statement),
+  stale-read (bytes last written through a different buffer name, across barriers
+  too), uninitialized-read (never written in this block), out-of-bounds (any
   memory), barrier-divergence, shuffle-divergence, warp-divergence, async-pending (also
   a write to bytes a pending wgmma or TMA store still reads), proxy-fence,
   wgmma-registers, wgmma-fence, mbarrier, mbarrier-init, deadlock, cross-cta. Hazards

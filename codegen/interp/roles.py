@@ -3,8 +3,9 @@
   * An IfThenElse whose thread-dependent condition keeps every warp group (WARPGROUP = 128
     consecutive linear thread ids from a multiple of 128) wholly on one side is a *role
     branch* (execution._if asks `_role_branch`, in kernels with mbarriers, TMA loads or
-    named barriers: ordering.needs_ordering; elsewhere no role could wait for another). Its then-branch's threads and its
-    else-branch's threads become two roles: generators running their bodies, lockstep
+    named barriers: ordering.needs_ordering; elsewhere no role could wait for another).
+    Its then-branch's threads and its else-branch's threads become two roles:
+    generators running their bodies, lockstep
     within each, interleaved by `_run_roles`. A role yields None at a switch point (it
     can go on: MbarrierArrive, MbarrierWait, NamedBarrier, TmaLoad offer one before they
     run) or a Wait when it blocks (mbarriers.py's waits, a bar.sync short of its count,
@@ -17,8 +18,9 @@
   * Interleaving (run_kernel's `interleaving`): "then-first" runs the then-role until it
     blocks, then the first role that can go on (then before else); "else-first" the same
     with else before then; an int seeds a random choice among the roles that can go on
-    at every switch point and whenever a role blocks. Every switch point is also passed upward (a
-    None yield), so an enclosing role branch or the block scheduler chooses too.
+    at every switch point and whenever a role blocks. Every switch point is also passed
+    upward (a None yield), so an enclosing role branch or the block scheduler chooses
+    too.
   * When every role blocks, the branch yields a Wait upward whose ready() is any role's
     and whose description names what each role waits on; the block scheduler runs other
     blocks, and reports a deadlock naming those waits when nothing can go on.
