@@ -121,15 +121,20 @@ class _Mbarriers:
             kind=kind, buffer=lay.name, first=_point(s), second=_point(s),
             threads=(t, t), iterations=(it, it), block=self.bidx, detail=detail))
 
-    def _mbarrier_init(self, s, act):
-        act, idx, off, lay = self._mbarrier_refs(s.bar, s.index, act, "mbarrier.init")
-        count = self._index(self.ev(s.count, act), len(act))
-        bad = (count < 1) | (count > _COUNT_MAX)
+    def _bounded(self, expr, act, low, what):
+        """expr's values over act, each in low.._COUNT_MAX (what mbarrier.init's count and
+        expect_tx's bytes may be), else an InterpError: `what` with the value and thread."""
+        values = self._index(self.ev(expr, act), len(act))
+        bad = (values < low) | (values > _COUNT_MAX)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise InterpError(f"mbarrier.init count {int(count[i])} of thread "
-                              f"{self.interp.coords(act[i])} is not in 1..{_COUNT_MAX}"
-                              f"{self.where()}")
+            raise InterpError(f"{what.format(int(values[i]), self.interp.coords(act[i]))} "
+                              f"is not in {low}..{_COUNT_MAX}{self.where()}")
+        return values
+
+    def _mbarrier_init(self, s, act):
+        act, idx, off, lay = self._mbarrier_refs(s.bar, s.index, act, "mbarrier.init")
+        count = self._bounded(s.count, act, 1, "mbarrier.init count {} of thread {}")
         for o in np.unique(off).tolist():
             on = off == o
             counts = np.unique(count[on])
@@ -174,13 +179,8 @@ class _Mbarriers:
         act, idx, off, lay = self._mbarrier_refs(s.bar, s.index, act, "mbarrier.arrive")
         tx = None
         if s.tx_bytes is not None:
-            tx = self._index(self.ev(s.tx_bytes, act), len(act))
-            bad = (tx < 0) | (tx > _COUNT_MAX)
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise InterpError(f"mbarrier.arrive.expect_tx of {int(tx[i])} bytes by "
-                                  f"thread {self.interp.coords(act[i])} is not in "
-                                  f"0..{_COUNT_MAX}{self.where()}")
+            tx = self._bounded(s.tx_bytes, act, 0,
+                               "mbarrier.arrive.expect_tx of {} bytes by thread {}")
         for o in np.unique(off).tolist():
             if o in self.mbarriers:
                 self._init_visible(self.mbarriers[o], lay, act[off == o].tolist(),

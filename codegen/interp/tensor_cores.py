@@ -51,6 +51,22 @@ class _TensorCores:
                              f"outside {buf.name}[0, {size}) (a {count}-element fragment)")
         return arr, pos, ok
 
+    def _matrix_buffer(self, s, act, instruction, buffer, role):
+        """(num, layout) of an ldmatrix or stmatrix `s` (`instruction`: LDMATRIX or
+        STMATRIX) and its shared 16-bit `buffer`, checked; the warps are checked whole."""
+        name, num = instruction.name, int(s.num)
+        if num not in instruction.counts:
+            raise InterpError(f"{name} .x{num}: num must be 1, 2 or 4{self.where()}")
+        if buffer.memory is not kir.Memory.shared:
+            raise InterpError(f"{name} {role} {buffer.name} is not shared{self.where()}")
+        lay = self._layout(buffer)
+        if lay.itemsize != 2:
+            raise InterpError(f"{name} {role} {buffer.name} is not a 16-bit buffer"
+                              f"{self.where()}")
+        trans = ".trans" if s.trans else ""
+        self._check_warps(act, "warp-divergence", name, f"{name}.x{num}{trans}")
+        return num, lay
+
     def _row_sites(self, s, lay, act, name, row):
         """The lanes of `act` that give a row address to an ldmatrix or stmatrix `s` (the
         first 8 * num of each warp: lowering.accesses.instruction_access), and each one's
@@ -76,17 +92,7 @@ class _TensorCores:
         address names (shared reads, through the race detector); register i of lane l is
         then row l>>2, columns 2(l&3), 2(l&3)+1 of matrix i (.trans: rows 2(l&3),
         2(l&3)+1, column l>>2). Rows of lanes missing from a divergent warp read as 0."""
-        num = int(s.num)
-        if num not in LDMATRIX.counts:
-            raise InterpError(f"ldmatrix .x{num}: num must be 1, 2 or 4{self.where()}")
-        if s.src.memory is not kir.Memory.shared:
-            raise InterpError(f"ldmatrix source {s.src.name} is not shared{self.where()}")
-        lay = self._layout(s.src)
-        if lay.itemsize != 2:
-            raise InterpError(f"ldmatrix source {s.src.name} is not a 16-bit buffer"
-                              f"{self.where()}")
-        trans = ".trans" if s.trans else ""
-        self._check_warps(act, "warp-divergence", "ldmatrix", f"ldmatrix.x{num}{trans}")
+        num, lay = self._matrix_buffer(s, act, LDMATRIX, s.src, "source")
         n = len(act)
         lane = act & 31
         width = LDMATRIX.matrix                              # elements of one row

@@ -278,18 +278,7 @@ class _Warpgroups:
     def _stmatrix(self, s, act):
         """Per warp: the lanes' registers make num 8x8 matrices (ldmatrix's map, read
         backwards); lanes 0..8*num-1 write the 16-byte row their address names."""
-        num = int(s.num)
-        if num not in STMATRIX.counts:
-            raise InterpError(f"stmatrix .x{num}: num must be 1, 2 or 4{self.where()}")
-        if s.dst.memory is not kir.Memory.shared:
-            raise InterpError(f"stmatrix destination {s.dst.name} is not shared"
-                              f"{self.where()}")
-        lay = self._layout(s.dst)
-        if lay.itemsize != 2:
-            raise InterpError(f"stmatrix destination {s.dst.name} is not a 16-bit buffer"
-                              f"{self.where()}")
-        trans = ".trans" if s.trans else ""
-        self._check_warps(act, "warp-divergence", "stmatrix", f"stmatrix.x{num}{trans}")
+        num, lay = self._matrix_buffer(s, act, STMATRIX, s.dst, "destination")
         n = len(act)
         lane = act & 31
         width = STMATRIX.matrix

@@ -302,6 +302,11 @@ class MbarrierWait(Stmt):
 # ---------------------------------------------------------------------------------------
 
 
+def _box_coords(stmt):
+    """A TMA statement's coordinates (c0, c1[, c2]), innermost first."""
+    return tuple(c for c in (stmt.c0, stmt.c1, stmt.c2) if c is not None)
+
+
 @dataclass(eq=False)
 class TmaLoad(Stmt):
     """cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes,
@@ -323,9 +328,7 @@ class TmaLoad(Stmt):
     access: AccessInfo = None
     label: str = None
 
-    @property
-    def coords(self):
-        return tuple(c for c in (self.c0, self.c1, self.c2) if c is not None)
+    coords = property(lambda self: _box_coords(self))
 
 
 @dataclass(eq=False)
@@ -345,9 +348,7 @@ class TmaStore(Stmt):
     access: AccessInfo = None
     label: str = None
 
-    @property
-    def coords(self):
-        return tuple(c for c in (self.c0, self.c1, self.c2) if c is not None)
+    coords = property(lambda self: _box_coords(self))
 
 
 @dataclass(eq=False)
