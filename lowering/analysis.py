@@ -19,7 +19,7 @@ import networkx as nx
 from fuserir.ir.exprs import LoadStoreOp, MatmulOp
 from fuserir.ir.tensor import MemoryType, TensorView
 from fuserir.errors import ScheduleError
-from fuserir.instructions import MMA_M16N8K16
+from fuserir.instructions import MMA_M16N8K16, WGMMA
 from fuserir.ir.iterdomain import ParallelType, Split, history
 
 THREAD_TYPES = (ParallelType.TIDx, ParallelType.TIDy, ParallelType.TIDz)
@@ -27,6 +27,7 @@ BLOCK_TYPES = (ParallelType.BIDx, ParallelType.BIDy, ParallelType.BIDz)
 LOOP_TYPES = (ParallelType.serial, ParallelType.unroll, ParallelType.vectorize)
 MMA = ParallelType.mma
 WARP = 32            # lanes of a warp: the threads one mma instruction tile spans
+WARP_GROUP = 128     # the threads one wgmma instruction tile spans
 
 
 class UnionFind:
@@ -82,6 +83,16 @@ def is_async_copy(tv):
     return isinstance(tv.definition, LoadStoreOp) and tv.definition.async_copy
 
 
+def is_tma_copy(tv):
+    """Is tv a cache_after(shared, tma=True) copy (lowered to TMA box loads)?"""
+    return isinstance(tv.definition, LoadStoreOp) and tv.definition.tma
+
+
+def tma_box_axes(tv):
+    """The loop axes of a TMA copy that one instruction moves (its two innermost)."""
+    return tv.loop[-2:]
+
+
 def vector_copy_width(tv):
     """Elements per access of a vectorized copy (a LoadStoreOp from global to shared
     memory or back, same dtype, innermost loop axis vectorized to 4, 8 or 16 bytes),
@@ -114,13 +125,15 @@ def mma_positions(tv):
 
 
 def mma_kind(tv):
-    """How a tensor with mma axes is lowered: "mma" (the matmul: mma.sync), "ldmatrix"
-    (an operand fragment cache), "fragment" (a tensor in the accumulator's fragment layout,
-    e.g. the epilogue's cast), or None (no mma axes)."""
+    """How a tensor with mma axes is lowered: "mma" (the matmul: mma.sync on ldmatrix
+    fragments), "wgmma" (the matmul on shared operands: wgmma), "ldmatrix" (an operand
+    fragment cache), "fragment" (a tensor in the accumulator's fragment layout, e.g. the
+    epilogue's cast), or None (no mma axes)."""
     if not mma_positions(tv):
         return None
     if isinstance(tv.definition, MatmulOp):
-        return "mma"
+        shared = all(t.memory_type is MemoryType.shared for t in tv.definition.inputs)
+        return "wgmma" if shared else "mma"
     if isinstance(tv.definition, LoadStoreOp) and tv.definition.ldmatrix:
         return "ldmatrix"
     return "fragment"
@@ -131,13 +144,26 @@ def is_a_operand(tv):
     return tv.fusion.consumers(tv)[0].definition.inputs[0] is tv
 
 
+def is_warp_group_tile(tv):
+    """Is tv's instruction tile a warp group's (wgmma: its first mma axis spans the 64
+    rows of m64nNk16), not a warp's (mma.sync: 16 rows)?"""
+    positions = mma_positions(tv)
+    return bool(positions) and tv.loop[positions[0]].extent == WGMMA.m
+
+
+def instruction_threads(tv):
+    """The threads one instruction tile of tv spans: a warp group's or a warp's."""
+    return WARP_GROUP if is_warp_group_tile(tv) else WARP
+
+
 def fragment_size(tv):
-    """Elements of one instruction tile each lane holds (16x8 f32 -> 4, 16x16 f16 -> 8)."""
+    """Elements of one instruction tile each lane holds (16x8 f32 -> 4, 16x16 f16 -> 8,
+    a wgmma 64 x n accumulator -> n / 2)."""
     size = 1
     for i in mma_positions(tv):
         if not tv.loop[i].is_reduction:
             size *= tv.loop[i].extent
-    return size // WARP
+    return size // instruction_threads(tv)
 
 
 def live_tensors(fusion):
@@ -260,9 +286,14 @@ def check_supported(ctx):
                         f"or compute {tv.name} at a lower position")
         _check_mma(ctx, tv)
         _check_grid_reduction(ctx, tv)
-        if tv.circular_buffer_stages is not None and not is_async_copy(tv):
+        if tv.circular_buffer_stages is not None and not (is_async_copy(tv)
+                                                          or is_tma_copy(tv)):
             raise ScheduleError(f"{tv.name}: only async copies (cache_after(shared, "
-                                "async_copy=True)) are circular-buffered")
+                                "async_copy=True) or tma=True) are circular-buffered")
+        if is_tma_copy(tv) and tv.circular_buffer_stages is None:
+            raise ScheduleError(f"{tv.name}: a TMA copy is loaded by a producer warp group: "
+                                "circular-buffer it (circular_buffer(stages, "
+                                "warp_specialize=TIDy))")
 
 
 
@@ -290,12 +321,15 @@ def _check_grid_reduction(ctx, tv):
                                 "tile computes what follows the reduction")
 
 
-# Instruction tiles by kind, from the descriptor: the mma's (m, n, k), its A operand
-# (m x k), its B operand (n x k, or two n tiles in one ldmatrix.x4), its accumulator (m x n)
+# Instruction tiles by kind, from the descriptors: the mma's (m, n, k), its A operand
+# (m x k), its B operand (n x k, or two n tiles in one ldmatrix.x4), its accumulator (m x n);
+# a wgmma's m64nNk16 (any n of WGMMA.widths) and its accumulator 64 x n
 _I = MMA_M16N8K16
 _M, _N, _K = _I.shape
 _MMA_SHAPES = {"mma": [(_M, _N, _K)], "ldmatrix_a": [(_I.a.rows, _I.a.cols)],
-               "ldmatrix_b": [(_N, _K), (2 * _N, _K)], "fragment": [(_I.c.rows, _I.c.cols)]}
+               "ldmatrix_b": [(_N, _K), (2 * _N, _K)], "fragment": [(_I.c.rows, _I.c.cols)],
+               "wgmma": [WGMMA.shape(n) for n in WGMMA.widths],
+               "wgmma fragment": [WGMMA.shape(n)[:2] for n in WGMMA.widths]}
 
 
 def _check_mma(ctx, tv):
@@ -307,30 +341,44 @@ def _check_mma(ctx, tv):
     extents = tuple(tv.loop[i].extent for i in positions)
     if kind == "ldmatrix":
         kind = "ldmatrix_a" if is_a_operand(tv) else "ldmatrix_b"
+    if kind == "fragment" and is_warp_group_tile(tv):
+        kind = "wgmma fragment"
     expected = _MMA_SHAPES[kind]
     where = f"{tv.name}: mma axes {positions} with extents {list(extents)}"
     if positions != list(range(tv.ndim - len(positions), tv.ndim)):
         raise ScheduleError(f"{where} must be the innermost loop axes")
     if extents not in expected:
+        if kind.startswith("wgmma"):
+            shape = "[64, n, 16]" if kind == "wgmma" else "[64, n]"
+            raise ScheduleError(f"{where}; the {WGMMA.name} instruction tile needs {shape} "
+                                f"here, n a multiple of 8 up to 256 ({kind})")
         shapes = " or ".join(str(list(e)) for e in expected)
         raise ScheduleError(f"{where}; the {_I.shape_name} instruction tile needs {shapes} here "
                             f"({kind.replace('_', ' ')})")
-    if tuple(ctx.bound[ParallelType.TIDx]) != (WARP,):
-        raise ScheduleError(f"{tv.name}: with tensor cores TIDx is the lane of a warp (32): "
-                            f"bind warps to TIDy/TIDz, not TIDx")
-    if tv.memory_type.value == "global" and kind == "ldmatrix":
+    threads = instruction_threads(tv)
+    if tuple(ctx.bound[ParallelType.TIDx]) != (threads,):
+        unit = "a warp group (128)" if threads == WARP_GROUP else "a warp (32)"
+        raise ScheduleError(f"{tv.name}: with {'wgmma' if threads == WARP_GROUP else 'tensor cores'} "
+                            f"TIDx is the thread of {unit}: bind "
+                            f"{'warp groups' if threads == WARP_GROUP else 'warps'} to TIDy/TIDz, "
+                            f"not TIDx")
+    if tv.memory_type.value == "global" and kind.startswith("ldmatrix"):
         raise ScheduleError(f"{tv.name}: {kind.replace('_', ' ')} results live in "
                             "registers; compute them into a local tensor")
-    if kind == "fragment":
+    if kind in ("fragment", "wgmma fragment"):
         mine = [ctx.exact_class(tv.loop[i]) for i in positions]
         for p in tv.definition.tensor_inputs:
-            if mma_kind(p) in ("mma", "fragment") and p.memory_type.value == "local":
+            if mma_kind(p) in ("mma", "wgmma", "fragment") and \
+                    p.memory_type.value == "local":
                 theirs = [ctx.exact_class(p.loop[i]) for i in mma_positions(p)
                           if not p.loop[i].is_reduction]
                 if theirs != mine:
                     raise ScheduleError(f"{where} do not map to the mma axes of "
                                         f"{p.name}, whose registers it reads: schedule "
                                         "both with the same transforms")
+    if kind == "wgmma" and tv.memory_type.value != "local":
+        raise ScheduleError(f"{tv.name}: a wgmma accumulates in registers; compute it into "
+                            "a local tensor")
     if kind == "mma":
         a, b = tv.definition.inputs
         for operand in (a, b):

@@ -32,8 +32,9 @@ from fuserir.ir.iterdomain import ParallelType, Split, history
 from fuserir.transforms import concrete_loop
 
 from . import kir
-from .analysis import (BLOCK_TYPES, LOOP_TYPES, MMA, THREAD_TYPES, WARP, build_exact_map,
-                       is_async_copy, live_tensors, mma_positions, vector_copy_width)
+from .analysis import (BLOCK_TYPES, LOOP_TYPES, MMA, THREAD_TYPES, build_exact_map,
+                       instruction_threads, is_async_copy, is_tma_copy, live_tensors,
+                       mma_positions, tma_box_axes, vector_copy_width)
 from .arith import Ranges, simplify_binop
 from .errors import LoweringError
 
@@ -41,7 +42,8 @@ FACTS = ("fusion", "index_dtype", "vector_caps", "dropped_syncs")
 
 PRODUCTS = {
     "live": "the tensors some output depends on (the others are dead code)",
-    "vector_axes": "the vector axes of async and vector copies (one instruction, no loop)",
+    "vector_axes": "the axes one instruction moves whole, which are no loops: the vector "
+                   "axes of async and vector copies, the box axes of TMA copies",
     "exact": "the exact map (analysis.build_exact_map)",
     "bound": "{parallel type: the extents bound to it}; the launch spans the largest",
     "serial_grid": "whether a serial grid reduction takes the CTAs of a tile in turn",
@@ -52,6 +54,7 @@ PRODUCTS = {
     "scratch": "{block-reduced tensor: its shared kir.Buffer of partials}",
     "layouts": "{allocated kir.Buffer: ((loop position, stride), ...)}",
     "store_info": "{kir.Store or kir.CpAsync: analysis.StoreInfo}, what predicates need",
+    "tensor_maps": "{(global tensor, box, swizzle): kir.TensorMap} of the TMA copies",
 }
 
 
@@ -148,10 +151,12 @@ class LoweringContext:
         """The facts of the (now fully placed) fusion: live tensors, vector axes, exact map,
         parallel extents, serial grid reduction, circular-buffer loops."""
         self.live = live_tensors(self.fusion)
-        self.vector_axes = {tv.loop[-1] for tv in self.live
-                            if (is_async_copy(tv) and tv.loop and
-                                tv.loop[-1].parallel is ParallelType.vectorize)
-                            or vector_copy_width(tv)}
+        vector_axes = {tv.loop[-1] for tv in self.live
+                       if (is_async_copy(tv) and tv.loop and
+                           tv.loop[-1].parallel is ParallelType.vectorize)
+                       or vector_copy_width(tv)}
+        self.vector_axes = vector_axes | {a for tv in self.live if is_tma_copy(tv)
+                                          for a in tma_box_axes(tv)}
         self.exact = build_exact_map(self.fusion)
         self.bound = self._parallel_extents()
         self.serial_grid = any(tv.serial_grid for tv in self.live)
@@ -336,8 +341,9 @@ class LoweringContext:
                 axis = self.concrete_axis(tv, i)
                 if axis.parallel in bound and axis.extent not in bound[axis.parallel]:
                     bound[axis.parallel].append(axis.extent)
-                if axis.parallel is MMA and WARP not in bound[ParallelType.TIDx]:
-                    bound[ParallelType.TIDx].append(WARP)   # the lanes of a warp
+                threads = instruction_threads(tv)
+                if axis.parallel is MMA and threads not in bound[ParallelType.TIDx]:
+                    bound[ParallelType.TIDx].append(threads)   # a warp's or warp group's
         return bound
 
     def launch_extent(self, ptype, round_to=1):

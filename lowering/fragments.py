@@ -20,13 +20,11 @@ apply unchanged):
 """
 
 from fuserir.errors import ScheduleError
-from fuserir.instructions import LDMATRIX, MMA_M16N8K16
+from fuserir.instructions import LDMATRIX, MMA_M16N8K16, WGMMA
 from fuserir.ir.iterdomain import Merge, Split
 
 from . import kir
-from .analysis import is_a_operand, mma_positions
-
-ACCUMULATOR_ELEMENTS = MMA_M16N8K16.c.count     # f32 per lane in a 16x8 tile
+from .analysis import is_a_operand, is_warp_group_tile, mma_positions
 
 
 class _Index:
@@ -66,17 +64,20 @@ def lane(ctx):
     return kir.Special(kir.SpecialKind.threadIdx, "x", ctx.index_dtype)
 
 
-def fragment_coords(ctx, j):
-    """(row, column) in the 16x8 accumulator tile of element j of this lane."""
-    row, col = MMA_M16N8K16.c.at(_Index(ctx, lane(ctx)), _Index(ctx, j))
-    return row.expr, col.expr
+def accumulator_fragment(tv):
+    """The accumulator fragment map of tv's instruction tile: mma.sync's 16x8, or
+    wgmma's 64 x n (its thread: threadIdx.x, the thread of the warp group)."""
+    if is_warp_group_tile(tv):
+        cols = [tv.loop[i] for i in mma_positions(tv) if not tv.loop[i].is_reduction][1]
+        return WGMMA.d(cols.extent)
+    return MMA_M16N8K16.c
 
 
 def fragment_axes(ctx, tv, j):
     """{mma axis of tv: per-lane index} for element j of a fragment-layout tensor."""
     rows, cols = [tv.loop[i] for i in mma_positions(tv) if not tv.loop[i].is_reduction]
-    row, col = fragment_coords(ctx, j)
-    return {rows: row, cols: col}
+    row, col = accumulator_fragment(tv).at(_Index(ctx, lane(ctx)), _Index(ctx, j))
+    return {rows: row.expr, cols: col.expr}
 
 
 def _innermost_run(smem):

@@ -203,8 +203,24 @@ def test_the_schedule_prints_and_parses_back_to_the_same_kernel():
     (dict(cta_tile=(256, 128, 32), warp_tile=(48, 64, 32)),
      "MatmulParams: cta_tile M (256) is not a multiple of warp_tile M (48)"),
     (dict(instruction_tile=(16, 8, 8)),
-     "MatmulParams: instruction_tile (16, 8, 8): the tensor-core instruction is mma.sync "
-     "m16n8k16, so it must be (16, 8, 16)"),
+     "MatmulParams: instruction_tile (16, 8, 8): the tensor-core instructions are mma.sync "
+     "m16n8k16 (16, 8, 16) and wgmma.mma_async m64nNk16 (64, n, 16), n a multiple of 8 up "
+     "to 256"),
+    (dict(cta_tile=(128, 128, 64), warp_tile=(64, 64, 64), instruction_tile=(64, 128, 16)),
+     "MatmulParams: warp_tile N (64) is not a multiple of the instruction tile N (128)"),
+    (dict(cta_tile=(128, 128, 64), warp_tile=(64, 128, 64), instruction_tile=(64, 64, 16)),
+     "MatmulParams: warp_tile N (128) must equal the wgmma's n (64): one instruction spans "
+     "a warp group's columns"),
+    (dict(cta_tile=(128, 128, 32), warp_tile=(64, 128, 32), instruction_tile=(64, 128, 16)),
+     "MatmulParams: cta_tile K (32) must be a multiple of 64 on the Hopper path (TMA boxes "
+     "of 128-byte rows)"),
+    (dict(cta_tile=(256, 256, 64), warp_tile=(64, 256, 64), instruction_tile=(64, 256, 16)),
+     "MatmulParams: 4 consumer warp groups (cta_tile / warp_tile); the Hopper path has 1 to "
+     "3, plus the producer"),
+    (dict(cta_tile=(128, 128, 64), warp_tile=(64, 128, 64), instruction_tile=(64, 128, 16),
+          splitk_mode="two_kernel"),
+     "MatmulParams: the Hopper path does not do two-kernel split-K yet; use "
+     "splitk_mode='serial'"),
     (dict(warp_tile=(64, 64, 16)),
      "MatmulParams: cta_tile K (32) must equal warp_tile K (16): warps split M and N, not K"),
     (dict(stages=0), "MatmulParams: stages must be an integer >= 1, got 0"),

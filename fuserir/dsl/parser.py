@@ -64,6 +64,7 @@ PARAMETER_KINDS = {
     "dtype": "dtype", "layout": "layout", "flags": "flags", "axes": "axes",
     "approximate": "string", "axis": "int", "pos": "int", "stages": "int",
     "factor": "factor", "inner": "bool", "async_copy": "bool", "ldmatrix": "bool",
+    "tma": "bool", "warp_specialize": "parallel type",
     "row": "int", "mapping": "map",
     "ptype": "parallel type", "memory_type": "memory type", "consumer": "tensor",
 }

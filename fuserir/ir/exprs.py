@@ -99,18 +99,20 @@ class CastOp(Expr):
 
 class LoadStoreOp(Expr):
     """A copy (`set`); caches are copies into another memory type. `async_copy` asks for
-    cp.async (global -> shared), `ldmatrix` for ldmatrix (shared -> mma fragments)."""
+    cp.async (global -> shared), `ldmatrix` for ldmatrix (shared -> mma fragments), `tma`
+    for TMA tensor copies (global -> shared, a box per instruction)."""
 
     op = "set"
 
-    def __init__(self, x, output, async_copy=False, ldmatrix=False):
+    def __init__(self, x, output, async_copy=False, ldmatrix=False, tma=False):
         super().__init__([x], output)
         self.async_copy = async_copy
         self.ldmatrix = ldmatrix
+        self.tma = tma
 
     def attributes(self):
-        return ((("async_copy", True),) if self.async_copy else ()) + \
-            ((("ldmatrix", True),) if self.ldmatrix else ())
+        return tuple((name, True) for name in ("async_copy", "ldmatrix", "tma")
+                     if getattr(self, name))
 
 
 class BroadcastOp(Expr):

@@ -81,6 +81,7 @@ class TensorView(Val):
         self.definition = None          # the Expr that writes this tensor (None: input)
         self.compute_at_pos = None      # None: placed by nobody yet (inlined by default)
         self.circular_buffer_stages = None
+        self.warp_specialized = None     # circular buffer loaded by a producer warp group
         self.swizzle_row = None          # XOR-swizzled shared tile: elements per row
         self.reuse_shared = False        # promote_reuse: may reuse dead operand bytes
         self.serial_grid = False       # a reduction over a block index, CTAs in turn
@@ -129,6 +130,8 @@ class TensorView(Val):
             text += f" compute_at={self.compute_at_pos}"
         if self.circular_buffer_stages is not None:
             text += f" stages={self.circular_buffer_stages}"
+        if self.warp_specialized is not None:
+            text += f" warp-specialized={self.warp_specialized.value}"
         if self.swizzle_row is not None:
             text += f" swizzle={self.swizzle_row}"
         if self.reuse_shared:
@@ -217,12 +220,13 @@ class TensorView(Val):
         return transforms.rfactor(self, axes)
 
     @_traced
-    def cache_after(self, memory_type, async_copy=False, ldmatrix=False):
+    def cache_after(self, memory_type, async_copy=False, ldmatrix=False, tma=False):
         """Insert a copy of this tensor in `memory_type` that all its consumers then read.
         async_copy: global -> shared by cp.async. ldmatrix: shared -> register fragments of
-        a tensor-core operand (its two innermost axes marked mma, lowered to ldmatrix)."""
+        a tensor-core operand (its two innermost axes marked mma, lowered to ldmatrix).
+        tma: global -> shared by TMA, its innermost two axes one box per instruction."""
         from .. import transforms
-        return transforms.cache_after(self, memory_type, async_copy, ldmatrix)
+        return transforms.cache_after(self, memory_type, async_copy, ldmatrix, tma)
 
     @_traced
     def cache_before(self, memory_type):
@@ -248,10 +252,13 @@ class TensorView(Val):
         transforms.inline_most(self)
 
     @_traced
-    def circular_buffer(self, stages):
-        """Keep `stages` copies of this tensor so loads run ahead of their use."""
+    def circular_buffer(self, stages, warp_specialize=None):
+        """Keep `stages` copies of this tensor so loads run ahead of their use.
+        warp_specialize (TIDy, for a TMA cache): the loads run in a producer warp group
+        of their own, one more along that thread index, handing stages over through
+        mbarriers."""
         from .. import transforms
-        transforms.circular_buffer(self, stages)
+        transforms.circular_buffer(self, stages, warp_specialize)
 
     @_traced
     def swizzle(self, row):

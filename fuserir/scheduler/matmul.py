@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields
 
 from .. import device as devices
 from ..errors import ScheduleError
-from ..instructions import CP_ASYNC, MMA_M16N8K16 as MMA
+from ..instructions import CP_ASYNC, MMA_M16N8K16 as MMA, WGMMA
 from ..ir.exprs import BinaryOp, CastOp, MatmulOp, UnaryOp, WhereOp
 from ..ir.iterdomain import ParallelType, roots_of
 from ..ir.tensor import MemoryType
@@ -60,7 +60,14 @@ class MatmulParams:
         self.check()
 
     @property
+    def hopper(self):
+        """Is this a Hopper schedule (wgmma + TMA: the instruction tile a wgmma's)?"""
+        return self.instruction_tile[0] == WGMMA.m
+
+    @property
     def warps(self):
+        """Warps of the block's tile grid (on the Hopper path: warp groups, whose tiles
+        warp_tile then names)."""
         return (self.cta_tile[0] // self.warp_tile[0]) * (self.cta_tile[1] // self.warp_tile[1])
 
     def check(self):
@@ -72,9 +79,11 @@ class MatmulParams:
             if not isinstance(tile, tuple) or len(tile) != 3 or not all(isinstance(t, int) and not isinstance(t, bool)
                                          and t > 0 for t in tile):
                 bad(f"{name} must be three positive integers (M, N, K), got {tile}")
-        if self.instruction_tile != MMA.shape:
-            bad(f"instruction_tile {self.instruction_tile}: the tensor-core instruction is "
-                f"{MMA.name}, so it must be {MMA.shape}")
+        wgmma = [WGMMA.shape(n) for n in WGMMA.widths]
+        if self.instruction_tile != MMA.shape and self.instruction_tile not in wgmma:
+            bad(f"instruction_tile {self.instruction_tile}: the tensor-core instructions are "
+                f"{MMA.name} {MMA.shape} and {WGMMA.name} (64, n, 16), n a multiple of 8 "
+                "up to 256")
         for i, dim in enumerate("MNK"):
             if self.cta_tile[i] % self.warp_tile[i]:
                 bad(f"cta_tile {dim} ({self.cta_tile[i]}) is not a multiple of warp_tile "
@@ -85,7 +94,9 @@ class MatmulParams:
         if self.cta_tile[2] != self.warp_tile[2]:
             bad(f"cta_tile K ({self.cta_tile[2]}) must equal warp_tile K "
                 f"({self.warp_tile[2]}): warps split M and N, not K")
-        if not 1 <= self.warps <= 32:
+        if self.hopper:
+            _check_hopper(self, bad)
+        elif not 1 <= self.warps <= 32:
             bad(f"{self.warps} warps (cta_tile / warp_tile); a block has 1 to 32")
         if isinstance(self.stages, bool) or not isinstance(self.stages, int) \
                 or self.stages < 1:
@@ -97,6 +108,32 @@ class MatmulParams:
             bad(f"splitk_mode {self.splitk_mode!r}: expected 'serial' or 'two_kernel'")
         if self.stages > 1 and not self.async_gmem_load_operands:
             bad("a pipeline (stages > 1) needs async_gmem_load_operands=True")
+
+
+HOPPER_K_TILE = 64            # elements: a K-major TMA box row of 128 bytes (16-bit operands)
+
+
+def _check_hopper(params, bad):
+    """What a Hopper schedule adds to MatmulParams.check."""
+    groups = params.warps
+    if not 1 <= groups <= 3:
+        bad(f"{groups} consumer warp groups (cta_tile / warp_tile); the Hopper path has 1 "
+            "to 3, plus the producer")
+    if params.warp_tile[1] != params.instruction_tile[1]:
+        bad(f"warp_tile N ({params.warp_tile[1]}) must equal the wgmma's n "
+            f"({params.instruction_tile[1]}): one instruction spans a warp group's columns")
+    if params.cta_tile[2] % HOPPER_K_TILE:
+        bad(f"cta_tile K ({params.cta_tile[2]}) must be a multiple of {HOPPER_K_TILE} on "
+            "the Hopper path (TMA boxes of 128-byte rows)")
+    if params.stages < 2:
+        bad("the Hopper path pipelines its TMA loads: stages must be at least 2")
+    if params.splitk_mode != "serial":
+        bad("the Hopper path does not do two-kernel split-K yet; use splitk_mode='serial'")
+    if params.use_smem_epilogue:
+        bad("the Hopper path stores the output from registers; it has no shared-memory "
+            "epilogue yet")
+    if not params.async_gmem_load_operands:
+        bad("the Hopper path loads its operands by TMA (async_gmem_load_operands=True)")
 
 
 # The DSL's short keys (the foundation issue's spelling) and the MatmulParams fields.
@@ -179,6 +216,9 @@ def schedule_matmul(fusion, params, device=None):
     params.check()
     shared_limit = _device(device).shared_limit
     mm, acc, out, fused = _find_matmul(fusion)
+    if params.hopper:
+        from .hopper import schedule_hopper_matmul
+        return schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused)
     a, b = mm.inputs
     tm, tn, tk = params.cta_tile
     operands = params.stages * (tm + tn) * tk * a.dtype.itemsize

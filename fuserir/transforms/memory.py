@@ -46,18 +46,26 @@ def set_memory_type(tv, memory_type):
     tv.memory_type = mt
 
 
-def circular_buffer(tv, stages):
+def circular_buffer(tv, stages, warp_specialize=None):
     """Keep `stages` copies of the loaded tensor `tv` so loads run ahead of their use.
 
     TensorView.circular_buffer. Lowering pipelines a circular buffer of async copies
     (cache_after(shared, async_copy=True); the circular_buffer pass): a prologue of stages-1
     tiles, then in the loop a wait and the prefetch of the tile stages-1 iterations ahead.
+    A TMA cache (cache_after(shared, tma=True)) is warp-specialized instead: a producer
+    warp group of its own loads every tile, stages ahead, and hands each stage to the
+    consumers and back through a pair of mbarriers.
 
-      stages  an integer >= 2
+      stages           an integer >= 2
+      warp_specialize  for a TMA cache, the thread index (TIDy) along which the producer
+                       warp group is added, after the consumers' (TIDx: the 128 threads
+                       of a warp group)
 
     Raises ScheduleError if tv is a fusion input, stages is not an integer >= 2, tv is not
     defined by a copy (set, or a cache_after/cache_before cache), lives in global memory, or
-    is not computed inside a serial or unrolled loop of extent other than 1.
+    is not computed inside a serial or unrolled loop of extent other than 1; or if
+    warp_specialize is given for a copy that is not TMA, or is not TIDy, or a TMA cache
+    has no warp_specialize.
 
     >>> import fuserir
     >>> f = fuserir.parse("fusion f(A: f16[M, K], B: f16[K, N]) {"
@@ -94,7 +102,26 @@ def circular_buffer(tv, stages):
     if not serial:
         raise ScheduleError(f"circular_buffer: {tv.name} is not computed inside a serial loop "
                             f"(compute-at position {pos}); compute_at it inside one first")
+    tma = tv.definition.tma
+    if warp_specialize is not None:
+        try:
+            ptype = ParallelType(warp_specialize)
+        except ValueError:
+            ptype = None
+        if ptype is not ParallelType.TIDy:
+            raise ScheduleError(f"circular_buffer: warp_specialize={warp_specialize!r}: the "
+                                "producer warp group is added along TIDy (tensor "
+                                f"{tv.name})")
+        if not tma:
+            raise ScheduleError(f"circular_buffer: {tv.name} is not a TMA copy; only TMA "
+                                "caches (cache_after(shared, tma=True)) are loaded by a "
+                                "producer warp group")
+        warp_specialize = ptype
+    elif tma:
+        raise ScheduleError(f"circular_buffer: {tv.name} is a TMA copy: its loads run in a "
+                            "producer warp group (give warp_specialize=TIDy)")
     tv.circular_buffer_stages = stages
+    tv.warp_specialized = warp_specialize
 
 
 def swizzle(tv, row):

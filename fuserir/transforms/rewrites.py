@@ -135,7 +135,7 @@ def rfactor(tv, axes):
     return producer
 
 
-def cache_after(tv, memory_type, async_copy=False, ldmatrix=False):
+def cache_after(tv, memory_type, async_copy=False, ldmatrix=False, tma=False):
     """Insert a copy of `tv` in `memory_type` that all its consumers then read; return it.
 
     TensorView.cache_after. The usual way to stage an input: the copy (named `<tv>_cache`)
@@ -146,9 +146,15 @@ def cache_after(tv, memory_type, async_copy=False, ldmatrix=False):
       ldmatrix     load tensor-core operand fragments from shared memory into registers
                    (local) with ldmatrix; every consumer must be a matmul (mark the cache's
                    two innermost axes mma)
+      tma          copy global -> shared with TMA (Hopper's tensor copies): the cache's
+                   two innermost axes past its compute-at position are the box one
+                   instruction moves (the inner one along the global tensor's contiguous
+                   axis), any outer ones loops of boxes; it is circular-buffered with a
+                   producer warp group (circular_buffer(stages, warp_specialize=TIDy))
 
-    Raises ScheduleError if the memory type is unknown, tv has no consumers, or async_copy
-    or ldmatrix is asked for between the wrong memories (or ldmatrix for a non-matmul use).
+    Raises ScheduleError if the memory type is unknown, tv has no consumers, or async_copy,
+    ldmatrix or tma is asked for between the wrong memories (or ldmatrix for a non-matmul
+    use), or more than one of them.
 
     >>> import fuserir
     >>> f = fuserir.parse("fusion f(x: f32[M, N]) { t = exp(x)  y = t * 2  output y }")
@@ -181,6 +187,14 @@ def cache_after(tv, memory_type, async_copy=False, ldmatrix=False):
         if not all(isinstance(u, MatmulOp) for u in uses):
             raise ScheduleError(f"cache_after: an ldmatrix cache holds tensor-core operand "
                                 f"fragments, so every consumer of {tv.name} must be a matmul")
+    asked = [name for name, flag in (("async_copy", async_copy), ("ldmatrix", ldmatrix),
+                                     ("tma", tma)) if flag]
+    if len(asked) > 1:
+        raise ScheduleError(f"cache_after: {' and '.join(asked)} are different copies; ask "
+                            f"for one (tensor {tv.name})")
+    if tma and (mt is not MemoryType.shared or tv.memory_type is not MemoryType.global_):
+        raise ScheduleError(f"cache_after: tma copies global memory into shared memory, not "
+                            f"{tv.memory_type} into {mt} (tensor {tv.name})")
     if async_copy and mt is not MemoryType.shared:
         raise ScheduleError(f"cache_after: async_copy copies into shared memory, not {mt} "
                             f"(tensor {tv.name})")
@@ -190,7 +204,7 @@ def cache_after(tv, memory_type, async_copy=False, ldmatrix=False):
     root = [IterDomain(a.extent, a.kind) for a in tv.shape_axes]
     cache = TensorView(fusion, fusion.fresh_name(f"{tv.name}_cache"), tv.dtype, root, mt)
     fusion.add_tensor(cache)
-    fusion.add_expr(LoadStoreOp(tv, cache, async_copy, ldmatrix))
+    fusion.add_expr(LoadStoreOp(tv, cache, async_copy, ldmatrix, tma))
     for use in uses:
         fusion.replace_input(use, tv, cache)
     return cache

@@ -33,7 +33,8 @@ from .statements import (Memory, Buffer, TensorParam, ScalarParam, AccessInfo, H
 from .hopper import (SWIZZLES, TensorMap, MatrixLayout, WgmmaFence, Wgmma, WgmmaCommit,
                      WgmmaWait, StMatrix, SetMaxNReg, NamedBarrier, FenceProxyAsync,
                      MbarrierInit, FenceMbarrierInit, MbarrierArrive, MbarrierWait,
-                     TmaLoad, TmaStore, BulkCommit, BulkWait)
+                     TmaLoad, TmaStore, BulkCommit, BulkWait, ASYNC_PROTOCOL_STATEMENTS,
+                     uses_async_protocol)
 from .traversal import (arg_name, scalar_args, walk, relabel, substitute, copy_stmt,
                         walk_expr)
 from .printer import (format_expr, format_stmt, format_stmts, format_kernel)

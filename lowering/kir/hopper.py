@@ -35,6 +35,7 @@ from fuserir.instructions import SWIZZLE_BYTES, WGMMA
 
 from .expressions import ScalarExpr
 from .statements import AccessInfo, Buffer, Stmt, TensorParam
+from .traversal import walk
 
 
 SWIZZLES = ("none", "32B", "64B", "128B")
@@ -370,3 +371,15 @@ class BulkWait(Stmt):
     sync_id: str = None
     reasons: list = field(default_factory=list)
     label: str = None
+
+
+# Statements whose shared-memory effects are asynchronous or ordered by mbarriers: a kernel
+# with any of them is verified by lowering.async_protocol (which sees TMA boxes and wgmma
+# operands), not by the sm_80 analysis (lowering.hazards, which does not)
+ASYNC_PROTOCOL_STATEMENTS = (Wgmma, TmaLoad, TmaStore, MbarrierInit, MbarrierArrive,
+                             MbarrierWait)
+
+
+def uses_async_protocol(kernel):
+    """Does `kernel` issue a statement of ASYNC_PROTOCOL_STATEMENTS?"""
+    return any(isinstance(s, ASYNC_PROTOCOL_STATEMENTS) for s in walk(kernel.body))

@@ -18,7 +18,9 @@ scratch: 32 partials for one over TIDx (one per warp of a 1024-thread block), 10
 one over TIDy (one per thread).
 
 Shared buffers are placed one after another in the block's shared-memory pool at 16-byte
-aligned byte offsets; later passes reason on these physical byte ranges (and reuse_shared
+aligned byte offsets (1024-byte aligned for the tiles TMA writes and wgmma reads: their
+swizzle is a function of the pool offset that repeats every 1024 bytes, so a tile starting
+on that boundary is swizzled as its own rows say; the pool itself is 1024-byte aligned); later passes reason on these physical byte ranges (and reuse_shared
 may move a promoted tensor onto dead ones). All allocations sit at the top of the kernel.
 """
 
@@ -29,8 +31,8 @@ from fuserir.ir.tensor import MemoryType
 from fuserir.ops import accumulate_dtype
 
 from .. import kir
-from ..analysis import (BLOCK_TYPES, LOOP_TYPES, THREAD_TYPES, fragment_size, mma_kind,
-                        reduction_thread)
+from ..analysis import (BLOCK_TYPES, LOOP_TYPES, THREAD_TYPES, fragment_size, is_tma_copy,
+                        mma_kind, reduction_thread)
 from ..contract import Pass
 
 SCRATCH_WARPS = 32       # a TIDx reduction keeps one partial per warp
@@ -75,8 +77,17 @@ def _fragment(tv, memory):
     return fragment_size(tv) if memory is kir.Memory.local and mma_kind(tv) else 1
 
 
-def _aligned(ctx, nbytes):
-    return ctx.binop("mul", ctx.binop("ceildiv", nbytes, ctx.const(16)), ctx.const(16))
+HOPPER_TILE_ALIGN = 1024  # bytes: a swizzle atom of TMA and wgmma
+
+
+def _aligned(ctx, nbytes, align=16):
+    return ctx.binop("mul", ctx.binop("ceildiv", nbytes, ctx.const(align)), ctx.const(align))
+
+
+def _alignment(tv):
+    """The byte alignment of tv's shared buffer (see the module docstring)."""
+    wgmma_operand = any(mma_kind(c) == "wgmma" for c in tv.fusion.consumers(tv))
+    return HOPPER_TILE_ALIGN if is_tma_copy(tv) or wgmma_operand else 16
 
 
 def run(ctx, kernel):
@@ -85,10 +96,12 @@ def run(ctx, kernel):
     allocations = []
     offset = ctx.const(0)
 
-    def place(buffer, layout):
+    def place(buffer, layout, align=16):
         nonlocal offset
         ctx.layouts[buffer] = layout
         if buffer.memory is kir.Memory.shared:
+            if align > 16:            # (every offset is already a multiple of 16)
+                offset = _aligned(ctx, offset, align)
             buffer.byte_offset = offset
             nbytes = ctx.binop("mul", buffer.size, ctx.const(buffer.dtype.itemsize))
             offset = ctx.binop("add", offset, _aligned(ctx, nbytes))
@@ -109,7 +122,7 @@ def run(ctx, kernel):
                                tv.circular_buffer_stages or 1)
         buffer = kir.Buffer(tv.name, tv.dtype, memory, size, tensor=tv.name, user=True)
         ctx.buffers[tv] = buffer
-        place(buffer, layout)
+        place(buffer, layout, _alignment(tv) if memory is kir.Memory.shared else 16)
     for tv in ctx.fusion.tensors:
         if not isinstance(tv.definition, (ReductionOp, MatmulOp)) or tv not in ctx.live:
             continue

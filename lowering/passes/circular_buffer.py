@@ -18,6 +18,10 @@ tile i is the (S-1)-th newest, hence `wait_group S-2`. Every access to a stage i
 (kir.AccessInfo.stage: the loop, the offset from the current iteration, S) so the hazard
 analysis sees that copies of later tiles do not touch the stage being read.
 
+TMA caches (warp-specialized circular buffers) become the producer and consumer roles of
+lowering.warp_specialized instead: a producer warp group loads every tile, S stages
+ahead, through a pair of mbarriers per stage.
+
 No barrier and no drain is emitted here: sync insertion (which runs after this pass and
 after shared-memory reuse) adds the barrier that publishes each tile, and a drain only
 where a later access meets bytes a copy may still be writing.
@@ -27,7 +31,7 @@ from dataclasses import replace
 
 from fuserir.errors import ScheduleError
 
-from .. import kir, kir_visit
+from .. import kir, kir_visit, warp_specialized
 from ..contract import Pass
 
 
@@ -105,16 +109,24 @@ def _pipeline(ctx, kernel, axis, tensors):
     buffers = {ctx.buffers[tv] for tv in tensors}
     copies, rest = [], []
     for s in loop.body:
-        writes = [x for x in kir.walk([s]) if (isinstance(x, kir.CpAsync) and x.dst in buffers)
+        writes = [x for x in kir.walk([s]) if (isinstance(x, (kir.CpAsync, kir.TmaLoad))
+                                               and x.dst in buffers)
                   or (isinstance(x, kir.Store) and x.buffer in buffers)]
         (copies if writes else rest).append(s)
     for s in copies:
-        others = [x for x in kir.walk([s]) if not isinstance(x, (kir.CpAsync, kir.ForLoop,
-                                                                 kir.IfThenElse))
+        others = [x for x in kir.walk([s]) if not isinstance(x, (kir.CpAsync, kir.TmaLoad,
+                                                                 kir.ForLoop, kir.IfThenElse))
                   and not (isinstance(x, kir.Store) and x.buffer in buffers)]
         if others:
             raise ScheduleError(f"{names}: the copy loops of a circular buffer may hold only "
                                 f"its copies, but {kir.format_stmt(others[0])} is there")
+
+    specialized = {tv.warp_specialized is not None for tv in tensors}
+    if len(specialized) > 1:
+        raise ScheduleError(f"{names} rotate over the same loop, but only some are "
+                            "warp-specialized; load all of them by TMA or none")
+    if specialized.pop():
+        return warp_specialized.build(ctx, kernel, loop, copies, rest, stages, names)
 
     prologue = []
     for s in range(stages - 1):

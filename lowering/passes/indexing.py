@@ -49,9 +49,9 @@ from fuserir.ir.tensor import Scalar
 from fuserir.errors import ScheduleError
 from fuserir.instructions import CP_ASYNC
 
-from .. import fragments, kir, kir_visit
-from ..analysis import (StoreInfo, async_vector_bytes, is_async_copy, mma_kind,
-                        mma_positions, vector_copy_width)
+from .. import fragments, hopper_operands, kir, kir_visit
+from ..analysis import (StoreInfo, async_vector_bytes, is_async_copy,
+                        is_tma_copy, mma_kind, mma_positions, vector_copy_width)
 from ..arith import addends, known_factor
 from ..contract import Pass
 
@@ -113,12 +113,14 @@ def swizzled(ctx, tv, index):
                      ctx.binop("mod", index, chunk_elems))
 
 
-def buffer_index(ctx, tv, loop_index):
-    """Index into tv's buffer given {loop axis: index} (the allocation layout)."""
+def buffer_index(ctx, tv, loop_index, swizzle=True):
+    """Index into tv's buffer given {loop axis: index} (the allocation layout), through
+    its swizzle unless `swizzle` is false (TMA and wgmma address logical bytes: the
+    hardware swizzles them)."""
     buffer = ctx.buffers[tv]
     index = _dot(ctx, [(_position_index(ctx, tv, p, loop_index), s)
                        for p, s in ctx.layouts[buffer]])
-    return swizzled(ctx, tv, index)
+    return swizzled(ctx, tv, index) if swizzle else index
 
 
 def global_index(ctx, tv, logical_index):
@@ -332,16 +334,125 @@ def mma(ctx, tv):
 
 
 def per_fragment_element(ctx, tv, lower):
-    """A loop over the accumulator elements each lane holds of tv's 16x8 tile, with the
-    mma axes indexed by the fragment map; `lower()` builds the body."""
+    """A loop over the accumulator elements each lane holds of tv's instruction tile (16x8
+    of mma.sync, 64 x n of wgmma), with the mma axes indexed by the fragment map; `lower()`
+    builds the body."""
+    count = fragments.accumulator_fragment(tv).count
     j = kir.Var(f"j{len(ctx.loop_vars) + len(ctx.fragment_vars)}", ctx.index_dtype)
     ctx.fragment_vars.append(j)
-    ctx.ranges.vars[id(j)] = (0, fragments.ACCUMULATOR_ELEMENTS - 1)
+    ctx.ranges.vars[id(j)] = (0, count - 1)
     ctx.lane_index, ctx.frag_offset = fragments.fragment_axes(ctx, tv, j), j
     body = lower()
     ctx.lane_index, ctx.frag_offset = {}, None
     body = body if isinstance(body, list) else [body]
-    return kir.ForLoop(j, ctx.const(fragments.ACCUMULATOR_ELEMENTS), body, "unroll")
+    return kir.ForLoop(j, ctx.const(count), body, "unroll")
+
+
+def _tensor_map(ctx, source, box):
+    """The tensor map of the global tensor `source` for boxes like `box` (one per tensor
+    and box: copies of the same box share it)."""
+    key = (source, box.extents, box.swizzle)
+    if key not in ctx.tensor_maps:
+        param = ctx.tensor_params[source]
+        axes = source.shape_axes
+        d0, d1 = axes.index(box.dims[0]), axes.index(box.dims[1])
+        name = f"{source.name}_map" + (f"{len(ctx.tensor_maps)}" if any(
+            k[0] is source for k in ctx.tensor_maps) else "")
+        ctx.tensor_maps[key] = kir.TensorMap(name, param, [param.sizes[d0], param.sizes[d1]],
+                                             [param.strides[d1]], box.extents, box.swizzle)
+    return ctx.tensor_maps[key]
+
+
+def tma_load(ctx, tv):
+    """A TMA load of one box of tv from the global tensor it caches: coordinates of the
+    box's first element, destination the tile's first element of the box (the mbarrier
+    it completes on is the circular-buffering pass's)."""
+    box = hopper_operands.tma_box(tv)
+    source = tv.definition.inputs[0]
+    buffer = ctx.buffers[tv]
+    strides = dict(ctx.layouts[buffer])
+    inner, outer = (tv.ndim - 1, tv.ndim - 2)
+    if kir.format_expr(strides.get(inner, ctx.const(0))) != "1" or \
+            kir.format_expr(strides.get(outer, ctx.const(0))) != str(box.extents[0]):
+        raise ScheduleError(f"{tv.name}: a TMA box lands row by row, but the tile's buffer "
+                            "does not keep the box's axes innermost and contiguous")
+    ctx.lane_index = {a: ctx.const(0) for a in box.axes}
+    try:
+        index = ctx.root_indices(tv)
+        target = buffer_index(ctx, tv, {a: ctx.loop_index(tv, i) for i, a in enumerate(tv.loop)},
+                              swizzle=False)
+    finally:
+        ctx.lane_index = {}
+    logical = {p: index[c] for c, p in tv.definition.root_map(source).items()}
+    access = kir.AccessInfo(tv.name, ctx.owner(tv, is_write=True))
+    return kir.TmaLoad(dst=buffer, dst_index=target, map=_tensor_map(ctx, source, box),
+                       c0=logical[box.dims[0]], c1=logical[box.dims[1]], access=access)
+
+
+def _operand_table(ctx, expr, operand, row_axis, k_axis, rows):
+    """(start, offsets): the element index in `operand`'s tile of the instruction
+    tile's element (0, 0), and the logical byte offset from it of every element (row, k)
+    of the operand (rows x 16), evaluated with every other index at 0 (the tile's layout
+    is linear in the instruction tile's indices: lowering.hopper_operands checks it
+    against a descriptor's)."""
+    tv = expr.output
+    r = kir.Var(f"r{len(ctx.loop_vars)}", ctx.index_dtype)
+    k = kir.Var(f"k{len(ctx.loop_vars)}", ctx.index_dtype)
+    ctx.ranges.vars[id(r)], ctx.ranges.vars[id(k)] = (0, rows - 1), (0, 15)
+
+    def element(row, col):
+        ctx.lane_index = {row_axis: row, k_axis: col}
+        try:
+            index = ctx.root_indices(tv)
+            logical = {p: index[c] for c, p in expr.root_map(operand).items()}
+            return buffer_index(ctx, operand, ctx.forward_indices(operand, logical),
+                                swizzle=False)
+        finally:
+            ctx.lane_index = {}
+
+    start, symbolic = element(ctx.const(0), ctx.const(0)), element(r, k)
+    zero = _AtZero({r.name, k.name})
+    at = zero.mutate(symbolic)
+    size = operand.dtype.itemsize
+    table = np.array([[kir.evaluate_scalar(at, {r.name: i, k.name: j}) for j in range(16)]
+                      for i in range(rows)], dtype=np.int64)
+    return start, (table - table[0, 0]) * size
+
+
+class _AtZero(kir_visit.ExprMutator):
+    """An index expression with every variable but `keep` (and every thread and block
+    index) at 0."""
+
+    def __init__(self, keep):
+        self.keep = keep
+
+    def mutate_Var(self, var):
+        return var if var.name in self.keep else kir.Const(0, var.dtype)
+
+    def mutate_Special(self, special):
+        return kir.Const(0, special.dtype)
+
+
+def wgmma(ctx, tv):
+    """wgmma of one instruction tile: acc (64 x n) += A (64 x 16) x B (16 x n), both from
+    their shared tiles through descriptors read off the tiles' layouts."""
+    expr = tv.definition
+    m_axis, n_axis, k_axis = [ctx.concrete_axis(tv, i) for i in mma_positions(tv)]
+    n = n_axis.extent
+    operands = []
+    for operand, row_axis in zip(expr.inputs, (m_axis, n_axis)):
+        rows = hopper_operands.operand_rows(operand is expr.inputs[0], n)
+        start, table = _operand_table(ctx, expr, operand, row_axis, k_axis, rows)
+        where = f"{tv.name}: its operand {operand.name}"
+        layout, trans = hopper_operands.matrix_layout(table, hopper_operands.swizzle_mode(operand),
+                                                      rows, where)
+        operands.append((ctx.buffers[operand], start, layout, trans))
+    (a, a_index, a_layout, trans_a), (b, b_index, b_layout, trans_b) = operands
+    access = kir.AccessInfo(tv.name, ctx.owner(tv, is_write=False))
+    return kir.Wgmma(d=ctx.accumulators[tv], d_index=accumulator_index(ctx, tv), a=a,
+                     a_index=a_index, b=b, b_index=b_index, n=n, dtype=expr.inputs[0].dtype,
+                     a_layout=a_layout, b_layout=b_layout, trans_a=trans_a, trans_b=trans_b,
+                     access=access)
 
 
 def lower_part(ctx, part):
@@ -351,7 +462,9 @@ def lower_part(ctx, part):
         return ldmatrix(ctx, tv)
     if kind == "mma" and role == "accumulate":
         return mma(ctx, tv)
-    if kind in ("mma", "fragment") and ctx.frag_offset is None:
+    if kind == "wgmma" and role == "accumulate":
+        return wgmma(ctx, tv)
+    if kind in ("mma", "wgmma", "fragment") and ctx.frag_offset is None:
         return per_fragment_element(ctx, tv, lambda: lower_part(ctx, part))
     expr = tv.definition
     if role == "async_wait":
@@ -359,6 +472,8 @@ def lower_part(ctx, part):
     index = ctx.root_indices(tv)
     if role == "compute" and is_async_copy(tv):
         return async_copy(ctx, tv, index)
+    if role == "compute" and is_tma_copy(tv):
+        return tma_load(ctx, tv)
     width = vector_copy_width(tv) if role == "compute" else 0
     if width:
         return vector_copy(ctx, tv, width)
@@ -393,14 +508,15 @@ class _LowerParts(kir_visit.StmtMutator):
 
 
 def run(ctx, kernel):
-    ctx.store_info = {}
+    ctx.store_info, ctx.tensor_maps = {}, {}
     kernel.body = _LowerParts(ctx).mutate(kernel.body)
+    kernel.tensor_maps = list(ctx.tensor_maps.values())
     return kernel
 
 
 PASS = Pass("indexing", run, __doc__,
             reads=("kernel", "vector_axes", "exact", "bound", "circular", "tensor_params",
                    "buffers", "accumulators", "layouts"),
-            provides=("store_info",),
+            provides=("store_info", "tensor_maps"),
             why="needs the allocation layouts; leaves block and grid reductions to the next "
                 "passes")

@@ -20,11 +20,18 @@ the others make redundant is removed. Each barrier left gets an id (sync1, sync2
 program order) and the list of hazards it orders: exactly those that appear when it alone
 is dropped, so every barrier is necessary by construction.
 
+A kernel of Hopper's async protocol (TMA, wgmma, mbarriers: kir.uses_async_protocol) gets
+its synchronization from lowering.async_syncs instead, which asks the Hopper verifier
+(the sm_80 analysis does not see TMA boxes or wgmma operands): wgmma.fence and
+fence.proxy.async where the async proxy needs them, named barriers within a role. Those
+it places get ids the same way.
+
 All these questions are about one body, give or take synchronization statements: a single
 lowering.hazards.HazardAnalysis answers them, analysing again only what follows a change.
 """
 
 from .. import kir
+from ..async_syncs import insert_async_syncs
 from ..contract import Pass
 from ..errors import HazardError
 from ..hazards import END, HazardAnalysis, path_to, thread_dependent
@@ -110,7 +117,18 @@ def _reasons(found):
     return list(reasons.values())
 
 
+def _name_async_syncs(kernel):
+    """insert_async_syncs, then an id for each statement it placed (program order)."""
+    placed = {id(s) for s in insert_async_syncs(kernel)}
+    syncs = [s for s in kir.walk(kernel.body) if id(s) in placed]
+    for n, sync in enumerate(syncs, 1):
+        sync.sync_id = f"sync{n}"
+    return kernel
+
+
 def run(ctx, kernel):
+    if kir.uses_async_protocol(kernel):
+        return _name_async_syncs(kernel)
     analysis = HazardAnalysis()
     inserted = []
     while True:

@@ -3,11 +3,14 @@
 The last pass. It re-runs the hazard analysis on the final kernel IR, after sync
 insertion and after any barrier the caller dropped (`drop_syncs`), and raises
 codegen.HazardError listing every unordered conflict and every barrier under
-thread-dependent control flow. `verify=False` skips it, so that the interpreter (or the
+thread-dependent control flow. A kernel of Hopper's async protocol is proved by
+lowering.async_protocol instead (mbarrier phases, TMA and wgmma in flight, the async
+proxy's fences, and the generic accesses between them). `verify=False` skips it, so that the interpreter (or the
 GPU) can show what a missing barrier does.
 """
 
 from .. import kir
+from ..async_protocol import verify_async_protocol
 from ..contract import Pass
 from ..errors import Hazard, HazardError
 from ..hazards import divergent_barriers, find_hazards
@@ -34,6 +37,9 @@ def to_hazards(found):
 
 
 def run(ctx, kernel):
+    if kir.uses_async_protocol(kernel):
+        verify_async_protocol(kernel)
+        return kernel
     hazards = to_hazards(find_hazards(kernel.body))
     for barrier in divergent_barriers(kernel.body):
         hazards.append(Hazard("barrier-divergence", "-", _point(barrier), _point(barrier),

@@ -1,0 +1,91 @@
+"""The matmul scheduler's Hopper path: wgmma on TMA-loaded, 128-byte-swizzled shared tiles,
+a warp-specialized pipeline, written with the public scheduling transforms only.
+
+schedule_matmul takes this path when the instruction tile is a wgmma's (64, n, 16). The
+loop structure of the accumulator (CTA tile 128x256x64, warp-group tile 64x256, two
+consumer warp groups):
+
+    acc  [BIDx Mo, BIDy No, BIDz splitk, K tiles, TIDy warp groups, k16 steps, Mm 1, Nn 1,
+          mma M64, mma N256, mma K16]
+
+Each operand is cached in shared memory by TMA (cache_after(shared, tma=True)), one K tile
+per iteration of the K-tile loop, laid out as TMA boxes of 128-byte rows (its contiguous
+axis split by 64 elements where it is longer) and swizzled by 128-byte rows, which is
+what a wgmma matrix descriptor reads; circular-buffered over `stages` with a producer
+warp group (circular_buffer(stages, warp_specialize=TIDy)). The accumulator lives in the
+registers of the warp group's 128 threads (TIDx: lowering adds it for the instruction),
+the epilogue's pointwise ops run on them, and the output is stored from them.
+"""
+
+from ..errors import ScheduleError
+from ..ir.iterdomain import ParallelType, roots_of
+from ..ir.tensor import MemoryType
+from .matmul import SPLITK, _broadcasts_first, _tensor_core_loops, _warp_layout
+
+SWIZZLE_ROW_BYTES = 128      # the 128B swizzle mode: boxes of 128-byte rows
+
+
+def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
+    """schedule_matmul's Hopper path (see the module docstring)."""
+    a, b = mm.inputs
+    tm, tn, tk = params.cta_tile
+    operands = params.stages * (tm + tn) * tk * a.dtype.itemsize
+    if operands > shared_limit:
+        raise ScheduleError(
+            f"schedule_matmul: the schedule needs {operands} bytes of shared memory "
+            f"({params.stages} stages of {tm}x{tk} + {tk}x{tn} operand tiles), over the "
+            f"limit of {shared_limit} bytes per block; use fewer stages or smaller tiles")
+    fusion.declare_scalar(SPLITK, params.splitk_factor)
+    wm, wn, _ = params.warp_tile
+    im, in_, _ = params.instruction_tile
+
+    a_smem = a.cache_after(MemoryType.shared, tma=True)
+    b_smem = b.cache_after(MemoryType.shared, tma=True)
+
+    # The output: one CTA tile per block, stored from the accumulator's registers.
+    out.split(0, tm)
+    out.split(2, tn)
+    out.reorder({1: 2, 2: 1})                 # [Mo, No, Mt, Nt]
+    out.parallelize(0, ParallelType.BIDx)
+    out.parallelize(1, ParallelType.BIDy)
+    _warp_layout(out, tm // wm, tn // wn, wm, wn, im, in_)
+    acc.compute_at(out, 2)
+    for t in reversed(fused):
+        t.compute_at(fusion.consumers(t)[0], 5)   # [Mo, No, W, Mm, Nn | M64, N]
+        t.parallelize(-2, ParallelType.mma)
+        t.parallelize(-1, ParallelType.mma)
+
+    acc.split(4, tk)                          # [Mo, No, Mt, Nt, rKt, rK64]
+    acc.split(4, SPLITK, inner=False)         # [.., rKs, rKtiles, rK64]
+    acc.reorder({4: 2, 5: 3, 2: 4, 3: 5})     # [Mo, No, rKs, rKtiles, Mt, Nt, rK64]
+    _tensor_core_loops(acc, params)
+    acc.serial_grid_reduction()
+    for smem in (a_smem, b_smem):
+        smem.compute_at(acc, 4)
+        _box_layout(smem)
+        smem.swizzle(SWIZZLE_ROW_BYTES // smem.dtype.itemsize)
+        smem.circular_buffer(params.stages, warp_specialize=ParallelType.TIDy)
+    return {"acc": acc, "out": out, "a_smem": a_smem, "b_smem": b_smem, "fused": fused}
+
+
+def _box_layout(smem):
+    """A shared operand tile as TMA boxes: [.., chunks, rows, 64] with the operand's
+    contiguous axis innermost, split into rows of 128 bytes where it is longer (each
+    chunk one box; the box's rows run along the other axis)."""
+    pos = smem.compute_at_pos
+    _broadcasts_first(smem, pos)
+    pos += sum(a.is_broadcast for a in smem.loop[pos:])
+    if smem.ndim - pos != 2:
+        raise ScheduleError(f"schedule_matmul: unexpected loop structure of {smem.name}: "
+                            f"{smem.describe()}")
+    contiguous = smem.root[-1]
+    if contiguous in roots_of(smem.loop[pos]):
+        smem.reorder({pos: pos + 1, pos + 1: pos})
+    row = SWIZZLE_ROW_BYTES // smem.dtype.itemsize
+    extent = smem.loop[pos + 1].extent
+    if extent > row:
+        if extent % row:
+            raise ScheduleError(f"schedule_matmul: {smem.name}'s contiguous tile extent "
+                                f"{extent} is not a multiple of {row}")
+        smem.split(pos + 1, row)              # [rows, chunks, 64]
+        smem.reorder({pos: pos + 1, pos + 1: pos})   # [chunks, rows, 64]

@@ -1,0 +1,143 @@
+"""What Hopper's copy and matrix instructions see of a scheduled shared tile: a TMA copy's
+box, and a wgmma operand's matrix layout.
+
+A TMA copy (cache_after(shared, tma=True)) moves a box per instruction: its two innermost
+loop axes, past its compute-at position. Each must run along one axis of the global tensor
+it caches, as the innermost piece of that axis's splits (so box element b lands at the
+box origin's coordinate + b), the inner one along the global tensor's contiguous axis:
+box dimension 0, as the hardware counts them. Outer axes of its own are loops of boxes.
+The tile's swizzle (transforms.swizzle) is the box's swizzle mode: none, or rows of 128
+bytes (the 128B mode, whose XOR of 16-byte chunks with the row index modulo 8 is exactly
+the tile's swizzle when the tile starts on a 1024-byte boundary, which allocation makes
+so).
+
+A wgmma reads an operand (64 x 16 of A, n x 16 of B^T) through a matrix descriptor:
+leading and stride byte offsets and a swizzle mode (kir.MatrixLayout), K-major or MN-major
+(`trans`). matrix_layout finds the layout whose bytes are the tile's: the indexing pass
+computes the logical byte offset of every operand element from the tile's start, and the
+layout is accepted only if MatrixLayout.offsets reproduces all of them. A tile no
+descriptor can describe is refused with the reason, never approximated.
+
+It sits below the passes that ask it (validate's checks through analysis, indexing) and
+above fuserir's instruction descriptors, which hold the hardware's limits.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fuserir.errors import ScheduleError
+from fuserir.instructions import SWIZZLE_BYTES, TMA_BOX_MAX, WGMMA
+from fuserir.ir.iterdomain import ParallelType, Split
+
+from . import kir
+
+SWIZZLED_ROW_BYTES = 128        # the 128B mode: a tile's swizzled rows are 128 bytes
+
+
+def swizzle_mode(tv):
+    """The hardware swizzle mode of the shared tile tv: "none" or "128B"."""
+    if tv.swizzle_row is None:
+        return "none"
+    if tv.swizzle_row * tv.dtype.itemsize != SWIZZLED_ROW_BYTES:
+        raise ScheduleError(
+            f"{tv.name}: swizzled in rows of {tv.swizzle_row * tv.dtype.itemsize} bytes; "
+            f"TMA and wgmma read tiles swizzled in rows of {SWIZZLED_ROW_BYTES} bytes "
+            f"(swizzle({SWIZZLED_ROW_BYTES // tv.dtype.itemsize})) or not swizzled")
+    return "128B"
+
+
+@dataclass(frozen=True)
+class TmaBox:
+    """A TMA copy's box: `axes` (the loop axes of dimensions 0 and 1), `dims` (the global
+    tensor's axes they run along), `extents` (elements per dimension) and the swizzle."""
+
+    axes: tuple
+    dims: tuple
+    extents: tuple
+    swizzle: str
+
+
+def _innermost_of(axis):
+    """The root axis `axis` is the innermost piece of (through inner splits), or None."""
+    while axis.definition is not None:
+        d = axis.definition
+        if not isinstance(d, Split) or axis is not d.inner:
+            return None
+        axis = d.input
+    return axis
+
+
+def tma_box(tv):
+    """The box of the TMA copy tv (see the module header), or a ScheduleError."""
+    where = f"{tv.name} (a TMA copy)"
+    source = tv.definition.inputs[0]
+    if source.rank != 2:
+        raise ScheduleError(f"{where}: TMA boxes of {source.rank}-D tensors are not "
+                            "supported; the global tensor must be 2-D")
+    own = tv.ndim - (tv.compute_at_pos or 0)
+    if own < 2:
+        raise ScheduleError(f"{where}: its two innermost loop axes are the box, but only "
+                            f"{own} axis is past its compute-at position")
+    root_map = {c: p for c, p in tv.definition.root_map(source).items()}
+    inner, outer = tv.loop[-1], tv.loop[-2]
+    dims = []
+    for axis, name in ((inner, "innermost"), (outer, "second innermost")):
+        if axis.parallel not in (ParallelType.serial, ParallelType.unroll):
+            raise ScheduleError(f"{where}: its {name} loop axis {axis} is part of the box "
+                                f"one thread issues; it cannot be bound to {axis.parallel}")
+        if not isinstance(axis.extent, int) or not 1 <= axis.extent <= TMA_BOX_MAX:
+            raise ScheduleError(f"{where}: box axis {axis} must have a constant extent of "
+                                f"1 to {TMA_BOX_MAX}")
+        root = _innermost_of(axis)
+        if root is None or root not in root_map:
+            raise ScheduleError(f"{where}: box axis {axis} is not the innermost piece of "
+                                "one of its axes (split an axis, keep its inner part last)")
+        dims.append(root_map[root])
+    if dims[0] is not source.shape_axes[-1] or dims[1] is dims[0]:
+        raise ScheduleError(f"{where}: the innermost box axis must run along "
+                            f"{source.name}'s contiguous (last) axis and the other along "
+                            "its other axis")
+    mode = swizzle_mode(tv)
+    row_bytes = inner.extent * tv.dtype.itemsize
+    if mode == "128B" and row_bytes != SWIZZLED_ROW_BYTES:
+        raise ScheduleError(f"{where}: a box row of {row_bytes} bytes in a tile swizzled by "
+                            f"{SWIZZLED_ROW_BYTES}-byte rows; make the innermost box axis "
+                            f"{SWIZZLED_ROW_BYTES // tv.dtype.itemsize} elements")
+    if row_bytes % 16:
+        raise ScheduleError(f"{where}: a box row of {row_bytes} bytes; TMA moves rows of "
+                            "a multiple of 16 bytes")
+    return TmaBox((inner, outer), tuple(dims), (inner.extent, outer.extent), mode)
+
+
+def _guesses(table, trans, swizzle, rows):
+    """(leading, stride) byte offsets that would give `table`, read off its entries."""
+    at = lambda r, k: int(table[r, k]) if r < rows else 16       # noqa: E731
+    if swizzle == "none":
+        return (at(0, 8), at(8, 0)) if not trans else (at(0, 8), at(8, 0))
+    if not trans:
+        return 16, at(8, 0)                 # LBO is not used by a K-major swizzled tile
+    t = SWIZZLE_BYTES[swizzle] // 2
+    return at(t, 0), int(table[0, 8])
+
+
+def matrix_layout(table, swizzle, rows, where):
+    """(kir.MatrixLayout, trans) describing an operand whose element (row, k) sits
+    `table[row, k]` bytes past its start (before the swizzle), or a ScheduleError."""
+    for trans in (False, True):
+        lead, stride = _guesses(table, trans, swizzle, rows)
+        if min(lead, stride) < 16 or lead % 16 or stride % 16 or max(lead, stride) >= 1 << 18:
+            continue
+        layout = kir.MatrixLayout(lead, stride, swizzle)
+        if np.array_equal(layout.offsets(trans, rows), table):
+            return layout, trans
+    raise ScheduleError(
+        f"{where}: no wgmma matrix descriptor ({swizzle} swizzle, K-major or MN-major) "
+        f"describes the tile's layout; lay it out as TMA boxes of {SWIZZLED_ROW_BYTES}-byte "
+        f"rows swizzled by swizzle({SWIZZLED_ROW_BYTES // 2}) (element (1, 0) is "
+        f"{int(table[1, 0])} bytes from (0, 0), (0, 1) {int(table[0, 1])})")
+
+
+def operand_rows(is_a, n):
+    """The rows of a wgmma operand tile: A's m, or B^T's n."""
+    return WGMMA.m if is_a else n

@@ -1,0 +1,154 @@
+"""The warp-specialized TMA pipeline: what the circular_buffer pass builds for TMA caches.
+
+Before, the loop the caches rotate over loads tile i (TMA boxes) and computes on it. After,
+the block has one more warp group along TIDy, the producer, and the loop runs twice, once
+in each role, handing the S stages over through two mbarriers per stage (full[s], then
+empty[s], in one shared buffer):
+
+    thread 0:      init full[s] (1 arrival), empty[s] (one per consumer thread), s < S;
+                   fence.mbarrier_init
+    __syncthreads
+    if threadIdx.y == W (the producer), its thread 0:
+        for i: s = i % S
+               wait empty[s], parity (i / S) % 2 ^ 1   (a fresh barrier's previous phase
+                                                        counts as complete)
+               arrive.expect_tx full[s] (every box of tile i); the TMA loads of tile i
+    else (the W consumer warp groups, everything else the kernel does):
+        for i: s = i % S
+               wait full[s], parity (i / S) % 2        (tile i has landed)
+               compute on tile i; wgmma commit and wait_group 0 (its reads retired)
+               arrive empty[s]                          (the producer may refill it)
+
+The loads of tile i are the loop's own TMA statements, so coordinates and stage offsets
+follow from indexing; tiles past a tensor's edge are zero-filled by the hardware, so no
+load is guarded. A barrier of the whole block left in the consumers' code (the serial
+grid reduction's) becomes a named barrier of the consumers' threads: the producer never
+reaches it. The fences the async proxy needs beyond this protocol (wgmma.fence after the
+accumulators are zeroed, fence.proxy.async after generic writes that TMA or wgmma read)
+are sync insertion's; the Hopper verifier proves the whole.
+
+It sits below the circular_buffer pass, which calls it, and above kernel IR.
+"""
+
+from fuserir.dtypes import DataType
+from fuserir.errors import ScheduleError
+
+from . import kir, kir_visit
+from .analysis import WARP_GROUP
+
+CONSUMER_BARRIER_ID = 1      # the named barrier that stands for the consumers' __syncthreads
+
+
+def _special(ctx, kind, axis):
+    return kir.Special(kind, axis, ctx.index_dtype)
+
+
+def _tx_bytes(ctx, copies):
+    """Bytes the TMA loads among `copies` move per iteration (boxes in constant loops)."""
+    total = 0
+
+    def visit(stmts, times):
+        nonlocal total
+        for s in stmts:
+            if isinstance(s, kir.ForLoop):
+                if not isinstance(s.extent, kir.Const):
+                    raise ScheduleError(f"the loop of TMA boxes {s.var.name} must have a "
+                                        "constant extent")
+                visit(s.body, times * s.extent.value)
+            elif isinstance(s, kir.TmaLoad):
+                total += times * s.map.box_bytes
+            else:
+                for body in s.bodies():
+                    visit(body, times)
+
+    visit(copies, 1)
+    return ctx.const(total)
+
+
+class _CompleteOn(kir_visit.StmtVisitor):
+    """Every TMA load completes on mbarrier `bars[index]`."""
+
+    def __init__(self, bars, index):
+        self.bars, self.index = bars, index
+
+    def visit_TmaLoad(self, s):
+        s.bar, s.bar_index = self.bars, self.index
+
+
+class _ConsumerBarriers(kir_visit.StmtMutator):
+    """A __syncthreads in the consumers' code becomes bar.sync over their threads."""
+
+    def __init__(self, threads):
+        self.threads = threads
+
+    def mutate_Barrier(self, s):
+        return kir.NamedBarrier(CONSUMER_BARRIER_ID, self.threads, sync_id=s.sync_id,
+                                reasons=s.reasons)
+
+
+def _pool_end(ctx, kernel):
+    """The first 16-byte aligned pool offset past every shared buffer."""
+    end = ctx.const(0)
+    for s in kernel.body:
+        if isinstance(s, kir.Allocate) and s.buffer.memory is kir.Memory.shared:
+            b = s.buffer
+            last = ctx.binop("add", b.byte_offset,
+                             ctx.binop("mul", b.size, ctx.const(b.dtype.itemsize)))
+            end = ctx.binop("max", end, last)
+    return ctx.binop("mul", ctx.binop("ceildiv", end, ctx.const(16)), ctx.const(16))
+
+
+def build(ctx, kernel, loop, copies, rest, stages, names):
+    """Rewrite `kernel` (whose top-level loop `loop` holds `copies` then `rest`) into the
+    warp-specialized pipeline of the module header."""
+    if loop not in kernel.body:
+        raise ScheduleError(f"{names}: a warp-specialized circular buffer rotates over a "
+                            "loop of the kernel's outermost level, not one nested in "
+                            "another loop or a condition")
+    bx, by, bz = kernel.launch.block
+    if kir.format_expr(bx) != str(WARP_GROUP) or not isinstance(by, kir.Const) or \
+            kir.format_expr(bz) != "1":
+        raise ScheduleError(f"{names}: a warp-specialized kernel's threads are warp groups "
+                            f"of {WARP_GROUP} along TIDx and warp groups along TIDy, but the "
+                            f"block is ({', '.join(kir.format_expr(e) for e in (bx, by, bz))})")
+    groups = by.value
+    consumers = groups * WARP_GROUP
+    ctx.ranges.specials[(kir.SpecialKind.threadIdx, "y")] = (0, groups)   # + the producer
+    tx, ty = (_special(ctx, kir.SpecialKind.threadIdx, a) for a in "xy")
+    bars = kir.Buffer("pipeline_bars", DataType.i64, kir.Memory.shared,
+                      ctx.const(2 * stages), byte_offset=_pool_end(ctx, kernel))
+    full = lambda s: s                                             # noqa: E731
+    empty = lambda s: ctx.binop("add", s, ctx.const(stages))       # noqa: E731
+
+    var = loop.var
+    stage = ctx.binop("mod", var, ctx.const(stages))
+    parity = ctx.binop("mod", ctx.binop("div", var, ctx.const(stages)), ctx.const(2))
+    _CompleteOn(bars, full(stage)).visit(copies)
+    produce = [kir.MbarrierWait(bars, empty(stage), ctx.binop("xor", parity, ctx.const(1))),
+               kir.MbarrierArrive(bars, full(stage), tx_bytes=_tx_bytes(ctx, copies)),
+               *copies]
+    retire = [kir.WgmmaCommit(), kir.WgmmaWait(0)] if any(
+        isinstance(s, kir.Wgmma) for s in kir.walk(rest)) else []
+    consume = [kir.MbarrierWait(bars, full(stage), parity), *rest, *retire,
+               kir.MbarrierArrive(bars, empty(stage))]
+    producer = kir.ForLoop(var, loop.extent, produce, loop.kind)
+    loop.body = consume
+
+    at = next(i for i, s in enumerate(kernel.body) if not isinstance(s, kir.Allocate))
+    allocations, work = kernel.body[:at], kernel.body[at:]
+    work = _ConsumerBarriers(consumers).mutate(work)
+    s = kir.Var(f"s{len(ctx.loop_vars)}", ctx.index_dtype)
+    first = ctx.binop("and", ctx.binop("eq", tx, ctx.const(0)),
+                      ctx.binop("eq", ty, ctx.const(0)))
+    init = kir.IfThenElse(first, [
+        kir.ForLoop(s, ctx.const(stages), [kir.MbarrierInit(bars, full(s), ctx.const(1)),
+                                           kir.MbarrierInit(bars, empty(s),
+                                                            ctx.const(consumers))],
+                    "unroll"),
+        kir.FenceMbarrierInit()])
+    roles = kir.IfThenElse(ctx.binop("eq", ty, ctx.const(groups)), [
+        kir.Comment(f"the producer warp group: TMA loads of {names}, {stages} stages ahead"),
+        kir.IfThenElse(ctx.binop("eq", tx, ctx.const(0)), [producer])], work)
+    kernel.body = allocations + [kir.Allocate(bars), init, kir.Barrier(), roles]
+    kernel.launch.block = (bx, ctx.const(groups + 1), bz)
+    return kernel
