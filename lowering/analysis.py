@@ -376,9 +376,6 @@ def _check_mma(ctx, tv):
                     raise ScheduleError(f"{where} do not map to the mma axes of "
                                         f"{p.name}, whose registers it reads: schedule "
                                         "both with the same transforms")
-    if kind == "wgmma" and tv.memory_type.value != "local":
-        raise ScheduleError(f"{tv.name}: a wgmma accumulates in registers; compute it into "
-                            "a local tensor")
     if kind == "mma":
         a, b = tv.definition.inputs
         for operand in (a, b):

@@ -217,10 +217,7 @@ def test_the_schedule_prints_and_parses_back_to_the_same_kernel():
     (dict(cta_tile=(256, 256, 64), warp_tile=(64, 256, 64), instruction_tile=(64, 256, 16)),
      "MatmulParams: 4 consumer warp groups (cta_tile / warp_tile); the Hopper path has 1 to "
      "3, plus the producer"),
-    (dict(cta_tile=(128, 128, 64), warp_tile=(64, 128, 64), instruction_tile=(64, 128, 16),
-          splitk_mode="two_kernel"),
-     "MatmulParams: the Hopper path does not do two-kernel split-K yet; use "
-     "splitk_mode='serial'"),
+
     (dict(warp_tile=(64, 64, 16)),
      "MatmulParams: cta_tile K (32) must equal warp_tile K (16): warps split M and N, not K"),
     (dict(stages=0), "MatmulParams: stages must be an integer >= 1, got 0"),
@@ -303,6 +300,9 @@ def test_gpu_seed_size_fresh_inputs_and_bitwise_repeatable():
 from fuserir.device import H200  # noqa: E402
 from fuserir.scheduler.matmul import matmul_heuristic, splitk_for  # noqa: E402
 
+# an H200 without Hopper's instructions: the mma.sync path's heuristic at the H200's sizes
+SM80 = H200.with_(cc=(8, 0))
+
 
 @pytest.mark.parametrize("size, tile, splitk, stages", [
     ((1024, 2048, 4096), (128, 128, 32), 2, 4),    # 128 tiles x 2 splits: 2 CTAs per SM
@@ -314,7 +314,7 @@ from fuserir.scheduler.matmul import matmul_heuristic, splitk_for  # noqa: E402
     ((256, 128, 416), (128, 128, 32), 1, 4),       # 13 K tiles: no split
 ])
 def test_heuristic_fills_the_sms_and_keeps_8_k_tiles_per_split(size, tile, splitk, stages):
-    p = matmul_heuristic(*size)
+    p = matmul_heuristic(*size, device=SM80)
     assert (p.cta_tile, p.splitk_factor, p.stages) == (tile, splitk, stages)
     assert splitk_for(*size, p.cta_tile) == splitk
     serial = splitk <= 8           # long chains of serial splits become two kernels
@@ -324,14 +324,44 @@ def test_heuristic_fills_the_sms_and_keeps_8_k_tiles_per_split(size, tile, split
 
 def test_heuristic_fits_the_device_shared_memory():
     small = matmul_heuristic(1024, 1024, 4096, dtypes=("f16", "f16", "f32"),
-                             device=H200.with_(shared_limit=48 * 1024))
+                             device=SM80.with_(shared_limit=48 * 1024))
     assert small.stages == 3                        # 3 x 16 KiB of operand stages
     assert not small.use_smem_epilogue              # a 64 KiB f32 tile would not fit
-    half = matmul_heuristic(1024, 1024, 4096, device=H200.with_(shared_limit=48 * 1024))
+    half = matmul_heuristic(1024, 1024, 4096, device=SM80.with_(shared_limit=48 * 1024))
     assert half.use_smem_epilogue                   # a 32 KiB f16 tile does
     with pytest.raises(ScheduleError, match="one pipeline stage needs 16384 bytes of "
                                             "shared memory, over the limit of 8192"):
-        matmul_heuristic(1024, 1024, 4096, device=H200.with_(shared_limit=8192))
+        matmul_heuristic(1024, 1024, 4096, device=SM80.with_(shared_limit=8192))
+
+
+@pytest.mark.parametrize("size, layout, tile, splitk", [
+    ((4096, 4096, 4096), "TT", (128, 256, 64), 1),    # 512 tiles of 128x256
+    ((8192, 8192, 8192), "NN", (128, 256, 64), 1),
+    ((1024, 2048, 4096), "NT", (128, 128, 64), 1),    # 64 wide tiles; 128 of 128x128
+    ((1024, 1024, 4096), "TN", (128, 128, 64), 2),    # 64 tiles: two splits fill the SMs
+    ((1024, 2048, 50304), "TT", (128, 128, 64), 1),
+])
+def test_hopper_heuristic_takes_wgmma_and_tma(size, layout, tile, splitk):
+    reasons = []
+    p = matmul_heuristic(*size, layout=layout, reasons=reasons)
+    assert p.hopper and p.instruction_tile == (64, tile[1], 16)
+    assert (p.cta_tile, p.warp_tile, p.splitk_factor, p.splitk_mode, p.stages) == \
+        (tile, (64, tile[1], 64), splitk, "serial", 4)
+    assert not p.use_smem_epilogue
+    assert "the Hopper path (wgmma, TMA, a producer warp group)" in reasons[0]
+
+
+@pytest.mark.parametrize("size, layout, why", [
+    ((1000, 900, 1000), "TT", "1000x900x1000 TT: an operand's rows are not a multiple of "
+     "16 bytes, which TMA needs: the mma.sync path"),
+    ((128, 128, 262144), "NT", "128x128x262144: 1 tiles want 132 splits, more than 8 "
+     "serial ones: the mma.sync path's two-kernel split-K"),
+])
+def test_hopper_heuristic_leaves_to_mma_sync_what_it_cannot_do(size, layout, why):
+    reasons = []
+    p = matmul_heuristic(*size, layout=layout, reasons=reasons)
+    assert not p.hopper and reasons[0] == why
+    assert p == matmul_heuristic(*size, layout=layout, device=SM80)
 
 
 @pytest.mark.parametrize("kwargs, message", [

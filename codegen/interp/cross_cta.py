@@ -30,6 +30,11 @@ Cross-CTA checker (global memory: outputs, workspaces, any written buffer)
     retired by a wait_group.read only gets a new write event when its thread's full
     BulkWait completes its writes (_complete_writes), so a Fence (or SemRelease) between
     the two does not cover it: a block acquiring it is reported "cross-cta".
+  * In kernels with vector clocks (ordering.py: warp-specialized ones, whose consumers
+    meet at named barriers, not __syncthreads), a fence by another thread also counts for
+    a release when the releasing threads are ordered after it (the fence is an event of
+    the race detector's sequence, at most their clocks' entry for its thread), and a named barrier's completion hands
+    the pending acquisitions of its participants to every thread that waited at it.
   Threads of a block still run in lockstep, so what the shadow cannot see is ordering
   inside a statement list that is not a Fence/Barrier/SemRelease/SemWait: e.g. a release
   is always after the releasing block's earlier statements.
@@ -77,6 +82,15 @@ class _CrossCta:
         self.f_old[newer] = self.f_seq[newer]     # the latest fence of an earlier epoch
         self.f_seq[act] = len(self.interp.gev_stmt)
         self.f_epoch[act] = self.epoch
+        if self.clock is not None:       # the fence as an event the clocks can order
+            self.f_event[act] = self._event("__threadfence")
+
+    def _spread_acquisitions(self, waiters, participants):
+        """A barrier generation of `participants` completed: what any of them acquired
+        (pending) is acquired by the threads that waited at it."""
+        for mask, _ in self.pending:
+            if mask[participants].any():
+                mask[waiters] = True
 
     def _semaphore(self, s, act, what):
         """(global arg, active threads, flat positions, i32 values) of a SemWait /
@@ -104,6 +118,9 @@ class _CrossCta:
             return
         self._fence(s, act)
         own = np.where(self.f_epoch < self.epoch, self.f_seq, self.f_old)
+        if self.clock is not None:      # fences the releasing threads are ordered after
+            seen = self.clock[act].max(axis=0)
+            own = np.where((self.f_event >= 0) & (self.f_event <= seen), self.f_seq, own)
         own[act] = self.f_seq[act]
         published = dict(self.view)
         for mask, acquired in self.pending:

@@ -419,13 +419,15 @@ class _Block(_Execution, _Roles, _TensorCores, _Warpgroups, _Mbarriers, _Tma,
         self.specials = {}
         # cross-CTA (see cross_cta.py): per thread the write sequence number its
         # latest Fence covers (f_seq), the epoch of that Fence, and the latest one from an
-        # earlier epoch (f_old); what the block has acquired ({block: thresholds}) for all
+        # earlier epoch (f_old), and in kernels with vector clocks the access event number
+        # at that Fence (f_event); what the block has acquired ({block: thresholds}) for all
         # threads (view) and, until the next barrier, for the waiting threads only (pending)
         gx, gy, _ = interp.grid
         self.lin = bidx[0] + gx * (bidx[1] + gy * bidx[2])
         self.f_seq = np.zeros(self.T, np.int64)
         self.f_old = np.zeros(self.T, np.int64)
         self.f_epoch = np.full(self.T, _NONE, np.int64)
+        self.f_event = np.full(self.T, _NONE, np.int64)
         interp.fences[self.lin] = self.f_seq     # (changed in place only)
         self.view = {}
         self.pending = []

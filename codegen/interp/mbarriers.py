@@ -302,6 +302,7 @@ class _Mbarriers:
             gen.done = True
             if gen.waiters:
                 self._acquire_released(gen, np.concatenate(gen.waiters))
+                self._spread_acquisitions(np.concatenate(gen.waiters), arrived)
                 if len(arrived) == self.T:
                     self._barrier(s, self.all)
             return

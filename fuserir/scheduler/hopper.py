@@ -20,7 +20,7 @@ the epilogue's pointwise ops run on them, and the output is stored from them.
 from ..errors import ScheduleError
 from ..ir.iterdomain import ParallelType, roots_of
 from ..ir.tensor import MemoryType
-from .matmul import SPLITK, _broadcasts_first, _tensor_core_loops, _warp_layout
+from .matmul import SPLITK, _broadcasts_first, _tensor_core_loops, _warp_layout, two_kernel
 
 SWIZZLE_ROW_BYTES = 128      # the 128B swizzle mode: boxes of 128-byte rows
 
@@ -42,6 +42,17 @@ def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
     a_smem = a.cache_after(MemoryType.shared, tma=True)
     b_smem = b.cache_after(MemoryType.shared, tma=True)
 
+    def stage_operands(mm):
+        for smem in (a_smem, b_smem):
+            smem.compute_at(mm, 4)
+            _box_layout(smem)
+            smem.swizzle(SWIZZLE_ROW_BYTES // smem.dtype.itemsize)
+            smem.circular_buffer(params.stages, warp_specialize=ParallelType.TIDy)
+
+    if params.splitk_mode == "two_kernel":
+        return two_kernel(params, acc, out, {"a_smem": a_smem, "b_smem": b_smem},
+                          stage_operands)
+
     # The output: one CTA tile per block, stored from the accumulator's registers.
     out.split(0, tm)
     out.split(2, tn)
@@ -60,11 +71,7 @@ def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
     acc.reorder({4: 2, 5: 3, 2: 4, 3: 5})     # [Mo, No, rKs, rKtiles, Mt, Nt, rK64]
     _tensor_core_loops(acc, params)
     acc.serial_grid_reduction()
-    for smem in (a_smem, b_smem):
-        smem.compute_at(acc, 4)
-        _box_layout(smem)
-        smem.swizzle(SWIZZLE_ROW_BYTES // smem.dtype.itemsize)
-        smem.circular_buffer(params.stages, warp_specialize=ParallelType.TIDy)
+    stage_operands(acc)
     return {"acc": acc, "out": out, "a_smem": a_smem, "b_smem": b_smem, "fused": fused}
 
 

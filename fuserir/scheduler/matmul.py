@@ -127,8 +127,6 @@ def _check_hopper(params, bad):
             "the Hopper path (TMA boxes of 128-byte rows)")
     if params.stages < 2:
         bad("the Hopper path pipelines its TMA loads: stages must be at least 2")
-    if params.splitk_mode != "serial":
-        bad("the Hopper path does not do two-kernel split-K yet; use splitk_mode='serial'")
     if params.use_smem_epilogue:
         bad("the Hopper path stores the output from registers; it has no shared-memory "
             "epilogue yet")
@@ -244,7 +242,9 @@ def schedule_matmul(fusion, params, device=None):
     a_frag = a_smem.cache_after(MemoryType.local, ldmatrix=True)
     b_frag = b_smem.cache_after(MemoryType.local, ldmatrix=True)
     if params.splitk_mode == "two_kernel":
-        return _two_kernel(params, acc, out, a_smem, b_smem, a_frag, b_frag)
+        caches = {"a_smem": a_smem, "b_smem": b_smem, "a_frag": a_frag, "b_frag": b_frag}
+        return two_kernel(params, acc, out, caches, lambda mm: _operand_caches(
+            params, mm, a_smem, b_smem, a_frag, b_frag))
     c_smem = out.cache_before(MemoryType.shared) if params.use_smem_epilogue else None
 
     # The output: one CTA tile per block, stored by 16-byte vectors.
@@ -303,11 +303,12 @@ def _tensor_core_loops(tv, params):
     tv.parallelize(10, ParallelType.mma)
 
 
-def _two_kernel(params, acc, out, a_smem, b_smem, a_frag, b_frag):
+def two_kernel(params, acc, out, caches, stage_operands):
     """Split-K in two kernels: the matmul's split pieces are rfactored into an f32 partial
     [M, N, splitk] in global memory (kernel 1, on tensor cores, a split per blockIdx.z),
     then a second kernel sums the splits and applies the epilogue, one thread per output
-    element (codegen cuts the fusion at the global partial)."""
+    element (codegen cuts the fusion at the global partial). `stage_operands(partial)`
+    places the operand caches (`caches`, by role) for kernel 1's matmul tensor."""
     tm, tn, tk = params.cta_tile
     acc.split(2, tk)                          # [M, N, rKt, rK32]
     acc.split(2, SPLITK, inner=False)         # [M, N, rKs, rKtiles, rK32]
@@ -319,7 +320,7 @@ def _two_kernel(params, acc, out, a_smem, b_smem, a_frag, b_frag):
     partial.parallelize(0, ParallelType.BIDx)
     partial.parallelize(1, ParallelType.BIDy)
     _tensor_core_loops(partial, params)
-    _operand_caches(params, partial, a_smem, b_smem, a_frag, b_frag)
+    stage_operands(partial)
     # Kernel 2: a block per 32 neighbouring outputs; its 32 x 16 threads stride down the
     # splits (a warp reads 128 contiguous bytes of one split's partial), then combine by a
     # block reduction over TIDy. Sixteen loads in flight per output, not one: the sum is
@@ -334,8 +335,7 @@ def _two_kernel(params, acc, out, a_smem, b_smem, a_frag, b_frag):
     out.split(0, REDUCE_COLUMNS)
     out.parallelize(0, ParallelType.BIDx)
     out.parallelize(1, ParallelType.TIDx)
-    return {"acc": acc, "partial": partial, "out": out, "a_smem": a_smem,
-            "b_smem": b_smem, "a_frag": a_frag, "b_frag": b_frag}
+    return {"acc": acc, "partial": partial, "out": out, **caches}
 
 
 def _operand_caches(params, mm, a_smem, b_smem, a_frag, b_frag):
@@ -418,6 +418,63 @@ def _copy_layout(smem, warps):
 
 # -- the heuristic -------------------------------------------------------------------------
 
+HOPPER_STAGES = 4
+
+
+def _tma_readable(m, n, k, layout):
+    """Can TMA read both operands, stored row-major per `layout`? Each one's row stride
+    (its contiguous extent) must be a multiple of 16 bytes: 8 16-bit elements."""
+    a_row = k if layout[0] == "T" else m
+    b_row = n if layout[1] == "T" else k
+    return a_row % 8 == 0 and b_row % 8 == 0
+
+
+def _hopper_params(m, n, k, layout, device, why):
+    """The Hopper path's MatmulParams (wgmma, TMA, a producer warp group), or None where
+    the mma.sync path serves better or TMA cannot read the operands:
+
+    * CTA tile 128x256 (two consumer warp groups of 64x256) when those tiles give every
+      SM one, else 128x128 (two of 64x128); K tile 64; 4 stages;
+    * serial split-K where the tiles fill at most half the SMs: as many splits as fill
+      them, at most 8 (a longer chain of serial splits is the mma.sync path's two-kernel
+      split-K, which the Hopper path does not have)."""
+    sms, limit = device.sms, device.shared_limit
+    if not _tma_readable(m, n, k, layout):
+        why(f"{m}x{n}x{k} {layout}: an operand's rows are not a multiple of 16 bytes, "
+            "which TMA needs: the mma.sync path")
+        return None
+    tk = HOPPER_K_TILE
+    wide = -(-m // 128) * -(-n // 256) >= sms
+    tm, tn = (128, 256) if wide else (128, 128)
+    tiles = -(-m // tm) * -(-n // tn)
+    k_tiles = -(-k // tk)
+    splitk = 1
+    if 2 * tiles <= sms:
+        splitk = max(1, min(sms // tiles, k_tiles // 4))
+        if splitk > TWO_KERNEL_SPLITS:
+            why(f"{m}x{n}x{k}: {tiles} tiles want {splitk} splits, more than "
+                f"{TWO_KERNEL_SPLITS} serial ones: the mma.sync path's two-kernel split-K")
+            return None
+    stage_bytes = (tm + tn) * tk * 2
+    stages = next((s for s in range(HOPPER_STAGES, 1, -1) if s * stage_bytes <= limit),
+                  None)
+    if stages is None:
+        why(f"one Hopper pipeline stage needs {stage_bytes} bytes of shared memory, over "
+            f"the limit of {limit}: the mma.sync path")
+        return None
+    why(f"{m}x{n}x{k} on {device.name} ({sms} SMs): the Hopper path (wgmma, TMA, a "
+        f"producer warp group), CTA tile {tm}x{tn}x{tk} in two consumer warp groups of "
+        f"64x{tn}, " + ("tiles of 128x256 fill the SMs" if wide else
+                        f"{tiles} tiles of 128x128 (tiles of 128x256 would leave SMs idle)"))
+    why(f"split-K {splitk} (serial): " + ("the tiles fill more than half the SMs"
+        if splitk == 1 else f"{tiles} tiles x {splitk} splits, {k_tiles // splitk} K "
+                            f"tiles of {tk} per split"))
+    why(f"{stages} stages of {stage_bytes} bytes within {limit} bytes of shared memory; "
+        "the output stored from the accumulator registers")
+    return MatmulParams(cta_tile=(tm, tn, tk), warp_tile=(64, tn, tk),
+                        instruction_tile=WGMMA.shape(tn), stages=stages,
+                        splitk_factor=splitk, splitk_mode="serial")
+
 
 
 def _k_tiles_per_split(k, tk, splitk):
@@ -448,7 +505,9 @@ def splitk_for(m, n, k, cta_tile, sms=devices.DEFAULT.sms):
 def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=None,
                      reasons=None):
     """MatmulParams for an M x N x K matmul (any layout; dtypes: the operands' and
-    optionally the output's):
+    optionally the output's). On Hopper (sm_90) the Hopper path's (_hopper_params: wgmma
+    on TMA-loaded tiles), unless TMA cannot read the operands or the shape wants a
+    two-kernel split-K; otherwise, and below sm_90, the mma.sync path's:
 
     * CTA tile 256x128 (8 warps of 64x64) when that still gives every SM a tile, else
       128x128 (4 warps, two CTAs per SM); K tile 32, instruction tile 16x8x16;
@@ -483,6 +542,10 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
     if out_itemsize is None:
         raise ScheduleError(f"matmul_heuristic: output {dtypes[2]}: tensor cores produce "
                             "f32, cast to f16, bf16 or f32")
+    if cc >= divmod(WGMMA.arch, 10):
+        hopper = _hopper_params(m, n, k, layout, device, why)
+        if hopper is not None:
+            return hopper
     tk = 32
     # 8 warps of 64x64 on a 256x128 tile where those tiles alone give every SM one (and 3
     # stages of them fit); else 4 warps on 128x128, two CTAs per SM (splitk_for).
