@@ -28,10 +28,13 @@ kernel serves every shape (sizes and the split factor are kernel arguments).
   shared-memory epilogue or not, at the seed shapes with split-K 2..6): 48 kernels
   compiled ahead in a process pool, each configuration checked against float64 and timed
   (--repeat) against cuBLAS; prints counts and the best configuration per layout/shape.
+  With --hopper, the Hopper path's matrix instead (tiles 128x128 and 128x256, 3 or 4
+  stages, shared-memory epilogue or not: 32 kernels).
 * --user-path: the path a user takes, per layout (--layouts) and shape: the unscheduled
   fusion through codegen.compile(fusion).run(inputs), which schedules per size class,
   against the same heuristic told the sizes (an explicit schedule_matmul with
-  matmul_heuristic's parameters), cuBLAS and the Triton baseline
+  matmul_heuristic's parameters), the mma.sync path (the heuristic told this device
+  without Hopper's instructions), cuBLAS and the Triton baseline
   (benchmarks/triton_matmul.py, when Triton is installed), all in this process; both
   fuserir paths checked against float64. Timed as the kernels alone and as whole calls.
 """
@@ -80,6 +83,8 @@ def parse_args(argv=None):
                    help="the seed benchmark matrix (layouts x warps x stages x shapes x "
                         "splitk 2..6 x smem epilogue) instead")
     p.add_argument("--matrix-shapes", default=MATRIX_SHAPES)
+    p.add_argument("--hopper", action="store_true",
+                   help="with --matrix: the Hopper path's configurations (wgmma, TMA)")
     p.add_argument("--user-path", action="store_true",
                    help="unscheduled fusions through compile().run() against the "
                         "heuristic's explicit schedule, cuBLAS and Triton")
@@ -164,11 +169,37 @@ def as_row_major(torch, layout, a, b):
     return (ta if layout[0] == "T" else ta.t()), (tb if layout[1] == "T" else tb.t())
 
 
-def matrix_fusion(layout, warps, stages, smem):
+# the Hopper matrix's tiles: CTA tile and warp-group tile (two consumer warp groups)
+HOPPER_TILES = {"128x128": ((128, 128, 64), (64, 128, 64)),
+                "128x256": ((128, 256, 64), (64, 256, 64))}
+
+
+def matrix_params(path, size, stages, smem):
+    """A matrix configuration's MatmulParams: the mma.sync path with `size` warps, or the
+    Hopper path with the CTA tile `size` (HOPPER_TILES)."""
+    if path == "hopper":
+        cta, group = HOPPER_TILES[size]
+        tile = dict(cta_tile=cta, warp_tile=group, instruction_tile=(64, group[1], 16))
+    else:
+        tile = dict(cta_tile=(32 * size, 128, 32), warp_tile=(64, 64, 32))
+    return MatmulParams(**tile, stages=stages, use_smem_epilogue=smem,
+                        promote_prologue_smem_reuse=smem)
+
+
+def matrix_configs(hopper):
+    """(layout, path, size, stages, smem) of every matrix kernel: the mma.sync path's
+    4 or 8 warps x 3-5 stages, or the Hopper path's two tiles x 3-4 stages; each with and
+    without the shared-memory epilogue."""
+    if hopper:
+        grid = [("hopper", t, s) for t in HOPPER_TILES for s in (3, 4)]
+    else:
+        grid = [("mma.sync", w, s) for w in (4, 8) for s in (3, 4, 5)]
+    return [(lay, *g, smem) for lay in OPERANDS for g in grid for smem in (False, True)]
+
+
+def matrix_fusion(layout, path, size, stages, smem):
     f = layout_fusion(layout)
-    schedule_matmul(f, MatmulParams(cta_tile=(32 * warps, 128, 32), warp_tile=(64, 64, 32),
-                                    stages=stages, use_smem_epilogue=smem,
-                                    promote_prologue_smem_reuse=smem))
+    schedule_matmul(f, matrix_params(path, size, stages, smem))
     return f
 
 
@@ -181,8 +212,9 @@ def _compile_ahead(config):
 
 
 def run_matrix(args, bench):
-    """Every layout x warps {4, 8} x stages {3, 4, 5} x smem epilogue {0, 1} kernel, at
-    every shape and split factor 2..6: checked against float64 and timed (median of
+    """Every layout x warps {4, 8} x stages {3, 4, 5} x smem epilogue {0, 1} kernel (with
+    --hopper: the Hopper path's tiles {128x128, 128x256} x stages {3, 4} x smem epilogue),
+    at every shape and split factor 2..6: checked against float64 and timed (median of
     --repeat) against cuBLAS. Prints counts and, per layout and shape, the best
     configuration."""
     import concurrent.futures
@@ -190,8 +222,7 @@ def run_matrix(args, bench):
     import codegen
     from codegen.launch import WorkspacePool, cupy_zeros, launch
     torch = bench.torch
-    configs = [(lay, w, s, smem) for lay in OPERANDS for w in (4, 8) for s in (3, 4, 5)
-               for smem in (False, True)]
+    configs = matrix_configs(args.hopper)
     started = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor() as pool:
         list(pool.map(_compile_ahead, configs))
@@ -223,8 +254,8 @@ def run_matrix(args, bench):
                     launch(kernel.kir, kernel.cubin, bound)
                     bad = mismatches(cp, out, ref, k)
                     counts["run"] += 1
-                    name = f"{layout} w{config[1]} s{config[2]} smem{int(config[3])} " \
-                           f"splitk{splitk} {m}x{n}x{k}"
+                    name = f"{layout} {config[1]} {config[2]} s{config[3]} " \
+                           f"smem{int(config[4])} splitk{splitk} {m}x{n}x{k}"
                     if bad:
                         counts["failed"].append((name, bad))
                         continue
@@ -235,19 +266,20 @@ def run_matrix(args, bench):
                         best = (us, config, splitk)
             row = {"layout": layout, "shape": f"{m}x{n}x{k}", "cublas_us": cublas}
             if best:
-                row.update(best_us=best[0], warps=best[1][1], stages=best[1][2],
-                           smem=best[1][3], splitk=best[2])
+                row.update(best_us=best[0], path=best[1][1], size=best[1][2],
+                           stages=best[1][3], smem=best[1][4], splitk=best[2])
             rows.append(row)
             print(json.dumps(row), flush=True)
             del ref
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    print(f"\n## seed benchmark matrix, {device}, {datetime.date.today()}: "
+    print(f"\n## seed benchmark matrix ({'Hopper' if args.hopper else 'mma.sync'} path), "
+          f"{device}, {datetime.date.today()}: "
           f"{len(configs)} kernels compiled in {compile_s:.0f} s; {counts['run']} "
           f"configurations run, {counts['passed']} match float64, "
           f"{len(counts['failed'])} do not")
     for name, bad in counts["failed"][:20]:
         print(f"  MISMATCH {name}: {bad} elements")
-    print("| layout | shape | best fuserir us | config (warps, stages, smem, splitk) | "
+    print("| layout | shape | best fuserir us | config (warps or tile, stages, smem, splitk) | "
           "cuBLAS us | fuserir/cuBLAS speed |")
     print("|---|---|---|---|---|---|")
     for r in rows:
@@ -255,7 +287,7 @@ def run_matrix(args, bench):
             print(f"| {r['layout']} | {r['shape']} | - | - | {r['cublas_us']:.1f} | - |")
             continue
         ratio = r["cublas_us"] / r["best_us"] if r["cublas_us"] else float("nan")
-        print(f"| {r['layout']} | {r['shape']} | {r['best_us']:.1f} | {r['warps']}, "
+        print(f"| {r['layout']} | {r['shape']} | {r['best_us']:.1f} | {r['size']}, "
               f"{r['stages']}, {int(r['smem'])}, {r['splitk']} | {r['cublas_us']:.1f} | "
               f"{ratio:.2f}x |")
     return 0 if not counts["failed"] else 1
@@ -307,19 +339,30 @@ def run_user_path(args, bench):
             explicit = layout_fusion(layout)
             schedule_matmul(explicit, params, device)
             told = codegen.compile(explicit, backend="cuda")
+            # the mma.sync path: the heuristic for this device without Hopper's instructions
+            mma_explicit = layout_fusion(layout)
+            schedule_matmul(mma_explicit, matmul_heuristic(m, n, k, layout=layout,
+                                                           device=device.with_(cc=(8, 0))),
+                            device)
+            mma = codegen.compile(mma_explicit, backend="cuda")
             r = {"layout": layout, "shape": f"{m}x{n}x{k}", "splitk": params.splitk_factor,
                  "mode": params.splitk_mode,
                  "tiles": "x".join(map(str, params.cta_tile)), "stages": params.stages,
                  "same_kernels": [s.kernel.source for s in steps]
                  == [c.source for c in told.kernels],
                  "mismatches_auto": mismatches(cp, auto.run({"A": a, "B": b})["out"], ref, k),
-                 "mismatches_told": mismatches(cp, told.run({"A": a, "B": b})["out"], ref, k)}
+                 "path": "hopper" if params.hopper else "mma.sync",
+                 "mismatches_told": mismatches(cp, told.run({"A": a, "B": b})["out"], ref, k),
+                 "mismatches_mma": mismatches(cp, mma.run({"A": a, "B": b})["out"], ref, k)}
             arrays = {"A": a, "B": b}
             r["auto_us"] = bench.time(kernels_alone(auto, steps, arrays,
                                                     {**dims, **scalars}, pool))["median_us"]
             r["told_us"] = bench.time(kernels_alone(told, told.steps, arrays,
                                                     {**dims, **explicit.scalars},
                                                     pool))["median_us"]
+            r["mma_us"] = bench.time(kernels_alone(mma, mma.steps, arrays,
+                                                   {**dims, **mma_explicit.scalars},
+                                                   pool))["median_us"]
             r["caps"] = [k.caps for k in auto.kernels_for(arrays)]
             r["auto_run_us"] = bench.time(lambda: auto.run(arrays))["median_us"]
             r["told_run_us"] = bench.time(lambda: told.run(arrays))["median_us"]
@@ -342,23 +385,27 @@ def run_user_path(args, bench):
             rows.append(r)
             print(json.dumps(r), flush=True)
     print(f"\n## the user's path, {device.describe()}, {datetime.date.today()}")
-    print("| layout | shape | plan (tile, stages, split-K) | compile().run() kernels us | "
-          "heuristic told the sizes us | ratio | run() us | cuBLAS us | Triton us | "
-          "fuserir/cuBLAS | Triton/cuBLAS | mismatches (auto, told, Triton) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| layout | shape | plan (path, tile, stages, split-K) | compile().run() kernels us "
+          "| heuristic told the sizes us | ratio | run() us | mma.sync path us | cuBLAS us | "
+          "Triton us | fuserir/cuBLAS | mma.sync/cuBLAS | Triton/cuBLAS | "
+          "mismatches (auto, told, mma.sync, Triton) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     nan = float("nan")
     for r in rows:
         cublas = r.get("cublas_us", nan)
-        print(f"| {r['layout']} | {r['shape']} | {r['tiles']}, {r['stages']}, {r['splitk']} "
-              f"{r['mode']} | {r['auto_us']:.1f} | {r['told_us']:.1f} | "
-              f"{r['auto_us'] / r['told_us']:.3f} | {r['auto_run_us']:.1f} | {cublas:.1f} | "
+        print(f"| {r['layout']} | {r['shape']} | {r['path']}, {r['tiles']}, {r['stages']}, "
+              f"{r['splitk']} {r['mode']} | {r['auto_us']:.1f} | {r['told_us']:.1f} | "
+              f"{r['auto_us'] / r['told_us']:.3f} | {r['auto_run_us']:.1f} | "
+              f"{r['mma_us']:.1f} | {cublas:.1f} | "
               f"{r.get('triton_us', nan):.1f} | {cublas / r['auto_us']:.2f}x | "
+              f"{cublas / r['mma_us']:.2f}x | "
               f"{cublas / r.get('triton_us', nan):.2f}x | {r['mismatches_auto']}, "
-              f"{r['mismatches_told']}, {r.get('mismatches_triton', '-')} |")
+              f"{r['mismatches_told']}, {r['mismatches_mma']}, "
+              f"{r.get('mismatches_triton', '-')} |")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(rows, indent=1))
     bad = [r for r in rows if r["mismatches_auto"] or r["mismatches_told"]
-           or not r["same_kernels"]]
+           or r["mismatches_mma"] or not r["same_kernels"]]
     return 1 if bad else 0
 
 

@@ -185,14 +185,15 @@ class Executable:
         """The device model schedules are chosen for (the GPU, or the default H200)."""
         return device_model() if self.backend == "cuda" else devices.DEFAULT
 
-    def plan_for(self, sizes):
+    def plan_for(self, sizes, tma=True):
         """(schedule key, run-time scalars, steps) an automatic schedule takes at `sizes`
-        ({symbol: int}) on this executable's device; (None, {}, the steps) for an explicit
-        schedule. What `fuserir inspect --size` shows."""
+        ({symbol: int}) on this executable's device (`tma`: whether TMA can read the
+        matmul's operand arrays); (None, {}, the steps) for an explicit schedule. What
+        `fuserir inspect --size` shows."""
         device = self._device()
         if not self.automatic:
             return None, {}, self.steps
-        schedule, scalars = schedule_key(self.fusion, sizes, device)
+        schedule, scalars = schedule_key(self.fusion, sizes, device, tma=tma)
         return schedule, scalars, self._steps_for(True, schedule, sizes, device)
 
     def _bind(self, inputs):
@@ -270,7 +271,8 @@ class Executable:
             if self.automatic:
                 # scheduled for these sizes on this device: the plan of its schedule key,
                 # with the run-time scalars it chose (a matmul's split-K factor)
-                schedule, scalars, steps = self.plan_for(env)
+                tma = _tma_readable(self.fusion, given)
+                schedule, scalars, steps = self.plan_for(env, tma)
                 env.update(scalars)
             for step in steps:
                 for p in step.kernel.kir.scalar_params:
@@ -439,6 +441,23 @@ def _to_device(array):
             return cupy.from_dlpack(array.view(torch.int16)).view(np.uint16)
         return cupy.from_dlpack(array)
     return cupy.asarray(array)
+
+
+def _tma_readable(fusion, arrays):
+    """Can TMA read the matmul operands among `arrays` (by name): each one's last axis
+    contiguous, its other strides multiples of 16 bytes? (Their addresses are not part of
+    an input signature: a misaligned one is refused at launch, naming it.)"""
+    from fuserir.instructions import TMA_STRIDE_ALIGN
+    names = {t.name for e in fusion.exprs if e.op == "matmul" for t in e.inputs}
+    for name in names & set(arrays):
+        array = arrays[name]
+        strides = array.strides if hasattr(array, "strides") else \
+            tuple(s * array.element_size() for s in array.stride())
+        item = array.itemsize if hasattr(array, "itemsize") else array.element_size()
+        if strides and (strides[-1] != item
+                        or any(s % TMA_STRIDE_ALIGN for s in strides[:-1])):
+            return False
+    return True
 
 
 def _address(array):

@@ -87,15 +87,29 @@ class _ConsumerBarriers(kir_visit.StmtMutator):
 
 
 def _pool_end(ctx, kernel):
-    """The first 16-byte aligned pool offset past every shared buffer."""
+    """The first 16-byte aligned pool offset past every shared buffer but those that will
+    move onto dead bytes (promote_reuse: reuse_shared places them after this pass, around
+    the mbarriers, which stay live)."""
     end = ctx.const(0)
+    moving = {b for tv, b in ctx.buffers.items() if tv.reuse_shared}
     for s in kernel.body:
-        if isinstance(s, kir.Allocate) and s.buffer.memory is kir.Memory.shared:
+        if isinstance(s, kir.Allocate) and s.buffer.memory is kir.Memory.shared \
+                and s.buffer not in moving:
             b = s.buffer
             last = ctx.binop("add", b.byte_offset,
                              ctx.binop("mul", b.size, ctx.const(b.dtype.itemsize)))
             end = ctx.binop("max", end, last)
     return ctx.binop("mul", ctx.binop("ceildiv", end, ctx.const(16)), ctx.const(16))
+
+
+def _consume(ctx, loop, rest, bars, stages, stage, parity):
+    """The consumers' loop body: wait for tile i, compute on it, retire its wgmmas
+    (wait_group 0), release its stage. (Keeping one tile's wgmmas in flight while the next
+    tile's are issued measured no faster with two consumer warp groups: docs/perf.md.)"""
+    wgmma = any(isinstance(s, kir.Wgmma) for s in kir.walk(rest))
+    retire = [kir.WgmmaCommit(), kir.WgmmaWait(0)] if wgmma else []
+    loop.body = [kir.MbarrierWait(bars, stage, parity), *rest, *retire,
+                 kir.MbarrierArrive(bars, ctx.binop("add", stage, ctx.const(stages)))]
 
 
 def build(ctx, kernel, loop, copies, rest, stages, names):
@@ -127,12 +141,8 @@ def build(ctx, kernel, loop, copies, rest, stages, names):
     produce = [kir.MbarrierWait(bars, empty(stage), ctx.binop("xor", parity, ctx.const(1))),
                kir.MbarrierArrive(bars, full(stage), tx_bytes=_tx_bytes(ctx, copies)),
                *copies]
-    retire = [kir.WgmmaCommit(), kir.WgmmaWait(0)] if any(
-        isinstance(s, kir.Wgmma) for s in kir.walk(rest)) else []
-    consume = [kir.MbarrierWait(bars, full(stage), parity), *rest, *retire,
-               kir.MbarrierArrive(bars, empty(stage))]
     producer = kir.ForLoop(var, loop.extent, produce, loop.kind)
-    loop.body = consume
+    _consume(ctx, loop, rest, bars, stages, stage, parity)
 
     at = next(i for i, s in enumerate(kernel.body) if not isinstance(s, kir.Allocate))
     allocations, work = kernel.body[:at], kernel.body[at:]

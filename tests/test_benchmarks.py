@@ -199,11 +199,13 @@ def test_matmul_arguments_and_fusion():
 
 
 @pytest.mark.parametrize("layout", sorted(matmul_bench.OPERANDS))
-def test_matmul_matrix_fusions_lower_for_every_layout(layout):
+@pytest.mark.parametrize("config, instruction", [(("mma.sync", 4, 3, True), "mma.m16n8k16"),
+                                                 (("hopper", "128x128", 3, True), "wgmma")])
+def test_matmul_matrix_fusions_lower_for_every_layout(layout, config, instruction):
     import codegen
-    f = matmul_bench.matrix_fusion(layout, 4, 3, True)
+    f = matmul_bench.matrix_fusion(layout, *config)
     exe = codegen.compile(f, backend="interp")
-    assert "mma.m16n8k16" in exe.kernels[0].kir_text
+    assert instruction in exe.kernels[0].kir_text
     rng = np.random.default_rng(0)
     m, n, k = 40, 24, 48
     dims = {"M": m, "N": n, "K": k}

@@ -110,14 +110,13 @@ def benchmarks(recorder):
     from fuserir.device import DEFAULT
     from fuserir.scheduler import schedule_matmul
     from fuserir.scheduler.matmul import matmul_heuristic
-    for layout in ("TT", "TN", "NT", "NN"):
-        for warps in (4, 8):
-            for stages in (3, 4, 5):
-                for smem in (True, False):
-                    with recorder.within(f"benchmark matrix {layout} w{warps} s{stages} "
-                                         f"smem={smem}"):
-                        codegen.compile(matmul.matrix_fusion(layout, warps, stages, smem),
-                                        backend="cuda")
+    for hopper in (False, True):
+        for layout, path, size, stages, smem in matmul.matrix_configs(hopper):
+            label = f"w{size}" if path == "mma.sync" else f"hopper {size}"
+            with recorder.within(f"benchmark matrix {layout} {label} s{stages} "
+                                 f"smem={smem}"):
+                codegen.compile(matmul.matrix_fusion(layout, path, size, stages, smem),
+                                backend="cuda")
     shapes = ((1024, 2048, 4096), (1024, 2048, 50304), (1024, 1024, 4096), (4096, 4096, 4096),
               (128, 128, 262144), (136, 184, 175704), (1023, 2047, 4095))
     for layout in ("TT", "TN", "NT", "NN"):

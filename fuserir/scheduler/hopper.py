@@ -23,6 +23,7 @@ from ..ir.tensor import MemoryType
 from .matmul import SPLITK, _broadcasts_first, _tensor_core_loops, _warp_layout, two_kernel
 
 SWIZZLE_ROW_BYTES = 128      # the 128B swizzle mode: boxes of 128-byte rows
+WARP_GROUP = 128             # threads of a warp group: TIDx on the Hopper path
 
 
 def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
@@ -53,14 +54,28 @@ def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
         return two_kernel(params, acc, out, {"a_smem": a_smem, "b_smem": b_smem},
                           stage_operands)
 
-    # The output: one CTA tile per block, stored from the accumulator's registers.
+    c_smem = out.cache_before(MemoryType.shared) if params.use_smem_epilogue else None
+
+    # The output: one CTA tile per block, stored from the accumulator's registers, or
+    # staged through shared memory and stored by rows of 16 bytes.
     out.split(0, tm)
     out.split(2, tn)
     out.reorder({1: 2, 2: 1})                 # [Mo, No, Mt, Nt]
     out.parallelize(0, ParallelType.BIDx)
     out.parallelize(1, ParallelType.BIDy)
-    _warp_layout(out, tm // wm, tn // wn, wm, wn, im, in_)
-    acc.compute_at(out, 2)
+    epilogue = c_smem if c_smem is not None else out
+    if c_smem is not None:
+        vec = 16 // out.dtype.itemsize
+        out.merge(2)                          # [Mo, No, Mt*Nt]
+        out.split(2, vec)
+        out.split(2, WARP_GROUP)
+        out.split(2, params.warps)            # [Mo, No, rest, groups, threads, vec]
+        out.parallelize(3, ParallelType.TIDy)
+        out.parallelize(4, ParallelType.TIDx)
+        out.parallelize(5, ParallelType.vectorize)
+        c_smem.compute_at(out, 2)
+    _warp_layout(epilogue, tm // wm, tn // wn, wm, wn, im, in_)
+    acc.compute_at(epilogue, 2)
     for t in reversed(fused):
         t.compute_at(fusion.consumers(t)[0], 5)   # [Mo, No, W, Mm, Nn | M64, N]
         t.parallelize(-2, ParallelType.mma)
@@ -72,7 +87,12 @@ def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
     _tensor_core_loops(acc, params)
     acc.serial_grid_reduction()
     stage_operands(acc)
-    return {"acc": acc, "out": out, "a_smem": a_smem, "b_smem": b_smem, "fused": fused}
+    if c_smem is not None:
+        c_smem.swizzle(SWIZZLE_ROW_BYTES // c_smem.dtype.itemsize)
+        if params.promote_prologue_smem_reuse:
+            c_smem.promote_reuse()
+    return {"acc": acc, "out": out, "a_smem": a_smem, "b_smem": b_smem, "c_smem": c_smem,
+            "fused": fused}
 
 
 def _box_layout(smem):

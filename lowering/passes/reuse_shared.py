@@ -8,15 +8,33 @@ value may be carried around a loop's back edge). A promoted buffer is moved to t
 16-byte aligned offset whose bytes belong to no buffer with an overlapping live range; the
 pool shrinks accordingly. Buffers not promoted keep the allocation pass's offsets.
 
+The accesses are lowering.accesses', and the shared buffers an asynchronous instruction
+names (a TMA box's destination, a wgmma's operands): in a warp-specialized kernel the
+producer's loads come first in program order, and the consumers wait for every one of
+them before their epilogue. An mbarrier's bytes are never reused (PTX asks for an
+mbarrier.inval before an mbarrier's memory is repurposed): they are live throughout.
+
 It runs after circular buffering (the pipeline's prologue and prefetches are accesses too)
 and before sync insertion, which then reasons on the aliased bytes: a copy that may still
 be in flight into bytes the promoted tensor now writes is an async-pending hazard there,
 and sync insertion drains it (the seed report's epilogue hazard, closed by analysis).
 """
 
+from dataclasses import fields
+
 from .. import kir, kir_visit
 from ..contract import Pass
 from ..hazards import accesses_of
+
+_MBARRIER_OPS = (kir.MbarrierInit, kir.MbarrierArrive, kir.MbarrierWait)
+_WHOLE_KERNEL = (0, float("inf"))
+
+
+def _buffers_of(stmt):
+    """The shared buffers one statement touches itself (see the module docstring)."""
+    named = (getattr(stmt, f.name) for f in fields(stmt))
+    return {a.buffer for a in accesses_of(stmt)} | {
+        b for b in named if isinstance(b, kir.Buffer) and b.memory is kir.Memory.shared}
 
 
 class _LiveRanges(kir_visit.StmtVisitor):
@@ -32,9 +50,13 @@ class _LiveRanges(kir_visit.StmtVisitor):
         if isinstance(s, kir.ForLoop):
             for b in _touched(s.body):    # live around the back edge too
                 self._widen(b, start, self.position)
+        elif isinstance(s, kir.Allocate):
+            pass                          # a declaration, not an access
+        elif isinstance(s, _MBARRIER_OPS):
+            self._widen(s.bar, *_WHOLE_KERNEL)
         else:
-            for access in accesses_of(s):
-                self._widen(access.buffer, start, start)
+            for b in _buffers_of(s):
+                self._widen(b, start, start)
 
     def _widen(self, buffer, lo, hi):
         r = self.ranges.setdefault(buffer, [lo, hi])
@@ -48,7 +70,7 @@ def _live_ranges(kernel):
 
 
 def _touched(stmts):
-    return {a.buffer for s in kir.walk(stmts) for a in accesses_of(s)}
+    return {b for s in kir.walk(stmts) for b in _buffers_of(s)}
 
 
 def _nbytes(buffer):

@@ -1,0 +1,255 @@
+"""The matmul scheduler's Hopper path on the CPU: wgmma on TMA-loaded tiles in a
+warp-specialized pipeline, scheduled through the public transforms, lowered, its syncs
+placed and proved by the async-protocol verifier, and run in the interpreter with its
+race detector.
+
+The Hopper seed configuration is the seed's (NT, split-K 5, shared-memory epilogue over
+the operand stages) with the Hopper tiles (CTA 128x128x64, two consumer warp groups of
+64x128, 4 stages). The CPU size keeps its split factor with a short last split: K =
+64 * 13 split 5 ways is 3 K tiles per split and 1 in the last. Integer-valued inputs make
+every product and f32 sum exact, so outputs must equal the reference bit for bit.
+"""
+
+import numpy as np
+import pytest
+
+import codegen
+import fuserir
+from codegen.errors import RaceError
+from fuserir.errors import ScheduleError
+from fuserir.scheduler import MatmulParams, schedule_matmul
+from fuserir.scheduler.matmul import matmul_heuristic
+from lowering import kir
+
+OPERANDS = {"TT": ("[M, K]", "[K, N]"), "TN": ("[M, K]", "[N, K]"),
+            "NT": ("[K, M]", "[K, N]"), "NN": ("[K, M]", "[N, K]")}
+HOPPER = dict(cta_tile=(128, 128, 64), warp_tile=(64, 128, 64), instruction_tile=(64, 128, 16),
+              stages=4)
+SEED = dict(HOPPER, splitk_factor=5, use_smem_epilogue=True, promote_prologue_smem_reuse=True)
+M, N, K, SPLITK = 256, 128, 64 * 13, 5
+
+
+def matmul_fusion(layout="NT", dtype="f16", epilogue=False):
+    a, b = OPERANDS[layout]
+    if epilogue:
+        return fuserir.parse(f"""
+fusion mm(A: {dtype}{a}, B: {dtype}{b}, bias: f32[N]) {{
+  acc = matmul(A, B, layout={layout})
+  out = cast(relu(acc + broadcast(bias, [true, false])), {dtype})
+  output out
+}}""")
+    return fuserir.parse(f"""
+fusion mm(A: {dtype}{a}, B: {dtype}{b}) {{
+  acc = matmul(A, B, layout={layout})
+  out = cast(acc, f16)
+  output out
+}}""")
+
+
+def scheduled(params, **kw):
+    f = matmul_fusion(**kw)
+    schedule_matmul(f, MatmulParams(**params))
+    return f
+
+
+def integer_inputs(rng, layout, m, n, k, dtype="f16", epilogue=False):
+    dims = {"M": m, "N": n, "K": k}
+    shapes = [tuple(dims[d] for d in spec.strip("[]").split(", ")) for spec in OPERANDS[layout]]
+    np_dtype = np.float16 if dtype == "f16" else fuserir.dtypes.DataType.bf16.numpy
+    data = {name: rng.integers(-3, 4, shape).astype(np_dtype)
+            for name, shape in zip("AB", shapes)}
+    if epilogue:
+        data["bias"] = rng.integers(-8, 9, (n,)).astype(np.float32)
+    return data
+
+
+def reference(layout, data):
+    a, b = (data[x].astype(np.float64) for x in "AB")
+    return (a if layout[0] == "T" else a.T) @ (b if layout[1] == "T" else b.T)
+
+
+@pytest.fixture(scope="module")
+def seed_exe():
+    return codegen.compile(scheduled(SEED), backend="interp")
+
+
+def test_the_hopper_seed_configuration_equals_float64_without_a_hazard(seed_exe, rng):
+    data = integer_inputs(rng, "NT", M, N, K)
+    out = seed_exe.run({**data, "splitk": SPLITK})["out"]
+    assert np.array_equal(out, reference("NT", data).astype(np.float16))
+    again = seed_exe.run({**data, "splitk": SPLITK})["out"]      # semaphores left reset
+    assert np.array_equal(out, again)
+
+
+def _syncs(kernel):
+    return [s for s in kir.walk(kernel.body) if getattr(s, "sync_id", None)]
+
+
+def _loops_with(kernel, kind):
+    return [s for s in kir.walk(kernel.body) if isinstance(s, kir.ForLoop)
+            and any(isinstance(x, kind) for x in s.body)]
+
+
+def test_the_verifier_places_the_golden_sync_set_and_no_block_barrier_in_the_main_loop(
+        seed_exe):
+    kernel = seed_exe.kernels[0].kir
+    placed = [(type(s).__name__, s.sync_id) for s in _syncs(kernel)]
+    # wgmma.fence after the accumulators are zeroed; a bar.sync of the 256 consumer
+    # threads before the epilogue tile overwrites the operand stages other warp groups'
+    # wgmmas read, and one before its rows are copied out by other threads
+    assert placed == [("WgmmaFence", "sync1"), ("NamedBarrier", "sync2"),
+                      ("NamedBarrier", "sync3")]
+    for s in _syncs(kernel):
+        if isinstance(s, kir.NamedBarrier):
+            assert s.count == 256 and s.reasons
+    (consumer,) = _loops_with(kernel, kir.Wgmma)
+    (producer,) = _loops_with(kernel, kir.TmaLoad)
+    for loop in (consumer, producer):
+        body = list(kir.walk(loop.body))
+        assert not any(isinstance(s, (kir.Barrier, kir.NamedBarrier)) for s in body)
+    assert [type(s).__name__ for s in consumer.body] == [
+        "MbarrierWait", "ForLoop", "WgmmaCommit", "WgmmaWait", "MbarrierArrive"]
+    assert kernel.launch.block[1].value == 3              # two consumers, one producer
+
+
+@pytest.mark.parametrize("layout", ["TT", "TN", "NT", "NN"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_every_layout_and_dtype_with_a_fused_epilogue(layout, dtype, rng):
+    f = scheduled(dict(HOPPER, splitk_factor=2), layout=layout, dtype=dtype, epilogue=True)
+    exe = codegen.compile(f, backend="interp")
+    m, n, k = 136, 200, 64 * 3 + 8                      # ragged tiles, a partial K box
+    data = integer_inputs(rng, layout, m, n, k, dtype, epilogue=True)
+    out = exe.run({**data, "splitk": 2})["out"]
+    expected = fuserir.evaluate(matmul_fusion(layout, dtype, True), data)["out"]
+    assert np.array_equal(out.view(np.uint16), expected.view(np.uint16))
+
+
+@pytest.mark.parametrize("changes", [
+    dict(splitk_mode="two_kernel", splitk_factor=3),
+    dict(use_smem_epilogue=True, promote_prologue_smem_reuse=False, splitk_factor=1),
+    dict(cta_tile=(64, 256, 64), warp_tile=(64, 256, 64), instruction_tile=(64, 256, 16),
+         stages=2, splitk_factor=1),
+])
+def test_split_k_modes_epilogues_and_tiles(changes, rng):
+    f = scheduled({**HOPPER, **changes}, layout="TN")
+    exe = codegen.compile(f, backend="interp")
+    data = integer_inputs(rng, "TN", 72, 264, 64 * 5)
+    for splitk in sorted({1, changes.get("splitk_factor", 1)}):
+        out = exe.run({**data, "splitk": splitk})["out"]
+        assert np.array_equal(out, reference("TN", data).astype(np.float16))
+
+
+def test_a_dropped_fence_in_the_warp_specialized_turnstile_is_a_cross_cta_race(rng):
+    from lowering.pipeline import lower
+    from codegen.interp import run_kernel
+    kernel, _ = lower(scheduled(dict(HOPPER, splitk_factor=3), layout="TT"), verify=False)
+    fences = [s for s in kir.walk(kernel.body) if isinstance(s, kir.Fence)]
+    assert len(fences) == 1
+    for s in kir.walk(kernel.body):
+        for body in s.bodies():
+            if fences[0] in body:
+                body.remove(fences[0])
+    data = integer_inputs(rng, "TT", 128, 128, 64 * 3)
+    out = np.zeros((128, 128), np.float16)
+    with pytest.raises(RaceError, match="cross-cta on acc_work"):
+        run_kernel(kernel, {**data, "out": out, "M": 128, "N": 128, "K": 192, "splitk": 3})
+
+
+def test_the_schedule_prints_and_parses_back():
+    from fuserir.ir.equality import first_difference
+    f = scheduled(SEED)
+    text = str(f)
+    assert "A_cache = A.cache_after(shared, tma=true)" in text
+    assert "A_cache.circular_buffer(4, warp_specialize=TIDy)" in text
+    assert first_difference(f, fuserir.parse(text)) is None
+
+
+def test_the_automatic_schedule_takes_the_hopper_path_unless_tma_cannot_read(rng):
+    f = matmul_fusion("TT")
+    exe = codegen.compile(f, backend="interp")
+    data = integer_inputs(rng, "TT", 64, 48, 512)
+    (kernel,) = exe.kernels_for(data)
+    assert "wgmma" in kernel.kir_text and kernel.kir.tensor_maps
+    assert np.array_equal(exe.run(data)["out"], reference("TT", data).astype(np.float16))
+    # B's rows of 48 + 1 elements (98 bytes) are no TMA stride: the mma.sync path
+    wide = np.zeros((512, 49), np.float16)
+    wide[:, :48] = data["B"]
+    strided = {"A": data["A"], "B": wide[:, :48]}
+    (kernel,) = exe.kernels_for(strided)
+    assert "mma.m16n8k16" in kernel.kir_text and not kernel.kir.tensor_maps
+    assert np.array_equal(exe.run(strided)["out"], reference("TT", data).astype(np.float16))
+    params = matmul_heuristic(64, 48, 512, tma=False)
+    assert not params.hopper
+
+
+# -- what the transforms and lowering refuse --------------------------------------------------
+
+def _f():
+    return matmul_fusion("TT")
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda f: f.tensor("A").cache_after("shared", tma=True, async_copy=True),
+     "cache_after: async_copy and tma are different copies; ask for one (tensor A)"),
+    (lambda f: f.tensor("A").cache_after("local", tma=True),
+     "cache_after: tma copies global memory into shared memory, not global into local "
+     "(tensor A)"),
+])
+def test_cache_after_tma_errors(call, message):
+    with pytest.raises(ScheduleError) as caught:
+        call(_f())
+    assert str(caught.value) == message
+
+
+def _placed_cache(f, tma=True):
+    acc = f.tensor("acc")
+    acc.split(2, 64)
+    cache = f.tensor("A").cache_after("shared", tma=tma, async_copy=not tma)
+    cache.compute_at(acc, 3)
+    return cache
+
+
+@pytest.mark.parametrize("tma, kwargs, message", [
+    (True, dict(stages=3), "circular_buffer: A_cache is a TMA copy: its loads run in a "
+     "producer warp group (give warp_specialize=TIDy)"),
+    (True, dict(stages=3, warp_specialize="TIDx"), "circular_buffer: "
+     "warp_specialize='TIDx': the producer warp group is added along TIDy (tensor A_cache)"),
+    (False, dict(stages=3, warp_specialize="TIDy"), "circular_buffer: A_cache is not a TMA "
+     "copy; only TMA caches (cache_after(shared, tma=True)) are loaded by a producer warp "
+     "group"),
+])
+def test_circular_buffer_warp_specialize_errors(tma, kwargs, message):
+    cache = _placed_cache(_f(), tma)
+    with pytest.raises(ScheduleError) as caught:
+        cache.circular_buffer(**kwargs)
+    assert str(caught.value) == message
+
+
+def _lowering_error(f):
+    from lowering.pipeline import lower
+    with pytest.raises(ScheduleError) as caught:
+        lower(f)
+    return str(caught.value)
+
+
+def test_a_tma_copy_without_a_circular_buffer_is_refused():
+    f = scheduled(HOPPER, layout="TT")
+    f.tensor("A_cache").circular_buffer_stages = None      # as if never circular-buffered
+    f.tensor("A_cache").warp_specialized = None
+    assert "A_cache: a TMA copy is loaded by a producer warp group: circular-buffer it" in \
+        _lowering_error(f)
+
+
+def test_a_tile_no_descriptor_describes_is_refused():
+    f = scheduled(HOPPER, layout="TT")
+    f.tensor("A_cache").swizzle_row = None                 # rows of 128 bytes, unswizzled
+    assert _lowering_error(f).startswith(
+        "acc: its operand A_cache: no wgmma matrix descriptor (none swizzle, K-major or "
+        "MN-major) describes the tile's layout")
+
+
+def test_a_box_axis_bound_to_a_thread_is_refused():
+    f = scheduled(HOPPER, layout="TT")
+    cache = f.tensor("A_cache")
+    cache.loop[-2].parallel = fuserir.ParallelType.TIDx
+    assert "A_cache (a TMA copy): its second innermost loop axis" in _lowering_error(f)
