@@ -23,6 +23,9 @@ kernel serves every shape (sizes and the split factor are kernel arguments).
   reduced-precision reduction off, so f32 accumulation) in the same process. fuserir is
   timed twice: the kernel (arguments bound once, codegen.launch per call; the ratio to
   cuBLAS uses this) and a whole exe.run() call (host binding included).
+* --hopper: the seed configuration on the Hopper path (wgmma on TMA-loaded tiles, a
+  producer warp group): CTA tile 128x128x64 (or --cta-tile MxNx64), two consumer warp
+  groups of 64xN, --stages, --splitk, the shared-memory epilogue unless told not to.
 * --once: one launch at the first shape and exit (for compute-sanitizer on a small grid).
 * --matrix: the seed benchmark matrix (every layout, 4 or 8 warps, 3-5 stages,
   shared-memory epilogue or not, at the seed shapes with split-K 2..6): 48 kernels
@@ -84,7 +87,8 @@ def parse_args(argv=None):
                         "splitk 2..6 x smem epilogue) instead")
     p.add_argument("--matrix-shapes", default=MATRIX_SHAPES)
     p.add_argument("--hopper", action="store_true",
-                   help="with --matrix: the Hopper path's configurations (wgmma, TMA)")
+                   help="the Hopper path (wgmma, TMA): CTA tile 128x128x64 (or --cta-tile) "
+                        "in two consumer warp groups; with --matrix, its configurations")
     p.add_argument("--user-path", action="store_true",
                    help="unscheduled fusions through compile().run() against the "
                         "heuristic's explicit schedule, cuBLAS and Triton")
@@ -98,6 +102,7 @@ def parse_args(argv=None):
         if layout not in OPERANDS:
             p.error(f"--layouts: unknown layout {layout!r} (TT, TN, NT, NN)")
     args.warp_tile = tuple(int(x) for x in args.warp_tile.split("x"))
+    args.cta_tile_given = args.cta_tile is not None
     args.cta_tile = tuple(int(x) for x in args.cta_tile.split("x")) if args.cta_tile else \
         (32 * args.warps, 128, args.warp_tile[2])
     return args
@@ -106,6 +111,13 @@ def parse_args(argv=None):
 def build(args, shape=None):
     if args.heuristic:
         params = matmul_heuristic(*shape, layout="NT")
+    elif args.hopper:
+        cta = args.cta_tile if args.cta_tile_given else (128, 128, 64)
+        params = MatmulParams(cta_tile=cta, warp_tile=(64, cta[1], cta[2]),
+                              instruction_tile=(64, cta[1], 16), stages=args.stages,
+                              splitk_factor=args.splitk, splitk_mode=args.splitk_mode,
+                              use_smem_epilogue=not args.no_smem_epilogue,
+                              promote_prologue_smem_reuse=not args.no_smem_epilogue)
     else:
         params = MatmulParams(cta_tile=args.cta_tile, warp_tile=args.warp_tile,
                               stages=args.stages, splitk_factor=args.splitk,

@@ -253,3 +253,63 @@ def test_a_box_axis_bound_to_a_thread_is_refused():
     cache = f.tensor("A_cache")
     cache.loop[-2].parallel = fuserir.ParallelType.TIDx
     assert "A_cache (a TMA copy): its second innermost loop axis" in _lowering_error(f)
+
+
+# -- on the GPU ---------------------------------------------------------------------------------
+
+GPU_CASES = {
+    "seed NT split 5": (SEED, "NT", "f16", False, (256, 128, 64 * 13), 5),
+    "TT bias relu bf16": (dict(HOPPER, splitk_factor=2), "TT", "bf16", True, (136, 200, 200), 2),
+    "TN two kernels": (dict(HOPPER, splitk_mode="two_kernel", splitk_factor=3), "TN", "f16",
+                       False, (72, 264, 64 * 5), 3),
+    "NN 128x256": (dict(HOPPER, cta_tile=(128, 256, 64), warp_tile=(64, 256, 64),
+                        instruction_tile=(64, 256, 16), use_smem_epilogue=True,
+                        promote_prologue_smem_reuse=True), "NN", "f16", False,
+                   (264, 520, 136), 1),
+}
+
+
+def _sm90():
+    import cupy
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("Hopper (sm_90) instructions")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_CASES.values(), ids=GPU_CASES)
+def test_hopper_kernels_on_the_gpu_equal_the_interpreter_bit_for_bit(case, rng):
+    import cupy
+    _sm90()
+    params, layout, dtype, epilogue, (m, n, k), splitk = case
+    f = scheduled(params, layout=layout, dtype=dtype, epilogue=epilogue)
+    data = integer_inputs(rng, layout, m, n, k, dtype, epilogue)
+    on_gpu = codegen.compile(f, backend="cuda").run(
+        {**{x: cupy.asarray(v) for x, v in data.items()}, "splitk": splitk})["out"]
+    on_cpu = codegen.compile(f, backend="interp").run({**data, "splitk": splitk})["out"]
+    got = cupy.asnumpy(on_gpu)
+    assert (got.view(np.uint16) == on_cpu.view(np.uint16)).all()
+    expected = fuserir.evaluate(matmul_fusion(layout, dtype, epilogue), data)["out"]
+    assert (got.view(np.uint16) == expected.view(np.uint16)).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["TT", "TN", "NT", "NN"])
+def test_the_automatic_hopper_path_on_the_gpu_matches_float64(layout):
+    import cupy
+    _sm90()
+    exe = codegen.compile(matmul_fusion(layout), backend="cuda")
+    rng = cupy.random.default_rng(3)
+    for m, n, k in ((1024, 2048, 4096), (1000, 904, 1032), (64, 48, 512)):
+        dims = {"M": m, "N": n, "K": k}
+        shapes = [tuple(dims[d] for d in s.strip("[]").split(", "))
+                  for s in OPERANDS[layout]]
+        a, b = (rng.uniform(-1, 1, s, dtype=cupy.float32).astype(cupy.float16)
+                for s in shapes)
+        (kernel,) = exe.kernels_for({"A": a, "B": b})
+        assert "wgmma" in kernel.kir_text
+        out = exe.run({"A": a, "B": b})["out"].astype(cupy.float64)
+        a64 = a.astype(cupy.float64) if layout[0] == "T" else a.astype(cupy.float64).T
+        b64 = b.astype(cupy.float64) if layout[1] == "T" else b.astype(cupy.float64).T
+        ref = a64 @ b64
+        bad = cupy.abs(out - ref) > 1e-5 * k + 2.0 ** -10 * cupy.abs(ref)
+        assert int(bad.sum()) == 0, (m, n, k)
