@@ -89,6 +89,8 @@ def _check(trace):
 class _Protocol(Ordering):
     """The checks, asked of the closed graph."""
 
+    _found_pairs = None
+
     def check(self):
         if not self.order():                 # a cycle: its deadlocks are the findings
             self._init_visibility()
@@ -128,17 +130,24 @@ class _Protocol(Ordering):
                       key=lambda a: (a.lo, a.event.step))
 
     def _pairs(self):
-        """(earlier, later, how their threads meet) in walk order, for the accesses of
+        """[(earlier, later, how their threads meet)] in walk order, for the accesses of
         different statement executions that touch common bytes."""
-        accesses = self._accesses()
-        for i, a in enumerate(accesses):
-            for b in accesses[i + 1:]:
-                if b.lo >= a.hi:
-                    break
-                if a.event.step != b.event.step:
-                    meet = a.threads_meet(b)
-                    if meet:
-                        yield ((a, b) if a.event.step < b.event.step else (b, a)) + (meet,)
+        if self._found_pairs is None:
+            self._found_pairs, meets = [], self.trace.meets
+            accesses = self._accesses()
+            for i, a in enumerate(accesses):
+                for b in accesses[i + 1:]:
+                    if b.lo >= a.hi:
+                        break
+                    if a.event.step != b.event.step:
+                        key = (id(a.spans), id(b.spans))
+                        if key not in meets:
+                            meets[key] = a.threads_meet(b)
+                        if meets[key]:
+                            self._found_pairs.append(
+                                ((a, b) if a.event.step < b.event.step else (b, a))
+                                + (meets[key],))
+        return self._found_pairs
 
     def _ordered(self, first, second, meet="other"):
         """Is access `first` complete before access `second` begins, for the threads that

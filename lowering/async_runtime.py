@@ -71,7 +71,8 @@ from .async_trace import Iteration, Refusal, Trace, iterations
 
 MAX_UNIFORM = 3                  # block-uniform conditions (2^3 outcome choices)
 MAX_ITERATIONS = 20000           # unrolled iterations over all base cases of one choice
-MAX_TRIPS = 256                  # the largest base case of one trip count
+PROBE = 8                        # the trip counts of the first unrolling
+MAX_PROBES = 4                   # unrollings to measure the depths on
 _GROUP_STATEMENTS = (kir.MbarrierInit, kir.MbarrierArrive, kir.MbarrierWait, kir.TmaLoad,
                      kir.TmaStore, kir.BulkCommit, kir.BulkWait, kir.Wgmma,
                      kir.WgmmaCommit, kir.WgmmaWait)
@@ -119,7 +120,8 @@ def _refuse_nested_groups(skeleton):
     for extent, loops in skeleton.trip_counts.values():
         for loop in loops:
             for inner in kir.walk(loop.body):
-                if isinstance(inner, kir.ForLoop) and skeleton.loop(inner).kind == "run-time":
+                if isinstance(inner, kir.ForLoop) and skeleton.runs(inner) \
+                        and skeleton.loop(inner).kind == "run-time":
                     bad = next((s for s in kir.walk(inner.body)
                                 if isinstance(s, _GROUP_STATEMENTS)), None)
                     if bad is not None:
@@ -149,8 +151,8 @@ class _TripCounts:
     def check(self):
         if not self.keys:
             return self._run({})[0]
-        bounds, done = {k: 8 for k in self.keys}, set()
-        while True:
+        bounds, done = {k: PROBE for k in self.keys}, set()
+        for _ in range(MAX_PROBES):
             findings, order = self._run(bounds)
             if findings:
                 return findings
@@ -159,18 +161,17 @@ class _TripCounts:
             need = {k: _Depths(self, order, k).bound() for k in self.keys}
             if all(need[k] <= bounds[k] for k in self.keys):
                 break
-            bounds = {k: max(bounds[k], need[k]) if need[k] else 0 for k in self.keys}
-            if max(bounds.values()) > MAX_TRIPS:
-                k = max(bounds, key=bounds.get)
-                _Depths(self, order, k).refuse(None, f"it needs base cases up to "
-                                                     f"{bounds[k]} iterations, more than "
-                                                     f"{MAX_TRIPS}: its protocol does not "
-                                                     f"settle into a repeating pattern")
-        ranges = [range(bounds[k] + 1 if need[k] else 1) for k in self.keys]
+            bounds = {k: max(bounds[k], need[k]) for k in self.keys}
+        else:
+            k = max(need, key=need.get)
+            _Depths(self, order, k).refuse(None, f"its unrollings up to {bounds[k]} "
+                                                 f"iterations do not settle into a repeating "
+                                                 f"pattern (they ask for {need[k]})")
+        ranges = [range(need[k] + 1) for k in self.keys]
         work = sum(_product(c) for c in product(*ranges))
         if work > MAX_ITERATIONS:
             _Depths(self, order, self.keys[0]).refuse(
-                None, f"its base cases (trip counts up to {list(bounds.values())}) unroll "
+                None, f"its base cases (trip counts up to {list(need.values())}) unroll "
                       f"{work} iterations, more than {MAX_ITERATIONS}")
         for counts in sorted(product(*ranges), key=lambda c: -sum(c)):
             if counts in done:
@@ -247,8 +248,9 @@ class _Depths:
     # -- the depths: P, W, m1, m2 and the bound ------------------------------------------
 
     def bound(self):
-        """The largest base case the argument needs (0: the loops run nothing, T does not
-        matter); checks C2 once the unrolling is long enough to show the pattern."""
+        """B, the largest base case the argument needs (0: the loops run nothing, T does
+        not matter), measured on this unrolling; checks C2 once it is long enough to show
+        the pattern."""
         periods = self.order.trace.periods.get(self.key, {})
         if not any(self.at(e) for e in self.order.trace.events):
             return 0
@@ -283,9 +285,15 @@ class _Depths:
                     if phase is not None:
                         matchers.setdefault(id(phase), []).append((role, e))
                     here = self.at(e)
-                    if here is None:
-                        continue
                     there = self.phase_at(phase) if phase is not None else None
+                    if here is None:
+                        if there is not None and iterations(e.env):
+                            self.refuse(e.stmt, f"{role} waits on {bar.name} in a loop of "
+                                                f"another trip count than the one "
+                                                f"completing the phase it waits for: the "
+                                                f"two loops must have one extent "
+                                                f"expression")
+                        continue
                     if there is None:
                         exceptions.append(here[1])
                     elif there[0] == here[0]:

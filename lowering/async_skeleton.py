@@ -92,6 +92,10 @@ class Skeleton:
     def loop(self, stmt):
         return self._loops[id(stmt)]
 
+    def runs(self, loop):
+        """Is `loop` walked at all (not under a skipped if)?"""
+        return id(loop) in self._loops
+
     def condition(self, stmt):
         return self._conds[id(stmt)]
 

@@ -35,6 +35,7 @@ that depends on data or run-time scalars stands for the whole buffer, touched by
 (`exact` False: it may touch less, so it never counts as covering bytes).
 """
 
+from bisect import bisect_left
 from dataclasses import dataclass, field, fields, replace
 
 from fuserir.instructions import swizzle
@@ -150,6 +151,7 @@ class Access:
     def __post_init__(self):
         self.lo = min(lo for lo, _, _ in self.spans)
         self.hi = max(hi for _, hi, _ in self.spans)
+        self._index = None
 
     def overlap(self, other):
         lo, hi = max(self.lo, other.lo), min(self.hi, other.hi)
@@ -159,13 +161,23 @@ class Access:
         """Do the two touch common bytes: "other" (by two different threads), "same" (by
         one thread only, in both), None (no)."""
         met = None
+        theirs, starts, reach = other.index()
         for lo, hi, mask in self.spans:
-            for lo2, hi2, mask2 in other.spans:
-                if lo < hi2 and lo2 < hi:
+            for lo2, hi2, mask2 in theirs[bisect_left(starts, lo - reach + 1):
+                                          bisect_left(starts, hi)]:
+                if lo < hi2:
                     if mask != mask2 or mask & (mask - 1):
                         return "other"
                     met = "same"
         return met
+
+    def index(self):
+        """(spans sorted, their starts, the longest span's length), for threads_meet."""
+        if self._index is None:
+            spans = sorted(self.spans)
+            self._index = (spans, [lo for lo, _, _ in spans],
+                           max(hi - lo for lo, hi, _ in spans))
+        return self._index
 
 
 class Trace:
@@ -183,6 +195,8 @@ class Trace:
         self.skeleton = Skeleton(kernel) if skeleton is None else skeleton
         self.trips, self.outcomes = dict(trips or {}), dict(outcomes or {})
         self.periods = {}
+        # how two accesses' spans (lists `known` keeps) meet: (id, id) -> threads_meet
+        self.meets = self._known.setdefault("meets", {})
         self.block = _block_extents(kernel)
         bx, by, bz = self.block
         self.threads = bx * by * bz
@@ -200,11 +214,19 @@ class Trace:
                 if role.mask & mask:
                     e = Event(stmt, role, number, env, self)
                     for buffer, spans, *rest in found:
-                        mine = [(lo, hi, m & role.mask) for lo, hi, m in spans
-                                if m & role.mask]
+                        mine = self._role_spans(spans, role)
                         if mine:
                             e.accesses.append(Access(e, buffer, mine, *rest))
                     self.events.append(e)
+
+    def _role_spans(self, spans, role):
+        """The part of `spans` (a list `known` keeps) that `role`'s threads touch, kept
+        there too (lowering.async_protocol memoizes how span lists meet, by identity)."""
+        key = ("role spans", id(spans), role.mask)
+        if key not in self._known:
+            self._known[key] = spans if all(m & role.mask == m for _, _, m in spans) \
+                else [(lo, hi, m & role.mask) for lo, hi, m in spans if m & role.mask]
+        return self._known[key]
 
     def coordinates(self, t):
         """Linear thread id t as (x, y, z)."""
@@ -332,14 +354,15 @@ class Trace:
         return self._known[key]
 
     def _compute_spans(self, buffer, index, nbytes, mask, env, stmt, lanes):
+        lo, hi = _buffer_bytes(buffer, stmt)
         spans, touching = {}, mask & self._lanes(lanes) if lanes < 32 else mask
+        bound, size = self._bound(index), buffer.dtype.itemsize
         try:
             for part, threads in self._thread_classes(index, touching):
-                start = _element_byte(buffer, kir.evaluate_scalar(self._bound(index),
-                                                                  {**env, **part}), stmt)
+                start = lo + int(kir.evaluate_scalar(bound, {**env, **part})) * size
                 spans[start] = spans.get(start, 0) | threads
         except (TypeError, KeyError):
-            return [(*_buffer_bytes(buffer, stmt), mask)], False
+            return [(lo, hi, mask)], False
         return [(start, start + nbytes, m) for start, m in spans.items()], True
 
     def _lanes(self, lanes):
