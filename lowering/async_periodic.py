@@ -24,7 +24,7 @@ protocol uses stay far below 2^31 (lowering.index_bounds proves index widths).
 """
 
 from dataclasses import dataclass
-from math import gcd
+from math import gcd, lcm
 
 from . import kir
 
@@ -34,10 +34,6 @@ class _Shape:
     step: int
     rise: int
     nonneg: bool             # f(v) >= 0 for every v >= 0 and any other values
-
-
-def _lcm(a, b):
-    return a * b // gcd(a, b)
 
 
 def period(expr, var, nonneg_names=()):
@@ -74,13 +70,13 @@ def _periodic(parts, nonneg):
         return None
     step = 1
     for p in parts:
-        step = _lcm(step, p.step)
+        step = lcm(step, p.step)
     return _Shape(step, 0, nonneg)
 
 
 def _align(a, b):
     """Both shapes over the lcm of their steps."""
-    step = _lcm(a.step, b.step)
+    step = lcm(a.step, b.step)
     return step, a.rise * (step // a.step), b.rise * (step // b.step)
 
 
@@ -96,7 +92,7 @@ def _binop(e, var, nonneg):
         return _Shape(step, ra - rb, False)
     if e.op == "mul":
         if not (a.rise or b.rise):
-            return _Shape(_lcm(a.step, b.step), 0, a.nonneg and b.nonneg)
+            return _Shape(lcm(a.step, b.step), 0, a.nonneg and b.nonneg)
         rising, other = (a, e.b) if a.rise else (b, e.a)
         if not (isinstance(other, kir.Const) and other.dtype.is_int) or (a.rise and b.rise):
             return None

@@ -40,21 +40,26 @@ repeat; so, for T >= T_s = m1 + m2 + 2W + 3P, G_T is G_{T-P} with P iterations s
 at any v0 in [m1 + W, T - P - m2 - W]: nodes before v0 stay, later ones shift by P, the
 edges near v0 (span <= W) follow the pattern, and the first m1 iterations and the last m2
 (relative to the end, with T mod P) are laid out as in the unrollings.
-(2) Lifting. By C4 a path of G_{T-P} crosses v0 once, upward, on an edge of span <= W
-whose target is an event (C1: a phase's or generation's in-edges come from its own
-iteration); in G_T that edge exists unshifted and the target reaches its own image P
-iterations on by program order. So G_T orders every pair G_{T-P} orders (images under the
-splice), through the same synchronization points.
+(2) Lifting. Cut G_{T-P} below the nodes that iteration nodes at times >= v0 reach; by C4
+no path comes back below the cut, so a path crosses it once, on an edge that either has
+span <= W and enters an event (C1: a phase's or generation's in-edges come from its own
+iteration) or joins the first iterations or what precedes the loops to what follows them
+(the same edge in G_T). In G_T the first kind exists unshifted, and its target reaches its
+own image P iterations on by program order. So G_T orders every pair G_{T-P} orders
+(images under the splice), through the same synchronization points.
 (3) Obligations. lowering.async_protocol checks properties of one node (parities, counts,
 expect_tx, barrier arrivals, wgmma fences, what is pending at the end), orderings between
 two nodes (conflicts, init visibility, the proved phase assignment, proxy fences), and
-acyclicity. For T >= T_s there are 2P + 1 splice points, so some block avoids the nodes
-of any one check; its preimage holds in G_{T-P}, so the check holds in G_T by (1) or (2).
-A proxy-fence finding (ordered, not fenced) needs an order G_{T-P} has the other way
-round (its conflict check), which lifts and would close a cycle. A cycle keeps one time
-(C4) and lies in some block's complement, so G_{T-P} would have it. C1-C4 carry over to
-G_T by (1): its iteration nodes repeat those of the unrollings, and paths between them
-leave the loops only in the first m1 and last m2 iterations, laid out as there.
+acyclicity. For T >= T_s there are 2P + 1 splice points, so some block avoids the (one or
+two) nodes of a check: its preimage holds in G_{T-P}, so the check holds in G_T by (1) or
+(2); what a check derives from a node follows the pattern (a TMA load's phase is in its
+own iteration; the wait retiring a wgmma, falling in the block, reaches its image by
+program order as in (2)). A proxy-fence finding (ordered, not fenced) needs an order
+G_{T-P} has the other way round (its conflict check), which lifts and would close a
+cycle. A cycle keeps one time (C4) and lies in some block's complement, so G_{T-P} would
+have it. C1-C4 carry over to G_T by (1): its iteration nodes repeat those of the
+unrollings, and paths between them leave the loops only in the first m1 and last m2
+iterations, laid out as there.
 So G_T is proved when G_{T-P} is, for T >= T_s = B + 1: induction from 0..B.
 
 Several trip counts: the base cases are all combinations, and each τ is argued with the
@@ -64,7 +69,7 @@ conditions for one τ do not depend on the others; a nested count is reduced las
 """
 
 from itertools import product
-from math import gcd
+from math import lcm
 
 from . import kir
 from .async_trace import Iteration, Refusal, Trace, iterations
@@ -85,7 +90,7 @@ def check_every_case(kernel, skeleton, known, check):
     argument does not apply."""
     keys = list(skeleton.uniform)
     if len(keys) > MAX_UNIFORM:
-        cond, ifs = skeleton.uniform[keys[MAX_UNIFORM]]
+        _, ifs = skeleton.uniform[keys[MAX_UNIFORM]]
         raise Refusal(ifs[0], f"cannot prove: more than {MAX_UNIFORM} block-uniform "
                               f"conditions (verified for each choice of their outcomes)")
     _refuse_nested_groups(skeleton)
@@ -107,7 +112,7 @@ def covering_traces(kernel, skeleton, known):
             trace = Trace(kernel, known, skeleton, {k: trips.get(k, 1)
                                                     for k in skeleton.trip_counts},
                           outcomes)
-            longer = {k: 2 * _lcm(trace.periods.get(k, {}).values())
+            longer = {k: 2 * lcm(*trace.periods.get(k, {}).values())
                       for k in skeleton.trip_counts}
             if all(longer[k] <= trace.trips[k] for k in longer):
                 break
@@ -117,7 +122,7 @@ def covering_traces(kernel, skeleton, known):
 
 
 def _refuse_nested_groups(skeleton):
-    for extent, loops in skeleton.trip_counts.values():
+    for _, loops in skeleton.trip_counts.values():
         for loop in loops:
             for inner in kir.walk(loop.body):
                 if isinstance(inner, kir.ForLoop) and skeleton.runs(inner) \
@@ -129,13 +134,6 @@ def _refuse_nested_groups(skeleton):
                                            f"{inner.var.name} ({inner.label}), nested in "
                                            f"run-time loop {loop.var.name} ({loop.label}), "
                                            f"holds {type(bad).__name__}")
-
-
-def _lcm(values):
-    out = 1
-    for v in values:
-        out = out * v // gcd(out, v)
-    return out
 
 
 class _TripCounts:
@@ -219,8 +217,7 @@ class _Depths:
     def __init__(self, plan, order, key):
         self.plan, self.order, self.key = plan, order, key
         self.trips = order.trace.trips[key]
-        extent, loops = plan.skeleton.trip_counts[key]
-        self.loop = loops[0]
+        self.loop = plan.skeleton.trip_counts[key][1][0]
 
     def refuse(self, stmt, why):
         raise Refusal(stmt or self.loop, f"cannot prove every trip count of run-time loop "
@@ -254,15 +251,15 @@ class _Depths:
         periods = self.order.trace.periods.get(self.key, {})
         if not any(self.at(e) for e in self.order.trace.events):
             return 0
-        base = _lcm(p for i, p in periods.items() if i not in self.plan.parities)
-        parity = _lcm(p for i, p in periods.items() if i in self.plan.parities)
+        base = lcm(*(p for i, p in periods.items() if i not in self.plan.parities))
+        parity = lcm(*(p for i, p in periods.items() if i in self.plan.parities))
         lags, early, late = self._lags()
         W = max([1] + lags)
         m1 = max([1] + [u + 1 for u in early])
         m2 = max([W] + [self.trips - u for u in late])
 
         def need(P):                     # B; long enough to see each depth and C2
-            return max(m1 + m2 + 2 * W + 3 * P - 1, m1 + m2 + _lcm((P, parity)),
+            return max(m1 + m2 + 2 * W + 3 * P - 1, m1 + m2 + lcm(P, parity),
                        2 * max(m1, m2) + 1)
         P = base
         while self.trips >= need(P) and not self._matching(P, m1, parity):
@@ -350,7 +347,7 @@ class _Depths:
                 last = max(e.step for e, _ in inside)
                 if w % 2 and any(e.step > last for e, _ in matched):
                     return False
-                window = m1 + _lcm((P, parity))
+                window = m1 + lcm(P, parity)
                 if not all(self._parity_repeats(e, P, w) for e, _ in inside
                            if m1 <= self.at(e)[1] < window):
                     return False
