@@ -422,9 +422,10 @@ class Ordering:
         for bar in self.bars.values():
             for role, matched in bar.matched.items():
                 for e, m in matched:
-                    if m < 0 or not self.graph.on_cycle(e.leave, cycle):
+                    phase = bar.phase(m)              # None: reported as never passing
+                    if phase is None or not self.graph.on_cycle(e.leave, cycle):
                         continue
-                    self._finding("deadlock", bar.name, bar.phase(m).arrivals[-1], e,
+                    self._finding("deadlock", bar.name, phase.arrivals[-1], e,
                                   f"deadlock: the wait of {role} on {bar.name} for parity "
                                   f"{m % 2} (phase {m}) is in a cycle of waits: phase {m} "
                                   f"completes only after arrivals that come after this "

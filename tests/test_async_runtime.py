@@ -117,6 +117,19 @@ def test_a_shared_index_that_grows_with_the_loop_is_refused_naming_the_loop():
                                f"{loop.label} (for i in 0..n)")
 
 
+def test_a_wait_for_a_phase_that_never_forms_in_a_cycle_of_waits_is_a_deadlock():
+    """(Found by comparing mutated pipelines' verdicts with and without a run-time trip
+    count; the verifier used to fail on it.) The consumers wait on full[(k + 1) % 3] and
+    the producer on the wrong empty parity."""
+    kernel = hp.sched_matmul(stages=3, k_tiles=2, drop=("empty_parity",))
+    loop = _loop(kernel, "k")
+    wait = next(s for s in loop.body if isinstance(s, kir.MbarrierWait))
+    wait.index = ex.binop("mod", ex.add(loop.var, c(1)), c(3))
+    hazards = check_async_protocol(kernel)
+    assert {h.kind for h in hazards} == {"deadlock"}
+    assert any("never passes" in h.detail for h in hazards)
+
+
 def test_loops_of_equal_but_different_extents_are_refused_by_name():
     """The argument pairs waits with phases of one trip count: a producer loop of
     (K + 63) / 64 iterations and a consumer loop of ceildiv(K, 64) are two counts."""
