@@ -29,7 +29,7 @@ threads, a wgmma issued over registers not wgmma.fenced since they were stored.
 from dataclasses import dataclass, field
 
 from . import kir
-from .async_trace import Refusal
+from .async_trace import Refusal, iterations
 from .errors import Hazard
 from .hazards import END
 
@@ -140,8 +140,18 @@ class _RoleState:
     stored: dict = field(default_factory=dict)
     fenced: bool = False
 
+    def snapshot(self):
+        """(wgmma groups, bulk groups, names of the stored buffers, fenced), copied."""
+        return (tuple(map(tuple, self.wgmma)), tuple(map(tuple, self.bulk)),
+                frozenset(b.name for b in self.stored), self.fenced)
+
 
 _BLOCKING = (kir.MbarrierWait, kir.Barrier, kir.NamedBarrier)
+
+
+def _point(env):
+    """Which iteration of which run-time loops `env` is in."""
+    return tuple((id(v.loop), v.instance, int(v)) for v in iterations(env))
 
 
 class Ordering:
@@ -154,6 +164,9 @@ class Ordering:
         self.fences = {r: [] for r in trace.roles}          # FenceProxyAsync events
         self.init_fences = {r: [] for r in trace.roles}     # FenceMbarrierInit events
         self.async_pending = []         # wgmma / TMA store accesses, retired or not
+        # with run-time loops: (role, event or None: the end, the role's state before
+        # it) where the role enters another iteration (lowering.async_runtime reads them)
+        self.role_states = []
 
     def order(self):
         """Build the graph and close it; returns the nodes on or behind a cycle."""
@@ -172,10 +185,11 @@ class Ordering:
         key = (kind, first.stmt.label, END.label if second is None else second.stmt.label)
         if key in self.found:
             return
-        later = (None, {}) if second is None else ((second.role.first, 0, 0), second.env)
+        where = self.trace.coordinates
+        later = (None, {}) if second is None else (where(second.role.first), second.env)
         self.found[key] = Hazard(
             kind, buffer, point(first.stmt), point(END if second is None else second.stmt),
-            byte_range=byte_range, threads=((first.role.first, 0, 0), later[0]),
+            byte_range=byte_range, threads=(where(first.role.first), later[0]),
             iterations=(dict(first.env), dict(later[1])), detail=detail)
 
 
@@ -183,8 +197,12 @@ class Ordering:
 
     def _program_order(self):
         last, state = {}, {r: _RoleState() for r in self.trace.roles}
+        tracked = bool(self.trace.trips)
         for e in self.trace.events:
             s, st = e.stmt, state[e.role]
+            if tracked and (e.role not in last
+                            or _point(last[e.role].env) != _point(e.env)):
+                self.role_states.append((e.role, e, st.snapshot()))
             e.enter = self.graph.node()
             e.leave = e.enter
             if isinstance(s, _BLOCKING) and not getattr(s, "arrive_only", False):
@@ -220,6 +238,8 @@ class Ordering:
                 st.fenced, st.stored = True, {}
             elif isinstance(s, kir.Wgmma):
                 self._wgmma_fence(e, st)
+        if tracked:
+            self.role_states += [(r, None, st.snapshot()) for r, st in state.items()]
 
 
     def _wgmma_fence(self, e, st):
@@ -402,9 +422,10 @@ class Ordering:
         for bar in self.bars.values():
             for role, matched in bar.matched.items():
                 for e, m in matched:
-                    if m < 0 or not self.graph.on_cycle(e.leave, cycle):
+                    phase = bar.phase(m)              # None: reported as never passing
+                    if phase is None or not self.graph.on_cycle(e.leave, cycle):
                         continue
-                    self._finding("deadlock", bar.name, bar.phase(m).arrivals[-1], e,
+                    self._finding("deadlock", bar.name, phase.arrivals[-1], e,
                                   f"deadlock: the wait of {role} on {bar.name} for parity "
                                   f"{m % 2} (phase {m}) is in a cycle of waits: phase {m} "
                                   f"completes only after arrivals that come after this "

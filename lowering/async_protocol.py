@@ -33,21 +33,31 @@ phases with their arrivals, TMA loads and matched waits, barrier generations), p
 its own assignment of arrivals and waits to phases, and closes it (a cycle is a
 deadlock); here each rule is a question to the closed graph.
 
-What it refuses (kind "cannot-prove", never a pass): a loop extent, condition, barrier
-index, parity, count or expect_tx that is not a constant given the loop variables (a
-condition may also depend on threadIdx.x), a block of more than one dimension, cp.async,
-a shared buffer with no constant place, one statement's arrivals split across two
-phases, a TMA load issued before its thread arrives on its barrier. What it does not
-check: that the threads of one statement execution touch distinct bytes (lowering.hazards'
-owner maps and the interpreter do), global memory, registers read while a wgmma is
-pending. A whole wgmma is retired for its role at that role's wait (the instruction is
-warp-group collective); a TMA load's bytes are visible to a thread only through a wait
-of its own role.
+Run-time values: a loop whose extent is a run-time expression (ceildiv(K, 64)) is proved
+for every trip count and a block-uniform condition (blockIdx.z < gridDim.z - 1) for both
+outcomes, by lowering.async_runtime's argument over finitely many unrollings; a finding
+names the trip counts and outcomes it was made at.
+
+What it refuses (kind "cannot-prove", never a pass): a barrier index, parity, count or
+expect_tx that is not a constant given the loop variables, or, inside a run-time loop,
+not periodic in its variable; a condition that is neither a function of the thread index
+and the loop variables nor block-uniform (unless nothing under it touches the protocol:
+then it is skipped); a loop extent that depends on the thread or on data; run-time loops
+the argument does not cover (lowering.async_runtime says which); cp.async; a shared
+buffer with no constant place; one statement's arrivals split across two phases; a TMA
+load issued before its thread arrives on its barrier. What it does not check: that the
+threads of one statement execution touch distinct bytes (lowering.hazards' owner maps and
+the interpreter do), global memory, registers read while a wgmma is pending. A whole
+wgmma is retired for its role at that role's wait (the instruction is warp-group
+collective); a TMA load's bytes are visible to a thread only through a wait of its own
+role.
 """
 
 from . import kir
 from .async_order import Ordering, point
-from .async_trace import Refusal, Trace
+from .async_runtime import check_every_case
+from .async_skeleton import Skeleton
+from .async_trace import Refusal
 from .errors import Hazard, HazardError
 
 _ASYNC_READ = {"wgmma": ("a pending wgmma still reads", "the wgmma.wait_group retiring it"),
@@ -59,7 +69,7 @@ def check_async_protocol(kernel, known=None):
     """Every finding (lowering.errors.Hazard) of the kernel's async protocol; [] when it is
     proved. `known`: see async_trace.Trace (a caller asking again and again)."""
     try:
-        return _Protocol(Trace(kernel, known)).check()
+        return check_every_case(kernel, Skeleton(kernel), known, _check)
     except Refusal as r:
         return [Hazard("cannot-prove", "-", point(r.stmt), point(r.stmt), detail=r.why)]
 
@@ -71,8 +81,15 @@ def verify_async_protocol(kernel):
         raise HazardError(findings, kernel.name)
 
 
+def _check(trace):
+    protocol = _Protocol(trace)
+    return protocol.check(), protocol
+
+
 class _Protocol(Ordering):
     """The checks, asked of the closed graph."""
+
+    _found_pairs = None
 
     def check(self):
         if not self.order():                 # a cycle: its deadlocks are the findings
@@ -113,17 +130,24 @@ class _Protocol(Ordering):
                       key=lambda a: (a.lo, a.event.step))
 
     def _pairs(self):
-        """(earlier, later, how their threads meet) in walk order, for the accesses of
+        """[(earlier, later, how their threads meet)] in walk order, for the accesses of
         different statement executions that touch common bytes."""
-        accesses = self._accesses()
-        for i, a in enumerate(accesses):
-            for b in accesses[i + 1:]:
-                if b.lo >= a.hi:
-                    break
-                if a.event.step != b.event.step:
-                    meet = a.threads_meet(b)
-                    if meet:
-                        yield ((a, b) if a.event.step < b.event.step else (b, a)) + (meet,)
+        if self._found_pairs is None:
+            self._found_pairs, meets = [], self.trace.meets
+            accesses = self._accesses()
+            for i, a in enumerate(accesses):
+                for b in accesses[i + 1:]:
+                    if b.lo >= a.hi:
+                        break
+                    if a.event.step != b.event.step:
+                        key = (id(a.spans), id(b.spans))
+                        if key not in meets:
+                            meets[key] = a.threads_meet(b)
+                        if meets[key]:
+                            self._found_pairs.append(
+                                ((a, b) if a.event.step < b.event.step else (b, a))
+                                + (meets[key],))
+        return self._found_pairs
 
     def _ordered(self, first, second, meet="other"):
         """Is access `first` complete before access `second` begins, for the threads that
@@ -197,7 +221,7 @@ class _Protocol(Ordering):
                for f in self.fences[x.event.role]):
             return True
         lo, hi = x.overlap(y)
-        return any(z is not x and any(a <= lo and hi <= b for a, b, _ in z.spans)
+        return any(z is not x and z.exact and any(a <= lo and hi <= b for a, b, _ in z.spans)
                    and self._ordered(x, z) and self._ordered(z, y) for z in writes)
 
     def _pending_at_end(self):

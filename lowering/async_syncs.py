@@ -17,7 +17,9 @@ The rules, one per kind of finding (first: the earlier statement, second: the la
     RAW, WAR, WAW      between threads of the one warp group (or block) that runs the
                        innermost list holding both: bar.sync on a fresh id for the threads
                        of that list (__syncthreads if they are the block) before the later
-                       statement's ancestor there
+                       statement's ancestor there; threads are counted by linear id
+                       (x + bx * (y + by * z)), in every unrolling of the kernel's
+                       run-time loops and block-uniform ifs
 Refused (HazardError listing the findings): a deadlock, a wrong parity or an expect_tx
 that does not match (the protocol itself is wrong); a TMA load's bytes touched before its
 phase is waited for, and a stage handed between roles before its reads retired (only the
@@ -36,7 +38,8 @@ from fuserir.instructions import NAMED_BARRIER_IDS
 
 from . import kir
 from .async_protocol import check_async_protocol
-from .async_trace import Trace
+from .async_runtime import covering_traces
+from .async_skeleton import Skeleton
 from .errors import HazardError
 from .hazards import path_to, thread_dependent
 
@@ -86,7 +89,7 @@ class _Placer:
     def __init__(self, kernel, findings, known):
         self.kernel, self.findings, self.known = kernel, findings, known
         self.by_label = {s.label: s for s in kir.walk(kernel.body)}
-        self._trace = None
+        self._traces = None
         self.seen = set()
         self.used_ids = {s.id for s in kir.walk(kernel.body) if isinstance(s, kir.NamedBarrier)}
 
@@ -136,15 +139,19 @@ class _Placer:
             depth += 1
         return paths[0][depth][0], [p[depth][1] for p in paths]
 
+    def traces(self):
+        if self._traces is None:
+            self._traces = covering_traces(self.kernel, Skeleton(self.kernel), self.known)
+        return self._traces
+
     def threads(self, *stmts):
         """The bit mask of the threads that execute any statement in or under `stmts`."""
-        if self._trace is None:
-            self._trace = Trace(self.kernel, self.known)
         inside = {id(x) for x in kir.walk(list(stmts))}
         mask = 0
-        for e in self._trace.events:
-            if id(e.stmt) in inside:
-                mask |= e.role.mask
+        for trace in self.traces():
+            for e in trace.events:
+                if id(e.stmt) in inside:
+                    mask |= e.role.mask
         return mask
 
     # -- the rules ----------------------------------------------------------------------
@@ -211,6 +218,4 @@ class _Placer:
         return stmts, b, kir.NamedBarrier(free[0], count, reasons=[reason])
 
     def threads_in_block(self):
-        if self._trace is None:
-            self._trace = Trace(self.kernel, self.known)
-        return self._trace.threads
+        return self.traces()[0].threads

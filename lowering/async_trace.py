@@ -2,13 +2,21 @@
 lowering.async_protocol (lowering.async_order builds the happens-before graph over them).
 
 Unrolling. The body is walked as the block runs it, SIMT style: each statement with the
-set of threads executing it (a bit mask over threadIdx.x) and every loop variable bound
-to each of its values in turn. A loop extent must evaluate to a constant
-(kir.evaluate_scalar, given the enclosing loop variables); a condition is evaluated for
-each executing thread (threadIdx.x bound), so `if threadIdx.x < 128 ... else ...` splits
-warp groups and `if threadIdx.x == 128` elects a thread. Anything else is refused
-(Refusal): a run-time or data-dependent extent or condition, a block of more than one
-dimension, cp.async (lowering.hazards' domain).
+set of threads executing it (a bit mask over the block's linear thread ids t = x + bx *
+(y + by * z), CUDA's numbering, so warps and warp groups are runs of consecutive ids)
+and every loop variable bound to each of its values in turn. lowering.async_skeleton
+says how each loop and if is walked: a constant extent is evaluated given the enclosing
+loop variables; a run-time loop runs the trip count the caller chose for its extent
+(`trips`), its variable bound to an Iteration; a condition is evaluated for each
+executing thread (threadIdx.x, .y and .z bound), so `if threadIdx.y == 2` splits warp
+groups and `if threadIdx.x == 0` elects a thread; a block-uniform one takes the outcome
+the caller chose (`outcomes`); an if that cannot touch the protocol is skipped. Anything
+else is refused (Refusal), and so is cp.async (lowering.hazards' domain).
+
+Run-time loops. Inside one, every value the protocol is computed from (mbarrier indices,
+parities, counts, conditions, byte indices) must be periodic in the loop's variable
+(lowering.async_periodic): each evaluation checks it, refusing what is not, and records
+the period in `periods` for lowering.async_runtime's argument over every trip count.
 
 Roles. The threads are split into the coarsest classes that every executing set is a
 union of: the threads of one role execute the same statements in the same order. Before
@@ -21,20 +29,24 @@ Accesses. Each event's shared-memory accesses, in pool bytes: the generic ones f
 lowering.accesses (a shared Store, shared Loads in its expressions, stmatrix, ldmatrix),
 a TMA load's box (written by the async proxy), a TMA store's box and a wgmma's shared
 operands (read by it). An index is evaluated with the loop variables bound and, if it
-depends on threadIdx.x, once per executing thread (stmatrix and ldmatrix: per address
+depends on the thread, once per executing thread (stmatrix and ldmatrix: per address
 lane), so an access is a list of spans, each with the threads that touch it; an index
-that depends on data or run-time scalars stands for the whole buffer, touched by all.
+that depends on data or run-time scalars stands for the whole buffer, touched by all
+(`exact` False: it may touch less, so it never counts as covering bytes).
 """
 
+from bisect import bisect_left
 from dataclasses import dataclass, field, fields, replace
 
 from fuserir.instructions import swizzle
 
 from . import kir
 from .accesses import shared_accesses
-from .hazards import thread_dependent
+from .async_periodic import period
+from .async_skeleton import Skeleton
 
-_THREAD = "threadIdx.x"          # the variable a condition's threadIdx.x is bound to
+_AXES = "xyz"
+_THREAD = {a: f"threadIdx.{a}" for a in _AXES}  # variables a condition's threadIdx binds to
 _REFUSED = (kir.CpAsync, kir.CpAsyncCommit, kir.CpAsyncWait, kir.ExprStmt)
 
 
@@ -55,9 +67,26 @@ def constant(expr, env, stmt, what):
                             f"constant") from None
 
 
+class Iteration(int):
+    """The value of a run-time loop's variable: an int that knows its `loop` (the
+    ForLoop), its trip count's `key` and its `instance` (the values of the loop variables
+    around the loop: instances of run-time loops with one key and one instance run side
+    by side, in different roles)."""
+
+    def __new__(cls, value, loop, key, instance):
+        self = super().__new__(cls, value)
+        self.loop, self.key, self.instance = loop, key, instance
+        return self
+
+
+def iterations(env):
+    """The Iterations bound in `env`, outermost first."""
+    return [v for v in env.values() if isinstance(v, Iteration)]
+
+
 @dataclass(frozen=True)
 class Role:
-    """Threads (a bit mask over threadIdx.x) that execute the same statements."""
+    """Threads (a bit mask over linear thread ids) that execute the same statements."""
 
     index: int
     mask: int
@@ -92,22 +121,23 @@ class Event:
     role: Role
     step: int
     env: dict
+    trace: "Trace" = None
     accesses: list = field(default_factory=list)
     enter: int = None
     leave: int = None
 
     def value(self, expr, what):
-        return constant(expr, self.env, self.stmt, what)
+        return self.trace.value(expr, self.env, self.stmt, what)
 
 
 @dataclass(eq=False)
 class Access:
     """Bytes read or written by `event`: `spans`, [(lo, hi, threads)] in pool bytes, each
-    touched by the threads of its mask; through the generic proxy or by an async
-    operation ("tma-load", "wgmma", "tma-store"). `end`: what completes it
-    (lowering.async_protocol sets it): the event itself for a generic access, the retiring
-    wait's event for a wgmma or TMA store, the mbarrier phase for a TMA load; None:
-    never retired."""
+    touched by the threads of its mask (`exact`: exactly these; else at most these);
+    through the generic proxy or by an async operation ("tma-load", "wgmma",
+    "tma-store"). `end`: what completes it (lowering.async_protocol sets it): the event
+    itself for a generic access, the retiring wait's event for a wgmma or TMA store, the
+    mbarrier phase for a TMA load; None: never retired."""
 
     event: Event
     buffer: kir.Buffer
@@ -115,11 +145,13 @@ class Access:
     is_write: bool
     proxy: str = "generic"
     info: kir.AccessInfo = None
+    exact: bool = True
     end: object = None
 
     def __post_init__(self):
         self.lo = min(lo for lo, _, _ in self.spans)
         self.hi = max(hi for _, hi, _ in self.spans)
+        self._index = None
 
     def overlap(self, other):
         lo, hi = max(self.lo, other.lo), min(self.hi, other.hi)
@@ -129,24 +161,47 @@ class Access:
         """Do the two touch common bytes: "other" (by two different threads), "same" (by
         one thread only, in both), None (no)."""
         met = None
+        theirs, starts, reach = other.index()
         for lo, hi, mask in self.spans:
-            for lo2, hi2, mask2 in other.spans:
-                if lo < hi2 and lo2 < hi:
+            for lo2, hi2, mask2 in theirs[bisect_left(starts, lo - reach + 1):
+                                          bisect_left(starts, hi)]:
+                if lo < hi2:
                     if mask != mask2 or mask & (mask - 1):
                         return "other"
                     met = "same"
         return met
 
+    def index(self):
+        """(spans sorted, their starts, the longest span's length), for threads_meet."""
+        if self._index is None:
+            spans = sorted(self.spans)
+            self._index = (spans, [lo for lo, _, _ in spans],
+                           max(hi - lo for lo, hi, _ in spans))
+        return self._index
+
 
 class Trace:
-    """A kernel unrolled: `threads` of its block, `roles`, `events` in walk order."""
+    """A kernel unrolled: `block` (its extents), `threads` of its block, `roles`,
+    `events` in walk order; `trips` and `outcomes` as chosen; `periods`: {trip-count key:
+    {id(expression): its period}} of what the run-time loops evaluated."""
 
-    def __init__(self, kernel, known=None):
+    def __init__(self, kernel, known=None, skeleton=None, trips=None, outcomes=None):
         """`known`: a dict a caller keeps across traces of one kernel whose statements it
-        only adds to (sync insertion): the byte spans computed so far, by index
-        expression, buffer, size, threads and loop values."""
+        only adds to (sync insertion, every trip count): the values computed so far, by
+        expression, buffer, threads and loop values. `skeleton`: the kernel's
+        lowering.async_skeleton.Skeleton (computed when not given); `trips`: {key: trip
+        count} of its run-time loops; `outcomes`: {key: bool} of its block-uniform ifs."""
         self._known = {} if known is None else known
-        self.threads = _block_threads(kernel)
+        self.skeleton = Skeleton(kernel) if skeleton is None else skeleton
+        self.trips, self.outcomes = dict(trips or {}), dict(outcomes or {})
+        self.periods = {}
+        # how two accesses' spans (lists `known` keeps) meet: (id, id) -> threads_meet
+        self.meets = self._known.setdefault("meets", {})
+        self.block = _block_extents(kernel)
+        bx, by, bz = self.block
+        self.threads = bx * by * bz
+        self._thread_envs = [{_THREAD["x"]: t % bx, _THREAD["y"]: t // bx % by,
+                              _THREAD["z"]: t // (bx * by)} for t in range(self.threads)]
         full = (1 << self.threads) - 1
         self._bindings = {}                      # id(expression) -> _bind_thread of it
         steps = []
@@ -157,27 +212,43 @@ class Trace:
             found = self._step_accesses(stmt, mask, env)
             for role in self.roles:
                 if role.mask & mask:
-                    e = Event(stmt, role, number, env)
+                    e = Event(stmt, role, number, env, self)
                     for buffer, spans, *rest in found:
-                        mine = [(lo, hi, m & role.mask) for lo, hi, m in spans
-                                if m & role.mask]
+                        mine = self._role_spans(spans, role)
                         if mine:
                             e.accesses.append(Access(e, buffer, mine, *rest))
                     self.events.append(e)
+
+    def _role_spans(self, spans, role):
+        """The part of `spans` (a list `known` keeps) that `role`'s threads touch, kept
+        there too (lowering.async_protocol memoizes how span lists meet, by identity)."""
+        key = ("role spans", id(spans), role.mask)
+        if key not in self._known:
+            self._known[key] = spans if all(m & role.mask == m for _, _, m in spans) \
+                else [(lo, hi, m & role.mask) for lo, hi, m in spans if m & role.mask]
+        return self._known[key]
+
+    def coordinates(self, t):
+        """Linear thread id t as (x, y, z)."""
+        env = self._thread_envs[t]
+        return tuple(env[_THREAD[a]] for a in _AXES)
+
+    # -- the walk ---------------------------------------------------------------------
 
     def _walk(self, stmts, mask, env, steps):
         for s in stmts:
             if not mask:
                 return
             if isinstance(s, kir.ForLoop):
-                what = f"loop extent (of loop {s.var.name})"
-                if thread_dependent(s.extent):
-                    raise Refusal(s, f"cannot prove: {what} {kir.format_expr(s.extent)} "
-                                     f"is not a constant")
-                for v in range(constant(s.extent, env, s, what)):
+                for v in self._iterations(s, env):
                     self._walk(s.body, mask, {**env, s.var.name: v}, steps)
             elif isinstance(s, kir.IfThenElse):
-                taken = self._taken(s, mask, env)
+                how = self.skeleton.condition(s)
+                if how.kind == "refused":
+                    raise Refusal(s, how.why)
+                if how.kind == "skipped":
+                    continue
+                taken = self._taken(s, mask, env, how)
                 self._walk(s.then_body, taken, env, steps)
                 self._walk(s.else_body, mask & ~taken, env, steps)
             elif isinstance(s, _REFUSED):
@@ -186,98 +257,187 @@ class Trace:
             else:
                 steps.append((s, mask, env))
 
-    def _taken(self, s, mask, env):
+    def _iterations(self, s, env):
+        how = self.skeleton.loop(s)
+        if how.kind == "refused":
+            raise Refusal(s, how.why)
+        if how.kind == "constant":
+            return range(self.value(s.extent, env, s, f"loop extent (of loop {s.var.name})"))
+        instance = tuple((k, int(v)) for k, v in env.items())
+        return [Iteration(u, s, how.key, instance) for u in range(self.trips[how.key])]
+
+    def _taken(self, s, mask, env, how):
         """The threads of `mask` for which the condition of `s` holds."""
+        if how.kind == "block-uniform":
+            return mask if self.outcomes[how.key] else 0
+        self._check_periodic(s.cond, env, s, "condition")
+        key = ("taken", id(s.cond), mask, _env_key(env))
+        if key not in self._known:
+            self._known[key] = self._compute_taken(s, mask, env)
+        return self._known[key]
+
+    def _compute_taken(self, s, mask, env):
+        taken = 0
         try:
-            return mask if kir.evaluate_scalar(s.cond, env) else 0
-        except (TypeError, KeyError):
-            pass
-        cond, taken = self._bound(s.cond), 0
-        try:
-            for t in range(self.threads):
-                if mask >> t & 1 and kir.evaluate_scalar(cond, {**env, _THREAD: t}):
-                    taken |= 1 << t
+            for part, threads in self._thread_classes(s.cond, mask):
+                if kir.evaluate_scalar(self._bound(s.cond), {**env, **part}):
+                    taken |= threads
         except (TypeError, KeyError):
             raise Refusal(s, f"cannot prove: condition {kir.format_expr(s.cond)} is not a "
-                             f"function of threadIdx.x and the loop variables") from None
+                             f"function of the thread index and the loop variables") from None
         return taken
+
+    def _thread_classes(self, expr, mask):
+        """[(values of the thread indices `expr` uses, the threads of `mask` with them)]."""
+        axes = self._axes(expr)
+        key = ("classes", axes, mask)
+        if key not in self._known:
+            names, groups = [_THREAD[a] for a in axes], {}
+            for t in range(self.threads):
+                if mask >> t & 1:
+                    values = tuple(self._thread_envs[t][n] for n in names)
+                    groups[values] = groups.get(values, 0) | 1 << t
+            self._known[key] = [(dict(zip(names, v)), m) for v, m in groups.items()]
+        return self._known[key]
+
+    def _axes(self, expr):
+        key = ("axes", id(expr))
+        if key not in self._known:
+            used = {e.axis for e in kir.walk_expr(expr) if isinstance(e, kir.Special)
+                    and e.kind is kir.SpecialKind.threadIdx}
+            self._known[key] = "".join(a for a in _AXES if a in used)
+        return self._known[key]
+
+    # -- values -----------------------------------------------------------------------
+
+    def value(self, expr, env, stmt, what):
+        """The value of `expr` (no thread index in it) given the loop variables `env`,
+        periodic in its run-time loops' variables; else a Refusal naming `what`."""
+        self._check_periodic(expr, env, stmt, what)
+        return constant(self._bound(expr), env, stmt, what)
+
+    def _check_periodic(self, expr, env, stmt, what):
+        """Refuse `expr` unless periodic in each run-time loop variable of `env`; record
+        the periods."""
+        for name, v in env.items():
+            if not isinstance(v, Iteration):
+                continue
+            key = ("period", id(expr), name)
+            if key not in self._known:
+                self._known[key] = period(self._bound(expr), name,
+                                          set(env) | set(_THREAD.values()))
+            p = self._known[key]
+            if p is None:
+                raise Refusal(stmt, f"cannot prove: {what} {kir.format_expr(expr)} is not "
+                                    f"periodic in {name}, the variable of the run-time loop "
+                                    f"{v.loop.label} (for {name} in 0.."
+                                    f"{kir.format_expr(v.loop.extent)}): the protocol must "
+                                    f"repeat with the iteration, depending on {name} only "
+                                    f"through {name} % m or ({name} / d) % m")
+            self.periods.setdefault(v.key, {})[id(expr)] = p
 
     def _bound(self, expr):
         if id(expr) not in self._bindings:
-            self._bindings[id(expr)] = _bind_thread(expr)
+            self._bindings[id(expr)] = _bind_thread(expr, self.block)
         return self._bindings[id(expr)]
 
+    # -- shared bytes -----------------------------------------------------------------
+
     def _spans(self, buffer, index, nbytes, mask, env, stmt, lanes=32):
-        """[(lo, hi, threads)]: the bytes from element `index` each thread of `mask` (the
-        first `lanes` of each warp) touches."""
-        key = (id(index), id(buffer), nbytes, mask, lanes, tuple(sorted(env.items())))
+        """([(lo, hi, threads)], exact): the bytes from element `index` each thread of
+        `mask` (the first `lanes` of each warp) touches."""
+        self._check_periodic(index, env, stmt, f"the index into {buffer.name}")
+        key = (id(index), id(buffer), nbytes, mask, lanes, _env_key(env))
         if key not in self._known:
             self._known[key] = self._compute_spans(buffer, index, nbytes, mask, env, stmt,
                                                    lanes)
         return self._known[key]
 
     def _compute_spans(self, buffer, index, nbytes, mask, env, stmt, lanes):
-        whole = [(*_buffer_bytes(buffer, stmt), mask)]
+        lo, hi = _buffer_bytes(buffer, stmt)
+        spans, touching = {}, mask & self._lanes(lanes) if lanes < 32 else mask
+        bound, size = self._bound(index), buffer.dtype.itemsize
         try:
-            at = kir.evaluate_scalar(index, env)
-            if lanes == 32:
-                start = _element_byte(buffer, at, stmt)
-                return [(start, start + nbytes, mask)]
+            for part, threads in self._thread_classes(index, touching):
+                start = lo + int(kir.evaluate_scalar(bound, {**env, **part})) * size
+                spans[start] = spans.get(start, 0) | threads
         except (TypeError, KeyError):
-            pass
-        bound, spans = self._bound(index), {}
-        try:
-            for t in range(self.threads):
-                if mask >> t & 1 and t % 32 < lanes:
-                    start = _element_byte(
-                        buffer, kir.evaluate_scalar(bound, {**env, _THREAD: t}), stmt)
-                    key = (start, start + nbytes)
-                    spans[key] = spans.get(key, 0) | 1 << t
-        except (TypeError, KeyError):
-            return whole
-        return [(lo, hi, m) for (lo, hi), m in spans.items()]
+            return [(lo, hi, mask)], False
+        return [(start, start + nbytes, m) for start, m in spans.items()], True
+
+    def _lanes(self, lanes):
+        """The threads that are among the first `lanes` of their warp."""
+        key = ("lanes", lanes, self.threads)
+        if key not in self._known:
+            self._known[key] = sum(1 << t for t in range(self.threads) if t % 32 < lanes)
+        return self._known[key]
 
     def _step_accesses(self, stmt, mask, env):
-        """(buffer, spans, is_write, proxy, info) of each shared access of one execution by
-        the threads of `mask`."""
+        """(buffer, spans, is_write, proxy, info, exact) of each shared access of one
+        execution by the threads of `mask`."""
         found = []
         for a in shared_accesses(stmt):
-            found.append((a.buffer, self._spans(a.buffer, a.index, a.nbytes, mask, env, stmt,
-                                                a.lanes or 32), a.is_write, "generic",
-                          a.info))
+            spans, exact = self._spans(a.buffer, a.index, a.nbytes, mask, env, stmt,
+                                       a.lanes or 32)
+            found.append((a.buffer, spans, a.is_write, "generic", a.info, exact))
         if isinstance(stmt, kir.TmaLoad):
-            found.append((stmt.dst, self._spans(stmt.dst, stmt.dst_index,
-                                                stmt.map.box_bytes, mask, env, stmt),
-                          True, "tma-load", stmt.access))
+            spans, exact = self._spans(stmt.dst, stmt.dst_index, stmt.map.box_bytes, mask,
+                                       env, stmt)
+            found.append((stmt.dst, spans, True, "tma-load", stmt.access, exact))
         elif isinstance(stmt, kir.TmaStore):
-            found.append((stmt.src, self._spans(stmt.src, stmt.src_index,
-                                                stmt.map.box_bytes, mask, env, stmt),
-                          False, "tma-store", stmt.access))
+            spans, exact = self._spans(stmt.src, stmt.src_index, stmt.map.box_bytes, mask,
+                                       env, stmt)
+            found.append((stmt.src, spans, False, "tma-store", stmt.access, exact))
         elif isinstance(stmt, kir.Wgmma):
             operands = [(stmt.b, stmt.b_index, stmt.b_layout, stmt.trans_b, stmt.n)]
             if stmt.a.memory is kir.Memory.shared:
                 operands.insert(0, (stmt.a, stmt.a_index, stmt.a_layout, stmt.trans_a, 64))
             for buf, index, layout, trans, rows in operands:
-                found.append((buf, [(*_operand_bytes(buf, index, layout, trans, rows, env,
-                                                     stmt), mask)],
-                              False, "wgmma", stmt.access))
+                self._check_periodic(index, env, stmt, f"the wgmma operand index into "
+                                                       f"{buf.name}")
+                key = ("operand", id(index), id(buf), id(layout), trans, rows, mask,
+                       _env_key(env))
+                if key not in self._known:
+                    self._known[key] = self._operand_spans(buf, index, layout, trans, rows,
+                                                           mask, env, stmt)
+                found.append((buf, self._known[key], False, "wgmma", stmt.access, False))
         return found
 
 
-def _block_threads(kernel):
-    x, *rest = [constant(e, {}, None, "the block extent") for e in kernel.launch.block]
-    if any(n != 1 for n in rest):
-        raise Refusal(None, "cannot prove: a block of more than one dimension")
-    return x
+    def _operand_spans(self, buffer, index, layout, trans, rows, mask, env, stmt):
+        """[(lo, hi, threads)] around a wgmma operand's bytes for the threads of `mask`,
+        by the operand's start each computes (all of the buffer where it depends on
+        data)."""
+        starts = {}
+        try:
+            for part, threads in self._thread_classes(index, mask):
+                at = kir.evaluate_scalar(self._bound(index), {**env, **part})
+                starts[at] = starts.get(at, 0) | threads
+        except (TypeError, KeyError):
+            return [(*_buffer_bytes(buffer, stmt), mask)]
+        return [(*_operand_bytes(buffer, at, layout, trans, rows, stmt), m)
+                for at, m in starts.items()]
 
 
-def _bind_thread(expr):
-    """`expr` with threadIdx.x a variable named _THREAD."""
+def _env_key(env):
+    return tuple(sorted(env.items()))
+
+
+def _block_extents(kernel):
+    dims = [constant(e, {}, None, "the block extent") for e in kernel.launch.block]
+    return tuple(dims + [1] * (3 - len(dims)))
+
+
+def _bind_thread(expr, block):
+    """`expr` with threadIdx.x, .y, .z variables named _THREAD[axis] and blockDim the
+    block's extents."""
     if isinstance(expr, kir.Special):
-        if expr.kind is kir.SpecialKind.threadIdx and expr.axis == "x":
-            return kir.Var(_THREAD, expr.dtype)
+        if expr.kind is kir.SpecialKind.threadIdx:
+            return kir.Var(_THREAD[expr.axis], expr.dtype)
+        if expr.kind is kir.SpecialKind.blockDim:
+            return kir.Const(block[_AXES.index(expr.axis)], expr.dtype)
         return expr
-    changes = {f.name: _bind_thread(getattr(expr, f.name)) for f in fields(expr)
+    changes = {f.name: _bind_thread(getattr(expr, f.name), block) for f in fields(expr)
                if isinstance(getattr(expr, f.name), kir.ScalarExpr)}
     return replace(expr, **changes) if changes else expr
 
@@ -307,12 +467,9 @@ def _element_byte(buffer, index, stmt):
     return _buffer_bytes(buffer, stmt)[0] + int(index) * buffer.dtype.itemsize
 
 
-def _operand_bytes(buffer, index, layout, trans, rows, env, stmt):
-    """[lo, hi) around a wgmma operand's bytes (all of the buffer: a data-dependent
-    start)."""
-    try:
-        start = _element_byte(buffer, kir.evaluate_scalar(index, env), stmt)
-    except (TypeError, KeyError):
-        return _buffer_bytes(buffer, stmt)
+def _operand_bytes(buffer, index, layout, trans, rows, stmt):
+    """[lo, hi) around the bytes of a wgmma operand starting at element `index` (a
+    value)."""
+    start = _element_byte(buffer, index, stmt)
     physical = swizzle(start + layout.offsets(trans, rows), layout.swizzle)
     return int(physical.min()), int(physical.max()) + buffer.dtype.itemsize

@@ -41,6 +41,31 @@ empty[s] (count 128), fence.mbarrier_init, __syncthreads.
                         (cudnn-frontend #784)
     "store_read_wait"   the wait_group.read before the next tile's stmatrix reuses the C
                         tile (persistent kernels)
+
+The kernel the Hopper scheduler lowers, shaped by hand, run-time sizes and all:
+
+    sched_matmul(stages=2, k_tiles=None, split_k=False, drop=())
+
+C[M, N] (f16) = A[M, K] x B[N, K]^T with M, N, K scalar parameters, one 128 x 64 tile of
+C per block (grid ceildiv(N, 64) x ceildiv(M, 128) x splitk), blockDim (128, 3, 1):
+threadIdx.y 0 and 1 are the consumer warp groups (rows 64 y .. 64 y + 63 of the tile),
+threadIdx.y == 2 the producer warp group, its thread threadIdx.x == 0 elected. The K loop
+runs ceildiv(K, 64) times (k_tiles: a constant count instead, the same kernel otherwise);
+with split_k, block z runs its slice min(ceildiv(ceildiv(K, 64), splitk), ceildiv(K, 64) -
+z * slice) of it and the blocks of a tile meet in lowering.passes.grid_reductions'
+serial turnstile (f32 partials in a workspace, a semaphore per tile), the last one writing
+C. Stage s = k % stages holds A's 128 x 64 box and B's 64 x 64 box (128-byte swizzle);
+full[s] (count 1) and empty[s] (count 256, every consumer) as in ws_matmul. Consumers keep
+f32 accumulators (32 per thread, WGMMA.d(64)'s layout) and store them, converted to f16,
+straight to global memory under `if (row < M && col < N)`.
+
+`drop` (SCHED_DROPS), the faults that apply to this shape:
+    "init_barrier"   the __syncthreads after the mbarrier inits
+    "init_fence"     the fence.mbarrier_init after them
+    "empty_parity"   the producer's first waits on empty use parity 0
+    "release_early"  the consumers arrive on empty[s] before their wgmma wait_group
+    "wgmma_fence"    the wgmma.fence before the K loop
+    "full_wait"      the consumers' wait on full[s]
 """
 
 import numpy as np
@@ -57,6 +82,9 @@ BOX_BYTES = TILE * TILE * 2      # one 64 x 64 f16 box
 SWIZZLE = "128B"
 DROPS = ("init_barrier", "empty_parity", "release_early", "drain", "epilogue_barrier",
          "proxy_fence", "store_read_wait")
+SCHED_DROPS = ("init_barrier", "init_fence", "empty_parity", "release_early", "wgmma_fence",
+               "full_wait")
+ROWS = 2 * TILE                  # rows of a sched_matmul tile: two consumer warp groups
 
 
 def _op(name, a, b):
@@ -209,3 +237,164 @@ def inputs(tiles=1, k_tiles=4, seed=0):
 
 def expected(args):
     return (args["A"].astype(np.float64) @ args["B"].astype(np.float64).T).astype(np.float16)
+
+
+# ---------------------------------------------------------------------------------------
+# The scheduler's shape: run-time sizes, two consumer warp groups, optional split-K
+# ---------------------------------------------------------------------------------------
+
+
+def _tid(axis):
+    return ex.tid(axis)
+
+
+def sched_matmul(stages=2, k_tiles=None, split_k=False, drop=()):
+    unknown = set(drop) - set(SCHED_DROPS)
+    assert not unknown, unknown
+    M, N, K = ex.scalar("M"), ex.scalar("N"), ex.scalar("K")
+    scalars = [M, N, K]
+    A = ex.tensor("A", F16, [M.var, K.var])
+    B = ex.tensor("B", F16, [N.var, K.var])
+    C = ex.tensor("C", F16, [M.var, N.var], is_output=True)
+    a_map = kir.TensorMap("A_map", A, [K.var, M.var], [A.strides[0]], (TILE, ROWS), SWIZZLE)
+    b_map = kir.TensorMap("B_map", B, [K.var, N.var], [B.strides[0]], (TILE, TILE), SWIZZLE)
+    a_box, b_box = ROWS * TILE, TILE * TILE                   # elements
+    bars = _shared("bars", I64, 2 * stages, 0)
+    a_st = _shared("a_stages", F16, stages * a_box, 1024)
+    b_st = _shared("b_stages", F16, stages * b_box, 1024 + stages * 2 * a_box)
+    acc = kir.Buffer("acc", F32, kir.Memory.local, size=c(TILE // 2))
+    x, y, z = _tid("x"), _tid("y"), ex.bid("z")
+    full = lambda s: s                                          # noqa: E731
+    empty = lambda s: ex.add(s, c(stages))                      # noqa: E731
+    layout = kir.MatrixLayout(16, 1024, SWIZZLE)
+
+    k_total = ex.ceildiv(K.var, c(TILE))
+    if split_k:
+        splitk = ex.scalar("splitk")
+        scalars.append(splitk)
+        slice_ = ex.ceildiv(k_total, splitk.var)
+        extent = ex.binop("min", slice_, ex.sub(k_total, ex.mul(z, slice_)))
+        first_k = ex.mul(z, slice_)
+    else:
+        extent, first_k = k_total, c(0)
+    if k_tiles is not None:
+        extent = c(k_tiles)
+
+    # -- the producer --------------------------------------------------------------------
+    pk = kir.Var("pk", I32)
+    ps = _op("mod", pk, c(stages))
+    parity = _op("xor", _op("mod", _op("div", pk, c(stages)), c(2)),
+                 c(0 if "empty_parity" in drop else 1))
+    kk = ex.mul(ex.add(first_k, pk), c(TILE))
+    producer = [kir.ForLoop(pk, extent, [
+        kir.MbarrierWait(bars, empty(ps), parity),
+        kir.MbarrierArrive(bars, full(ps), tx_bytes=c(2 * (a_box + b_box))),
+        kir.TmaLoad(a_st, ex.mul(ps, c(a_box)), a_map, kk, ex.mul(ex.bid("y"), c(ROWS)),
+                    bar=bars, bar_index=full(ps)),
+        kir.TmaLoad(b_st, ex.mul(ps, c(b_box)), b_map, kk, ex.mul(ex.bid("x"), c(TILE)),
+                    bar=bars, bar_index=full(ps)),
+    ])]
+
+    # -- the consumers -------------------------------------------------------------------
+    k = kir.Var("k", I32)
+    cs = _op("mod", k, c(stages))
+    mainloop = [] if "full_wait" in drop else [
+        kir.MbarrierWait(bars, full(cs), _op("mod", _op("div", k, c(stages)), c(2)))]
+    for ks in range(4):
+        a_at = ex.add(ex.add(ex.mul(cs, c(a_box)), ex.mul(y, c(TILE * TILE))), c(16 * ks))
+        b_at = ex.add(ex.mul(cs, c(b_box)), c(16 * ks))
+        mainloop.append(kir.Wgmma(d=acc, d_index=c(0), a=a_st, a_index=a_at, b=b_st,
+                                  b_index=b_at, n=TILE, dtype=F16, a_layout=layout,
+                                  b_layout=layout))
+    release = kir.MbarrierArrive(bars, empty(cs))
+    waits = [kir.WgmmaCommit(), kir.WgmmaWait(0)]
+    mainloop += ([release] + waits) if "release_early" in drop else (waits + [release])
+    j = kir.Var("j", I32)
+    consumer = [kir.ForLoop(j, c(TILE // 2), [kir.Store(acc, j, c(0.0, F32))], kind="unroll")]
+    if "wgmma_fence" not in drop:
+        consumer.append(kir.WgmmaFence())
+    consumer.append(kir.ForLoop(k, extent, mainloop))
+
+    init = [kir.ForLoop(kir.Var("s", I32), c(stages), [
+        kir.MbarrierInit(bars, full(kir.Var("s", I32)), c(1)),
+        kir.MbarrierInit(bars, empty(kir.Var("s", I32)), c(2 * 128))])]
+    if "init_fence" not in drop:
+        init.append(kir.FenceMbarrierInit())
+    thread0 = ex.land(ex.binop("eq", x, c(0)), ex.binop("eq", y, c(0)))
+    body = [kir.Allocate(bars), kir.Allocate(a_st), kir.Allocate(b_st), kir.Allocate(acc),
+            _if(thread0, init)]
+    if "init_barrier" not in drop:
+        body.append(kir.Barrier())
+    store = _sched_epilogue(acc, C, M, N)
+    grid = [ex.ceildiv(N.var, c(TILE)), ex.ceildiv(M.var, c(ROWS)),
+            splitk.var if split_k else c(1)]
+    if split_k:
+        body.append(_if(ex.binop("eq", y, c(2)), [_if(ex.binop("eq", x, c(0)), producer)],
+                        consumer))
+        workspaces, turnstile = _sched_turnstile(acc, store, grid)
+        body += turnstile
+    else:
+        workspaces = []
+        body.append(_if(ex.binop("eq", y, c(2)), [_if(ex.binop("eq", x, c(0)), producer)],
+                        consumer + store))
+    kernel = kir.Kernel("sched_matmul", [A, B, C], scalars, body,
+                        ex.launch(grid, [c(128), c(3)]), tensor_maps=[a_map, b_map],
+                        workspaces=workspaces)
+    return ex.finish(kernel)
+
+
+def _sched_epilogue(acc, C, M, N):
+    """Each consumer thread's 32 accumulators, as f16, to C under the bounds predicate."""
+    x, y = _tid("x"), _tid("y")
+    j = kir.Var("jj", I32)
+    row = ex.add(ex.add(ex.mul(ex.bid("y"), c(ROWS)), ex.mul(y, c(TILE))),
+                 ex.add(ex.add(ex.mul(_op("div", x, c(32)), c(16)),
+                               _op("div", _op("mod", x, c(32)), c(4))),
+                        ex.mul(_op("div", _op("mod", j, c(4)), c(2)), c(8))))
+    col = ex.add(ex.add(ex.mul(ex.bid("x"), c(TILE)), ex.mul(_op("div", j, c(4)), c(8))),
+                 ex.add(ex.mul(_op("mod", x, c(4)), c(2)), _op("mod", j, c(2))))
+    inside = ex.land(ex.lt(row, M.var), ex.lt(col, N.var))
+    return [kir.ForLoop(j, c(TILE // 2), [
+        _if(inside, [ex.store(C, [row, col], kir.Cast(kir.Load(acc, j), F16))])],
+        kind="unroll")]
+
+
+def _sched_turnstile(acc, store, grid):
+    """lowering.passes.grid_reductions' serial turnstile over blockIdx.z (grid: the
+    launch's extents), run by every thread: the consumers' partial sums pass through the
+    `work` workspace, block z waiting for z on the tile's semaphore; the last split
+    stores C."""
+    x, y, z = _tid("x"), _tid("y"), ex.bid("z")
+    tile = ex.add(ex.bid("x"), ex.mul(grid[0], ex.bid("y")))
+    tiles = ex.mul(grid[0], grid[1])
+    thread = ex.add(x, ex.mul(c(128), y))                     # a consumer's id, < 256
+    work = kir.Buffer("work", F32, kir.Memory.global_)
+    sem = kir.Buffer("sem", I32, kir.Memory.global_)
+    workspaces = [kir.Workspace(work, ex.mul(tiles, c(TILE // 2 * 256))),
+                  kir.Workspace(sem, tiles, zeroed=True)]
+    e = kir.Var("e", I32)
+    slot = ex.add(ex.mul(ex.add(ex.mul(tile, c(TILE // 2)), e), c(256)), thread)
+    value = kir.Load(acc, e)
+    consumers = ex.lt(y, c(2))
+    first = ex.land(ex.binop("eq", x, c(0)), ex.binop("eq", y, c(0)))
+    add = kir.ForLoop(e, c(TILE // 2), [kir.Store(acc, e, ex.add(value, kir.Load(work, slot)))],
+                      kind="unroll")
+    keep = kir.ForLoop(e, c(TILE // 2), [kir.Store(work, slot, value)], kind="unroll")
+    not_last = [_if(consumers, [keep]), kir.Fence(), kir.Barrier(),
+                _if(first, [kir.SemRelease(sem, tile, ex.add(z, c(1)))])]
+    is_last = [_if(first, [kir.SemRelease(sem, tile, c(0))]), _if(consumers, store)]
+    return workspaces, [
+        _if(first, [kir.SemWait(sem, tile, z)]), kir.Barrier(),
+        _if(ex.binop("gt", z, c(0)), [_if(consumers, [add])]),
+        _if(ex.lt(z, ex.sub(grid[2], c(1))), not_last, is_last)]
+
+
+def sched_inputs(M, N, K, seed=0, splitk=None):
+    """Integer-valued A[M, K], B[N, K] (exact sums), C[M, N] and the scalars."""
+    rng = np.random.default_rng(seed)
+    args = {"A": rng.integers(-2, 3, (M, K)).astype(np.float16),
+            "B": rng.integers(-2, 3, (N, K)).astype(np.float16),
+            "C": np.zeros((M, N), np.float16), "M": M, "N": N, "K": K}
+    if splitk is not None:
+        args["splitk"] = splitk
+    return args

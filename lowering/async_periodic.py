@@ -1,0 +1,110 @@
+"""How a kernel-IR integer expression depends on one loop variable v: whether it is
+periodic in v, and with which period. lowering.async_trips' argument for a run-time loop
+needs every expression the async protocol evaluates inside the loop (mbarrier indices,
+parities, counts, stage offsets, byte indices, conditions) to repeat with the iteration.
+
+A shape (step D, rise A) says f(v + D) = f(v) + A for every v >= 0 and every value of
+the other variables; rise 0 is periodic with period D. Shapes are built bottom-up:
+
+    v                       (1, 1), never negative
+    an expression without v (1, 0)
+    f + g, f - g            steps to their lcm, rises added (subtracted)
+    f * c, c a constant     rise times c
+    f / d, f % m            d, m positive constants and f never negative (C truncates
+                            toward zero, so a negative dividend breaks the repetition):
+                            with k = d / gcd(A, d), f(v + D k) = f(v) + A k and A k is a
+                            multiple of d, so f / d has shape (D k, A k / d); likewise
+                            f % m has shape (D m / gcd(A, m), 0)
+    any other operation     periodic operands give a periodic result (lcm of periods);
+                            a rising operand (A != 0: v itself, k / 4, ...) gives none
+
+So `k % S`, `(k / S) % 2`, `(tile * 5 + k) % 3 + S` are periodic; `k`, `k < 3`,
+`min(k, 2)`, `(k - 1) % 2` are not. Integer wrap-around is not modelled: the indices the
+protocol uses stay far below 2^31 (lowering.index_bounds proves index widths).
+"""
+
+from dataclasses import dataclass
+from math import gcd, lcm
+
+from . import kir
+
+
+@dataclass(frozen=True)
+class _Shape:
+    step: int
+    rise: int
+    nonneg: bool             # f(v) >= 0 for every v >= 0 and any other values
+
+
+def period(expr, var, nonneg_names=()):
+    """The period of `expr` in the variable named `var` (1: it does not depend on it), or
+    None when it is not periodic in it. `nonneg_names`: other variables known >= 0 (loop
+    variables, thread indices)."""
+    shape = _shape(expr, var, frozenset(nonneg_names))
+    return shape.step if shape is not None and shape.rise == 0 else None
+
+
+def _shape(e, var, nonneg):
+    if isinstance(e, kir.Const):
+        return _Shape(1, 0, bool(e.value >= 0))
+    if isinstance(e, kir.Var):
+        if e.name == var:
+            return _Shape(1, 1, True)
+        return _Shape(1, 0, e.name in nonneg)
+    if isinstance(e, kir.Special):
+        return _Shape(1, 0, True)
+    if isinstance(e, kir.Cast):
+        inner = _shape(e.a, var, nonneg)
+        if inner is None or (inner.rise and not (e.dtype.is_int and e.a.dtype.is_int)):
+            return None
+        return inner
+    if isinstance(e, kir.BinOp):
+        return _binop(e, var, nonneg)
+    parts = [_shape(c, var, nonneg) for c in e.children()]
+    return _periodic(parts, nonneg=False)
+
+
+def _periodic(parts, nonneg):
+    """The shape of an operation that repeats only where its operands do."""
+    if any(p is None or p.rise for p in parts):
+        return None
+    step = 1
+    for p in parts:
+        step = lcm(step, p.step)
+    return _Shape(step, 0, nonneg)
+
+
+def _align(a, b):
+    """Both shapes over the lcm of their steps."""
+    step = lcm(a.step, b.step)
+    return step, a.rise * (step // a.step), b.rise * (step // b.step)
+
+
+def _binop(e, var, nonneg):
+    a, b = _shape(e.a, var, nonneg), _shape(e.b, var, nonneg)
+    if a is None or b is None:
+        return None
+    const = e.b.value if isinstance(e.b, kir.Const) and e.b.dtype.is_int else None
+    if e.op in ("add", "sub"):
+        step, ra, rb = _align(a, b)
+        if e.op == "add":
+            return _Shape(step, ra + rb, a.nonneg and b.nonneg)
+        return _Shape(step, ra - rb, False)
+    if e.op == "mul":
+        if not (a.rise or b.rise):
+            return _Shape(lcm(a.step, b.step), 0, a.nonneg and b.nonneg)
+        rising, other = (a, e.b) if a.rise else (b, e.a)
+        if not (isinstance(other, kir.Const) and other.dtype.is_int) or (a.rise and b.rise):
+            return None
+        return _Shape(rising.step, rising.rise * other.value,
+                      rising.nonneg and other.value >= 0)
+    if e.op in ("div", "mod", "ceildiv") and a.rise:
+        if const is None or const <= 0 or not a.nonneg:
+            return None
+        if e.op == "mod":
+            return _Shape(a.step * (const // gcd(a.rise, const)), 0, True)
+        k = const // gcd(a.rise, const)           # ceildiv: (f + d - 1) / d, same shape
+        return _Shape(a.step * k, a.rise * k // const, True)
+    kept = e.op in kir.COMPARISONS or e.op in ("and", "or") or \
+        (e.op in ("xor", "min", "max", "div", "mod", "ceildiv") and a.nonneg and b.nonneg)
+    return _periodic([a, b], nonneg=kept)
