@@ -185,15 +185,14 @@ class Executable:
         """The device model schedules are chosen for (the GPU, or the default H200)."""
         return device_model() if self.backend == "cuda" else devices.DEFAULT
 
-    def plan_for(self, sizes, tma=True):
+    def plan_for(self, sizes, device=None):
         """(schedule key, run-time scalars, steps) an automatic schedule takes at `sizes`
-        ({symbol: int}) on this executable's device (`tma`: whether TMA can read the
-        matmul's operand arrays); (None, {}, the steps) for an explicit schedule. What
-        `fuserir inspect --size` shows."""
-        device = self._device()
+        ({symbol: int}) on `device` (this executable's, when None); (None, {}, the steps)
+        for an explicit schedule. What `fuserir inspect --size` shows."""
+        device = device or self._device()
         if not self.automatic:
             return None, {}, self.steps
-        schedule, scalars = schedule_key(self.fusion, sizes, device, tma=tma)
+        schedule, scalars = schedule_key(self.fusion, sizes, device)
         return schedule, scalars, self._steps_for(True, schedule, sizes, device)
 
     def _bind(self, inputs):
@@ -268,11 +267,15 @@ class Executable:
             given, env = self._bind(inputs)
             schedule = None
             steps = self.steps
+            model = self._device()
             if self.automatic:
                 # scheduled for these sizes on this device: the plan of its schedule key,
                 # with the run-time scalars it chose (a matmul's split-K factor)
-                tma = _tma_readable(self.fusion, given)
-                schedule, scalars, steps = self.plan_for(env, tma)
+                # (for a run whose operand arrays TMA cannot read, as if the device had
+                # no TMA: the schedule keeps to cp.async)
+                if not _tma_readable(self.fusion, given):
+                    model = model.with_(tma=False)
+                schedule, scalars, steps = self.plan_for(env, model)
                 env.update(scalars)
             for step in steps:
                 for p in step.kernel.kir.scalar_params:
@@ -282,8 +285,7 @@ class Executable:
                             f"which has no default; pass it in the inputs "
                             f"({step.fusion.describe_run_time()})")
             torch_inputs = any(type(v).__module__.startswith("torch") for v in given.values())
-            bound = _BoundInputs(env, tuple(given), torch_inputs, poison, schedule,
-                                 self._device())
+            bound = _BoundInputs(env, tuple(given), torch_inputs, poison, schedule, model)
             if key is not None:
                 remember(self._bound_inputs, key, bound)
         return bound

@@ -28,6 +28,10 @@ class Device:
     max_block: tuple = (1024, 1024, 64)
     max_grid: tuple = (2 ** 31 - 1, 65535, 65535)
     local_bytes: int = 512 * 1024
+    # whether TMA may read the operands: False for a run whose arrays TMA cannot describe
+    # (strides that are not multiples of 16 bytes; the executable says), so that the
+    # schedules chosen for that run keep to cp.async
+    tma: bool = True
 
     @property
     def arch(self):

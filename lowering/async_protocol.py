@@ -53,6 +53,9 @@ collective); a TMA load's bytes are visible to a thread only through a wait of i
 role.
 """
 
+import copy
+import hashlib
+
 from . import kir
 from .async_order import Ordering, point
 from .async_runtime import check_every_case
@@ -65,13 +68,26 @@ _ASYNC_READ = {"wgmma": ("a pending wgmma still reads", "the wgmma.wait_group re
                              "the cp.async.bulk.wait_group.read retiring it")}
 
 
+_VERDICTS = {}        # sha256 of a kernel's text -> its findings (the verdict is a function
+_VERDICTS_KEPT = 512  # of the text: statements, labels, buffers, offsets, launch, maps)
+
+
 def check_async_protocol(kernel, known=None):
     """Every finding (lowering.errors.Hazard) of the kernel's async protocol; [] when it is
-    proved. `known`: see async_trace.Trace (a caller asking again and again)."""
-    try:
-        return check_every_case(kernel, Skeleton(kernel), known, _check)
-    except Refusal as r:
-        return [Hazard("cannot-prove", "-", point(r.stmt), point(r.stmt), detail=r.why)]
+    proved. `known`: see async_trace.Trace (a caller asking again and again). A kernel
+    whose text was verified before in this process gets the same verdict at once (sync
+    insertion's last check is the verify pass's question; tests and benchmarks lower one
+    schedule many times)."""
+    key = hashlib.sha256(kir.format_kernel(kernel).encode()).hexdigest()
+    if key not in _VERDICTS:
+        if len(_VERDICTS) >= _VERDICTS_KEPT:
+            _VERDICTS.pop(next(iter(_VERDICTS)))
+        try:
+            _VERDICTS[key] = check_every_case(kernel, Skeleton(kernel), known, _check)
+        except Refusal as r:
+            _VERDICTS[key] = [Hazard("cannot-prove", "-", point(r.stmt), point(r.stmt),
+                                     detail=r.why)]
+    return [copy.copy(h) for h in _VERDICTS[key]]
 
 
 def verify_async_protocol(kernel):

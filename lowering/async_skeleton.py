@@ -22,7 +22,14 @@ Ifs, by their condition:
                   (`if (blockIdx.z < gridDim.z - 1)` of a split-K turnstile): every
                   thread of the block takes the same branch; lowering.async_runtime
                   chooses the outcome (ifs with the same condition share one)
-    refused       anything else (data, or threads mixed with run-time values)
+    either way    anything else (data, or threads mixed with run-time values: the
+                  bounds predicate `if (row < M)` around a shared or register store of
+                  the epilogue) where nothing under the if synchronizes or runs
+                  asynchronously (no barrier, fence, mbarrier, TMA, wgmma or bulk
+                  statement): every thread of the mask is taken to make the accesses of
+                  both branches. More accesses can only ask for more synchronization, so
+                  the proof holds whichever way each thread goes
+    refused       the rest: a condition of that kind around synchronization
 """
 
 from dataclasses import dataclass, fields
@@ -71,7 +78,7 @@ class Loop:
 @dataclass(frozen=True)
 class Condition:
     """How an IfThenElse is walked: kind "skipped", "per thread", "block-uniform" (`key`:
-    the outcome's identity) or "refused" (`why`)."""
+    the outcome's identity), "either way" or "refused" (`why`)."""
 
     kind: str
     key: tuple = None
@@ -143,9 +150,12 @@ class Skeleton:
             return Condition("per thread")
         if deps["run-time"] and not (deps["thread"] or deps["data"] or deps["loop"]):
             return Condition("block-uniform", expr_key(s.cond))
+        if not any(isinstance(x, _PROTOCOL) for x in kir.walk(s.then_body + s.else_body)):
+            return Condition("either way")
         return Condition("refused", why=f"cannot prove: condition {kir.format_expr(s.cond)} "
                                         f"is neither a function of the thread index and "
-                                        f"the loop variables nor uniform over the block")
+                                        f"the loop variables nor uniform over the block, "
+                                        f"and synchronization runs under it")
 
     def _relevant(self, stmt):
         """Can `stmt` take part in the shared-memory protocol?"""

@@ -248,6 +248,10 @@ class Trace:
                     raise Refusal(s, how.why)
                 if how.kind == "skipped":
                     continue
+                if how.kind == "either way":     # both branches' accesses, by all
+                    self._walk(s.then_body, mask, env, steps)
+                    self._walk(s.else_body, mask, env, steps)
+                    continue
                 taken = self._taken(s, mask, env, how)
                 self._walk(s.then_body, taken, env, steps)
                 self._walk(s.else_body, mask & ~taken, env, steps)

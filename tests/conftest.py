@@ -225,7 +225,7 @@ def pytest_terminal_summary(terminalreporter):
 
 
 # -- every kernel the suite generates must compile to a cubin with NVRTC ------------------
-KERNEL_SOURCES = {}   # generated CUDA source -> kernel name (deduplicated by source)
+KERNEL_SOURCES = {}   # generated CUDA source -> (kernel name, its target: driver.build's)
 
 
 def pytest_configure(config):
@@ -237,8 +237,14 @@ def pytest_configure(config):
     emit = build.emit_cuda
 
     def recording_emit(kernel):
+        from codegen import nvrtc
+        from codegen.errors import CompileError
         source = emit(kernel)
-        KERNEL_SOURCES.setdefault(source, kernel.name)
+        try:
+            arch = build.kernel_arch(kernel, nvrtc.default_arch())
+        except CompileError:          # a test's GPU too old for it: its own test's concern
+            arch = None
+        KERNEL_SOURCES.setdefault(source, (kernel.name, arch))
         return source
 
     build.emit_cuda = recording_emit
@@ -251,9 +257,9 @@ def pytest_sessionfinish(session, exitstatus):
     from codegen.errors import CompileError
     from codegen.nvrtc import compile_to_cubin
     failures = []
-    for source, name in KERNEL_SOURCES.items():
+    for source, (name, arch) in KERNEL_SOURCES.items():
         try:
-            cubin = compile_to_cubin(source, name)
+            cubin = compile_to_cubin(source, name, arch)
             assert cubin[:4] == b"\x7fELF", name
         except CompileError as error:
             failures.append(f"{name}: {error}")

@@ -347,7 +347,7 @@ def test_hopper_heuristic_takes_wgmma_and_tma(size, layout, tile, splitk):
     assert p.hopper and p.instruction_tile == (64, tile[1], 16)
     assert (p.cta_tile, p.warp_tile, p.splitk_factor, p.splitk_mode, p.stages) == \
         (tile, (64, tile[1], 64), splitk, "serial", 4)
-    assert p.use_smem_epilogue and p.promote_prologue_smem_reuse
+    assert not p.use_smem_epilogue
     assert "the Hopper path (wgmma, TMA, a producer warp group)" in reasons[0]
 
 

@@ -256,12 +256,11 @@ def _schedule_reduction(fusion, persistent):
 LARGE = 4096     # the size assumed for a symbolic extent whose value is not known
 
 
-def matmul_params(fusion, sizes=None, device=None, reasons=None, tma=True):
+def matmul_params(fusion, sizes=None, device=None, reasons=None):
     """The MatmulParams matmul_heuristic gives the fusion's matmul at `sizes` ({symbol:
     int}; a symbol not given counts as LARGE) on `device`, or None where the fusion has no
     matmul or the heuristic refuses it (operand dtypes, device). `reasons`: a list that
-    receives why, in words. `tma`: whether TMA can read the operand arrays (their strides;
-    the executable says)."""
+    receives why, in words."""
     from .matmul import matmul_heuristic
     mm = next((e for e in fusion.exprs if isinstance(e, MatmulOp)), None)
     if mm is None:
@@ -272,8 +271,7 @@ def matmul_params(fusion, sizes=None, device=None, reasons=None, tma=True):
     try:
         return matmul_heuristic(m, n, k, layout=mm.layout,
                                 dtypes=(mm.inputs[0].dtype.value, mm.inputs[1].dtype.value,
-                                        out_dtype), device=device, reasons=reasons,
-                                tma=tma)
+                                        out_dtype), device=device, reasons=reasons)
     except ScheduleError as refused:
         if reasons is not None:
             reasons.append(f"no tensor cores: {refused}")
@@ -287,13 +285,13 @@ def _size(extent, sizes):
         return LARGE
 
 
-def schedule_key(fusion, sizes=None, device=None, tma=True):
+def schedule_key(fusion, sizes=None, device=None):
     """What the automatic schedule of `fusion` depends on at `sizes` on `device`, as
     (key, run-time scalars): two size classes with equal keys get the same schedule, so
     one compiled kernel serves both, each run passing its own scalars (a matmul's split-K
     factor). Only a matmul's schedule depends on the sizes (and, on Hopper, on whether TMA
-    can read its operand arrays: `tma`)."""
-    params = matmul_params(fusion, sizes, device, tma=tma)
+    can read its operand arrays: device.tma)."""
+    params = matmul_params(fusion, sizes, device)
     if params is None:
         return None, {}
     from .matmul import SPLITK

@@ -431,8 +431,8 @@ def _hopper_params(m, n, k, layout, device, why):
     the mma.sync path serves better or TMA cannot read the operands:
 
     * CTA tile 128x256 (two consumer warp groups of 64x256) when those tiles give every
-      SM one, else 128x128 (two of 64x128); K tile 64; 4 stages; the output staged
-      through shared memory over the operand stages (10% faster at 4096^3: docs/perf.md);
+      SM one, else 128x128 (two of 64x128); K tile 64; 4 stages; the output stored from
+      the accumulator registers (see the reason given);
     * serial split-K where the tiles fill at most half the SMs: as many splits as fill
       them, at most 8 (a longer chain of serial splits is the mma.sync path's two-kernel
       split-K, which the Hopper path does not have)."""
@@ -467,14 +467,12 @@ def _hopper_params(m, n, k, layout, device, why):
     why(f"split-K {splitk} (serial): " + ("the tiles fill more than half the SMs"
         if splitk == 1 else f"{tiles} tiles x {splitk} splits, {k_tiles // splitk} K "
                             f"tiles of {tk} per split"))
-    smem_epilogue = tm * tn * 2 <= stages * stage_bytes
     why(f"{stages} stages of {stage_bytes} bytes within {limit} bytes of shared memory; "
-        "shared-memory epilogue " + ("reusing the operand bytes" if smem_epilogue else "off"))
+        "the output stored from the accumulator registers (staging it through shared "
+        "memory is 10% faster at 4096^3, but its proof takes minutes: docs/perf.md)")
     return MatmulParams(cta_tile=(tm, tn, tk), warp_tile=(64, tn, tk),
                         instruction_tile=WGMMA.shape(tn), stages=stages,
-                        splitk_factor=splitk, splitk_mode="serial",
-                        use_smem_epilogue=smem_epilogue,
-                        promote_prologue_smem_reuse=smem_epilogue)
+                        splitk_factor=splitk, splitk_mode="serial")
 
 
 
@@ -504,7 +502,7 @@ def splitk_for(m, n, k, cta_tile, sms=devices.DEFAULT.sms):
 
 
 def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=None,
-                     reasons=None, tma=True):
+                     reasons=None):
     """MatmulParams for an M x N x K matmul (any layout; dtypes: the operands' and
     optionally the output's). On Hopper (sm_90) the Hopper path's (_hopper_params: wgmma
     on TMA-loaded tiles), unless TMA cannot read the operands or the shape wants a
@@ -521,9 +519,9 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
       through shared memory that reuses the operand bytes.
 
     `device`: a fuserir.device.Device (the H200 when None). `reasons`: a list to which
-    each choice's reason is appended, in words (what `fuserir inspect` shows). `tma`:
-    whether TMA can read the operand arrays (False: strides that are not multiples of 16
-    bytes, or a last axis that is not contiguous; the mma.sync path then). Raises
+    each choice's reason is appended, in words (what `fuserir inspect` shows). A device
+    with tma=False (a run whose operand arrays TMA cannot read) gets the mma.sync path.
+    Raises
     ScheduleError below the instructions' arch (sm_80: mma.sync and cp.async)."""
     why = reasons.append if reasons is not None else (lambda line: None)
     device = _device(device)
@@ -545,7 +543,7 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
     if out_itemsize is None:
         raise ScheduleError(f"matmul_heuristic: output {dtypes[2]}: tensor cores produce "
                             "f32, cast to f16, bf16 or f32")
-    if cc >= divmod(WGMMA.arch, 10) and not tma:
+    if cc >= divmod(WGMMA.arch, 10) and not device.tma:
         why("the operand arrays' strides are not what TMA reads (a contiguous last axis, "
             "the others multiples of 16 bytes): the mma.sync path")
     elif cc >= divmod(WGMMA.arch, 10):
