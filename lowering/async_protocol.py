@@ -68,6 +68,7 @@ _ASYNC_READ = {"wgmma": ("a pending wgmma still reads", "the wgmma.wait_group re
 def check_async_protocol(kernel, known=None):
     """Every finding (lowering.errors.Hazard) of the kernel's async protocol; [] when it is
     proved. `known`: see async_trace.Trace (a caller asking again and again)."""
+    known = {} if known is None else known       # shared by every unrolling checked
     try:
         return check_every_case(kernel, Skeleton(kernel), known, _check)
     except Refusal as r:
@@ -131,7 +132,8 @@ class _Protocol(Ordering):
 
     def _pairs(self):
         """[(earlier, later, how their threads meet)] in walk order, for the accesses of
-        different statement executions that touch common bytes."""
+        different statement executions that touch common bytes, one of them a write (what
+        every rule asks about)."""
         if self._found_pairs is None:
             self._found_pairs, meets = [], self.trace.meets
             accesses = self._accesses()
@@ -139,7 +141,7 @@ class _Protocol(Ordering):
                 for b in accesses[i + 1:]:
                     if b.lo >= a.hi:
                         break
-                    if a.event.step != b.event.step:
+                    if (a.is_write or b.is_write) and a.event.step != b.event.step:
                         key = (id(a.spans), id(b.spans))
                         if key not in meets:
                             meets[key] = a.threads_meet(b)

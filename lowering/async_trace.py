@@ -316,7 +316,10 @@ class Trace:
         """The value of `expr` (no thread index in it) given the loop variables `env`,
         periodic in its run-time loops' variables; else a Refusal naming `what`."""
         self._check_periodic(expr, env, stmt, what)
-        return constant(self._bound(expr), env, stmt, what)
+        key = ("value", id(expr), _env_key(env))
+        if key not in self._known:
+            self._known[key] = constant(self._bound(expr), env, stmt, what)
+        return self._known[key]
 
     def _check_periodic(self, expr, env, stmt, what, settling=False):
         """Refuse `expr` unless periodic in each run-time loop variable of `env` (a
@@ -380,7 +383,10 @@ class Trace:
         """(buffer, spans, is_write, proxy, info, exact) of each shared access of one
         execution by the threads of `mask`."""
         found = []
-        for a in shared_accesses(stmt):
+        key = ("shared accesses", id(stmt))
+        if key not in self._known:
+            self._known[key] = shared_accesses(stmt)
+        for a in self._known[key]:
             spans, exact = self._spans(a.buffer, a.index, a.nbytes, mask, env, stmt,
                                        a.lanes or 32)
             found.append((a.buffer, spans, a.is_write, "generic", a.info, exact))
