@@ -66,8 +66,9 @@ _ASYNC_READ = {"wgmma": ("a pending wgmma still reads", "the wgmma.wait_group re
 
 
 def check_async_protocol(kernel, known=None):
-    """Every finding (lowering.errors.Hazard) of the kernel's async protocol; [] when it is
-    proved. `known`: see async_trace.Trace (a caller asking again and again)."""
+    """Every finding (lowering.errors.Hazard) of the kernel's async protocol, for every
+    trip count and block-uniform outcome; [] when it is proved. `known`: see
+    async_trace.Trace (a caller asking again and again)."""
     known = {} if known is None else known       # shared by every unrolling checked
     try:
         return check_every_case(kernel, Skeleton(kernel), known, _check)
@@ -90,7 +91,9 @@ def _check(trace):
 class _Protocol(Ordering):
     """The checks, asked of the closed graph."""
 
-    _found_pairs = None
+    def __init__(self, trace):
+        super().__init__(trace)
+        self._found_pairs = None             # _pairs, computed once
 
     def check(self):
         if not self.order():                 # a cycle: its deadlocks are the findings
@@ -223,7 +226,8 @@ class _Protocol(Ordering):
                for f in self.fences[x.event.role]):
             return True
         lo, hi = x.overlap(y)
-        return any(z is not x and z.exact and any(a <= lo and hi <= b for a, b, _ in z.spans)
+        return any(z is not x and z.exact
+                   and any(a <= lo and hi <= b for a, b, _ in z.spans)
                    and self._ordered(x, z) and self._ordered(z, y) for z in writes)
 
     def _pending_at_end(self):

@@ -389,8 +389,8 @@ def _sched_turnstile(acc, store, grid):
     value = kir.Load(acc, e)
     consumers = ex.lt(y, c(2))
     first = ex.land(ex.binop("eq", x, c(0)), ex.binop("eq", y, c(0)))
-    add = kir.ForLoop(e, c(TILE // 2), [kir.Store(acc, e, ex.add(value, kir.Load(work, slot)))],
-                      kind="unroll")
+    add = kir.ForLoop(e, c(TILE // 2),
+                      [kir.Store(acc, e, ex.add(value, kir.Load(work, slot)))], kind="unroll")
     keep = kir.ForLoop(e, c(TILE // 2), [kir.Store(work, slot, value)], kind="unroll")
     not_last = [_if(consumers, [keep]), kir.Fence(), kir.Barrier(),
                 _if(first, [kir.SemRelease(sem, tile, ex.add(z, c(1)))])]

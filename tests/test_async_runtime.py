@@ -211,14 +211,16 @@ def test_both_outcomes_of_a_block_uniform_condition_are_verified():
     y = ex.tensor("y", F32, [c(128)], is_output=True)
     t, splits = ex.tid(), ex.scalar("splits")
     last = ex.lt(ex.bid("z"), ex.sub(splits.var, c(1)))
-    racy = [kir.Store(buf, t, c(1.0, F32)), ex.store(y, [t], kir.Load(buf, ex.sub(c(127), t)))]
+    racy = [kir.Store(buf, t, c(1.0, F32)),
+            ex.store(y, [t], kir.Load(buf, ex.sub(c(127), t)))]
 
     def kernel(orelse):
         body = [kir.Allocate(buf), kir.IfThenElse(last, [kir.Barrier()], orelse)]
         return ex.finish(kir.Kernel("uniform", [y], [splits], body,
                                     ex.launch([c(1), c(1), splits.var], [c(128)])))
     [h] = check_async_protocol(kernel(racy))
-    assert h.kind == "RAW" and h.detail.endswith("(when (blockIdx.z < (splits - 1)) is false)")
+    assert h.kind == "RAW"
+    assert h.detail.endswith("(when (blockIdx.z < (splits - 1)) is false)")
     assert check_async_protocol(kernel(racy[:1] + [kir.Barrier()] + racy[1:])) == []
 
 
@@ -286,7 +288,8 @@ def _strip(stmts, kinds):
 
 @pytest.mark.parametrize("shape, stripped", [
     (dict(), (kir.WgmmaFence, kir.FenceMbarrierInit, kir.Barrier)),
-    (dict(split_k=True), (kir.WgmmaFence, kir.FenceMbarrierInit))], ids=["one split", "split-K"])
+    (dict(split_k=True), (kir.WgmmaFence, kir.FenceMbarrierInit))],
+    ids=["one split", "split-K"])
 def test_insert_async_syncs_puts_back_what_is_stripped(shape, stripped):
     assert insert_async_syncs(hp.sched_matmul(**shape)) == []
     kernel = hp.sched_matmul(**shape)
