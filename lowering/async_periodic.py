@@ -1,5 +1,5 @@
 """How a kernel-IR integer expression depends on one loop variable v: whether it is
-periodic in v, and with which period. lowering.async_trips' argument for a run-time loop
+periodic in v, and with which period. lowering.async_runtime's argument for a run-time loop
 needs every expression the async protocol evaluates inside the loop (mbarrier indices,
 parities, counts, stage offsets, byte indices, conditions) to repeat with the iteration.
 
