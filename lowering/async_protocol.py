@@ -73,15 +73,16 @@ _VERDICTS_KEPT = 512  # of the text: statements, labels, buffers, offsets, launc
 
 
 def check_async_protocol(kernel, known=None):
-    """Every finding (lowering.errors.Hazard) of the kernel's async protocol; [] when it is
-    proved. `known`: see async_trace.Trace (a caller asking again and again). A kernel
-    whose text was verified before in this process gets the same verdict at once (sync
-    insertion's last check is the verify pass's question; tests and benchmarks lower one
-    schedule many times)."""
+    """Every finding (lowering.errors.Hazard) of the kernel's async protocol, for every
+    trip count and block-uniform outcome; [] when it is proved. `known`: see
+    async_trace.Trace (a caller asking again and again). A kernel whose text was verified
+    before in this process gets the same verdict at once (sync insertion's last check is
+    the verify pass's question; tests and benchmarks lower one schedule many times)."""
     key = hashlib.sha256(kir.format_kernel(kernel).encode()).hexdigest()
     if key not in _VERDICTS:
         if len(_VERDICTS) >= _VERDICTS_KEPT:
             _VERDICTS.pop(next(iter(_VERDICTS)))
+        known = {} if known is None else known       # shared by every unrolling checked
         try:
             _VERDICTS[key] = check_every_case(kernel, Skeleton(kernel), known, _check)
         except Refusal as r:
@@ -105,7 +106,9 @@ def _check(trace):
 class _Protocol(Ordering):
     """The checks, asked of the closed graph."""
 
-    _found_pairs = None
+    def __init__(self, trace):
+        super().__init__(trace)
+        self._found_pairs = None             # _pairs, computed once
 
     def check(self):
         if not self.order():                 # a cycle: its deadlocks are the findings
@@ -147,7 +150,8 @@ class _Protocol(Ordering):
 
     def _pairs(self):
         """[(earlier, later, how their threads meet)] in walk order, for the accesses of
-        different statement executions that touch common bytes."""
+        different statement executions that touch common bytes, one of them a write (what
+        every rule asks about)."""
         if self._found_pairs is None:
             self._found_pairs, meets = [], self.trace.meets
             accesses = self._accesses()
@@ -155,7 +159,7 @@ class _Protocol(Ordering):
                 for b in accesses[i + 1:]:
                     if b.lo >= a.hi:
                         break
-                    if a.event.step != b.event.step:
+                    if (a.is_write or b.is_write) and a.event.step != b.event.step:
                         key = (id(a.spans), id(b.spans))
                         if key not in meets:
                             meets[key] = a.threads_meet(b)
@@ -237,7 +241,8 @@ class _Protocol(Ordering):
                for f in self.fences[x.event.role]):
             return True
         lo, hi = x.overlap(y)
-        return any(z is not x and z.exact and any(a <= lo and hi <= b for a, b, _ in z.spans)
+        return any(z is not x and z.exact
+                   and any(a <= lo and hi <= b for a, b, _ in z.spans)
                    and self._ordered(x, z) and self._ordered(z, y) for z in writes)
 
     def _pending_at_end(self):

@@ -18,22 +18,23 @@ but the waits' parities, doubled until C2 holds. W is the longest lag, in iterat
 from a phase of J to the wait of I matched to it and from a wgmma or TMA store to the
 wait retiring it (at least 1). m1 (m2) is one more than the last iteration from the start
 (before the end) holding an exception: a wait of I matched outside J, a phase of J matched
-outside I or not by a role that has I, an async access retired outside its loop (m1 >= 1,
-m2 >= W). Checked on every unrolling (else refused, naming the loop):
+outside I or not by a role that has I, an async access retired outside its loop (m1 >=
+max(1, s), m2 >= W). Checked on every unrolling (else refused, naming the loop):
 
   C1 each phase and generation with an arrival in a τ-loop has all its arrivals and the
      TMA loads it counts in that iteration;
   C2 I_rb and J_b each lie in one τ-loop instance; in P iterations r waits on b as often
      (w) as b completes (p); a wait's parity at u + P is its parity at u plus w (mod 2),
      and w is even if r waits on b after the loop;
-  C3 at the start of every iteration u >= 1 and after the loop, each role has the same
-     pending wgmma and bulk groups (by statement and iterations back), the same buffers
-     stored since its last wgmma.fence and the same fence flag;
+  C3 at the start of every iteration u >= max(1, s) and after the loop (s: the
+     iteration from which the loops' conditions repeat, 1 for `if (k > 0)`), each role
+     has the same pending wgmma and bulk groups (by statement and iterations back), the
+     same buffers stored since its last wgmma.fence and the same fence flag;
   C4 no path of G_T leads from an iteration node to one of an earlier time.
 
 Claim: if G_T is proved for every T <= B = m1 + m2 + 2W + 3P - 1, it is for every T.
-(1) Structure. Iterations u and u + P make the same events (statements, roles, bytes,
-indices, counts, conditions: periodicity). The passes that build G_T walk the events in
+(1) Structure. Iterations u >= s and u + P make the same events (statements, roles,
+bytes, indices, counts, conditions: periodicity). The passes that build G_T walk the events in
 order with state that C1 (no phase or generation open across iterations), C3 (groups,
 fences) and C2 (the matching counters of r and b advance together, w = p per P) make
 repeat; so, for T >= T_s = m1 + m2 + 2W + 3P, G_T is G_{T-P} with P iterations spliced in
@@ -217,6 +218,7 @@ class _Depths:
     def __init__(self, plan, order, key):
         self.plan, self.order, self.key = plan, order, key
         self.trips = order.trace.trips[key]
+        self.settled = order.trace.settled.get(key, 0)
         self.loop = plan.skeleton.trip_counts[key][1][0]
 
     def refuse(self, stmt, why):
@@ -255,7 +257,7 @@ class _Depths:
         parity = lcm(*(p for i, p in periods.items() if i in self.plan.parities))
         lags, early, late = self._lags()
         W = max([1] + lags)
-        m1 = max([1] + [u + 1 for u in early])
+        m1 = max([1, self.settled] + [u + 1 for u in early])
         m2 = max([W] + [self.trips - u for u in late])
 
         def need(P):                     # B; long enough to see each depth and C2
@@ -390,8 +392,8 @@ class _Depths:
                 if last.get(role) == here:
                     continue                     # another loop's iteration, not this one
                 last[role] = here
-                if here[1] == 0:
-                    continue                     # the first iteration may start apart
+                if here[1] < max(1, self.settled):
+                    continue                     # the first iterations may start apart
             elif role in last:
                 here = (last.pop(role)[0], self.trips)       # after the loop
             else:
@@ -401,7 +403,8 @@ class _Depths:
                 self.refuse(e.stmt if e is not None else None,
                             f"{role} enters iteration {here[1]} with other pending wgmma "
                             f"or bulk groups, or other unfenced register stores, than "
-                            f"iteration 1: its state must repeat from iteration 1 on")
+                            f"earlier ones: its state must repeat from iteration "
+                            f"{max(1, self.settled)} on")
 
     def _relative(self, state, here):
         """A role state with each pending access as (statement, iterations back)."""

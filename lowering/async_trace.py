@@ -42,7 +42,7 @@ from fuserir.instructions import swizzle
 
 from . import kir
 from .accesses import shared_accesses
-from .async_periodic import period
+from .async_periodic import eventual_period
 from .async_skeleton import Skeleton
 
 _AXES = "xyz"
@@ -183,7 +183,8 @@ class Access:
 class Trace:
     """A kernel unrolled: `block` (its extents), `threads` of its block, `roles`,
     `events` in walk order; `trips` and `outcomes` as chosen; `periods`: {trip-count key:
-    {id(expression): its period}} of what the run-time loops evaluated."""
+    {id(expression): its period}} of what the run-time loops evaluated, `settled`: {key:
+    the first iteration from which their conditions repeat (k > 0: 1)}."""
 
     def __init__(self, kernel, known=None, skeleton=None, trips=None, outcomes=None):
         """`known`: a dict a caller keeps across traces of one kernel whose statements it
@@ -195,6 +196,7 @@ class Trace:
         self.skeleton = Skeleton(kernel) if skeleton is None else skeleton
         self.trips, self.outcomes = dict(trips or {}), dict(outcomes or {})
         self.periods = {}
+        self.settled = {}            # trip-count key -> the iteration its conditions settle
         # how two accesses' spans (lists `known` keeps) meet: (id, id) -> threads_meet
         self.meets = self._known.setdefault("meets", {})
         self.block = _block_extents(kernel)
@@ -274,7 +276,7 @@ class Trace:
         """The threads of `mask` for which the condition of `s` holds."""
         if how.kind == "block-uniform":
             return mask if self.outcomes[how.key] else 0
-        self._check_periodic(s.cond, env, s, "condition")
+        self._check_periodic(s.cond, env, s, "condition", settling=True)
         key = ("taken", id(s.cond), mask, _env_key(env))
         if key not in self._known:
             self._known[key] = self._compute_taken(s, mask, env)
@@ -318,27 +320,32 @@ class Trace:
         """The value of `expr` (no thread index in it) given the loop variables `env`,
         periodic in its run-time loops' variables; else a Refusal naming `what`."""
         self._check_periodic(expr, env, stmt, what)
-        return constant(self._bound(expr), env, stmt, what)
+        key = ("value", id(expr), _env_key(env))
+        if key not in self._known:
+            self._known[key] = constant(self._bound(expr), env, stmt, what)
+        return self._known[key]
 
-    def _check_periodic(self, expr, env, stmt, what):
-        """Refuse `expr` unless periodic in each run-time loop variable of `env`; record
-        the periods."""
+    def _check_periodic(self, expr, env, stmt, what, settling=False):
+        """Refuse `expr` unless periodic in each run-time loop variable of `env` (a
+        condition, `settling`, from some iteration on); record the periods and where a
+        condition settles."""
         for name, v in env.items():
             if not isinstance(v, Iteration):
                 continue
             key = ("period", id(expr), name)
             if key not in self._known:
-                self._known[key] = period(self._bound(expr), name,
-                                          set(env) | set(_THREAD.values()))
-            p = self._known[key]
-            if p is None:
+                self._known[key] = eventual_period(self._bound(expr), name,
+                                                   set(env) | set(_THREAD.values()))
+            found = self._known[key]
+            if found is None or (found[1] and not settling):
                 raise Refusal(stmt, f"cannot prove: {what} {kir.format_expr(expr)} is not "
                                     f"periodic in {name}, the variable of the run-time loop "
                                     f"{v.loop.label} (for {name} in 0.."
                                     f"{kir.format_expr(v.loop.extent)}): the protocol must "
                                     f"repeat with the iteration, depending on {name} only "
                                     f"through {name} % m or ({name} / d) % m")
-            self.periods.setdefault(v.key, {})[id(expr)] = p
+            self.periods.setdefault(v.key, {})[id(expr)] = found[0]
+            self.settled[v.key] = max(self.settled.get(v.key, 0), found[1])
 
     def _bound(self, expr):
         if id(expr) not in self._bindings:
@@ -380,7 +387,10 @@ class Trace:
         """(buffer, spans, is_write, proxy, info, exact) of each shared access of one
         execution by the threads of `mask`."""
         found = []
-        for a in shared_accesses(stmt):
+        key = ("shared accesses", id(stmt))
+        if key not in self._known:
+            self._known[key] = shared_accesses(stmt)
+        for a in self._known[key]:
             spans, exact = self._spans(a.buffer, a.index, a.nbytes, mask, env, stmt,
                                        a.lanes or 32)
             found.append((a.buffer, spans, a.is_write, "generic", a.info, exact))

@@ -55,7 +55,10 @@ with split_k, block z runs its slice min(ceildiv(ceildiv(K, 64), splitk), ceildi
 z * slice) of it and the blocks of a tile meet in lowering.passes.grid_reductions'
 serial turnstile (f32 partials in a workspace, a semaphore per tile), the last one writing
 C. Stage s = k % stages holds A's 128 x 64 box and B's 64 x 64 box (128-byte swizzle);
-full[s] (count 1) and empty[s] (count 256, every consumer) as in ws_matmul. Consumers keep
+full[s] (count 1) and empty[s] (count 256, every consumer) as in ws_matmul. With
+`overlap` the consumers keep one wgmma group in flight (wait_group 1) and release the
+stage of iteration k - 1 under `if (k > 0)`, then wait_group 0 after the loop (with
+"release_early": the stage of iteration k, whose wgmmas may still run). Consumers keep
 f32 accumulators (32 per thread, WGMMA.d(64)'s layout) and store them, converted to f16,
 straight to global memory under `if (row < M && col < N)`.
 
@@ -248,7 +251,7 @@ def _tid(axis):
     return ex.tid(axis)
 
 
-def sched_matmul(stages=2, k_tiles=None, split_k=False, drop=()):
+def sched_matmul(stages=2, k_tiles=None, split_k=False, overlap=False, drop=()):
     unknown = set(drop) - set(SCHED_DROPS)
     assert not unknown, unknown
     M, N, K = ex.scalar("M"), ex.scalar("N"), ex.scalar("K")
@@ -306,14 +309,23 @@ def sched_matmul(stages=2, k_tiles=None, split_k=False, drop=()):
         mainloop.append(kir.Wgmma(d=acc, d_index=c(0), a=a_st, a_index=a_at, b=b_st,
                                   b_index=b_at, n=TILE, dtype=F16, a_layout=layout,
                                   b_layout=layout))
-    release = kir.MbarrierArrive(bars, empty(cs))
-    waits = [kir.WgmmaCommit(), kir.WgmmaWait(0)]
-    mainloop += ([release] + waits) if "release_early" in drop else (waits + [release])
+    if overlap:         # keep one group in flight: release the stage of iteration k - 1
+        previous = _op("mod", ex.add(k, c(stages - 1)), c(stages))
+        release = _if(ex.binop("gt", k, c(0)), [kir.MbarrierArrive(bars, empty(previous))])
+        if "release_early" in drop:
+            release = kir.MbarrierArrive(bars, empty(cs))
+        mainloop += [kir.WgmmaCommit(), kir.WgmmaWait(1), release]
+    else:
+        release = kir.MbarrierArrive(bars, empty(cs))
+        waits = [kir.WgmmaCommit(), kir.WgmmaWait(0)]
+        mainloop += ([release] + waits) if "release_early" in drop else (waits + [release])
     j = kir.Var("j", I32)
     consumer = [kir.ForLoop(j, c(TILE // 2), [kir.Store(acc, j, c(0.0, F32))], kind="unroll")]
     if "wgmma_fence" not in drop:
         consumer.append(kir.WgmmaFence())
     consumer.append(kir.ForLoop(k, extent, mainloop))
+    if overlap:
+        consumer.append(kir.WgmmaWait(0))
 
     init = [kir.ForLoop(kir.Var("s", I32), c(stages), [
         kir.MbarrierInit(bars, full(kir.Var("s", I32)), c(1)),
@@ -377,8 +389,8 @@ def _sched_turnstile(acc, store, grid):
     value = kir.Load(acc, e)
     consumers = ex.lt(y, c(2))
     first = ex.land(ex.binop("eq", x, c(0)), ex.binop("eq", y, c(0)))
-    add = kir.ForLoop(e, c(TILE // 2), [kir.Store(acc, e, ex.add(value, kir.Load(work, slot)))],
-                      kind="unroll")
+    add = kir.ForLoop(e, c(TILE // 2),
+                      [kir.Store(acc, e, ex.add(value, kir.Load(work, slot)))], kind="unroll")
     keep = kir.ForLoop(e, c(TILE // 2), [kir.Store(work, slot, value)], kind="unroll")
     not_last = [_if(consumers, [keep]), kir.Fence(), kir.Barrier(),
                 _if(first, [kir.SemRelease(sem, tile, ex.add(z, c(1)))])]

@@ -14,7 +14,7 @@ import kir_examples as ex
 from codegen.interp import run_kernel
 from fuserir.dtypes import DataType
 from lowering import async_runtime, kir
-from lowering.async_periodic import period
+from lowering.async_periodic import eventual_period, period
 from lowering.async_protocol import check_async_protocol, verify_async_protocol
 from lowering.async_skeleton import Skeleton
 from lowering.async_syncs import insert_async_syncs
@@ -22,7 +22,10 @@ from lowering.async_syncs import insert_async_syncs
 I32, F32 = DataType.i32, DataType.f32
 c = ex.const
 SHAPES = {"two stages": dict(), "three stages": dict(stages=3),
-          "four stages": dict(stages=4), "split-K": dict(split_k=True)}
+          "four stages": dict(stages=4), "split-K": dict(split_k=True),
+          "a wgmma group in flight": dict(overlap=True),
+          "four stages, a group in flight, split-K": dict(stages=4, overlap=True,
+                                                          split_k=True)}
 
 
 def _loop(kernel, name):
@@ -73,6 +76,15 @@ def test_each_fault_is_found_as_with_a_constant_trip_count(drop):
     assert constant and {h.kind for h in hazards} == constant
     assert "cannot-prove" not in constant
     assert all("(when ceildiv(K, 64) = " in h.detail for h in hazards)
+
+
+def test_releasing_the_stage_still_read_by_a_wgmma_in_flight_is_found():
+    """With one group in flight the release of iteration k - 1 sits under `if (k > 0)`
+    (an eventually constant guard, settled from iteration 1); releasing iteration k's
+    stage instead is the WAR of the constant kernel."""
+    assert check_async_protocol(hp.sched_matmul(overlap=True)) == []
+    assert _kinds(hp.sched_matmul(overlap=True, drop=("release_early",))) == \
+        _kinds(hp.sched_matmul(overlap=True, k_tiles=6, drop=("release_early",))) == {"WAR"}
 
 
 @pytest.mark.parametrize("drop", ("init_barrier", "release_early", "wgmma_fence"))
@@ -199,14 +211,16 @@ def test_both_outcomes_of_a_block_uniform_condition_are_verified():
     y = ex.tensor("y", F32, [c(128)], is_output=True)
     t, splits = ex.tid(), ex.scalar("splits")
     last = ex.lt(ex.bid("z"), ex.sub(splits.var, c(1)))
-    racy = [kir.Store(buf, t, c(1.0, F32)), ex.store(y, [t], kir.Load(buf, ex.sub(c(127), t)))]
+    racy = [kir.Store(buf, t, c(1.0, F32)),
+            ex.store(y, [t], kir.Load(buf, ex.sub(c(127), t)))]
 
     def kernel(orelse):
         body = [kir.Allocate(buf), kir.IfThenElse(last, [kir.Barrier()], orelse)]
         return ex.finish(kir.Kernel("uniform", [y], [splits], body,
                                     ex.launch([c(1), c(1), splits.var], [c(128)])))
     [h] = check_async_protocol(kernel(racy))
-    assert h.kind == "RAW" and h.detail.endswith("(when (blockIdx.z < (splits - 1)) is false)")
+    assert h.kind == "RAW"
+    assert h.detail.endswith("(when (blockIdx.z < (splits - 1)) is false)")
     assert check_async_protocol(kernel(racy[:1] + [kir.Barrier()] + racy[1:])) == []
 
 
@@ -230,6 +244,7 @@ PERIODS = [("k % 4", lambda k: ex.binop("mod", k, 4), 4),
                                                   4), 8),
            ("ceildiv(k, 2) % 2", lambda k: ex.binop("mod", ex.ceildiv(k, 2), 2), 4),
            ("7", lambda k: c(7), 1),
+           ("k > 0 (from 1 on: conditions only)", lambda k: ex.binop("gt", k, 0), None),
            ("k", lambda k: k, None), ("k < 3", lambda k: ex.lt(k, 3), None),
            ("min(k, 2)", lambda k: ex.binop("min", k, 2), None),
            ("(k - 1) % 2", lambda k: ex.binop("mod", ex.sub(k, 1), 2), None),
@@ -245,6 +260,21 @@ def test_periods_of_expressions_in_a_loop_variable(text, build, expected):
         assert values[:-expected] == values[expected:]
 
 
+@pytest.mark.parametrize("text, build, settles", [
+    ("k > 0", lambda k: ex.binop("gt", k, 0), 1),
+    ("k + 2 >= 5", lambda k: ex.binop("ge", ex.add(k, 2), 5), 4),
+    ("k > 0 && k % 2 == 0", lambda k: ex.land(ex.binop("gt", k, 0),
+                                              ex.binop("eq", ex.binop("mod", k, 2), 0)), 1)],
+    ids=lambda x: x if isinstance(x, str) else "")
+def test_a_guard_is_periodic_from_where_it_settles(text, build, settles):
+    k = kir.Var("k", I32)
+    step, start = eventual_period(build(k), "k")
+    assert start == settles
+    values = [kir.evaluate_scalar(build(k), {"k": v}) for v in range(start, start + 40)]
+    assert values[:-step] == values[step:]
+    assert eventual_period(ex.lt(ex.binop("div", k, 2), 3), "k") is None
+
+
 def _strip(stmts, kinds):
     out = []
     for s in stmts:
@@ -258,7 +288,8 @@ def _strip(stmts, kinds):
 
 @pytest.mark.parametrize("shape, stripped", [
     (dict(), (kir.WgmmaFence, kir.FenceMbarrierInit, kir.Barrier)),
-    (dict(split_k=True), (kir.WgmmaFence, kir.FenceMbarrierInit))], ids=["one split", "split-K"])
+    (dict(split_k=True), (kir.WgmmaFence, kir.FenceMbarrierInit))],
+    ids=["one split", "split-K"])
 def test_insert_async_syncs_puts_back_what_is_stripped(shape, stripped):
     assert insert_async_syncs(hp.sched_matmul(**shape)) == []
     kernel = hp.sched_matmul(**shape)
@@ -275,8 +306,10 @@ def test_insert_async_syncs_puts_back_what_is_stripped(shape, stripped):
 
 @pytest.mark.parametrize("shape, sizes", [
     (dict(), (128, 64, 128)), (dict(stages=3), (200, 100, 320)),
-    (dict(split_k=True), (130, 64, 448)), (dict(split_k=True), (64, 64, 320))],
-    ids=["one tile", "ragged edges", "split-K, uneven slices", "split-K, an empty slice"])
+    (dict(split_k=True), (130, 64, 448)), (dict(split_k=True), (64, 64, 320)),
+    (dict(overlap=True, stages=3), (128, 128, 448))],
+    ids=["one tile", "ragged edges", "split-K, uneven slices", "split-K, an empty slice",
+         "a group in flight"])
 def test_the_interpreter_computes_the_product(shape, sizes):
     splitk = None if not shape.get("split_k") else (3 if sizes[2] == 448 else 4)
     args = hp.sched_inputs(*sizes, splitk=splitk)
