@@ -68,15 +68,11 @@ def reference(layout, data):
     return (a if layout[0] == "T" else a.T) @ (b if layout[1] == "T" else b.T)
 
 
-# The Hopper seed configuration's proof takes minutes on one core (its shared-memory
-# epilogue and split-K turnstile multiply the unrollings the verifier checks): `slow`,
-# outside CI's budget; run with `pytest -m slow tests/test_hopper_matmul.py`.
 @pytest.fixture(scope="module")
 def seed_exe():
     return codegen.compile(scheduled(SEED), backend="interp")
 
 
-@pytest.mark.slow
 def test_the_hopper_seed_configuration_equals_float64_without_a_hazard(seed_exe, rng):
     data = integer_inputs(rng, "NT", M, N, K)
     out = seed_exe.run({**data, "splitk": SPLITK})["out"]
@@ -90,11 +86,12 @@ def _syncs(kernel):
 
 
 def _loops_with(kernel, kind):
+    """The K-tile loops (each waits on an mbarrier) holding a statement of `kind`."""
     return [s for s in kir.walk(kernel.body) if isinstance(s, kir.ForLoop)
-            and any(isinstance(x, kind) for x in s.body)]
+            and any(isinstance(x, kir.MbarrierWait) for x in s.body)
+            and any(isinstance(x, kind) for x in kir.walk(s.body))]
 
 
-@pytest.mark.slow
 def test_the_verifier_places_the_golden_sync_set_and_no_block_barrier_in_the_main_loop(
         seed_exe):
     kernel = seed_exe.kernels[0].kir
@@ -117,14 +114,8 @@ def test_the_verifier_places_the_golden_sync_set_and_no_block_barrier_in_the_mai
     assert kernel.launch.block[1].value == 3              # two consumers, one producer
 
 
-# Each Hopper kernel's proof takes seconds: CI runs two of the eight layout x dtype cases
-# (every layout's operand descriptors are also checked by the GPU tests and the matrix)
-LAYOUT_CASES = [pytest.param(lay, dt, marks=() if (lay, dt) in (("TT", "f16"), ("NN", "bf16"))
-                             else pytest.mark.slow)
-                for lay in ("TT", "TN", "NT", "NN") for dt in ("f16", "bf16")]
-
-
-@pytest.mark.parametrize("layout, dtype", LAYOUT_CASES)
+@pytest.mark.parametrize("layout", ["TT", "TN", "NT", "NN"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_every_layout_and_dtype_with_a_fused_epilogue(layout, dtype, rng):
     f = scheduled(dict(HOPPER, splitk_factor=2), layout=layout, dtype=dtype, epilogue=True)
     exe = codegen.compile(f, backend="interp")
@@ -138,7 +129,7 @@ def test_every_layout_and_dtype_with_a_fused_epilogue(layout, dtype, rng):
 @pytest.mark.parametrize("changes", [
     dict(splitk_mode="two_kernel", splitk_factor=3),
     pytest.param(dict(use_smem_epilogue=True, promote_prologue_smem_reuse=False,
-                      splitk_factor=1), marks=pytest.mark.slow),     # minutes to prove
+                      splitk_factor=1), marks=pytest.mark.slow),   # half a minute to prove
     dict(cta_tile=(64, 256, 64), warp_tile=(64, 256, 64), instruction_tile=(64, 256, 16),
          stages=2, splitk_factor=1),
 ])

@@ -469,7 +469,7 @@ def _hopper_params(m, n, k, layout, device, why):
                             f"tiles of {tk} per split"))
     why(f"{stages} stages of {stage_bytes} bytes within {limit} bytes of shared memory; "
         "the output stored from the accumulator registers (staging it through shared "
-        "memory is 10% faster at 4096^3, but its proof takes minutes: docs/perf.md)")
+        "memory is 10% faster at 4096^3, but its proof takes half a minute: docs/perf.md)")
     return MatmulParams(cta_tile=(tm, tn, tk), warp_tile=(64, tn, tk),
                         instruction_tile=WGMMA.shape(tn), stages=stages,
                         splitk_factor=splitk, splitk_mode="serial")
