@@ -13,7 +13,7 @@ import hopper_pipelines as hp
 import kir_examples as ex
 from codegen.interp import run_kernel
 from fuserir.dtypes import DataType
-from lowering import async_runtime, kir
+from lowering import async_protocol, async_runtime, kir
 from lowering.async_periodic import eventual_period, period
 from lowering.async_protocol import check_async_protocol, verify_async_protocol
 from lowering.async_skeleton import Skeleton
@@ -54,6 +54,7 @@ def test_the_base_cases_are_every_trip_count_up_to_the_derived_bound(stages, mon
         unrolled.append(tuple(trips.values()))
         return real(kernel, known, skeleton, trips, outcomes)
     monkeypatch.setattr(async_runtime, "Trace", recording)
+    monkeypatch.setattr(async_protocol, "_VERDICTS", {})    # no verdict kept from before
     assert check_async_protocol(hp.sched_matmul(stages=stages)) == []
     bound = 7 * stages - 1
     assert sorted(set(unrolled)) == [(t,) for t in range(bound + 1)]
@@ -200,9 +201,29 @@ def test_an_if_on_run_time_values_is_skipped_unless_it_touches_shared_memory():
     [h] = check_async_protocol(kernel)
     assert h.kind == "cannot-prove"
     assert h.detail == ("cannot prove: condition (threadIdx.x < M) is neither a function of "
-                        "the thread index and the loop variables nor uniform over the block")
+                        "the thread index and the loop variables nor uniform over the block, "
+                        "and synchronization runs under it")
     # the scheduler kernel's epilogue, `if (row < M && col < N)` around global stores,
     # is skipped: the kernel is proved (test_the_scheduler_kernel_is_proved...)
+
+
+def test_plain_accesses_under_a_run_time_predicate_are_taken_to_happen_either_way():
+    """`if (threadIdx.x < M)` around shared accesses with no synchronization under it
+    (the epilogue's bounds predicate): every thread is taken to make them, so a race
+    between two threads' guarded accesses is found, and a barrier between them proves it."""
+    M = ex.scalar("M")
+    buf = kir.Buffer("buf", F32, kir.Memory.shared, size=c(128), byte_offset=c(0))
+    y = ex.tensor("y", F32, [c(128)], is_output=True)
+    t = ex.tid()
+
+    def kernel(barrier):
+        guard = lambda stmt: kir.IfThenElse(ex.lt(t, M.var), [stmt])   # noqa: E731
+        body = [kir.Allocate(buf), guard(kir.Store(buf, t, c(1.0, F32))),
+                *([kir.Barrier()] if barrier else []),
+                guard(ex.store(y, [t], kir.Load(buf, ex.sub(c(127), t))))]
+        return ex.finish(kir.Kernel("guarded", [y], [M], body, ex.launch([c(1)], [c(128)])))
+    assert _kinds(kernel(barrier=False)) == {"RAW"}
+    assert check_async_protocol(kernel(barrier=True)) == []
 
 
 def test_both_outcomes_of_a_block_uniform_condition_are_verified():

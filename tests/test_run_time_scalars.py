@@ -190,7 +190,10 @@ def test_the_device_model_changes_the_schedule():
     sizes = {"M": 1024, "N": 2048, "K": 4096}
     full, few = auto.schedule_key(f, sizes, H200), auto.schedule_key(f, sizes,
                                                                     H200.with_(sms=16))
-    assert full[1] == {"splitk": 2} and few[1] == {"splitk": 1}
+    assert dict(full[0])["instruction_tile"] == (64, 128, 16)    # the Hopper path
+    assert full[1] == {"splitk": 1} and dict(few[0])["cta_tile"] == (128, 256, 64)
+    sm80 = auto.schedule_key(f, sizes, H200.with_(cc=(8, 0)))
+    assert sm80[1] == {"splitk": 2} and dict(sm80[0])["instruction_tile"] == (16, 8, 16)
     small = auto.schedule_key(f, sizes, H200.with_(shared_limit=48 * 1024))
     assert dict(small[0])["stages"] < dict(full[0])["stages"]
 
@@ -213,4 +216,5 @@ def test_inspect_shows_the_declared_scalars_and_the_plan_a_size_takes(tmp_path):
     assert "(run() passes splitk=132)" in skinny.stdout
     assert "split-K 132 (two_kernel)" in skinny.stdout
     square = run_cli("inspect", path, "--size", "M=4096,N=4096,K=4096")
-    assert "CTA tile 256x128x32, 512 tiles of 256x128 fill the SMs" in square.stdout
+    assert "the Hopper path (wgmma, TMA, a producer warp group), CTA tile 128x256x64" in \
+        square.stdout

@@ -201,9 +201,13 @@ def _bank_conflicts(kernel, scalars):
 
 
 def _ptxas(compiled, arch):
+    """ptxas's report of the kernel for `arch` (this machine's when None), for the target
+    its instructions need there (sm_90a for wgmma: driver.build.kernel_arch)."""
     from codegen.errors import CompileError
-    from codegen.nvrtc import ptxas_info
+    from codegen.nvrtc import default_arch, ptxas_info
+    from driver.build import kernel_arch
     try:
+        arch = kernel_arch(compiled.kir, arch or default_arch())
         info = ptxas_info(compiled.source, compiled.name, arch=arch)
     except CompileError as error:
         return {"arch": arch, "error": str(error).splitlines()[0]}

@@ -147,8 +147,9 @@ def _pipeline(ctx, kernel, axis, tensors):
 
 def run(ctx, kernel):
     by_loop = {}
-    for tv, axis in ctx.circular.items():
-        by_loop.setdefault(axis, []).append(tv)
+    for tv in ctx.fusion.tensors:        # in the fusion's order (ctx.circular has none)
+        if tv in ctx.circular:
+            by_loop.setdefault(ctx.circular[tv], []).append(tv)
     for axis, tensors in by_loop.items():
         _pipeline(ctx, kernel, axis, tensors)
     return kernel
