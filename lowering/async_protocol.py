@@ -55,6 +55,8 @@ role.
 
 import copy
 import hashlib
+import os
+from pathlib import Path
 
 from . import kir
 from .async_order import Ordering, point
@@ -72,13 +74,39 @@ _VERDICTS = {}        # sha256 of a kernel's text -> its findings (the verdict i
 _VERDICTS_KEPT = 512  # of the text: statements, labels, buffers, offsets, launch, maps)
 
 
+def _verifier_version():
+    """A hash of the verifier's own source (this package's modules), so that a proof kept
+    on disk is never reused by another version of it."""
+    root = Path(__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted([*root.glob("*.py"), *root.glob("kir/*.py")]):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _proofs_dir():
+    """Where proved kernels are remembered across processes: $FUSERIR_CACHE_DIR/proofs
+    (else ~/.cache/fuserir/proofs), one empty file per proved kernel text and verifier
+    version (only proofs are kept: findings are recomputed)."""
+    root = os.environ.get("FUSERIR_CACHE_DIR")
+    return (Path(root) if root else Path.home() / ".cache" / "fuserir") / "proofs"
+
+
+_VERSION = _verifier_version()
+
+
 def check_async_protocol(kernel, known=None):
     """Every finding (lowering.errors.Hazard) of the kernel's async protocol, for every
     trip count and block-uniform outcome; [] when it is proved. `known`: see
     async_trace.Trace (a caller asking again and again). A kernel whose text was verified
     before in this process gets the same verdict at once (sync insertion's last check is
-    the verify pass's question; tests and benchmarks lower one schedule many times)."""
-    key = hashlib.sha256(kir.format_kernel(kernel).encode()).hexdigest()
+    the verify pass's question; tests and benchmarks lower one schedule many times), and
+    one proved before by this version of the verifier in any process is proved
+    (_proofs_dir)."""
+    key = hashlib.sha256((_VERSION + kir.format_kernel(kernel)).encode()).hexdigest()
+    proof = _proofs_dir() / key
+    if key not in _VERDICTS and proof.exists():
+        _VERDICTS[key] = []
     if key not in _VERDICTS:
         if len(_VERDICTS) >= _VERDICTS_KEPT:
             _VERDICTS.pop(next(iter(_VERDICTS)))
@@ -88,6 +116,12 @@ def check_async_protocol(kernel, known=None):
         except Refusal as r:
             _VERDICTS[key] = [Hazard("cannot-prove", "-", point(r.stmt), point(r.stmt),
                                      detail=r.why)]
+        if not _VERDICTS[key]:
+            try:
+                proof.parent.mkdir(parents=True, exist_ok=True)
+                proof.touch()
+            except OSError:                  # a read-only cache: prove again next time
+                pass
     return [copy.copy(h) for h in _VERDICTS[key]]
 
 
