@@ -113,8 +113,8 @@ def tma_box(tv):
 def _guesses(table, trans, swizzle, rows):
     """(leading, stride) byte offsets that would give `table`, read off its entries."""
     at = lambda r, k: int(table[r, k]) if r < rows else 16       # noqa: E731
-    if swizzle == "none":
-        return (at(0, 8), at(8, 0)) if not trans else (at(0, 8), at(8, 0))
+    if swizzle == "none":                   # both majors: LBO along k, SBO along rows
+        return at(0, 8), at(8, 0)
     if not trans:
         return 16, at(8, 0)                 # LBO is not used by a K-major swizzled tile
     t = SWIZZLE_BYTES[swizzle] // 2
