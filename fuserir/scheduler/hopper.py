@@ -20,7 +20,7 @@ the epilogue's pointwise ops run on them, and the output is stored from them.
 from ..errors import ScheduleError
 from ..ir.iterdomain import ParallelType, roots_of
 from ..ir.tensor import MemoryType
-from .matmul import SPLITK, _broadcasts_first, _tensor_core_loops, _warp_layout, two_kernel
+from .matmul import SPLITK, _broadcasts_first, _tensor_core_loops, output_tiles, two_kernel
 
 SWIZZLE_ROW_BYTES = 128      # the 128B swizzle mode: boxes of 128-byte rows
 WARP_GROUP = 128             # threads of a warp group: TIDx on the Hopper path
@@ -37,8 +37,6 @@ def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
             f"({params.stages} stages of {tm}x{tk} + {tk}x{tn} operand tiles), over the "
             f"limit of {shared_limit} bytes per block; use fewer stages or smaller tiles")
     fusion.declare_scalar(SPLITK, params.splitk_factor)
-    wm, wn, _ = params.warp_tile
-    im, in_, _ = params.instruction_tile
 
     a_smem = a.cache_after(MemoryType.shared, tma=True)
     b_smem = b.cache_after(MemoryType.shared, tma=True)
@@ -54,32 +52,7 @@ def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
         return two_kernel(params, acc, out, {"a_smem": a_smem, "b_smem": b_smem},
                           stage_operands)
 
-    c_smem = out.cache_before(MemoryType.shared) if params.use_smem_epilogue else None
-
-    # The output: one CTA tile per block, stored from the accumulator's registers, or
-    # staged through shared memory and stored by rows of 16 bytes.
-    out.split(0, tm)
-    out.split(2, tn)
-    out.reorder({1: 2, 2: 1})                 # [Mo, No, Mt, Nt]
-    out.parallelize(0, ParallelType.BIDx)
-    out.parallelize(1, ParallelType.BIDy)
-    epilogue = c_smem if c_smem is not None else out
-    if c_smem is not None:
-        vec = 16 // out.dtype.itemsize
-        out.merge(2)                          # [Mo, No, Mt*Nt]
-        out.split(2, vec)
-        out.split(2, WARP_GROUP)
-        out.split(2, params.warps)            # [Mo, No, rest, groups, threads, vec]
-        out.parallelize(3, ParallelType.TIDy)
-        out.parallelize(4, ParallelType.TIDx)
-        out.parallelize(5, ParallelType.vectorize)
-        c_smem.compute_at(out, 2)
-    _warp_layout(epilogue, tm // wm, tn // wn, wm, wn, im, in_)
-    acc.compute_at(epilogue, 2)
-    for t in reversed(fused):
-        t.compute_at(fusion.consumers(t)[0], 5)   # [Mo, No, W, Mm, Nn | M64, N]
-        t.parallelize(-2, ParallelType.mma)
-        t.parallelize(-1, ParallelType.mma)
+    c_smem = output_tiles(fusion, params, acc, out, fused, WARP_GROUP)
 
     acc.split(4, tk)                          # [Mo, No, Mt, Nt, rKt, rK64]
     acc.split(4, SPLITK, inner=False)         # [.., rKs, rKtiles, rK64]

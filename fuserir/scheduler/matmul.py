@@ -228,10 +228,7 @@ def schedule_matmul(fusion, params, device=None):
             + f"), over the limit of {shared_limit} bytes per block; use fewer stages or "
             "smaller tiles")
     fusion.declare_scalar(SPLITK, params.splitk_factor)
-    wm, wn, _ = params.warp_tile
-    im, in_, ik = params.instruction_tile
-    warps_m, warps_n = tm // wm, tn // wn
-    vec = 16 // out.dtype.itemsize            # elements per 16-byte vector
+    im, in_, _ = params.instruction_tile
 
     # Operand caches: global -> shared (cp.async) -> registers (ldmatrix).
     a_smem = a.cache_after(MemoryType.shared, async_copy=params.async_gmem_load_operands)
@@ -242,34 +239,7 @@ def schedule_matmul(fusion, params, device=None):
         caches = {"a_smem": a_smem, "b_smem": b_smem, "a_frag": a_frag, "b_frag": b_frag}
         return two_kernel(params, acc, out, caches, lambda mm: _operand_caches(
             params, mm, a_smem, b_smem, a_frag, b_frag))
-    c_smem = out.cache_before(MemoryType.shared) if params.use_smem_epilogue else None
-
-    # The output: one CTA tile per block, stored by 16-byte vectors.
-    out.split(0, tm)
-    out.split(2, tn)
-    out.reorder({1: 2, 2: 1})                 # [Mo, No, Mt, Nt]
-    out.parallelize(0, ParallelType.BIDx)
-    out.parallelize(1, ParallelType.BIDy)
-    epilogue = c_smem if c_smem is not None else out
-    if c_smem is not None:
-        out.merge(2)                          # [Mo, No, Mt*Nt]
-        out.split(2, vec)
-        out.split(2, 32)
-        out.split(2, params.warps)            # [Mo, No, rest, warps, lanes, vec]
-        out.parallelize(3, ParallelType.TIDy)
-        out.parallelize(4, ParallelType.TIDx)
-        out.parallelize(5, ParallelType.vectorize)
-        c_smem.compute_at(out, 2)
-    # The accumulator layout: [Mo, No, warps, Mm, Nn, M16, N8] (the mma fragment).
-    _warp_layout(epilogue, warps_m, warps_n, wm, wn, im, in_)
-    acc.compute_at(epilogue, 2)
-    # Fused pointwise ops run on the fragments each lane holds, inside the tile loops.
-    # (consumers first, each at its own consumer: compute_at re-places every tensor on
-    # the path to the tensor named, which would undo the mma axes of those in between)
-    for t in reversed(fused):
-        t.compute_at(fusion.consumers(t)[0], 5)   # [Mo, No, W, Mm, Nn | M16, N8]
-        t.parallelize(-2, ParallelType.mma)
-        t.parallelize(-1, ParallelType.mma)
+    c_smem = output_tiles(fusion, params, acc, out, fused, WARP)
 
     # acc: [Mo, No, Mt, Nt, rK] -> [Mo, No, splitk, Ktiles, warps, k16, Mm, Nn, mma x3]
     acc.split(4, tk)                          # [Mo, No, Mt, Nt, rKt, rK32]
@@ -284,6 +254,46 @@ def schedule_matmul(fusion, params, device=None):
             c_smem.promote_reuse()
     return {"acc": acc, "out": out, "a_smem": a_smem, "b_smem": b_smem,
             "a_frag": a_frag, "b_frag": b_frag, "c_smem": c_smem, "fused": fused}
+
+
+WARP = 32                     # threads of a warp: TIDx on the mma.sync path
+
+
+def output_tiles(fusion, params, acc, out, fused, threads):
+    """The output as one CTA tile per block, the accumulator and the fused pointwise ops
+    in the instruction's fragment layout (`threads`: TIDx, the threads of one
+    instruction); with params.use_smem_epilogue, staged through a shared tile (returned)
+    and stored by rows of 16 bytes, else (None) from the registers."""
+    tm, tn, _ = params.cta_tile
+    wm, wn, _ = params.warp_tile
+    im, in_, _ = params.instruction_tile
+    c_smem = out.cache_before(MemoryType.shared) if params.use_smem_epilogue else None
+    out.split(0, tm)
+    out.split(2, tn)
+    out.reorder({1: 2, 2: 1})                 # [Mo, No, Mt, Nt]
+    out.parallelize(0, ParallelType.BIDx)
+    out.parallelize(1, ParallelType.BIDy)
+    epilogue = c_smem if c_smem is not None else out
+    if c_smem is not None:
+        out.merge(2)                          # [Mo, No, Mt*Nt]
+        out.split(2, 16 // out.dtype.itemsize)
+        out.split(2, threads)
+        out.split(2, params.warps)            # [Mo, No, rest, warps, threads, vec]
+        out.parallelize(3, ParallelType.TIDy)
+        out.parallelize(4, ParallelType.TIDx)
+        out.parallelize(5, ParallelType.vectorize)
+        c_smem.compute_at(out, 2)
+    # The accumulator layout: [Mo, No, warps, Mm, Nn, M, N] (the instruction's fragment).
+    _warp_layout(epilogue, tm // wm, tn // wn, wm, wn, im, in_)
+    acc.compute_at(epilogue, 2)
+    # Fused pointwise ops run on the fragments each thread holds, inside the tile loops.
+    # (consumers first, each at its own consumer: compute_at re-places every tensor on
+    # the path to the tensor named, which would undo the mma axes of those in between)
+    for t in reversed(fused):
+        t.compute_at(fusion.consumers(t)[0], 5)   # [Mo, No, W, Mm, Nn | M, N]
+        t.parallelize(-2, ParallelType.mma)
+        t.parallelize(-1, ParallelType.mma)
+    return c_smem
 
 
 def _tensor_core_loops(tv, params):
