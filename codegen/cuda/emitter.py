@@ -218,7 +218,8 @@ class _Emitter(HopperEmitter, ExpressionEmitter):
         if nbytes > 4:
             self.need("vectors")
         dst = f"*reinterpret_cast<{word}*>(&{self.subscript(s.buffer, s.index)})"
-        value = (f"{word}{{}}" if zeros else
+        zero = "0u" if word == "unsigned int" else f"{word}{{}}"   # no `unsigned int{}` in C++
+        value = (zero if zeros else
                  f"*reinterpret_cast<const {word}*>(&{self.subscript(src.buffer, src.index)})")
         self.emit(depth, f"{dst} = {value};", self.describe(s))
 
