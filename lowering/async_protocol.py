@@ -56,7 +56,10 @@ role.
 import copy
 import hashlib
 import os
+import re
 from pathlib import Path
+
+import numpy as np
 
 from . import kir
 from .async_order import Ordering, point
@@ -72,6 +75,8 @@ _ASYNC_READ = {"wgmma": ("a pending wgmma still reads", "the wgmma.wait_group re
 
 _VERDICTS = {}        # sha256 of a kernel's text -> its findings (the verdict is a function
 _VERDICTS_KEPT = 512  # of the text: statements, labels, buffers, offsets, launch, maps)
+_SYNC_ID = re.compile(r" \[sync\d+\]")   # the names insert_syncs gives the syncs it placed,
+                                         # for drop_syncs: not part of what is proved
 
 
 def _verifier_version():
@@ -103,7 +108,8 @@ def check_async_protocol(kernel, known=None):
     the verify pass's question; tests and benchmarks lower one schedule many times), and
     one proved before by this version of the verifier in any process is proved
     (_proofs_dir)."""
-    key = hashlib.sha256((_VERSION + kir.format_kernel(kernel)).encode()).hexdigest()
+    text = _SYNC_ID.sub("", kir.format_kernel(kernel))
+    key = hashlib.sha256((_VERSION + text).encode()).hexdigest()
     proof = _proofs_dir() / key
     if key not in _VERDICTS and proof.exists():
         _VERDICTS[key] = []
@@ -256,28 +262,34 @@ class _Protocol(Ordering):
         self._finding(kind, _names(first, second), fe, se, detail, first.overlap(second))
 
     def _proxy_fences(self):
-        writes = [a for a in self._accesses() if a.is_write]
+        covering = _Covering(self._accesses)
+        fenced = {}                 # id(event) -> the first proxy fence after it, or None
         for a, b, meet in self._pairs():
             for x, y in ((a, b), (b, a)):
                 if x.is_write and x.proxy == "generic" and y.proxy in _ASYNC_READ \
-                        and self._ordered(x, y, meet) and not self._fenced(x, y, writes):
+                        and ("proxy-fence", x.event.stmt.label, y.event.stmt.label) \
+                        not in self.found \
+                        and self._ordered(x, y, meet) \
+                        and not self._fenced(x, y, covering, fenced):
                     self._finding("proxy-fence", _names(x, y), x.event, y.event,
                                   f"{x.event.role} wrote bytes through the generic proxy "
                                   f"that {_op(y)} reads through the async proxy: no "
                                   f"fence.proxy.async by the writing threads between the "
                                   f"generic write and the async-proxy read", x.overlap(y))
 
-    def _fenced(self, x, y, writes):
+    def _fenced(self, x, y, covering, fenced):
         """Is generic write x, ordered before async read y, proxy-fenced (or overwritten
-        before y reads)?"""
-        g = self.graph
-        if any(g.reaches(x.event.leave, f.enter) and g.before(f, y.event)
-               for f in self.fences[x.event.role]):
+        before y reads)? The first fence of x's threads after x is the one to ask about:
+        any later one comes after it. `fenced` remembers it per event."""
+        g, e = self.graph, x.event
+        if id(e) not in fenced:
+            fenced[id(e)] = next((f for f in self.fences[e.role]
+                                  if g.reaches(e.leave, f.enter)), None)
+        fence = fenced[id(e)]
+        if fence is not None and g.before(fence, y.event):
             return True
-        lo, hi = x.overlap(y)
-        return any(z is not x and z.exact
-                   and any(a <= lo and hi <= b for a, b, _ in z.spans)
-                   and self._ordered(x, z) and self._ordered(z, y) for z in writes)
+        return any(z is not x and self._ordered(x, z) and self._ordered(z, y)
+                   for z in covering.of(*x.overlap(y)))
 
     def _pending_at_end(self):
         for a in self.async_pending:
@@ -293,6 +305,23 @@ class _Protocol(Ordering):
                     self._finding("async-pending", e.stmt.dst.name, e, None,
                                   f"a TMA load has not landed when the kernel ends: no "
                                   f"thread waits for {bar.name} phase {phase.number}")
+
+
+class _Covering:
+    """Which exact writes among `accesses()` have a span covering bytes [lo, hi): one
+    vectorized query over all their spans."""
+
+    def __init__(self, accesses):
+        self.accesses, self.writes = accesses, None
+
+    def of(self, lo, hi):
+        if self.writes is None:         # built at the first question (most runs ask none)
+            self.writes = [a for a in self.accesses() if a.is_write and a.exact]
+            rows = [(a, b, i) for i, w in enumerate(self.writes) for a, b, _ in w.spans]
+            self.lo, self.hi, self.owner = (np.array(c, dtype=np.int64) for c in zip(*rows)) \
+                if rows else (np.zeros(0, dtype=np.int64),) * 3
+        hits = np.unique(self.owner[(self.lo <= lo) & (hi <= self.hi)])
+        return [self.writes[i] for i in hits.tolist()]
 
 
 _ASYNC_OPS = {"tma-load": "the TMA load", "wgmma": "the wgmma", "tma-store": "the TMA store"}

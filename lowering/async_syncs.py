@@ -4,7 +4,10 @@ the protocol is proved; what no placement of them can fix is refused.
 
 The rules, one per kind of finding (first: the earlier statement, second: the later):
     proxy-fence        fence.proxy.async after the last of the generic writes a reader
-                       meets, in the innermost statement list holding writers and reader
+                       meets, in the innermost statement list holding writers and reader;
+                       where the reader is another role's (a producer's copies, read by
+                       the consumers' wgmma after an mbarrier), in the writers' own list,
+                       outside the constant loops and "either way" ifs around them
     wgmma-fence        wgmma.fence before the wgmma, in the innermost list holding it and
                        the register writes (so before a main loop, not in it)
     mbarrier-init      __syncthreads after the init (its ancestor in the list it shares
@@ -90,6 +93,7 @@ class _Placer:
         self.kernel, self.findings, self.known = kernel, findings, known
         self.by_label = {s.label: s for s in kir.walk(kernel.body)}
         self._traces = None
+        self._skeleton = None
         self.seen = set()
         self.used_ids = {s.id for s in kir.walk(kernel.body) if isinstance(s, kir.NamedBarrier)}
 
@@ -141,7 +145,7 @@ class _Placer:
 
     def traces(self):
         if self._traces is None:
-            self._traces = covering_traces(self.kernel, Skeleton(self.kernel), self.known)
+            self._traces = covering_traces(self.kernel, self.skeleton(), self.known)
         return self._traces
 
     def threads(self, *stmts):
@@ -156,12 +160,35 @@ class _Placer:
 
     # -- the rules ----------------------------------------------------------------------
     def proxy_fence(self, reader, writers):
+        """After the last of the writes, where the reader comes later in the same list;
+        else (the reader in another role's branch, ordered by an mbarrier the writers
+        arrive on next) after the last write in the writers' own innermost list, outside
+        the copy loops and bounds guards around it (constant loops, "either way" ifs)."""
+        fence = kir.FenceProxyAsync(reasons=[self.reason(h, w, reader) for h, w in writers])
         stmts, at = self.common(reader, *(w for _, w in writers))
         last = max(at[1:])
-        if last >= at[0]:
-            return None
-        fence = kir.FenceProxyAsync(reasons=[self.reason(h, w, reader) for h, w in writers])
-        return stmts, last + 1, fence
+        if last < at[0]:
+            return stmts, last + 1, fence
+        stmts, at = self.common(*(w for _, w in writers))
+        path = path_to(self.kernel.body, stmts[max(at)])
+        while len(path) > 1 and self._inside_copies(path[-1][2]):
+            path.pop()
+        stmts, index, _ = path[-1]
+        return stmts, index + 1, fence
+
+    def _inside_copies(self, owner):
+        """Is `owner` a loop of constant extent or an "either way" if (the loops and
+        guards of a tile's copies, which a fence after the copies goes outside of)?"""
+        skeleton = self.skeleton()
+        if isinstance(owner, kir.ForLoop):
+            return skeleton.loop(owner).kind == "constant"
+        return isinstance(owner, kir.IfThenElse) and \
+            skeleton.condition(owner).kind == "either way"
+
+    def skeleton(self):
+        if self._skeleton is None:
+            self._skeleton = Skeleton(self.kernel)
+        return self._skeleton
 
     def wgmma_fence(self, h, first, second):
         fence = kir.WgmmaFence(reasons=[self.reason(h, first, second)])

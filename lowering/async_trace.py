@@ -25,6 +25,14 @@ one, the rest of its warp group another; a kernel with no split is one role of a
 threads. Each execution of a statement by a role is one Event; events of one role are in
 program order (the walk's).
 
+Store runs. Consecutive executions of shared Stores by the same threads, at one iteration
+of the run-time loops, with nothing between them (a producer's element copies, an
+epilogue's register stores: tens of statements a tile) are one event whose accesses are
+their spans, one per buffer: nothing between them orders anything, so the happens-before
+graph and every finding are the same, with fewer pairs to compare. A run in which two
+stores touch common bytes by different threads is not merged, so that conflict is found
+between its own statements.
+
 Accesses. Each event's shared-memory accesses, in pool bytes: the generic ones from
 lowering.accesses (a shared Store, shared Loads in its expressions, stmatrix, ldmatrix),
 a TMA load's box (written by the async proxy), a TMA store's box and a wgmma's shared
@@ -37,6 +45,8 @@ that depends on data or run-time scalars stands for the whole buffer, touched by
 
 from bisect import bisect_left
 from dataclasses import dataclass, field, fields, replace
+
+import numpy as np
 
 from fuserir.instructions import swizzle
 
@@ -148,9 +158,11 @@ class Access:
     exact: bool = True
     end: object = None
 
+    extent: tuple = None            # (lo, hi) of the spans, where the caller knows it
+
     def __post_init__(self):
-        self.lo = min(lo for lo, _, _ in self.spans)
-        self.hi = max(hi for _, hi, _ in self.spans)
+        self.lo, self.hi = self.extent or (min(lo for lo, _, _ in self.spans),
+                                           max(hi for _, hi, _ in self.spans))
         self._index = None
 
     def overlap(self, other):
@@ -202,24 +214,65 @@ class Trace:
         self.block = _block_extents(kernel)
         bx, by, bz = self.block
         self.threads = bx * by * bz
-        self._thread_envs = [{_THREAD["x"]: t % bx, _THREAD["y"]: t // bx % by,
-                              _THREAD["z"]: t // (bx * by)} for t in range(self.threads)]
+        ids = np.arange(self.threads, dtype=np.int64)
+        self._thread_arrays = {_THREAD["x"]: ids % bx, _THREAD["y"]: ids // bx % by,
+                               _THREAD["z"]: ids // (bx * by)}
         full = (1 << self.threads) - 1
         self._bindings = {}                      # id(expression) -> _bind_thread of it
         steps = []
         self._walk(kernel.body, full, {}, steps)
         self.roles = _roles((mask for _, mask, _ in steps), full)
         self.events = []
-        for number, (stmt, mask, env) in enumerate(steps):
-            found = self._step_accesses(stmt, mask, env)
+        for number, stmt, mask, env, found in self._store_runs(steps):
             for role in self.roles:
                 if role.mask & mask:
                     e = Event(stmt, role, number, env, self)
                     for buffer, spans, *rest in found:
                         mine = self._role_spans(spans, role)
                         if mine:
-                            e.accesses.append(Access(e, buffer, mine, *rest))
+                            e.accesses.append(Access(e, buffer, mine, *rest,
+                                                     extent=self._extent(mine)))
                     self.events.append(e)
+
+    def _store_runs(self, steps):
+        """(number, stmt, mask, env, accesses) of each step, a run of shared stores made
+        one (see the module header: Store runs)."""
+        runs = []
+        for number, (stmt, mask, env) in enumerate(steps):
+            found = self._step_accesses(stmt, mask, env)
+            plain = isinstance(stmt, kir.Store) and len(found) == 1 and found[0][2] \
+                and found[0][5]
+            when = tuple((v.key, v.instance, int(v)) for v in iterations(env))
+            last = runs[-1] if runs else None
+            if plain and last and last[5] and last[2] == mask and last[6] == when:
+                last[4].append(found)
+            else:
+                runs.append([number, stmt, mask, env, [found], plain, when])
+        for number, stmt, mask, env, parts, _, _ in runs:
+            merged = self._merged(parts) if len(parts) > 1 else None
+            if merged is not None:
+                yield number, stmt, mask, env, merged
+            else:                              # one step, or stores that meet: each alone
+                for i, found in enumerate(parts):
+                    yield number + i, stmt if i == 0 else steps[number + i][0], mask, \
+                        steps[number + i][2], found
+
+    def _merged(self, parts):
+        """The accesses of a run of shared stores as one per buffer, or None where two of
+        them touch common bytes by different threads (a conflict to be found alone)."""
+        by_buffer = {}
+        for ((buffer, spans, *_),) in parts:
+            by_buffer.setdefault(buffer, []).append(spans)
+        found = []
+        for buffer, lists in by_buffer.items():
+            key = ("merged", id(buffer), tuple(id(s) for s in lists))
+            if key not in self._known:
+                spans = [s for lst in lists for s in lst]
+                self._known[key] = None if _threads_overlap(spans) else spans
+            if self._known[key] is None:
+                return None
+            found.append((buffer, self._known[key], True, "generic", None, True))
+        return found
 
     def _role_spans(self, spans, role):
         """The part of `spans` (a list `known` keeps) that `role`'s threads touch, kept
@@ -230,10 +283,16 @@ class Trace:
                 else [(lo, hi, m & role.mask) for lo, hi, m in spans if m & role.mask]
         return self._known[key]
 
+    def _extent(self, spans):
+        """(lo, hi) of `spans` (a list `known` keeps), remembered there."""
+        key = ("extent", id(spans))
+        if key not in self._known:
+            self._known[key] = (min(lo for lo, _, _ in spans), max(hi for _, hi, _ in spans))
+        return self._known[key]
+
     def coordinates(self, t):
         """Linear thread id t as (x, y, z)."""
-        env = self._thread_envs[t]
-        return tuple(env[_THREAD[a]] for a in _AXES)
+        return tuple(int(self._thread_arrays[_THREAD[a]][t]) for a in _AXES)
 
     # -- the walk ---------------------------------------------------------------------
 
@@ -285,34 +344,30 @@ class Trace:
     def _compute_taken(self, s, mask, env):
         taken = 0
         try:
-            for part, threads in self._thread_classes(s.cond, mask):
-                if kir.evaluate_scalar(self._bound(s.cond), {**env, **part}):
+            for value, threads in self._per_thread(s.cond, mask, env):
+                if value:
                     taken |= threads
         except (TypeError, KeyError):
             raise Refusal(s, f"cannot prove: condition {kir.format_expr(s.cond)} is not a "
                              f"function of the thread index and the loop variables") from None
         return taken
 
-    def _thread_classes(self, expr, mask):
-        """[(values of the thread indices `expr` uses, the threads of `mask` with them)]."""
-        axes = self._axes(expr)
-        key = ("classes", axes, mask)
+    def _per_thread(self, expr, mask, env):
+        """[(value, the threads of `mask` for which `expr` has it)] given the loop
+        variables `env`, evaluated for all of them at once (kir.evaluate_lanes), in the
+        order of each value's first thread."""
+        key = ("threads", mask)
         if key not in self._known:
-            names, groups = [_THREAD[a] for a in axes], {}
-            for t in range(self.threads):
-                if mask >> t & 1:
-                    values = tuple(self._thread_envs[t][n] for n in names)
-                    groups[values] = groups.get(values, 0) | 1 << t
-            self._known[key] = [(dict(zip(names, v)), m) for v, m in groups.items()]
-        return self._known[key]
-
-    def _axes(self, expr):
-        key = ("axes", id(expr))
-        if key not in self._known:
-            used = {e.axis for e in kir.walk_expr(expr) if isinstance(e, kir.Special)
-                    and e.kind is kir.SpecialKind.threadIdx}
-            self._known[key] = "".join(a for a in _AXES if a in used)
-        return self._known[key]
+            self._known[key] = np.array([t for t in range(self.threads) if mask >> t & 1],
+                                        dtype=np.int64)
+        threads = self._known[key]
+        lanes = {name: ids[threads] for name, ids in self._thread_arrays.items()}
+        values = np.broadcast_to(kir.evaluate_lanes(self._bound(expr), {**env, **lanes}),
+                                 threads.shape)
+        found = {}
+        for t, v in zip(threads.tolist(), values.tolist()):
+            found[v] = found.get(v, 0) | 1 << t
+        return list(found.items())
 
     # -- values -----------------------------------------------------------------------
 
@@ -367,11 +422,10 @@ class Trace:
     def _compute_spans(self, buffer, index, nbytes, mask, env, stmt, lanes):
         lo, hi = _buffer_bytes(buffer, stmt)
         spans, touching = {}, mask & self._lanes(lanes) if lanes < 32 else mask
-        bound, size = self._bound(index), buffer.dtype.itemsize
+        size = buffer.dtype.itemsize
         try:
-            for part, threads in self._thread_classes(index, touching):
-                start = lo + int(kir.evaluate_scalar(bound, {**env, **part})) * size
-                spans[start] = spans.get(start, 0) | threads
+            for at, threads in self._per_thread(index, touching, env):
+                spans[lo + at * size] = threads
         except (TypeError, KeyError):
             return [(lo, hi, mask)], False
         return [(start, start + nbytes, m) for start, m in spans.items()], True
@@ -422,15 +476,24 @@ class Trace:
         """[(lo, hi, threads)] around a wgmma operand's bytes for the threads of `mask`,
         by the operand's start each computes (all of the buffer where it depends on
         data)."""
-        starts = {}
         try:
-            for part, threads in self._thread_classes(index, mask):
-                at = kir.evaluate_scalar(self._bound(index), {**env, **part})
-                starts[at] = starts.get(at, 0) | threads
+            starts = dict(self._per_thread(index, mask, env))
         except (TypeError, KeyError):
             return [(*_buffer_bytes(buffer, stmt), mask)]
         return [(*_operand_bytes(buffer, at, layout, trans, rows, stmt), m)
                 for at, m in starts.items()]
+
+
+def _threads_overlap(spans):
+    """Do two of `spans` [(lo, hi, threads)] touch common bytes by different threads (or
+    one of them by several)?"""
+    open_spans = []
+    for lo, hi, mask in sorted(spans):
+        open_spans = [(h, m) for h, m in open_spans if h > lo]
+        if any(m != mask or mask & (mask - 1) for _, m in open_spans):
+            return True
+        open_spans.append((hi, mask))
+    return False
 
 
 def _env_key(env):

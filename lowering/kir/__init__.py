@@ -38,4 +38,4 @@ from .hopper import (SWIZZLES, TensorMap, MatrixLayout, WgmmaFence, Wgmma, Wgmma
 from .traversal import (arg_name, scalar_args, walk, relabel, substitute, copy_stmt,
                         walk_expr)
 from .printer import (format_expr, format_stmt, format_stmts, format_kernel)
-from .evaluate import (evaluate_scalar, shared_bytes)
+from .evaluate import (evaluate_lanes, evaluate_scalar, shared_bytes)

@@ -1,6 +1,7 @@
 """Launch-time evaluation of kernel-IR scalar expressions (grid and block extents,
 shared-memory sizes and offsets), shared by the CUDA launcher, the interpreter and
-lowering's constant folding. The meaning of each operator is fuserir.op_table's.
+lowering's constant folding; and the same for many threads at once (evaluate_lanes: the
+async verifier's per-thread indices). The meaning of each operator is fuserir.op_table's.
 """
 
 import numpy as np
@@ -73,6 +74,68 @@ def evaluate_scalar(expr, env=None):
         return _eval_binop(expr.op, evaluate_scalar(expr.a, env),
                            evaluate_scalar(expr.b, env), expr.a.dtype, expr.dtype)
     raise TypeError(f"{type(expr).__name__} {format_expr(expr)} has no launch-time value")
+
+
+def evaluate_lanes(expr, env):
+    """evaluate_scalar for many threads at once: `env`'s values may be numpy integer
+    arrays of one shape (a value per thread), and the result is an array of that shape
+    (or a scalar, where nothing per-thread reaches it). Integer and bool expressions only,
+    with evaluate_scalar's C meaning (a float, a load or a thread index raises TypeError,
+    a missing variable KeyError); both sides of and/or and of a select are evaluated,
+    which is harmless: integer operators are defined everywhere."""
+    if isinstance(expr, Const):
+        if expr.dtype is DataType.bool:
+            return np.bool_(expr.value)
+        if expr.dtype.is_int:
+            return expr.dtype.numpy.type(_wrap_int(expr.value, expr.dtype))
+        raise TypeError(f"float constant {format_expr(expr)} in a per-thread index")
+    if isinstance(expr, Var):
+        if expr.name not in env:
+            raise KeyError(f"no value for scalar {expr.name!r} (have: {sorted(env)})")
+        value = env[expr.name]
+        if expr.dtype is DataType.bool:
+            return np.asarray(value).astype(bool)
+        if not expr.dtype.is_int:
+            raise TypeError(f"float variable {expr.name} in a per-thread index")
+        if isinstance(value, np.ndarray):
+            with np.errstate(over="ignore"):
+                return value.astype(expr.dtype.numpy)        # wraps, as C's conversion
+        return expr.dtype.numpy.type(_wrap_int(value, expr.dtype))
+    if isinstance(expr, Select):
+        return np.where(evaluate_lanes(expr.cond, env), evaluate_lanes(expr.a, env),
+                        evaluate_lanes(expr.b, env)).astype(expr.dtype.numpy)
+    if isinstance(expr, Cast):
+        value, src, dst = evaluate_lanes(expr.a, env), expr.a.dtype, expr.dtype
+        if src.is_float or dst.is_float:
+            raise TypeError(f"float cast {format_expr(expr)} in a per-thread index")
+        if dst is DataType.bool:
+            return np.asarray(value != 0)
+        with np.errstate(over="ignore"):
+            return np.asarray(value).astype(dst.numpy)
+    if isinstance(expr, UnOp):
+        entry = op_table.UNARY[expr.op]
+        a = evaluate_lanes(expr.a, env)
+        if entry.kind == "logical":
+            return np.asarray(entry.meaning(a)).astype(bool)
+        if not expr.dtype.is_int or entry.kind != "exact":
+            raise TypeError(f"unary {expr.op} on {expr.dtype} has no per-thread value")
+        with np.errstate(over="ignore"):
+            return np.asarray(entry.meaning(np.asarray(a, dtype=expr.dtype.numpy))).astype(
+                expr.dtype.numpy)
+    if isinstance(expr, BinOp):
+        a, b = evaluate_lanes(expr.a, env), evaluate_lanes(expr.b, env)
+        if expr.op in ("and", "or"):
+            return (np.logical_and if expr.op == "and" else np.logical_or)(a, b)
+        entry = op_table.BINARY[expr.op]
+        if entry.kind == "compare":
+            return np.asarray(entry.meaning(a, b))
+        if not expr.dtype.is_int or entry.integer is None:
+            raise TypeError(f"binary {expr.op} on {expr.dtype} has no per-thread value")
+        t = expr.dtype.numpy
+        with np.errstate(over="ignore"):
+            return np.asarray(entry.integer(np.asarray(a, dtype=t),
+                                            np.asarray(b, dtype=t))).astype(t)
+    raise TypeError(f"{type(expr).__name__} {format_expr(expr)} has no per-thread value")
 
 
 def _eval_cast(value, src, dst):

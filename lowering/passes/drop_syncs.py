@@ -1,4 +1,4 @@
-"""Step `drop_syncs`: remove the barriers a caller names, to show what each prevents.
+"""Step `drop_syncs`: remove the syncs a caller names, to show what each prevents.
 
 Not a pass of the normal pipeline: lowering runs it between insert_syncs and
 verify_hazards only when codegen.compile(..., drop_syncs=(...)) names barrier ids
@@ -15,16 +15,17 @@ class _Strip(kir_visit.StmtMutator):
     def __init__(self, ids):
         self.ids = ids
 
-    def mutate_Barrier(self, s):
-        return None if s.sync_id in self.ids else s
-
-    mutate_CpAsyncWait = mutate_Barrier
+    def mutate_stmt(self, s):
+        if getattr(s, "sync_id", None) in self.ids:
+            return None
+        return super().mutate_stmt(s)
 
 
 def run(ctx, kernel):
     ids = ctx.dropped_syncs
-    barriers = {s.sync_id: s for s in kir.walk(kernel.body)
-                if isinstance(s, (kir.Barrier, kir.CpAsyncWait)) and s.sync_id}
+    # every inserted sync: barriers, cp.async waits, and the async protocol's fences,
+    # waits and named barriers
+    barriers = {s.sync_id: s for s in kir.walk(kernel.body) if getattr(s, "sync_id", None)}
     unknown = [i for i in ids if i not in barriers]
     if unknown:
         have = ", ".join(barriers) or "none"
