@@ -44,6 +44,7 @@ are kept per Executable.
 import collections
 import collections.abc
 import contextlib
+import math
 import types
 from dataclasses import dataclass, field
 
@@ -250,16 +251,23 @@ class Executable:
         values = self.prepare_inputs({name: inputs[name] for name in bound.arrays})
         alignment = tuple([_address(values[name]) % VECTOR_ALIGNMENT
                            for name in bound.arrays])
+        if any(alignment) and bound.schedule is not None and bound.device.tma:
+            operands = _matmul_operands(self.fusion)
+            if any(a for name, a in zip(bound.arrays, alignment) if name in operands):
+                # an operand's address is no TMA base (16 bytes): planned as without TMA
+                bound = self._bound(inputs, poison, tma=False)
         steps = bound.plans.get(alignment)
         if steps is None:
             steps = remember(bound.plans, alignment, self._step_runs(bound, values))
         return bound, values, steps
 
-    def _bound(self, inputs, poison):
-        """The _BoundInputs of `inputs`' signature, checking them in full when new."""
+    def _bound(self, inputs, poison, tma=True):
+        """The _BoundInputs of `inputs`' signature, checking them in full when new
+        (`tma=False`: planned as if the device had no TMA, for operands at addresses TMA
+        cannot take)."""
         device = current_device() if self.backend == "cuda" else None
         try:
-            key = (device, poison, _signature(inputs))
+            key = (device, poison, tma, _signature(inputs))
             bound = self._bound_inputs.get(key)
         except (AttributeError, TypeError):     # not a scalar or array it knows: no key
             key = bound = None
@@ -273,7 +281,7 @@ class Executable:
                 # with the run-time scalars it chose (a matmul's split-K factor)
                 # (for a run whose operand arrays TMA cannot read, as if the device had
                 # no TMA: the schedule keeps to cp.async)
-                if not _tma_readable(self.fusion, given):
+                if not tma or not _tma_readable(self.fusion, given):
                     model = model.with_(tma=False)
                 schedule, scalars, steps = self.plan_for(env, model)
                 env.update(scalars)
@@ -445,19 +453,27 @@ def _to_device(array):
     return cupy.asarray(array)
 
 
+def _matmul_operands(fusion):
+    """The names of the fusion's tensors that a matmul reads."""
+    return {t.name for e in fusion.exprs if e.op == "matmul" for t in e.inputs}
+
+
 def _tma_readable(fusion, arrays):
-    """Can TMA read the matmul operands among `arrays` (by name): each one's last axis
-    contiguous, its other strides multiples of 16 bytes? (Their addresses are not part of
-    an input signature: a misaligned one is refused at launch, naming it.)"""
+    """Do the matmul operands among `arrays` (by name) give TMA what their sizes promise:
+    each one's last axis contiguous, its other strides multiples of 16 bytes, or the
+    array row-major contiguous (whose rows are the sizes' business: matmul_heuristic
+    decides by them)? (Their addresses are not part of an input signature: _planned
+    checks them.)"""
     from fuserir.instructions import TMA_STRIDE_ALIGN
-    names = {t.name for e in fusion.exprs if e.op == "matmul" for t in e.inputs}
-    for name in names & set(arrays):
+    for name in _matmul_operands(fusion) & set(arrays):
         array = arrays[name]
         strides = array.strides if hasattr(array, "strides") else \
             tuple(s * array.element_size() for s in array.stride())
         item = array.itemsize if hasattr(array, "itemsize") else array.element_size()
-        if strides and (strides[-1] != item
-                        or any(s % TMA_STRIDE_ALIGN for s in strides[:-1])):
+        shape = tuple(array.shape)
+        packed = tuple(item * math.prod(shape[i + 1:]) for i in range(len(shape)))
+        if strides and strides != packed and (
+                strides[-1] != item or any(s % TMA_STRIDE_ALIGN for s in strides[:-1])):
             return False
     return True
 

@@ -286,10 +286,11 @@ def check_supported(ctx):
                         f"or compute {tv.name} at a lower position")
         _check_mma(ctx, tv)
         _check_grid_reduction(ctx, tv)
-        if tv.circular_buffer_stages is not None and not (is_async_copy(tv)
-                                                          or is_tma_copy(tv)):
+        if tv.circular_buffer_stages is not None and not (
+                is_async_copy(tv) or is_tma_copy(tv) or tv.warp_specialized is not None):
             raise ScheduleError(f"{tv.name}: only async copies (cache_after(shared, "
-                                "async_copy=True) or tma=True) are circular-buffered")
+                                "async_copy=True) or tma=True) and warp-specialized copies "
+                                "are circular-buffered")
         if is_tma_copy(tv) and tv.circular_buffer_stages is None:
             raise ScheduleError(f"{tv.name}: a TMA copy is loaded by a producer warp group: "
                                 "circular-buffer it (circular_buffer(stages, "

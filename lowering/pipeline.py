@@ -15,7 +15,7 @@
     11  circular_buffer        pipeline the async copies of circular-buffered shared tensors
     12  reuse_shared           a shared tensor marked promote_reuse takes the bytes of dead buffers
     13  insert_syncs           insert the barriers that order every shared-memory hazard
-     -  drop_syncs             remove the barriers a caller names, to show what each prevents
+     -  drop_syncs             remove the syncs a caller names, to show what each prevents
     14  verify_hazards         refuse a kernel that the hazard analysis cannot prove safe
 
 Each pass is lowering/passes/<name>.py: `run(ctx, kernel) -> kernel` and the module's PASS

@@ -5,30 +5,37 @@ the block has one more warp group along TIDy, the producer, and the loop runs tw
 in each role, handing the S stages over through two mbarriers per stage (full[s], then
 empty[s], in one shared buffer):
 
-    thread 0:      init full[s] (1 arrival), empty[s] (one per consumer thread), s < S;
+    thread 0:      init full[s] (1 arrival; one per producer thread for copies),
+                   empty[s] (one per consumer thread), s < S;
                    fence.mbarrier_init
     __syncthreads
-    if threadIdx.y == W (the producer), its thread 0:
+    if threadIdx.y == W (the producer), its thread 0 (TMA) or its 128 threads (copies):
         for i: s = i % S
                wait empty[s], parity (i / S) % 2 ^ 1   (a fresh barrier's previous phase
                                                         counts as complete)
-               arrive.expect_tx full[s] (every box of tile i); the TMA loads of tile i
+          TMA: arrive.expect_tx full[s] (every box of tile i); the TMA loads of tile i
+          copies: tile i's element copies (ld.global, st.shared); arrive full[s]
     else (the W consumer warp groups, everything else the kernel does):
         for i: s = i % S
                wait full[s], parity (i / S) % 2        (tile i has landed)
                compute on tile i; wgmma commit and wait_group 0 (its reads retired)
                arrive empty[s]                          (the producer may refill it)
 
-The loads of tile i are the loop's own TMA statements, so coordinates and stage offsets
-follow from indexing; tiles past a tensor's edge are zero-filled by the hardware, so no
-load is guarded. A barrier of the whole block left in the consumers' code (the serial
-grid reduction's) becomes a named barrier of the consumers' threads: the producer never
+The loads of tile i are the loop's own copy statements, so coordinates and stage offsets
+follow from indexing; tiles past a tensor's edge are zero-filled by the hardware (TMA) or
+by the copies' predicates, which store 0 out of bounds. Copies are the path for operands
+TMA cannot read (rows not a multiple of 16 bytes): the same swizzled tiles, written
+through the generic proxy, which is why sync insertion puts fence.proxy.async between
+each producer thread's stores and its arrival. A barrier of the whole block left in the
+consumers' code (the serial grid reduction's) becomes a named barrier of the consumers' threads: the producer never
 reaches it. The fences the async proxy needs beyond this protocol (wgmma.fence after the
 accumulators are zeroed, fence.proxy.async after generic writes that TMA or wgmma read)
 are sync insertion's; the Hopper verifier proves the whole.
 
 It sits below the circular_buffer pass, which calls it, and above kernel IR.
 """
+
+from dataclasses import fields, replace
 
 from fuserir.dtypes import DataType
 from fuserir.errors import ScheduleError
@@ -112,6 +119,66 @@ def _consume(ctx, loop, rest, bars, stages, stage, parity):
                  kir.MbarrierArrive(bars, ctx.binop("add", stage, ctx.const(stages)))]
 
 
+def _expressions(stmts):
+    """Every subexpression of every statement in `stmts`."""
+    for s in kir.walk(stmts):
+        for f in fields(s):
+            value = getattr(s, f.name)
+            if isinstance(value, kir.ScalarExpr):
+                yield from kir.walk_expr(value)
+
+
+def _is_ty(e):
+    return isinstance(e, kir.Special) and e.kind is kir.SpecialKind.threadIdx and e.axis == "y"
+
+
+class _FirstRowsCopies(kir_visit.StmtMutator):
+    """The copies as the producer's threads run them: lowering guarded a copy not bound to
+    TIDy with `threadIdx.y == 0` (one row of threads stores each element); the producer
+    warp group is that row."""
+
+    def mutate_IfThenElse(self, s):
+        terms = _conjuncts(s.cond)
+        kept = [t for t in terms if not (isinstance(t, kir.BinOp) and t.op == "eq" and
+                                         _is_ty(t.a) and isinstance(t.b, kir.Const)
+                                         and t.b.value == 0)]
+        s.then_body[:] = self.mutate(s.then_body)
+        s.else_body[:] = self.mutate(s.else_body)
+        if len(kept) == len(terms):
+            return s
+        if not kept:
+            return s.then_body            # the guard always holds for the producer's row
+        cond = kept[0]
+        for t in kept[1:]:
+            cond = kir.BinOp("and", cond, t, DataType.bool)
+        return replace(s, cond=cond)
+
+
+def _conjuncts(cond):
+    if isinstance(cond, kir.BinOp) and cond.op == "and":
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
+
+
+def _copy_kind(copies, names):
+    """"tma" or "copies": how the producer loads the tiles (one kind per pipeline)."""
+    tma = any(isinstance(s, kir.TmaLoad) for s in kir.walk(copies))
+    if tma and any(isinstance(s, kir.Store) for s in kir.walk(copies)):
+        raise ScheduleError(f"{names}: a warp-specialized pipeline loads all of its tiles by "
+                            "TMA or all of them by copies, not some each way")
+    return "tma" if tma else "copies"
+
+
+def _producer_copies(copies, names):
+    """The element copies as the producer warp group's threads run them."""
+    copies = _FirstRowsCopies().mutate(copies)
+    if any(_is_ty(e) for e in _expressions(copies)):
+        raise ScheduleError(f"{names}: the producer warp group copies its tiles with its "
+                            f"{WARP_GROUP} threads along TIDx; a copy bound to TIDy would "
+                            "need the consumers' threads")
+    return copies
+
+
 def build(ctx, kernel, loop, copies, rest, stages, names):
     """Rewrite `kernel` (whose top-level loop `loop` holds `copies` then `rest`) into the
     warp-specialized pipeline of the module header."""
@@ -137,10 +204,15 @@ def build(ctx, kernel, loop, copies, rest, stages, names):
     var = loop.var
     stage = ctx.binop("mod", var, ctx.const(stages))
     parity = ctx.binop("mod", ctx.binop("div", var, ctx.const(stages)), ctx.const(2))
-    _CompleteOn(bars, full(stage)).visit(copies)
-    produce = [kir.MbarrierWait(bars, empty(stage), ctx.binop("xor", parity, ctx.const(1))),
-               kir.MbarrierArrive(bars, full(stage), tx_bytes=_tx_bytes(ctx, copies)),
-               *copies]
+    kind = _copy_kind(copies, names)
+    wait_empty = kir.MbarrierWait(bars, empty(stage), ctx.binop("xor", parity, ctx.const(1)))
+    if kind == "tma":
+        _CompleteOn(bars, full(stage)).visit(copies)
+        produce = [wait_empty, kir.MbarrierArrive(bars, full(stage),
+                                                  tx_bytes=_tx_bytes(ctx, copies)), *copies]
+    else:
+        produce = [wait_empty, *_producer_copies(copies, names),
+                   kir.MbarrierArrive(bars, full(stage))]
     producer = kir.ForLoop(var, loop.extent, produce, loop.kind)
     _consume(ctx, loop, rest, bars, stages, stage, parity)
 
@@ -151,14 +223,17 @@ def build(ctx, kernel, loop, copies, rest, stages, names):
     first = ctx.binop("and", ctx.binop("eq", tx, ctx.const(0)),
                       ctx.binop("eq", ty, ctx.const(0)))
     init = kir.IfThenElse(first, [
-        kir.ForLoop(s, ctx.const(stages), [kir.MbarrierInit(bars, full(s), ctx.const(1)),
+        kir.ForLoop(s, ctx.const(stages), [kir.MbarrierInit(bars, full(s), ctx.const(
+                        1 if kind == "tma" else WARP_GROUP)),
                                            kir.MbarrierInit(bars, empty(s),
                                                             ctx.const(consumers))],
                     "unroll"),
         kir.FenceMbarrierInit()])
     roles = kir.IfThenElse(ctx.binop("eq", ty, ctx.const(groups)), [
-        kir.Comment(f"the producer warp group: TMA loads of {names}, {stages} stages ahead"),
-        kir.IfThenElse(ctx.binop("eq", tx, ctx.const(0)), [producer])], work)
+        kir.Comment(f"the producer warp group: {'TMA loads' if kind == 'tma' else 'copies'}"
+                    f" of {names}, {stages} stages ahead"),
+        kir.IfThenElse(ctx.binop("eq", tx, ctx.const(0)), [producer]) if kind == "tma"
+        else producer], work)
     kernel.body = allocations + [kir.Allocate(bars), init, kir.Barrier(), roles]
     kernel.launch.block = (bx, ctx.const(groups + 1), bz)
     return kernel

@@ -15,7 +15,7 @@ import pytest
 
 import codegen
 import fuserir
-from codegen.errors import RaceError
+from codegen.errors import HazardError, RaceError
 from fuserir.errors import ScheduleError
 from fuserir.scheduler import MatmulParams, schedule_matmul
 from fuserir.scheduler.matmul import matmul_heuristic
@@ -188,13 +188,75 @@ def test_the_automatic_schedule_takes_the_hopper_path_unless_tma_cannot_read(rng
     (kernel,) = exe.kernels_for(strided)
     assert "mma.m16n8k16" in kernel.kir_text and not kernel.kir.tensor_maps
     assert np.array_equal(exe.run(strided)["out"], reference("TT", data).astype(np.float16))
-    from fuserir.device import H200
-    reasons = []
-    assert not matmul_heuristic(64, 48, 512, device=H200.with_(tma=False),
-                                reasons=reasons).hopper
-    assert reasons[0] == ("the operand arrays' strides are not what TMA reads (a "
-                          "contiguous last axis, the others multiples of 16 bytes): the "
-                          "mma.sync path")
+    # rows of 63 elements: the producer warp group copies them, element by element
+    odd = integer_inputs(rng, "TT", 64, 48, 63)
+    (kernel,) = exe.kernels_for(odd)
+    assert "wgmma" in kernel.kir_text and not kernel.kir.tensor_maps
+    assert "fence.proxy.async" in kernel.kir_text and kernel.caps == {"A": 2}
+    assert np.array_equal(exe.run(odd)["out"], reference("TT", odd).astype(np.float16))
+
+
+# -- operands TMA cannot read: the producer warp group copies them ------------------------------
+
+COPIES = dict(HOPPER, async_gmem_load_operands=False)
+
+
+@pytest.fixture(scope="module")
+def copies_kernel():
+    from lowering.pipeline import lower
+    return lower(scheduled(dict(COPIES, splitk_factor=2), layout="NT"))[0]
+
+
+def test_the_producer_copies_equal_float64_without_a_hazard(copies_kernel, rng):
+    from codegen.interp import run_kernel
+    m, n, k = 136, 200, 64 * 3 + 8                      # ragged tiles, a partial K tile
+    data = integer_inputs(rng, "NT", m, n, k)
+    out = np.zeros((m, n), np.float16)
+    run_kernel(copies_kernel, {**data, "out": out, "M": m, "N": n, "K": k, "splitk": 2})
+    assert np.array_equal(out, reference("NT", data).astype(np.float16))
+
+
+def test_the_producer_fences_its_copies_for_the_async_proxy(copies_kernel):
+    """Golden: its 128 threads copy each tile (no thread 0 alone, no TMA), then
+    fence.proxy.async, then arrive on the stage's full barrier (128 arrivals)."""
+    assert not copies_kernel.tensor_maps
+    (producer,) = [s for s in kir.walk(copies_kernel.body) if isinstance(s, kir.ForLoop)
+                   and isinstance(s.body[0], kir.MbarrierWait) and
+                   any(isinstance(x, kir.Store) for x in kir.walk(s.body))]
+    kinds = [type(s).__name__ for s in producer.body]
+    assert kinds == ["MbarrierWait", "ForLoop", "ForLoop", "FenceProxyAsync",
+                     "MbarrierArrive"]
+    assert producer.body[3].sync_id and producer.body[3].reasons
+    inits = [s for s in kir.walk(copies_kernel.body) if isinstance(s, kir.MbarrierInit)]
+    assert sorted(kir.format_expr(s.count) for s in inits) == ["128", "256"]
+    assert not any(isinstance(s, (kir.Barrier, kir.NamedBarrier))
+                   for s in kir.walk(producer.body))
+
+
+def test_a_dropped_proxy_fence_is_refused_and_caught(rng):
+    from codegen.interp import run_kernel
+    from lowering.pipeline import lower
+    f = scheduled(COPIES, layout="TT")
+    kernel, _ = lower(f, verify=False)
+    (fence,) = [s for s in kir.walk(kernel.body) if isinstance(s, kir.FenceProxyAsync)]
+    with pytest.raises(HazardError, match="proxy-fence on A_cache"):
+        lower(f, drop_syncs=[fence.sync_id])
+    dropped, _ = lower(f, drop_syncs=[fence.sync_id], verify=False)
+    data = integer_inputs(rng, "TT", 128, 128, 64 * 2)
+    out = np.zeros((128, 128), np.float16)
+    with pytest.raises(RaceError, match="proxy-fence"):
+        run_kernel(dropped, {**data, "out": out, "M": 128, "N": 128, "K": 128, "splitk": 1})
+
+
+def test_a_cp_async_copy_is_not_warp_specialized():
+    f = _f()
+    acc = f.tensor("acc")
+    acc.split(2, 64)
+    cache = f.tensor("A").cache_after("shared", async_copy=True)
+    cache.compute_at(acc, 3)
+    with pytest.raises(ScheduleError) as caught:
+        cache.circular_buffer(3, warp_specialize="TIDy")
+    assert "A_cache is not a TMA copy or a plain copy into shared memory" in str(caught.value)
 
 
 # -- what the transforms and lowering refuse --------------------------------------------------
@@ -230,8 +292,8 @@ def _placed_cache(f, tma=True):
     (True, dict(stages=3, warp_specialize="TIDx"), "circular_buffer: "
      "warp_specialize='TIDx': the producer warp group is added along TIDy (tensor A_cache)"),
     (False, dict(stages=3, warp_specialize="TIDy"), "circular_buffer: A_cache is not a TMA "
-     "copy; only TMA caches (cache_after(shared, tma=True)) are loaded by a producer warp "
-     "group"),
+     "copy or a plain copy into shared memory; only those (cache_after(shared, tma=True), "
+     "cache_after(shared)) are loaded by a producer warp group"),
 ])
 def test_circular_buffer_warp_specialize_errors(tma, kwargs, message):
     cache = _placed_cache(_f(), tma)
@@ -281,6 +343,8 @@ GPU_CASES = {
                         instruction_tile=(64, 256, 16), use_smem_epilogue=True,
                         promote_prologue_smem_reuse=True), "NN", "f16", False,
                    (264, 520, 136), 1),
+    "NT producer copies split 2": (dict(COPIES, splitk_factor=2), "NT", "f16", False,
+                                   (136, 200, 64 * 3 + 8), 2),
 }
 
 
@@ -314,7 +378,9 @@ def test_the_automatic_hopper_path_on_the_gpu_matches_float64(layout):
     _sm90()
     exe = codegen.compile(matmul_fusion(layout), backend="cuda")
     rng = cupy.random.default_rng(3)
-    for m, n, k in ((1024, 2048, 4096), (1000, 904, 1032), (64, 48, 512)):
+    # (1000, 904, 1001): rows of an odd number of elements, which TMA cannot read: the
+    # producer warp group copies them, element by element
+    for m, n, k in ((1024, 2048, 4096), (1000, 904, 1032), (64, 48, 512), (1000, 904, 1001)):
         dims = {"M": m, "N": n, "K": k}
         shapes = [tuple(dims[d] for d in s.strip("[]").split(", "))
                   for s in OPERANDS[layout]]

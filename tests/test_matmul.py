@@ -347,21 +347,41 @@ def test_hopper_heuristic_takes_wgmma_and_tma(size, layout, tile, splitk):
     assert p.hopper and p.instruction_tile == (64, tile[1], 16)
     assert (p.cta_tile, p.warp_tile, p.splitk_factor, p.splitk_mode, p.stages) == \
         (tile, (64, tile[1], 64), splitk, "serial", 4)
-    assert not p.use_smem_epilogue
+    assert p.use_smem_epilogue and p.promote_prologue_smem_reuse
     assert "the Hopper path (wgmma, TMA, a producer warp group)" in reasons[0]
+    assert "the output staged through shared memory" in reasons[2]
 
 
-@pytest.mark.parametrize("size, layout, why", [
-    ((1000, 900, 1000), "TT", "1000x900x1000 TT: an operand's rows are not a multiple of "
-     "16 bytes, which TMA needs: the mma.sync path"),
-    ((128, 128, 262144), "NT", "128x128x262144: 1 tiles want 132 splits, more than 8 "
-     "serial ones: the mma.sync path's two-kernel split-K"),
-])
-def test_hopper_heuristic_leaves_to_mma_sync_what_it_cannot_do(size, layout, why):
+def test_hopper_heuristic_leaves_to_mma_sync_what_it_cannot_do():
     reasons = []
-    p = matmul_heuristic(*size, layout=layout, reasons=reasons)
+    p = matmul_heuristic(128, 128, 262144, layout="NT", reasons=reasons)
+    assert not p.hopper and reasons[0] == ("128x128x262144: 1 tiles want 132 splits, more "
+                                           "than 8 serial ones: the mma.sync path's "
+                                           "two-kernel split-K")
+    assert p == matmul_heuristic(128, 128, 262144, layout="NT", device=SM80)
+
+
+@pytest.mark.parametrize("size, device, why", [
+    ((1000, 900, 1000), H200, "1000x900x1000 TT: an operand's rows are not a multiple of "
+     "16 bytes, which TMA needs, but of 4: the mma.sync path's narrower cp.asyncs"),
+    ((1024, 1024, 1024), H200.with_(tma=False), "the operand arrays' strides are not what "
+     "TMA reads (a contiguous last axis, the others multiples of 16 bytes): the mma.sync "
+     "path"),
+])
+def test_hopper_heuristic_leaves_rows_cp_async_reads_to_mma_sync(size, device, why):
+    reasons = []
+    p = matmul_heuristic(*size, layout="TT", device=device, reasons=reasons)
     assert not p.hopper and reasons[0] == why
-    assert p == matmul_heuristic(*size, layout=layout, device=SM80)
+
+
+def test_hopper_heuristic_copies_rows_of_an_odd_number_of_elements():
+    reasons = []
+    p = matmul_heuristic(1000, 900, 1001, layout="TT", reasons=reasons)
+    assert p.hopper and not p.async_gmem_load_operands and p.stages == 4
+    assert reasons[0] == ("1000x900x1001 TT: an operand's rows are of an odd number of "
+                          "elements: the producer warp group copies the tiles "
+                          "element-wise, into the same swizzled layout")
+    assert "the Hopper path (wgmma, a producer warp group)" in reasons[1]
 
 
 @pytest.mark.parametrize("kwargs, message", [

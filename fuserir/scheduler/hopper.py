@@ -12,7 +12,10 @@ Each operand is cached in shared memory by TMA (cache_after(shared, tma=True)), 
 per iteration of the K-tile loop, laid out as TMA boxes of 128-byte rows (its contiguous
 axis split by 64 elements where it is longer) and swizzled by 128-byte rows, which is
 what a wgmma matrix descriptor reads; circular-buffered over `stages` with a producer
-warp group (circular_buffer(stages, warp_specialize=TIDy)). The accumulator lives in the
+warp group (circular_buffer(stages, warp_specialize=TIDy)). With
+async_gmem_load_operands=False (operands TMA cannot read) the cache is a plain copy
+instead, into the same layout: the producer warp group's 128 threads copy each tile,
+16 bytes per access where the arrays allow. The accumulator lives in the
 registers of the warp group's 128 threads (TIDx: lowering adds it for the instruction),
 the epilogue's pointwise ops run on them, and the output is stored from them.
 """
@@ -38,14 +41,17 @@ def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
             f"limit of {shared_limit} bytes per block; use fewer stages or smaller tiles")
     fusion.declare_scalar(SPLITK, params.splitk_factor)
 
-    a_smem = a.cache_after(MemoryType.shared, tma=True)
-    b_smem = b.cache_after(MemoryType.shared, tma=True)
+    tma = params.async_gmem_load_operands
+    a_smem = a.cache_after(MemoryType.shared, tma=tma)
+    b_smem = b.cache_after(MemoryType.shared, tma=tma)
 
     def stage_operands(mm):
         for smem in (a_smem, b_smem):
             smem.compute_at(mm, 4)
             _box_layout(smem)
             smem.swizzle(SWIZZLE_ROW_BYTES // smem.dtype.itemsize)
+            if not tma:
+                _producer_copies(smem)
             smem.circular_buffer(params.stages, warp_specialize=ParallelType.TIDy)
 
     if params.splitk_mode == "two_kernel":
@@ -89,3 +95,24 @@ def _box_layout(smem):
                                 f"{extent} is not a multiple of {row}")
         smem.split(pos + 1, row)              # [rows, chunks, 64]
         smem.reorder({pos: pos + 1, pos + 1: pos})   # [chunks, rows, 64]
+
+
+COPY_BYTES = 16              # the producer's element copies: 16 bytes per access where the
+                             # arrays allow (the executable narrows them where they do not)
+
+
+def _producer_copies(smem):
+    """A box-laid-out tile [.., chunks, rows, 64] copied by the producer warp group's
+    threads: [.., chunks, rest, 128(TIDx), vec], the layout (and so the swizzled bytes
+    wgmma reads) unchanged."""
+    pos = smem.ndim - 2
+    vec = COPY_BYTES // smem.dtype.itemsize
+    smem.merge(pos)
+    extent = smem.loop[pos].extent
+    if extent % (vec * WARP_GROUP):
+        raise ScheduleError(f"schedule_matmul: {smem.name}'s box of {extent} elements is not "
+                            f"a multiple of {vec * WARP_GROUP} ({WARP_GROUP} threads x {vec})")
+    smem.split(pos, vec)
+    smem.split(pos, WARP_GROUP)
+    smem.parallelize(pos + 1, ParallelType.TIDx)
+    smem.parallelize(pos + 2, ParallelType.vectorize)

@@ -50,6 +50,8 @@ class MatmulParams:
     splitk_mode: str = "serial"
     use_smem_epilogue: bool = False
     promote_prologue_smem_reuse: bool = False
+    # operands loaded asynchronously: cp.async on the mma.sync path, TMA on the Hopper
+    # path (whose producer warp group copies them element-wise where False)
     async_gmem_load_operands: bool = True
 
     def __post_init__(self):
@@ -106,8 +108,9 @@ class MatmulParams:
             bad(f"splitk_factor must be an integer >= 1, got {self.splitk_factor!r}")
         if self.splitk_mode not in ("serial", "two_kernel"):
             bad(f"splitk_mode {self.splitk_mode!r}: expected 'serial' or 'two_kernel'")
-        if self.stages > 1 and not self.async_gmem_load_operands:
-            bad("a pipeline (stages > 1) needs async_gmem_load_operands=True")
+        if self.stages > 1 and not self.async_gmem_load_operands and not self.hopper:
+            bad("a pipeline (stages > 1) needs async_gmem_load_operands=True (on the "
+                "mma.sync path: cp.async)")
 
 
 HOPPER_K_TILE = 64            # elements: a K-major TMA box row of 128 bytes (16-bit operands)
@@ -127,8 +130,6 @@ def _check_hopper(params, bad):
             "the Hopper path (TMA boxes of 128-byte rows)")
     if params.stages < 2:
         bad("the Hopper path pipelines its TMA loads: stages must be at least 2")
-    if not params.async_gmem_load_operands:
-        bad("the Hopper path loads its operands by TMA (async_gmem_load_operands=True)")
 
 
 # The DSL's short keys (the foundation issue's spelling) and the MatmulParams fields.
@@ -428,29 +429,51 @@ def _copy_layout(smem, warps):
 HOPPER_STAGES = 4
 
 
-def _tma_readable(m, n, k, layout):
-    """Can TMA read both operands, stored row-major per `layout`? Each one's row stride
-    (its contiguous extent) must be a multiple of 16 bytes: 8 16-bit elements."""
+def _rows_of(m, n, k, layout, elements):
+    """Are both operands' rows (stored row-major per `layout`: their contiguous extents)
+    a multiple of `elements`?"""
     a_row = k if layout[0] == "T" else m
     b_row = n if layout[1] == "T" else k
-    return a_row % 8 == 0 and b_row % 8 == 0
+    return a_row % elements == 0 and b_row % elements == 0
 
 
-def _hopper_params(m, n, k, layout, device, why):
-    """The Hopper path's MatmulParams (wgmma, TMA, a producer warp group), or None where
-    the mma.sync path serves better or TMA cannot read the operands:
+def _tma_readable(m, n, k, layout):
+    """Can TMA read both operands? Each one's row stride must be a multiple of 16 bytes:
+    8 16-bit elements."""
+    return _rows_of(m, n, k, layout, 8)
 
+
+def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
+    """The Hopper path's MatmulParams (wgmma, a producer warp group loading the tiles by
+    TMA, or element-wise where the rows allow nothing wider), or None where the mma.sync
+    path serves better:
+
+    * TMA where it can read the operands (rows a multiple of 16 bytes, `device.tma`);
+      where it cannot but the rows are a multiple of 4 bytes, the mma.sync path, whose
+      cp.asyncs of 4 or 8 bytes stay pipelined (5x the producer's element copies at
+      4096x4096x4100 on the H200); rows of an odd number of elements take the Hopper path
+      with the producer warp group copying them (1.16x the mma.sync path's element
+      copies at 4096x4096x4097: docs/perf.md);
     * CTA tile 128x256 (two consumer warp groups of 64x256) when those tiles give every
-      SM one, else 128x128 (two of 64x128); K tile 64; 4 stages; the output stored from
-      the accumulator registers (see the reason given);
+      SM one, else 128x128 (two of 64x128); K tile 64; 4 stages; the output staged
+      through shared memory over the operand stages where it fits;
     * serial split-K where the tiles fill at most half the SMs: as many splits as fill
       them, at most 8 (a longer chain of serial splits is the mma.sync path's two-kernel
       split-K, which the Hopper path does not have)."""
     sms, limit = device.sms, device.shared_limit
-    if not _tma_readable(m, n, k, layout):
-        why(f"{m}x{n}x{k} {layout}: an operand's rows are not a multiple of 16 bytes, "
-            "which TMA needs: the mma.sync path")
+    if not device.tma:
+        why("the operand arrays' strides are not what TMA reads (a contiguous last axis, "
+            "the others multiples of 16 bytes): the mma.sync path")
         return None
+    tma = _tma_readable(m, n, k, layout)
+    if not tma and _rows_of(m, n, k, layout, 2):
+        why(f"{m}x{n}x{k} {layout}: an operand's rows are not a multiple of 16 bytes, which "
+            "TMA needs, but of 4: the mma.sync path's narrower cp.asyncs")
+        return None
+    if not tma:
+        why(f"{m}x{n}x{k} {layout}: an operand's rows are of an odd number of elements: the "
+            "producer warp group copies the tiles element-wise, into the same swizzled "
+            "layout")
     tk = HOPPER_K_TILE
     wide = -(-m // 128) * -(-n // 256) >= sms
     tm, tn = (128, 256) if wide else (128, 128)
@@ -470,19 +493,24 @@ def _hopper_params(m, n, k, layout, device, why):
         why(f"one Hopper pipeline stage needs {stage_bytes} bytes of shared memory, over "
             f"the limit of {limit}: the mma.sync path")
         return None
-    why(f"{m}x{n}x{k} on {device.name} ({sms} SMs): the Hopper path (wgmma, TMA, a "
-        f"producer warp group), CTA tile {tm}x{tn}x{tk} in two consumer warp groups of "
-        f"64x{tn}, " + ("tiles of 128x256 fill the SMs" if wide else
+    why(f"{m}x{n}x{k} on {device.name} ({sms} SMs): the Hopper path (wgmma, "
+        f"{'TMA, ' if tma else ''}a producer warp group), CTA tile {tm}x{tn}x{tk} in two "
+        f"consumer warp groups of 64x{tn}, " + ("tiles of 128x256 fill the SMs" if wide else
                         f"{tiles} tiles of 128x128 (tiles of 128x256 would leave SMs idle)"))
     why(f"split-K {splitk} (serial): " + ("the tiles fill more than half the SMs"
         if splitk == 1 else f"{tiles} tiles x {splitk} splits, {k_tiles // splitk} K "
                             f"tiles of {tk} per split"))
+    smem_epilogue = tm * tn * out_itemsize <= stages * stage_bytes
     why(f"{stages} stages of {stage_bytes} bytes within {limit} bytes of shared memory; "
-        "the output stored from the accumulator registers (staging it through shared "
-        "memory is 10% faster at 4096^3, but its proof takes half a minute: docs/perf.md)")
+        + ("the output staged through shared memory over the operand stages (8-11% "
+           "faster than from registers at 4096^3 and 1024x2048x4096: docs/perf.md)"
+           if smem_epilogue else "the output stored from the accumulator registers"))
     return MatmulParams(cta_tile=(tm, tn, tk), warp_tile=(64, tn, tk),
                         instruction_tile=WGMMA.shape(tn), stages=stages,
-                        splitk_factor=splitk, splitk_mode="serial")
+                        splitk_factor=splitk, splitk_mode="serial",
+                        use_smem_epilogue=smem_epilogue,
+                        promote_prologue_smem_reuse=smem_epilogue,
+                        async_gmem_load_operands=tma)
 
 
 
@@ -515,8 +543,9 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
                      reasons=None):
     """MatmulParams for an M x N x K matmul (any layout; dtypes: the operands' and
     optionally the output's). On Hopper (sm_90) the Hopper path's (_hopper_params: wgmma
-    on TMA-loaded tiles), unless TMA cannot read the operands or the shape wants a
-    two-kernel split-K; otherwise, and below sm_90, the mma.sync path's:
+    on tiles a producer warp group loads, by TMA or, for rows of an odd number of
+    elements, by element copies), unless TMA cannot read rows that cp.async can or the
+    shape wants a two-kernel split-K; otherwise, and below sm_90, the mma.sync path's:
 
     * CTA tile 256x128 (8 warps of 64x64) when that still gives every SM a tile, else
       128x128 (4 warps, two CTAs per SM); K tile 32, instruction tile 16x8x16;
@@ -553,11 +582,8 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
     if out_itemsize is None:
         raise ScheduleError(f"matmul_heuristic: output {dtypes[2]}: tensor cores produce "
                             "f32, cast to f16, bf16 or f32")
-    if cc >= divmod(WGMMA.arch, 10) and not device.tma:
-        why("the operand arrays' strides are not what TMA reads (a contiguous last axis, "
-            "the others multiples of 16 bytes): the mma.sync path")
-    elif cc >= divmod(WGMMA.arch, 10):
-        hopper = _hopper_params(m, n, k, layout, device, why)
+    if cc >= divmod(WGMMA.arch, 10):
+        hopper = _hopper_params(m, n, k, layout, device, why, out_itemsize)
         if hopper is not None:
             return hopper
     tk = 32

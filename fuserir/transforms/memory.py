@@ -54,18 +54,20 @@ def circular_buffer(tv, stages, warp_specialize=None):
     tiles, then in the loop a wait and the prefetch of the tile stages-1 iterations ahead.
     A TMA cache (cache_after(shared, tma=True)) is warp-specialized instead: a producer
     warp group of its own loads every tile, stages ahead, and hands each stage to the
-    consumers and back through a pair of mbarriers.
+    consumers and back through a pair of mbarriers. So may a plain shared copy be (its
+    128 threads copy each tile element by element: the path for operands TMA cannot
+    read).
 
       stages           an integer >= 2
-      warp_specialize  for a TMA cache, the thread index (TIDy) along which the producer
-                       warp group is added, after the consumers' (TIDx: the 128 threads
-                       of a warp group)
+      warp_specialize  for a TMA cache or a plain shared copy, the thread index (TIDy)
+                       along which the producer warp group is added, after the
+                       consumers' (TIDx: the 128 threads of a warp group)
 
     Raises ScheduleError if tv is a fusion input, stages is not an integer >= 2, tv is not
     defined by a copy (set, or a cache_after/cache_before cache), lives in global memory, or
     is not computed inside a serial or unrolled loop of extent other than 1; or if
-    warp_specialize is given for a copy that is not TMA, or is not TIDy, or a TMA cache
-    has no warp_specialize.
+    warp_specialize is given for a cp.async copy or one outside shared memory, or is not
+    TIDy, or a TMA cache has no warp_specialize.
 
     >>> import fuserir
     >>> f = fuserir.parse("fusion f(A: f16[M, K], B: f16[K, N]) {"
@@ -112,10 +114,11 @@ def circular_buffer(tv, stages, warp_specialize=None):
             raise ScheduleError(f"circular_buffer: warp_specialize={warp_specialize!r}: the "
                                 "producer warp group is added along TIDy (tensor "
                                 f"{tv.name})")
-        if not tma:
-            raise ScheduleError(f"circular_buffer: {tv.name} is not a TMA copy; only TMA "
-                                "caches (cache_after(shared, tma=True)) are loaded by a "
-                                "producer warp group")
+        if tv.definition.async_copy or tv.memory_type is not MemoryType.shared:
+            raise ScheduleError(f"circular_buffer: {tv.name} is not a TMA copy or a plain "
+                                "copy into shared memory; only those (cache_after(shared, "
+                                "tma=True), cache_after(shared)) are loaded by a producer "
+                                "warp group")
         warp_specialize = ptype
     elif tma:
         raise ScheduleError(f"circular_buffer: {tv.name} is a TMA copy: its loads run in a "

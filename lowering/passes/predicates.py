@@ -19,7 +19,8 @@ one store and sync insertion can always place a barrier between two statements.
 
 Out of bounds, an async copy is not skipped but zero-fills its bytes (the bounds become
 its src-size, as a pipeline's tail needs). Its element fallback (no cp.async moves 1 or
-2 bytes) and the element copies of a tile the tensor cores read do the same: the store
+2 bytes) and the element copies of a tile the tensor cores read (through ldmatrix or
+wgmma) do the same: the store
 writes `bounds ? value : 0` (zero_filled says which; a vector copy of such a tile stores a
 vector of zeros in its guard's else branch); only thread and redundant-write guards skip
 them.
@@ -30,7 +31,7 @@ from fuserir.ir.iterdomain import ParallelType, Split, history
 from fuserir.ir.tensor import MemoryType
 
 from .. import kir, kir_visit
-from ..analysis import BLOCK_TYPES, THREAD_TYPES, is_async_copy, mma_positions
+from ..analysis import BLOCK_TYPES, THREAD_TYPES, is_async_copy, mma_kind, mma_positions
 from ..contract import Pass
 
 
@@ -114,15 +115,15 @@ def zero_filled(tv):
     """Do tv's elements outside its producer's bounds read as zero? True for an async copy
     (a cp.async past the end zero-fills: src-size 0), and so for its element fallback,
     which stores 0 there instead of skipping the store; and for a shared tile that an
-    ldmatrix cache reads: the tensor cores read whole tiles, the K tail included, so a
-    skipped element would add whatever its bytes held before. (A matmul that reads shared
-    tiles directly, without tensor cores, guards each product by the bounds, so it needs
-    no zeros.)"""
+    ldmatrix cache or a wgmma reads: the tensor cores read whole tiles, the K tail
+    included, so a skipped element would add whatever its bytes held before. (A matmul
+    that reads shared tiles directly, without tensor cores, guards each product by the
+    bounds, so it needs no zeros.)"""
     if is_async_copy(tv):
         return True
     return tv.memory_type is MemoryType.shared and any(
-        isinstance(c.definition, LoadStoreOp) and c.definition.ldmatrix
-        for c in tv.fusion.consumers(tv))
+        (isinstance(c.definition, LoadStoreOp) and c.definition.ldmatrix)
+        or mma_kind(c) == "wgmma" for c in tv.fusion.consumers(tv))
 
 
 def _bounds_apart(ctx, conds):
