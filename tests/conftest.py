@@ -250,24 +250,42 @@ def pytest_configure(config):
     build.emit_cuda = recording_emit
 
 
+# Under pytest-xdist (the README's `-n 2`) each worker checks its own kernels and hands
+# its statistics and NVRTC failures to the controller (workeroutput), which reports them
+# and fails the session on any failure.
+WORKER_FAILURES = []
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus):
-    if not KERNEL_SOURCES or exitstatus not in (0, 1):
-        return
-    from codegen.errors import CompileError
-    from codegen.nvrtc import compile_to_cubin
-    failures = []
-    for source, (name, arch) in KERNEL_SOURCES.items():
-        try:
-            cubin = compile_to_cubin(source, name, arch)
-            assert cubin[:4] == b"\x7fELF", name
-        except CompileError as error:
-            failures.append(f"{name}: {error}")
-    STATS["generated kernels compiled to cubin by NVRTC"] = len(KERNEL_SOURCES) - len(failures)
-    if failures:
-        STATS["generated kernels NVRTC refused"] = len(failures)
+    failures = list(WORKER_FAILURES)
+    if KERNEL_SOURCES and exitstatus in (0, 1):
+        from codegen.errors import CompileError
+        from codegen.nvrtc import compile_to_cubin
+        for source, (name, arch) in KERNEL_SOURCES.items():
+            try:
+                cubin = compile_to_cubin(source, name, arch)
+                assert cubin[:4] == b"\x7fELF", name
+            except CompileError as error:
+                failures.append(f"{name}: {error}")
+                STATS["generated kernels NVRTC refused"] += 1
+        STATS["generated kernels compiled to cubin by NVRTC"] += \
+            len(KERNEL_SOURCES) - STATS["generated kernels NVRTC refused"]
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:                       # an xdist worker: tell the controller
+        workeroutput["fuserir_stats"] = dict(STATS)
+        workeroutput["fuserir_nvrtc_failures"] = failures
+    elif failures:
         print("\n".join(failures))
         session.exitstatus = 1
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """(xdist controller) A worker finished: add its statistics and NVRTC failures."""
+    output = getattr(node, "workeroutput", {})
+    STATS.update(output.get("fuserir_stats", {}))
+    WORKER_FAILURES.extend(output.get("fuserir_nvrtc_failures", []))
 
 
 def assert_placements_consistent(fusion):

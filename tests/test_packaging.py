@@ -30,5 +30,5 @@ def test_pyproject_declares_packages_dependencies_and_script():
     assert {"numpy", "ml_dtypes", "networkx", "lark", "cupy-cuda13x",
             "nvidia-cuda-nvrtc", "cuda-bindings"} <= names
     assert project["scripts"]["fuserir"] == "fuserir.cli:main"
-    assert {"pytest", "hypothesis"} <= {re.split("[<>=]", d)[0] for d in
+    assert {"pytest", "hypothesis", "pytest-xdist"} <= {re.split("[<>=]", d)[0] for d in
                                          project["optional-dependencies"]["test"]}
