@@ -188,6 +188,14 @@ def test_the_automatic_schedule_takes_the_hopper_path_unless_tma_cannot_read(rng
     (kernel,) = exe.kernels_for(strided)
     assert "mma.m16n8k16" in kernel.kir_text and not kernel.kir.tensor_maps
     assert np.array_equal(exe.run(strided)["out"], reference("TT", data).astype(np.float16))
+    # B at an address 2 bytes past a 16-byte boundary, no TMA base: the mma.sync path
+    raw = np.zeros(512 * 48 + 1, np.float16)
+    shifted = raw[1:].reshape(512, 48)
+    shifted[:] = data["B"]
+    (kernel,) = exe.kernels_for({"A": data["A"], "B": shifted})
+    assert "mma.m16n8k16" in kernel.kir_text and not kernel.kir.tensor_maps
+    assert np.array_equal(exe.run({"A": data["A"], "B": shifted})["out"],
+                          reference("TT", data).astype(np.float16))
     # rows of 63 elements: the producer warp group copies them, element by element
     odd = integer_inputs(rng, "TT", 64, 48, 63)
     (kernel,) = exe.kernels_for(odd)
