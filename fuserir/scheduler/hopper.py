@@ -17,7 +17,8 @@ async_gmem_load_operands=False (operands TMA cannot read) the cache is a plain c
 instead, into the same layout: the producer warp group's 128 threads copy each tile,
 16 bytes per access where the arrays allow. The accumulator lives in the
 registers of the warp group's 128 threads (TIDx: lowering adds it for the instruction),
-the epilogue's pointwise ops run on them, and the output is stored from them.
+the epilogue's pointwise ops run on them, and the output is stored from them or staged
+through shared memory over the operand stages (use_smem_epilogue).
 """
 
 from ..errors import ScheduleError
