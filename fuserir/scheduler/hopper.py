@@ -24,7 +24,7 @@ through shared memory over the operand stages (use_smem_epilogue).
 from ..errors import ScheduleError
 from ..ir.iterdomain import ParallelType, roots_of
 from ..ir.tensor import MemoryType
-from .matmul import SPLITK, _broadcasts_first, _tensor_core_loops, output_tiles, two_kernel
+from .matmul_tiles import SPLITK, broadcasts_first, output_tiles, tensor_core_loops, two_kernel
 
 SWIZZLE_ROW_BYTES = 128      # the 128B swizzle mode: boxes of 128-byte rows
 WARP_GROUP = 128             # threads of a warp group: TIDx on the Hopper path
@@ -64,7 +64,7 @@ def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
     acc.split(4, tk)                          # [Mo, No, Mt, Nt, rKt, rK64]
     acc.split(4, SPLITK, inner=False)         # [.., rKs, rKtiles, rK64]
     acc.reorder({4: 2, 5: 3, 2: 4, 3: 5})     # [Mo, No, rKs, rKtiles, Mt, Nt, rK64]
-    _tensor_core_loops(acc, params)
+    tensor_core_loops(acc, params)
     acc.serial_grid_reduction()
     stage_operands(acc)
     if c_smem is not None:
@@ -80,7 +80,7 @@ def _box_layout(smem):
     contiguous axis innermost, split into rows of 128 bytes where it is longer (each
     chunk one box; the box's rows run along the other axis)."""
     pos = smem.compute_at_pos
-    _broadcasts_first(smem, pos)
+    broadcasts_first(smem, pos)
     pos += sum(a.is_broadcast for a in smem.loop[pos:])
     if smem.ndim - pos != 2:
         raise ScheduleError(f"schedule_matmul: unexpected loop structure of {smem.name}: "

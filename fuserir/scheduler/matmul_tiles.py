@@ -1,0 +1,120 @@
+"""The loop structure both matmul paths share (the mma.sync path in
+fuserir.scheduler.matmul, the Hopper path in fuserir.scheduler.hopper): the output as CTA
+tiles with the accumulator and fused pointwise ops in the instruction's fragment layout,
+the tensor-core loops of the matmul tensor, and split-K in two kernels. Written with the
+public scheduling transforms only; it sits below both paths, which call it.
+"""
+
+from ..ir.tensor import MemoryType
+from ..ir.iterdomain import ParallelType
+
+SPLITK = "splitk"     # the run-time scalar that carries the split-K factor
+REDUCE_COLUMNS = 32   # two-kernel split-K's sum: outputs per block (TIDx) ...
+REDUCE_ROWS = 16      # ... and splits summed in parallel (TIDy)
+
+
+def output_tiles(fusion, params, acc, out, fused, threads):
+    """The output as one CTA tile per block, the accumulator and the fused pointwise ops
+    in the instruction's fragment layout (`threads`: TIDx, the threads of one
+    instruction); with params.use_smem_epilogue, staged through a shared tile (returned)
+    and stored by rows of 16 bytes, else (None) from the registers."""
+    tm, tn, _ = params.cta_tile
+    wm, wn, _ = params.warp_tile
+    im, in_, _ = params.instruction_tile
+    c_smem = out.cache_before(MemoryType.shared) if params.use_smem_epilogue else None
+    out.split(0, tm)
+    out.split(2, tn)
+    out.reorder({1: 2, 2: 1})                 # [Mo, No, Mt, Nt]
+    out.parallelize(0, ParallelType.BIDx)
+    out.parallelize(1, ParallelType.BIDy)
+    epilogue = c_smem if c_smem is not None else out
+    if c_smem is not None:
+        out.merge(2)                          # [Mo, No, Mt*Nt]
+        out.split(2, 16 // out.dtype.itemsize)
+        out.split(2, threads)
+        out.split(2, params.warps)            # [Mo, No, rest, warps, threads, vec]
+        out.parallelize(3, ParallelType.TIDy)
+        out.parallelize(4, ParallelType.TIDx)
+        out.parallelize(5, ParallelType.vectorize)
+        c_smem.compute_at(out, 2)
+    # The accumulator layout: [Mo, No, warps, Mm, Nn, M, N] (the instruction's fragment).
+    warp_layout(epilogue, tm // wm, tn // wn, wm, wn, im, in_)
+    acc.compute_at(epilogue, 2)
+    # Fused pointwise ops run on the fragments each thread holds, inside the tile loops.
+    # (consumers first, each at its own consumer: compute_at re-places every tensor on
+    # the path to the tensor named, which would undo the mma axes of those in between)
+    for t in reversed(fused):
+        t.compute_at(fusion.consumers(t)[0], 5)   # [Mo, No, W, Mm, Nn | M, N]
+        t.parallelize(-2, ParallelType.mma)
+        t.parallelize(-1, ParallelType.mma)
+    return c_smem
+
+def tensor_core_loops(tv, params):
+    """[Mo, No, splitk, Ktiles, Mt, Nt, rK32] -> [BIDx Mo, BIDy No, BIDz splitk, Ktiles,
+    TIDy W, rKk, Mm, Nn, mma M16, mma N8, mma rK16]."""
+    tm, tn, tk = params.cta_tile
+    wm, wn, _ = params.warp_tile
+    im, in_, ik = params.instruction_tile
+    tv.split(6, ik)                           # [.., Mt, Nt, rKk, rK16]
+    warp_layout(tv, tm // wm, tn // wn, wm, wn, im, in_, first=4)
+    # [Mo, No, rKs, rKtiles, W, Mm, Nn, M16, N8, rKk, rK16]
+    tv.reorder({9: 5, 5: 6, 6: 7, 7: 8, 8: 9})
+    tv.parallelize(2, ParallelType.BIDz)
+    tv.parallelize(10, ParallelType.mma)
+
+def two_kernel(params, acc, out, caches, stage_operands):
+    """Split-K in two kernels: the matmul's split pieces are rfactored into an f32 partial
+    [M, N, splitk] in global memory (kernel 1, on tensor cores, a split per blockIdx.z),
+    then a second kernel sums the splits and applies the epilogue, one thread per output
+    element (codegen cuts the fusion at the global partial). `stage_operands(partial)`
+    places the operand caches (`caches`, by role) for kernel 1's matmul tensor."""
+    tm, tn, tk = params.cta_tile
+    acc.split(2, tk)                          # [M, N, rKt, rK32]
+    acc.split(2, SPLITK, inner=False)         # [M, N, rKs, rKtiles, rK32]
+    partial = acc.rfactor([3, 4])             # partial: [M, N, splitk | rKtiles, rK32]
+    partial.set_memory_type(MemoryType.global_)
+    partial.split(0, tm)
+    partial.split(2, tn)                      # [Mo, Mt, No, Nt, S, rKtiles, rK32]
+    partial.reorder({1: 4, 2: 1, 3: 5, 4: 2, 5: 3})
+    partial.parallelize(0, ParallelType.BIDx)
+    partial.parallelize(1, ParallelType.BIDy)
+    tensor_core_loops(partial, params)
+    stage_operands(partial)
+    # Kernel 2: a block per 32 neighbouring outputs; its 32 x 16 threads stride down the
+    # splits (a warp reads 128 contiguous bytes of one split's partial), then combine by a
+    # block reduction over TIDy. Sixteen loads in flight per output, not one: the sum is
+    # bound by memory bandwidth, not by the latency of one thread's serial loads.
+    acc.merge(0)                              # [MN, rS]
+    acc.split(0, REDUCE_COLUMNS)
+    acc.split(2, REDUCE_ROWS)                 # [MNo, 32, rSo, 16]
+    acc.parallelize(0, ParallelType.BIDx)
+    acc.parallelize(1, ParallelType.TIDx)
+    acc.parallelize(3, ParallelType.TIDy)
+    out.merge(0)
+    out.split(0, REDUCE_COLUMNS)
+    out.parallelize(0, ParallelType.BIDx)
+    out.parallelize(1, ParallelType.TIDx)
+    return {"acc": acc, "partial": partial, "out": out, **caches}
+
+def warp_layout(tv, warps_m, warps_n, wm, wn, im, in_, first=2):
+    """[.., Mt, Nt, ..] at `first` -> [.., W(TIDy), Mm, Nn, M16(mma), N8(mma), ..]."""
+    f = first
+    tv.split(f, wm)                           # [Mw, wm, Nt]
+    tv.split(f + 2, wn)                       # [Mw, wm, Nw, wn]
+    tv.reorder({f + 1: f + 2, f + 2: f + 1})  # [Mw, Nw, wm, wn]
+    tv.merge(f)                               # [W, wm, wn]
+    tv.split(f + 1, im)                       # [W, Mm, M16, wn]
+    tv.split(f + 3, in_)                      # [W, Mm, M16, Nn, N8]
+    tv.reorder({f + 2: f + 3, f + 3: f + 2})  # [W, Mm, Nn, M16, N8]
+    tv.parallelize(f, ParallelType.TIDy)
+    tv.parallelize(f + 3, ParallelType.mma)
+    tv.parallelize(f + 4, ParallelType.mma)
+
+def broadcasts_first(tv, pos):
+    """Move tv's loop-only broadcast axes past `pos` to `pos` (they are not loops)."""
+    rest = tv.loop[pos:]
+    order = [a for a in rest if a.is_broadcast] + [a for a in rest if not a.is_broadcast]
+    moves = {pos + rest.index(a): pos + i for i, a in enumerate(order)
+             if rest.index(a) != i}
+    if moves:
+        tv.reorder(moves)
