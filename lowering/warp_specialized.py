@@ -35,7 +35,7 @@ are sync insertion's; the Hopper verifier proves the whole.
 It sits below the circular_buffer pass, which calls it, and above kernel IR.
 """
 
-from dataclasses import fields, replace
+from dataclasses import fields
 
 from fuserir.dtypes import DataType
 from fuserir.errors import ScheduleError
@@ -132,34 +132,6 @@ def _is_ty(e):
     return isinstance(e, kir.Special) and e.kind is kir.SpecialKind.threadIdx and e.axis == "y"
 
 
-class _FirstRowsCopies(kir_visit.StmtMutator):
-    """The copies as the producer's threads run them: lowering guarded a copy not bound to
-    TIDy with `threadIdx.y == 0` (one row of threads stores each element); the producer
-    warp group is that row."""
-
-    def mutate_IfThenElse(self, s):
-        terms = _conjuncts(s.cond)
-        kept = [t for t in terms if not (isinstance(t, kir.BinOp) and t.op == "eq" and
-                                         _is_ty(t.a) and isinstance(t.b, kir.Const)
-                                         and t.b.value == 0)]
-        s.then_body[:] = self.mutate(s.then_body)
-        s.else_body[:] = self.mutate(s.else_body)
-        if len(kept) == len(terms):
-            return s
-        if not kept:
-            return s.then_body            # the guard always holds for the producer's row
-        cond = kept[0]
-        for t in kept[1:]:
-            cond = kir.BinOp("and", cond, t, DataType.bool)
-        return replace(s, cond=cond)
-
-
-def _conjuncts(cond):
-    if isinstance(cond, kir.BinOp) and cond.op == "and":
-        return _conjuncts(cond.a) + _conjuncts(cond.b)
-    return [cond]
-
-
 def _copy_kind(copies, names):
     """"tma" or "copies": how the producer loads the tiles (one kind per pipeline)."""
     tma = any(isinstance(s, kir.TmaLoad) for s in kir.walk(copies))
@@ -169,14 +141,13 @@ def _copy_kind(copies, names):
     return "tma" if tma else "copies"
 
 
-def _producer_copies(copies, names):
-    """The element copies as the producer warp group's threads run them."""
-    copies = _FirstRowsCopies().mutate(copies)
+def _check_producer_copies(copies, names):
+    """The element copies run in the producer warp group: along TIDx only (the
+    predicates pass guards them by no TIDy row either)."""
     if any(_is_ty(e) for e in _expressions(copies)):
         raise ScheduleError(f"{names}: the producer warp group copies its tiles with its "
                             f"{WARP_GROUP} threads along TIDx; a copy bound to TIDy would "
                             "need the consumers' threads")
-    return copies
 
 
 def build(ctx, kernel, loop, copies, rest, stages, names):
@@ -211,8 +182,8 @@ def build(ctx, kernel, loop, copies, rest, stages, names):
         produce = [wait_empty, kir.MbarrierArrive(bars, full(stage),
                                                   tx_bytes=_tx_bytes(ctx, copies)), *copies]
     else:
-        produce = [wait_empty, *_producer_copies(copies, names),
-                   kir.MbarrierArrive(bars, full(stage))]
+        _check_producer_copies(copies, names)
+        produce = [wait_empty, *copies, kir.MbarrierArrive(bars, full(stage))]
     producer = kir.ForLoop(var, loop.extent, produce, loop.kind)
     _consume(ctx, loop, rest, bars, stages, stage, parity)
 

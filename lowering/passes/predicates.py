@@ -13,15 +13,16 @@ Three kinds of guard, none where provably unnecessary:
 * redundant writes (DESIGN.md section 4): a shared or global tensor that is not
   parallelized on a thread index the block uses is written by thread 0 along it, the
   other threads skip; a global tensor not parallelized on a block index used by the grid
-  is written by block 0 along it.
+  is written by block 0 along it. A warp-specialized copy has no guard along its
+  warp_specialize index: lowering.warp_specialized runs its copies in the producer warp
+  group alone.
 Each guarded Store is wrapped in its own IfThenElse, so a guard never encloses more than
 one store and sync insertion can always place a barrier between two statements.
 
 Out of bounds, an async copy is not skipped but zero-fills its bytes (the bounds become
 its src-size, as a pipeline's tail needs). Its element fallback (no cp.async moves 1 or
 2 bytes) and the element copies of a tile the tensor cores read (through ldmatrix or
-wgmma) do the same: the store
-writes `bounds ? value : 0` (zero_filled says which; a vector copy of such a tile stores a
+wgmma) do the same: the store writes `bounds ? value : 0` (zero_filled says which; a vector copy of such a tile stores a
 vector of zeros in its guard's else branch); only thread and redundant-write guards skip
 them.
 """
@@ -91,6 +92,8 @@ def conditions(ctx, info, launch):
         bound_here.add(ParallelType.TIDx)   # the lanes hold the instruction tile's elements
     if ctx.serial_grid:
         bound_here.add(ParallelType.BIDz)   # the turnstile picks the CTA that writes
+    if tv.warp_specialized is not None:
+        bound_here.add(tv.warp_specialized)  # its copies run in one warp group: the producer
     for i, axis in enumerate(tv.loop):
         ptype = ctx.concrete_axis(tv, i).parallel
         if ptype not in THREAD_TYPES + BLOCK_TYPES or axis.is_broadcast:
