@@ -163,6 +163,7 @@ class Executable:
         self._workspaces = None      # WorkspacePool of the kernels' workspaces
         self._bound_inputs = {}      # (device, poison, input signature) -> _BoundInputs
         self.automatic = automatic   # scheduled by fuserir.scheduler.auto (several plans)
+        self._operands = _matmul_operands(fusion)   # what TMA would read
         # the kernels compile() shows (an automatic schedule's for unknown, large sizes)
         device = self._device()
         schedule = schedule_key(fusion, {}, device)[0] if automatic else None
@@ -251,11 +252,10 @@ class Executable:
         values = self.prepare_inputs({name: inputs[name] for name in bound.arrays})
         alignment = tuple([_address(values[name]) % VECTOR_ALIGNMENT
                            for name in bound.arrays])
-        if any(alignment) and bound.schedule is not None and bound.device.tma:
-            operands = _matmul_operands(self.fusion)
-            if any(a for name, a in zip(bound.arrays, alignment) if name in operands):
-                # an operand's address is no TMA base (16 bytes): planned as without TMA
-                bound = self._bound(inputs, poison, tma=False)
+        if any(alignment) and bound.schedule is not None and bound.device.tma and any(
+                a for name, a in zip(bound.arrays, alignment) if name in self._operands):
+            # an operand's address is no TMA base (16 bytes): planned as without TMA
+            bound = self._bound(inputs, poison, tma=False)
         steps = bound.plans.get(alignment)
         if steps is None:
             steps = remember(bound.plans, alignment, self._step_runs(bound, values))
@@ -281,7 +281,7 @@ class Executable:
                 # with the run-time scalars it chose (a matmul's split-K factor)
                 # (for a run whose operand arrays TMA cannot read, as if the device had
                 # no TMA: the schedule keeps to cp.async)
-                if not tma or not _tma_readable(self.fusion, given):
+                if not tma or not _tma_readable(self._operands, given):
                     model = model.with_(tma=False)
                 schedule, scalars, steps = self.plan_for(env, model)
                 env.update(scalars)
@@ -458,14 +458,14 @@ def _matmul_operands(fusion):
     return {t.name for e in fusion.exprs if e.op == "matmul" for t in e.inputs}
 
 
-def _tma_readable(fusion, arrays):
-    """Do the matmul operands among `arrays` (by name) give TMA what their sizes promise:
-    each one's last axis contiguous, its other strides multiples of 16 bytes, or the
-    array row-major contiguous (whose rows are the sizes' business: matmul_heuristic
-    decides by them)? (Their addresses are not part of an input signature: _planned
-    checks them.)"""
+def _tma_readable(operands, arrays):
+    """Do the matmul operands (`operands`, names) among `arrays` give TMA what their sizes
+    promise: each one's last axis contiguous, its other strides multiples of 16 bytes,
+    or the array row-major contiguous (whose rows are the sizes' business:
+    matmul_heuristic decides by them)? (Their addresses are not part of an input
+    signature: _planned checks them.)"""
     from fuserir.instructions import TMA_STRIDE_ALIGN
-    for name in _matmul_operands(fusion) & set(arrays):
+    for name in operands & set(arrays):
         array = arrays[name]
         strides = array.strides if hasattr(array, "strides") else \
             tuple(s * array.element_size() for s in array.stride())
