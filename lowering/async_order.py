@@ -154,6 +154,10 @@ def _point(env):
     return tuple((id(v.loop), v.instance, int(v)) for v in iterations(env))
 
 
+def _finding_key(kind, first, second):
+    return (kind, first.stmt.label, END.label if second is None else second.stmt.label)
+
+
 class Ordering:
     """The graph of a Trace, built (`order`), and the findings made building it."""
 
@@ -180,9 +184,14 @@ class Ordering:
             self._phase_order()
         return cycle
 
+    def _found_already(self, kind, first, second):
+        """Is there a finding of `kind` between these events' statements (_finding keeps
+        one per pair of statements)?"""
+        return _finding_key(kind, first, second) in self.found
+
     def _finding(self, kind, buffer, first, second, detail, byte_range=None):
         """second None: the end of the kernel."""
-        key = (kind, first.stmt.label, END.label if second is None else second.stmt.label)
+        key = _finding_key(kind, first, second)
         if key in self.found:
             return
         where = self.trace.coordinates

@@ -149,6 +149,7 @@ class _Protocol(Ordering):
     def __init__(self, trace):
         super().__init__(trace)
         self._found_pairs = None             # _pairs, computed once
+        self._sorted = None                  # _accesses, computed once
 
     def check(self):
         if not self.order():                 # a cycle: its deadlocks are the findings
@@ -185,8 +186,11 @@ class _Protocol(Ordering):
     # -- shared accesses -----------------------------------------------------------------
 
     def _accesses(self):
-        return sorted((a for e in self.trace.events for a in e.accesses),
-                      key=lambda a: (a.lo, a.event.step))
+        """Every access, by first byte then walk order (computed once)."""
+        if self._sorted is None:
+            self._sorted = sorted((a for e in self.trace.events for a in e.accesses),
+                                  key=lambda a: (a.lo, a.event.step))
+        return self._sorted
 
     def _pairs(self):
         """[(earlier, later, how their threads meet)] in walk order, for the accesses of
@@ -267,8 +271,7 @@ class _Protocol(Ordering):
         for a, b, meet in self._pairs():
             for x, y in ((a, b), (b, a)):
                 if x.is_write and x.proxy == "generic" and y.proxy in _ASYNC_READ \
-                        and ("proxy-fence", x.event.stmt.label, y.event.stmt.label) \
-                        not in self.found \
+                        and not self._found_already("proxy-fence", x.event, y.event) \
                         and self._ordered(x, y, meet) \
                         and not self._fenced(x, y, covering, fenced):
                     self._finding("proxy-fence", _names(x, y), x.event, y.event,
