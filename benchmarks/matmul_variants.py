@@ -24,17 +24,16 @@ STAGES = (2, 3, 4)
 
 
 def copies_params(m, n, k, stages):
-    """The TT plan with the producer's copies at `stages`, or the mma.sync path's plan
-    (stages "mma")."""
+    """The Hopper plan (tiles and split-K as for rows TMA reads, K rounded down to a
+    multiple of 8) with the producer's copies at `stages` and the output from registers;
+    or the mma.sync path's plan (stages "mma")."""
     from fuserir.device import H200
-    from fuserir.scheduler import MatmulParams
     from fuserir.scheduler.matmul import matmul_heuristic
     if stages == "mma":
         return matmul_heuristic(m, n, k, layout="TT", device=H200.with_(cc=(8, 0)))
-    tile = (128, 256) if -(-m // 128) * -(-n // 256) >= H200.sms else (128, 128)
-    return MatmulParams(cta_tile=(*tile, 64), warp_tile=(64, tile[1], 64),
-                        instruction_tile=(64, tile[1], 16), stages=stages,
-                        async_gmem_load_operands=False)
+    return replace(matmul_heuristic(m, n, k // 8 * 8, layout="TT"), stages=stages,
+                   async_gmem_load_operands=False, use_smem_epilogue=False,
+                   promote_prologue_smem_reuse=False)
 
 
 def fusion(params):
