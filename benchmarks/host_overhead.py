@@ -1,20 +1,36 @@
-"""Host time per call of a compiled kernel (issue 8's target: under 20 us per launch).
+"""Host time per call as a PyTorch caller sees it: torch tensors in, torch tensors out.
 
-    python3 benchmarks/host_overhead.py [--calls 500]
+    python3 benchmarks/host_overhead.py [--calls 1000] [--sets 8] [--json]
 
-Compiles examples/seed_matmul.fz, then calls it back to back on a problem so small that
-the GPU finishes each kernel before the host issues the next (M=256, N=128, K=64,
-splitk=1: one CTA, two K tiles), and reports wall time per call for `exe.run()` (binding,
-checks, output allocation, launch) and for `codegen.launch` with arguments bound once
-(the launch path alone). A second line does the same for examples/pointwise_chain.fz, a
-small pointwise kernel (two f32 inputs, one bf16 output, 256x256). Every call repeats
-the first one's argument signature, so both paths run as they do for a cached kernel
-called again: checked once per signature (codegen.launch, driver.executable). Wall time
-per call is max(host, device) per call, so these are upper bounds on the host's share.
+Cases (each an unscheduled fusion, scheduled automatically for its sizes on this GPU):
+* `hopper NT`: C = A^T B, NT 1024x2048x4096 f16 (the Hopper TMA plan: one kernel with
+  tensor maps, re-pointed at each call's buffers);
+* `split-K TN`: 128x128x262144 f16 (the two-kernel split-K plan: f32 partials in the
+  call's scratch block, then the reduction);
+* `pointwise`: out = bf16(gelu(x * 0.5 + y) - sigmoid(y) / 4), 1024x1024 f32.
+
+Method. Inputs rotate over --sets freshly allocated buffer sets (so tensor maps meet new
+addresses as a real loop's caching allocator gives them). Each call is timed alone with
+time.perf_counter around it and nothing else: no synchronization inside the timed region.
+Every 50 calls the host waits for the GPU outside the timed region, so the launch queue
+never fills (a full queue would make a launch wait for the GPU). Median (and p10/p90) of
+--calls calls after 50 warm-up calls. Beside each case, in the same process and the same
+way: torch's own op on the same tensors (torch.matmul, or the pointwise chain in eager
+torch), and the launch of a Triton kernel taking arguments of the same kinds (three
+tensors, six sizes and strides; it does almost nothing, so its time is Triton's launch
+alone). The kernel time per call (CUDA events around 20 back-to-back calls) says when a
+call's host time would hide behind the GPU.
+
+A breakdown of the per-call steps of the hopper case follows (each step alone, in a loop:
+the signature key, the plan lookup, reading torch's current stream, the output's
+allocation, the scratch block's, one launch with its tensor maps at a known address and
+at a new one).
 """
 
 import argparse
+import json
 import pathlib
+import statistics
 import sys
 import time
 
@@ -24,60 +40,177 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import common  # noqa: E402
 
+WARMUP, BATCH = 50, 50
 
-def per_call_us(fn, calls, sync):
-    for _ in range(20):
-        fn()
+MATMUL = """
+fusion mm(A: f16{a}, B: f16{b}) {{
+  acc = matmul(A, B, layout={layout})
+  out = cast(acc, f16)
+  output out
+}}"""
+OPERANDS = {"NT": ("[K, M]", "[K, N]"), "TN": ("[M, K]", "[N, K]")}
+POINTWISE = """
+fusion chain(x: f32[M, N], y: f32[M, N]) {
+  z = gelu(x * 0.5 + y) - sigmoid(y) / 4
+  out = cast(z, bf16)
+  output out
+}"""
+
+
+def per_call_us(fn, sets, calls, sync):
+    """Median, p10 and p90 of the host time of `fn(*set)` (us), sets taken in turn."""
+    for i in range(WARMUP):
+        fn(*sets[i % len(sets)])
     sync()
-    started = time.perf_counter()
+    times = []
+    for i in range(calls):
+        args = sets[i % len(sets)]
+        started = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - started)
+        if (i + 1) % BATCH == 0:
+            sync()              # outside the timed region: keeps the launch queue short
+    sync()
+    times = sorted(t * 1e6 for t in times)
+    return {"median": statistics.median(times), "p10": times[len(times) // 10],
+            "p90": times[len(times) * 9 // 10]}
+
+
+def kernel_us(torch, fn, args, calls=20):
+    """Device time per call of `fn(*args)`, back to back (CUDA events around `calls`)."""
+    fn(*args)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
     for _ in range(calls):
-        fn()
-    sync()
-    return (time.perf_counter() - started) / calls * 1e6
+        fn(*args)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / calls
 
 
-def run_and_launch_us(example, inputs, scalars, calls):
-    """(us per exe.run(inputs), us per codegen.launch of its one kernel with the arguments
-    bound once) for the fusion of examples/<example>.fz."""
-    import cupy as cp
-    import codegen
-    import fuserir
-    from codegen.launch import WorkspacePool, cupy_zeros, launch
-    exe = codegen.compile(fuserir.parse((ROOT / "examples" / f"{example}.fz").read_text()),
-                          backend="cuda")
-    sync = cp.cuda.runtime.deviceSynchronize
-    run_us = per_call_us(lambda: exe.run(inputs), calls, sync)
-    (kernel,) = exe.kernels
-    arrays = {name: value for name, value in inputs.items() if hasattr(value, "shape")}
-    bound = {**arrays, **exe.run(inputs), **scalars,
-             **WorkspacePool(cupy_zeros).arrays(kernel.kir, scalars)}
-    launch_us = per_call_us(lambda: launch(kernel.kir, kernel.cubin, bound), calls, sync)
-    return run_us, launch_us
+def triton_launch():
+    """A Triton kernel with arguments of a matmul's kinds that stores one element: the
+    host time of its launch is Triton's launch overhead."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def touch(a, b, c, m, n, k, sa, sb, sc, BLOCK: tl.constexpr):
+        i = tl.arange(0, BLOCK)
+        x = tl.load(a + i * sa) + tl.load(b + i * sb)
+        tl.store(c + i * sc, x, mask=i < m + n + k)
+
+    return lambda a, b, c: touch[(1,)](a, b, c, 1, 1, 1, 1, 1, 1, BLOCK=16)
+
+
+def cases(torch):
+    """(name, fusion text, input sets, torch op, output shape) of each case."""
+
+    made = []
+    for name, layout, (m, n, k) in (("hopper NT 1024x2048x4096", "NT", (1024, 2048, 4096)),
+                                    ("split-K TN 128x128x262144", "TN", (128, 128, 262144))):
+        a_shape, b_shape = OPERANDS[layout]
+        shape = {"M": m, "N": n, "K": k}
+        dims = lambda text: [shape[d] for d in text.strip("[]").split(", ")]   # noqa: E731
+
+        def one_set():
+            return (torch.randn(dims(a_shape), device="cuda", dtype=torch.float16),
+                    torch.randn(dims(b_shape), device="cuda", dtype=torch.float16))
+        op = ((lambda a, b: torch.matmul(a.t(), b)) if layout == "NT"
+              else (lambda a, b: torch.matmul(a, b.t())))
+        made.append((name, MATMUL.format(a=a_shape, b=b_shape, layout=layout), one_set, op,
+                     (m, n)))
+
+    def pointwise_set():
+        return (torch.randn(1024, 1024, device="cuda"), torch.randn(1024, 1024, device="cuda"))
+
+    def pointwise_op(x, y):
+        z = torch.nn.functional.gelu(x * 0.5 + y) - torch.sigmoid(y) / 4
+        return z.to(torch.bfloat16)
+    made.append(("pointwise 1024x1024", POINTWISE, pointwise_set, pointwise_op, (1024, 1024)))
+    return made
+
+
+def steps_breakdown(torch, exe, sets, calls):
+    """Each per-call step of `exe` (driver.calls) alone, in a loop: ns per step."""
+    from driver.calls import call_key
+    a, b = sets[0]
+    plan = exe._calls[False][call_key((a, b), (), None)]
+    arrays = plan.arrays
+    (shape, strides, dtype, _), = plan.outputs
+    bound, sources = plan.launches[0]
+    out = arrays.empty(shape, strides, dtype)
+    stream = arrays.stream(plan.device)
+    table = [a.data_ptr(), b.data_ptr(), out.data_ptr()]
+    moved = [[s.data_ptr() for s in pair] + [out.data_ptr()] for pair in sets]
+
+    def timed(fn):
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        for i in range(calls):
+            fn()
+            if (i + 1) % BATCH == 0:
+                torch.cuda.synchronize()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - started) / calls * 1e9
+
+    rotate = iter(range(1 << 62))
+    return {
+        "signature key": timed(lambda: call_key((a, b), (), None)),
+        "plan lookup": timed(lambda: exe._calls[False][call_key((a, b), (), None)]),
+        "current stream": timed(lambda: arrays.stream(plan.device)),
+        "output allocation": timed(lambda: arrays.empty(shape, strides, dtype)),
+        "launch, maps at known addresses": timed(
+            lambda: bound.launch([table[i] + o for i, o in sources], stream)),
+        "launch, maps re-pointed": timed(
+            lambda: bound.launch(moved[next(rotate) % len(moved)], stream)),
+        "whole call": timed(lambda: exe(a, b)),
+    }
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--calls", type=int, default=500)
+    p.add_argument("--calls", type=int, default=1000)
+    p.add_argument("--sets", type=int, default=8)
+    p.add_argument("--json", action="store_true", help="a JSON line per case too")
     args = p.parse_args(argv)
     common.require_gpu()
-    import cupy as cp
-    m, n, k = 256, 128, 64
-    a = cp.random.random((k, m)).astype(cp.float16)
-    b = cp.random.random((k, n)).astype(cp.float16)
-    run_us, launch_us = run_and_launch_us(
-        "seed_matmul", {"A": a, "B": b, "splitk": 1}, {"M": m, "N": n, "K": k, "splitk": 1},
-        args.calls)
-    print(f"seed kernel at {m}x{n}x{k}: exe.run() {run_us:.1f} us per call, "
-          f"codegen.launch with bound arguments {launch_us:.1f} us per call "
-          f"(target < 20 us)")
-    rows = cols = 256
-    x = cp.random.random((rows, cols)).astype(cp.float32)
-    y = cp.random.random((rows, cols)).astype(cp.float32)
-    run_us, launch_us = run_and_launch_us(
-        "pointwise_chain", {"x": x, "y": y}, {"M": rows, "N": cols}, args.calls)
-    print(f"pointwise_chain at {rows}x{cols}: exe.run() {run_us:.1f} us per call, "
-          f"codegen.launch with bound arguments {launch_us:.1f} us per call "
-          f"(target < 20 us)")
+    import torch
+    import codegen
+    import fuserir
+    sync = torch.cuda.synchronize
+    launch_triton = triton_launch()
+    print("| case | plan | kernel us | fuserir host us | torch host us | Triton launch us |")
+    print("|---|---|---|---|---|---|")
+    hopper = None
+    for name, text, one_set, op, (m, n) in cases(torch):
+        exe = codegen.compile(fuserir.parse(text), backend="cuda")
+        sets = [one_set() for _ in range(args.sets)]
+        got = exe(*sets[0])
+        want = op(*sets[0])
+        error = (got.float() - want.float()).abs().max().item()
+        plan = exe._calls[False][next(iter(exe._calls[False]))]
+        kinds = f"{len(plan.launches)} kernel(s), " + \
+            ("tensor maps" if any(b.params.maps for b, _ in plan.launches) else "no maps")
+        fuserir_us = per_call_us(exe, sets, args.calls, sync)
+        torch_us = per_call_us(op, sets, args.calls, sync)
+        c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+        triton_us = per_call_us(lambda x, y: launch_triton(x, y, c), sets, args.calls, sync)
+        device_us = kernel_us(torch, exe, sets[0])
+        row = {"case": name, "plan": kinds, "kernel_us": device_us, "fuserir": fuserir_us,
+               "torch": torch_us, "triton_launch": triton_us, "max_abs_error": error}
+        if args.json:
+            print(json.dumps(row))
+        print(f"| {name} | {kinds} | {device_us:.1f} | {fuserir_us['median']:.1f} "
+              f"(p90 {fuserir_us['p90']:.1f}) | {torch_us['median']:.1f} | "
+              f"{triton_us['median']:.1f} |")
+        if name.startswith("hopper"):
+            hopper = (exe, sets)
+    print("\nPer-call steps of the hopper case (ns, each alone in a loop):")
+    for step, ns in steps_breakdown(torch, *hopper, args.calls).items():
+        print(f"  {step:34s} {ns:8.0f}")
     return 0
 
 

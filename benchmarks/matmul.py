@@ -232,7 +232,7 @@ def run_matrix(args, bench):
     import concurrent.futures
     import cupy as cp
     import codegen
-    from codegen.launch import WorkspacePool, cupy_zeros, launch
+    from codegen.launch import launch, new_workspaces
     torch = bench.torch
     configs = matrix_configs(args.hopper)
     started = time.perf_counter()
@@ -244,7 +244,6 @@ def run_matrix(args, bench):
     rng = cp.random.default_rng(0)
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.matrix_shapes.split(",")]
     rows, counts = [], {"run": 0, "passed": 0, "failed": []}
-    pool = WorkspacePool(cupy_zeros)
     for layout in OPERANDS:
         for m, n, k in shapes:
             dims = {"M": m, "N": n, "K": k}
@@ -261,7 +260,7 @@ def run_matrix(args, bench):
                 for splitk in range(2, 7):
                     scalars = {**dims, "splitk": splitk}
                     bound = {"A": a, "B": b, "out": out, **scalars,
-                             **pool.arrays(kernel.kir, scalars)}
+                             **new_workspaces(kernel.kir, scalars)}
                     out.fill(cp.nan)
                     launch(kernel.kir, kernel.cubin, bound)
                     bad = mismatches(cp, out, ref, k)
@@ -305,18 +304,19 @@ def run_matrix(args, bench):
     return 0 if not counts["failed"] else 1
 
 
-def kernels_alone(exe, steps, arrays, scalars, pool):
+def kernels_alone(exe, steps, arrays, scalars):
     """A call launching `steps`' kernels with arguments bound once (intermediates such as
-    the two-kernel split-K partials allocated once): the kernels' time alone. Each step
+    the two-kernel split-K partials and the workspaces allocated once, which launches
+    in order on one stream may share): the kernels' time alone. Each step
     launches the variant run() picks for these arrays (exe.kernels_for)."""
-    from codegen.launch import launch
+    from codegen.launch import launch, new_workspaces
     values, launches = dict(arrays), []
     for step, kernel in zip(steps, exe.kernels_for(arrays)):
         outs = {t.name: exe.allocate(t, scalars, False, intermediate=t.name != "out")
                 for t in step.fusion.outputs}
         values.update(outs)
         bound = {**{n: values[n] for n in step.inputs}, **outs, **scalars,
-                 **pool.arrays(kernel.kir, scalars)}
+                 **new_workspaces(kernel.kir, scalars)}
         launches.append((kernel, bound))
     return lambda: [launch(k.kir, k.cubin, a) for k, a in launches]
 
@@ -328,7 +328,7 @@ def run_user_path(args, bench):
     Markdown table."""
     import cupy as cp
     import codegen
-    from codegen.launch import WorkspacePool, cupy_zeros, device_model
+    from codegen.launch import device_model
     torch = bench.torch
     triton_matmul = None
     if torch is not None and not args.no_triton:
@@ -338,7 +338,6 @@ def run_user_path(args, bench):
             print(f"no Triton baseline: {missing}", file=sys.stderr)
     device = device_model()
     rng = cp.random.default_rng(0)
-    pool = WorkspacePool(cupy_zeros)
     rows = []
     for layout in args.layout_list:
         auto = codegen.compile(layout_fusion(layout), backend="cuda")
@@ -368,13 +367,11 @@ def run_user_path(args, bench):
                  "mismatches_mma": mismatches(cp, mma.run({"A": a, "B": b})["out"], ref, k)}
             arrays = {"A": a, "B": b}
             r["auto_us"] = bench.time(kernels_alone(auto, steps, arrays,
-                                                    {**dims, **scalars}, pool))["median_us"]
+                                                    {**dims, **scalars}))["median_us"]
             r["told_us"] = bench.time(kernels_alone(told, told.steps, arrays,
-                                                    {**dims, **explicit.scalars},
-                                                    pool))["median_us"]
+                                                    {**dims, **explicit.scalars}))["median_us"]
             r["mma_us"] = bench.time(kernels_alone(mma, mma.steps, arrays,
-                                                   {**dims, **mma_explicit.scalars},
-                                                   pool))["median_us"]
+                                                   {**dims, **mma_explicit.scalars}))["median_us"]
             r["caps"] = [k.caps for k in auto.kernels_for(arrays)]
             r["auto_run_us"] = bench.time(lambda: auto.run(arrays))["median_us"]
             r["told_run_us"] = bench.time(lambda: told.run(arrays))["median_us"]
@@ -426,7 +423,6 @@ def main(argv=None):
     common.require_gpu()
     import cupy as cp
     import codegen
-    from codegen.launch import WorkspacePool, cupy_zeros
     bench = common.Bench(args)
     torch = bench.torch
     if torch is not None:
@@ -438,7 +434,6 @@ def main(argv=None):
     drop = tuple(s for s in args.drop_syncs.split(",") if s)
     copy_gbps = None if args.once else bench.copy_bandwidth()["gbps"]
     rng = cp.random.default_rng(0)
-    pool = WorkspacePool(cupy_zeros)
     built, compile_s = {}, 0.0
 
     def compiled(shape):
@@ -496,7 +491,7 @@ def main(argv=None):
         # The kernel alone: arguments bound once, then codegen.launch per call (run()'s
         # binding and checks are host work that can exceed the L2 flush it hides behind).
         scalars = {"M": m, "N": n, "K": k, **exe.fusion.scalars}
-        stats = bench.time(kernels_alone(exe, exe.steps, {"A": a, "B": b}, scalars, pool))
+        stats = bench.time(kernels_alone(exe, exe.steps, {"A": a, "B": b}, scalars))
         r["fuserir_us"] = stats["median_us"]
         r["tflops"] = 2 * m * n * k / stats["median_us"] / 1e6
         # the ideal traffic (operands read once, the f16 output written once) over the time

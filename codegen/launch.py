@@ -1,9 +1,10 @@
-"""Launch a compiled kernel on the GPU through CuPy, checking its arguments once per
+"""Launch a compiled kernel on the GPU, checking its arguments once per
 argument signature.
 
     launch(kernel, cubin, args, stream=None)
     bound = bind(kernel, cubin, args)          # launch()'s checks, without launching
     bound(tensors, workspaces, stream=None)    # launch with arrays of that signature
+    bound.launch(pointers, stream_handle)      # the same with their addresses (ints)
 
 `args` maps each TensorParam's buffer name to a CuPy array and each ScalarParam's name to
 an int. Arguments are passed in the ABI order of codegen.cuda (tensor pointers, then
@@ -13,18 +14,13 @@ scalars in the kernel's index dtype).
 
 Tensor maps (kir.TensorMap) are built from the bound tensors: their fields (dimensions,
 byte strides, box, swizzle; codegen.tensor_maps, which checks them against the array)
-once per argument signature, the encoded 128 bytes per launch from the tensor's address,
-kept per (device, address, fields), so a launch at addresses seen before encodes nothing.
-Kernels without tensor maps do none of this.
+and their encoding once per argument signature; a launch whose tensor moved re-points the
+map (codegen.kernel_params). Kernels without tensor maps do none of this.
 
 Workspaces (kir.Workspace: split-K partial sums, semaphores) may be given in `args` under
-their buffer names (1-D, contiguous, at least `size` elements); the others come from a
-WorkspacePool per device: allocated as zeros the first time, sized from the launch's
-scalars, and kept for later launches of the same kernel (a semaphore workspace is zeroed
-once: the kernel leaves it zero), reallocated (zeros again) when a launch needs more. A
-kept workspace is shared by every launch of its kernel, so launches of one kernel must
-not overlap (one stream at a time). driver.executable keeps its own pool the same way
-(numpy arrays for the interpreter).
+their buffer names (1-D, contiguous, at least `size` elements); the others are allocated
+for the launch on its stream (new_workspaces: CuPy's stream-ordered pool, a zeroed one
+queued for zeroing), so launches on two streams never share them.
 
 Grid and block come from kernel.launch evaluated with the scalars
 (lowering.kir.evaluate_scalar, C integer semantics); the dynamic shared memory is
@@ -49,15 +45,12 @@ BoundLaunch and launches; any difference (a shape, a stride, a dtype, a scalar's
 or type, an array's type, an argument missing) finds none and goes through the full
 checks, which raise the errors above. Each kernel keeps up to SIGNATURES_KEPT signatures
 (the oldest is forgotten first). Launch sizes, workspace sizes and configurations are
-also kept per kernel and scalar values, loaded modules per device and cubin, and a
-WorkspacePool answers again from what it answered until its arrays change.
+also kept per kernel and scalar values, and loaded modules per device and cubin.
 """
 
-import ctypes
+import contextlib
 import functools
 import hashlib
-import os
-import struct
 
 import numpy as np
 
@@ -68,9 +61,11 @@ from lowering import kir
 
 from . import tensor_maps
 from .cuda import entry_point
+from . import kernel_params
+from .kernel_params import KernelParameters
 
 __all__ = ["launch", "bind", "BoundLaunch", "load_function", "launch_config",
-           "workspace_sizes", "WorkspacePool"]
+           "workspace_sizes", "new_workspaces"]
 
 _STATIC_SHARED_LIMIT = 48 * 1024
 SIGNATURES_KEPT = 256   # per kernel: argument signatures whose checks are kept
@@ -79,7 +74,6 @@ _functions = {}     # (device id, id(cubin), name) -> (cubin, function): no reha
 _configs = {}       # (id(kernel), scalar values) -> (kernel, (grid, block, shared bytes))
 _opted_in = {}      # CUDA function handle -> dynamic shared bytes its opt-in limit allows
 _launchers = {}     # (id(kernel), id(cubin)) -> _Launcher (which holds both)
-_tensor_maps = {}   # (device id, address, TensorMapFields) -> encoded map (numpy V128)
 
 
 @functools.cache
@@ -268,63 +262,23 @@ def _workspace_sizes(kernel, scalars):
     return sizes
 
 
-class WorkspacePool:
-    """Workspaces kept across launches: one array per (kernel, workspace), made by
-    `zeros(elements, DataType)` when first needed and again (larger) when a launch needs
-    more elements than the kept one has. Kernels are held, so ids stay valid. The
-    {name: array} answer for a kernel and scalar values is kept until the pool changes,
-    so asking again is one lookup."""
-
-    def __init__(self, zeros):
-        self._zeros = zeros
-        self._arrays = {}       # (id(kernel), buffer name) -> (kernel, array)
-        self._answers = {}      # (id(kernel), scalar values) -> (kernel, {name: array})
-        self.generation = 0     # counts the changes of the arrays kept: an answer holds
-                                # while it has not changed
-
-    def arrays(self, kernel, scalars):
-        """{workspace buffer name: array} for a launch of `kernel` with `scalars` (the
-        same dict while the pool keeps those arrays: do not modify it)."""
-        key = _kernel_key(kernel, scalars)
-        known = self._answers.get(key)
-        if known is not None and known[0] is kernel:
-            return known[1]
-        out = {}
+def new_workspaces(kernel, scalars, stream=None):
+    """{workspace buffer name: fresh CuPy array} for one launch of `kernel` with `scalars`,
+    allocated on `stream` (a cupy Stream; CuPy's current one when None), a zeroed
+    workspace queued for zeroing there: CuPy's memory pool is stream-ordered, so launches
+    on other streams never share them (bf16 as uint16 bits: CuPy has no bfloat16)."""
+    cupy = cupy_module()
+    out = {}
+    with stream if stream is not None else contextlib.nullcontext():
+        handle = cupy.cuda.get_current_stream().ptr
         for w, size in workspace_sizes(kernel, scalars):
-            array_key = (id(kernel), w.buffer.name)
-            kept = self._arrays.get(array_key)
-            if kept is None or kept[0] is not kernel or len(kept[1]) < size:
-                self._answers.clear()       # answers may name the array replaced here
-                self.generation += 1
-                kept = self._arrays[array_key] = (kernel, self._zeros(max(size, 1),
-                                                                      w.buffer.dtype))
-            out[w.buffer.name] = kept[1]
-        self._answers[key] = (kernel, out)
-        return out
+            host = np.uint16 if w.buffer.dtype is DataType.bf16 else w.buffer.dtype.numpy
+            array = cupy.empty(max(size, 1), dtype=host)
+            if w.zeroed:
+                kernel_params.memset_async(array.data.ptr, array.nbytes, handle)
+            out[w.buffer.name] = array
+    return out
 
-    def forget(self, kernel):
-        """Drop `kernel`'s workspaces (after a launch that failed and may have left its
-        semaphores set): the next launch allocates zeros again."""
-        for key in [k for k, (kern, _) in self._arrays.items() if kern is kernel]:
-            del self._arrays[key]
-        self._answers.clear()
-        self.generation += 1
-
-
-def cupy_zeros(elements, dtype):
-    """A CuPy array of zeros (bf16 as its uint16 bits: CuPy has no bfloat16)."""
-    host = np.uint16 if dtype is DataType.bf16 else dtype.numpy
-    return cupy_module().zeros(elements, dtype=host)
-
-
-_pools = {}         # device id -> WorkspacePool of launch()'s own workspaces
-
-
-def _pool(device):
-    pool = _pools.get(device)
-    if pool is None:
-        pool = _pools[device] = WorkspacePool(cupy_zeros)
-    return pool
 
 
 def _positive(kernel, what, value):
@@ -335,152 +289,45 @@ def _positive(kernel, what, value):
 
 
 class BoundLaunch:
-    """A launch of one kernel checked for one argument signature: the function, grid,
-    block and dynamic shared bytes, the strides and scalars as kernel arguments, and the
-    scalar values by name. Calling it launches with `tensors` (in the order of
-    `tensor_names`) and `workspaces` (in the order of `workspace_names`) without checking
-    them: they must have the signature it was bound for.
+    """A launch of one kernel checked for one argument signature: its parameters
+    (codegen.kernel_params.KernelParameters: the function, grid, block, dynamic shared
+    bytes, strides, scalars and tensor maps), the scalar values by name, and the names of
+    its tensors and workspaces in ABI order. `launch(pointers, stream)` launches with the
+    arrays' addresses (ints; the tensors', then the workspaces') on a stream handle;
+    calling it with arrays does the same. Neither checks them: they must have the
+    signature it was bound for."""
 
-    Where the CUDA driver is at hand, the call goes straight to cuLaunchKernel with every
-    parameter packed into one buffer as the kernel's ABI lays them out (each at its natural
-    alignment, in order: pointers 8 bytes, index-typed strides and scalars 4 or 8), built
-    once; a call only writes the arrays' addresses into it. CuPy's launch converts every
-    argument to a C value on every call, which cost most of a launch's host time (18 us for
-    the seed kernel's 17 arguments on the H200's host). Without the driver (the tests'
-    recording GPU) it launches through CuPy with the same arguments."""
+    __slots__ = ("params", "scalar_values", "tensor_names", "workspace_names")
 
-    __slots__ = ("func", "grid", "block", "shared", "strides", "scalars", "scalar_values",
-                 "tensor_names", "workspace_names", "pooled", "_packed")
-
-    def __init__(self, launcher, func, config, strides, scalar_values, pooled):
-        self.func = func
-        self.grid, self.block, self.shared = config
-        self.strides = tuple(strides)
+    def __init__(self, launcher, func, config, strides, scalar_values, maps):
         index = launcher.kernel.index_dtype.numpy.type
-        self.scalars = tuple(index(scalar_values[p.var.name])
-                             for p in launcher.kernel.scalar_params)
-        self.scalar_values = scalar_values
+        scalars = [index(scalar_values[p.var.name]) for p in launcher.kernel.scalar_params]
         self.tensor_names = launcher.tensor_names
         self.workspace_names = launcher.workspace_names
-        self.pooled = pooled      # a workspace not given: launch() takes the pool's
-        self._packed = _PackedLaunch.for_bound(self, len(self.tensor_names),
-                                               len(self.workspace_names))
+        self.scalar_values = scalar_values
+        self.params = KernelParameters(func, config, len(self.tensor_names),
+                                       len(self.workspace_names), strides, scalars, maps)
+
+    @property
+    def grid(self):
+        return self.params.grid
+
+    @property
+    def block(self):
+        return self.params.block
+
+    @property
+    def shared(self):
+        return self.params.shared
+
+    def launch(self, pointers, stream):
+        self.params.launch(pointers, stream)
 
     def __call__(self, tensors, workspaces, stream=None):
-        if self._packed is not None:
-            self._packed(tensors, workspaces, stream)
-            return
-        self.func(self.grid, self.block, (*tensors, *self.strides, *workspaces, *self.scalars),
-                  shared_mem=self.shared, stream=stream)
-
-
-class _MappedLaunch(BoundLaunch):
-    """The BoundLaunch of a kernel with tensor maps: each call takes the maps of its
-    tensors' addresses (tensor_map_value) and passes them after the strides as CuPy
-    arguments (numpy V128, by value).
-
-    Always through CuPy's launch, never the packed buffer, whose layout (each parameter
-    at its natural alignment from offset 0) does not hold for the 64-byte aligned map:
-    checked on the H200 with cuFuncGetParamInfo, after two pointers and three i32 strides
-    (28 bytes) the map sits at offset 48, not 64 (as if aligned in the constant bank,
-    where sm_90's parameters start at 0x210), and a packed launch fails. CuPy passes each
-    argument by pointer and the driver places it."""
-
-    __slots__ = ("maps", "device")
-
-    def __init__(self, launcher, func, config, strides, scalar_values, pooled, maps, device):
-        super().__init__(launcher, func, config, strides, scalar_values, pooled)
-        self._packed = None     # see above
-        self.maps = maps        # ((index into tensors, TensorMapFields), ...) in ABI order
-        self.device = device
-
-    def __call__(self, tensors, workspaces, stream=None):
-        maps = [tensor_map_value(fields, tensors[i].data.ptr, self.device)
-                for i, fields in self.maps]
-        self.func(self.grid, self.block,
-                  (*tensors, *self.strides, *maps, *workspaces, *self.scalars),
-                  shared_mem=self.shared, stream=stream)
-
-
-def tensor_map_value(fields, address, device):
-    """The tensor map `fields` describes, at `address`, encoded once per device, address
-    and fields (codegen.tensor_maps.encode_tensor_map; the address checked first)."""
-    key = (device, address, fields)
-    known = _tensor_maps.get(key)
-    if known is None:
-        known = remember(_tensor_maps, key, tensor_maps.encode_tensor_map(
-            tensor_maps.at_address(fields, address)))
-    return known
-
-
-@functools.cache
-def _cu_launch_kernel():
-    """The driver's cuLaunchKernel through ctypes, or None where there is no driver (or
-    FUSERIR_LAUNCH=cupy asks for CuPy's launch)."""
-    if os.environ.get("FUSERIR_LAUNCH") == "cupy":
-        return None
-    try:
-        driver = ctypes.CDLL("libcuda.so.1")
-        fn = driver.cuLaunchKernel
-    except (OSError, AttributeError):
-        return None
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
-    return fn
-
-
-class _PackedLaunch:
-    """cuLaunchKernel of one BoundLaunch with its parameters in one packed buffer (see
-    BoundLaunch): the strides and scalars written once, the pointers of the tensors and
-    workspaces at their offsets on each call."""
-
-    END, BUFFER_POINTER, BUFFER_SIZE = 0, 1, 2      # CU_LAUNCH_PARAM_*
-
-    @classmethod
-    def for_bound(cls, bound, tensors, workspaces):
-        fn = _cu_launch_kernel()
-        if fn is None or not isinstance(getattr(bound.func, "ptr", None), int):
-            return None
-        return cls(fn, bound, tensors, workspaces)
-
-    def __init__(self, fn, bound, tensors, workspaces):
-        values = ([None] * tensors + list(bound.strides) + [None] * workspaces
-                  + list(bound.scalars))
-        offsets, offset = [], 0
-        for v in values:
-            size = 8 if v is None else v.itemsize        # None: a pointer
-            offset = -(-offset // size) * size
-            offsets.append(offset)
-            offset += size
-        self.buffer = ctypes.create_string_buffer(max(offset, 1))
-        for v, at in zip(values, offsets):
-            if v is not None:
-                struct.pack_into(v.dtype.char, self.buffer, at, v)
-        self.tensor_offsets = offsets[:tensors]
-        self.workspace_offsets = offsets[tensors + len(bound.strides):][:workspaces]
-        self.size = ctypes.c_size_t(offset)
-        self.extra = (ctypes.c_void_p * 5)(
-            self.BUFFER_POINTER, ctypes.addressof(self.buffer), self.BUFFER_SIZE,
-            ctypes.addressof(self.size), self.END)
-        self.fn = fn
-        self.args = (bound.func.ptr, *bound.grid, *bound.block, bound.shared)
-
-    _pointer = struct.Struct("Q").pack_into
-
-    def __call__(self, tensors, workspaces, stream):
-        buffer, put = self.buffer, self._pointer
-        for at, array in zip(self.tensor_offsets, tensors):
-            put(buffer, at, array.data.ptr)
-        for at, array in zip(self.workspace_offsets, workspaces):
-            put(buffer, at, array.data.ptr)
         if stream is None:
             stream = cupy_module().cuda.get_current_stream()
-        status = self.fn(*self.args, stream.ptr, None, self.extra)
-        if status:
-            raise RuntimeError(f"cuLaunchKernel failed with CUresult {status}")
+        self.params.launch([a.data.ptr for a in (*tensors, *workspaces)], stream.ptr)
 
-
-_ABSENT = object()      # a workspace not given in args
 
 
 def _layout(array):
@@ -500,14 +347,12 @@ class _Launcher:
         self.bound = {}         # signature -> BoundLaunch
 
     def launch(self, args, stream):
-        device = current_device()
-        bound = self.bound_for(args, device)
-        workspaces = [args.get(name, _ABSENT) for name in self.workspace_names]
-        if bound.pooled:
-            kept = _pool(device).arrays(self.kernel, bound.scalar_values)
-            workspaces = [kept[name] if w is _ABSENT else w
-                          for name, w in zip(self.workspace_names, workspaces)]
-        bound([args[name] for name in self.tensor_names], workspaces, stream)
+        bound = self.bound_for(args, current_device())
+        missing = [name for name in self.workspace_names if name not in args]
+        if missing:      # fresh ones on the launch's stream (new_workspaces)
+            args = {**args, **new_workspaces(self.kernel, bound.scalar_values, stream)}
+        bound([args[name] for name in self.tensor_names],
+              [args[name] for name in self.workspace_names], stream)
 
     def bound_for(self, args, device):
         """The BoundLaunch of `args`' signature, checking `args` in full when new."""
@@ -578,30 +423,27 @@ class _Launcher:
                                      f"not fit the index type {kernel.index_dtype}")
                 strides.append(index_np.type(elements))
 
-        pooled = any(name not in args for name in self.workspace_names)
-        if kernel.workspaces:
-            kept = _pool(device).arrays(kernel, scalars) if pooled else {}
-            for w, size in workspace_sizes(kernel, scalars):
-                name = w.buffer.name
-                a = args[name] if name in args else kept[name]
-                if not isinstance(a, cupy.ndarray):
-                    raise TypeError(f"kernel {kernel.name}: workspace {name} must be a cupy "
-                                    f"array, got {type(a).__name__}")
-                if not _dtype_ok(a.dtype, w.buffer.dtype):
-                    raise TypeError(f"kernel {kernel.name}: workspace {name} is "
-                                    f"{w.buffer.dtype}, the array is {a.dtype}")
-                if a.ndim != 1 or a.size < size or (a.size > 1 and a.strides[0] != a.itemsize):
-                    raise ValueError(f"kernel {kernel.name}: workspace {name} needs a "
-                                     f"contiguous 1-D array of at least {size} elements, got "
-                                     f"shape {a.shape}, strides {a.strides}")
+        for w, size in workspace_sizes(kernel, scalars):
+            name = w.buffer.name
+            if name not in args:     # allocated per launch (new_workspaces)
+                continue
+            a = args[name]
+            if not isinstance(a, cupy.ndarray):
+                raise TypeError(f"kernel {kernel.name}: workspace {name} must be a cupy "
+                                f"array, got {type(a).__name__}")
+            if not _dtype_ok(a.dtype, w.buffer.dtype):
+                raise TypeError(f"kernel {kernel.name}: workspace {name} is "
+                                f"{w.buffer.dtype}, the array is {a.dtype}")
+            if a.ndim != 1 or a.size < size or (a.size > 1 and a.strides[0] != a.itemsize):
+                raise ValueError(f"kernel {kernel.name}: workspace {name} needs a "
+                                 f"contiguous 1-D array of at least {size} elements, got "
+                                 f"shape {a.shape}, strides {a.strides}")
 
         maps = tuple(self._tensor_map_fields(args, scalars))
         config = launch_config(kernel, scalars)
         func = load_function(self.cubin, entry_point(kernel))
         _opt_in(kernel, func, config[2])
-        if maps:
-            return _MappedLaunch(self, func, config, strides, scalars, pooled, maps, device)
-        return BoundLaunch(self, func, config, strides, scalars, pooled)
+        return BoundLaunch(self, func, config, strides, scalars, maps)
 
     def _tensor_map_fields(self, args, scalars):
         """(index into the tensors, checked TensorMapFields) of each tensor map."""

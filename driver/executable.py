@@ -43,17 +43,18 @@ are kept per Executable.
 
 import collections
 import collections.abc
-import contextlib
+import functools
 import math
+import threading
 import types
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from codegen.interp import run_kernel
-from codegen.launch import (BoundLaunch, WorkspacePool, bind, check_launch_limits, cupy_module,
-                     cupy_zeros, current_device, device_model, device_shared_limit,
-                     launch_config, remember)
+from codegen.launch import (bind, check_launch_limits, cupy_module, current_device,
+                            device_model, device_shared_limit, launch_config,
+                            new_workspaces, remember, workspace_sizes)
 from fuserir import device as devices, reference
 from fuserir.dtypes import DataType
 from fuserir.errors import EvaluationError, FuserirError
@@ -63,7 +64,9 @@ from lowering import kir
 from lowering.index_bounds import index_dtype_for
 
 from .build import CompiledKernel, build_kernel
-from .vector_widths import widest_access_bytes
+from .calls import (CallPlan, CuPyArrays, TorchArrays, adopt, call_key, describer, is_torch,
+                    one_device, scratch_layout, torch_dtype_name as calls_torch_name)
+from .vector_widths import VECTOR_ALIGNMENT, address_of, vector_caps
 
 
 
@@ -95,13 +98,12 @@ class Step:
 @dataclass
 class _BoundInputs:
     """What run() keeps for one signature of inputs (see _signature), checked once: the
-    size symbols and run-time scalars, the names of the input arrays, whether they are
-    torch tensors, whether outputs are poisoned, the automatic schedule chosen for its
+    size symbols and run-time scalars, the names of the input arrays, whether outputs are
+    poisoned, the automatic schedule chosen for its
     sizes, and the step plans by the input addresses modulo VECTOR_ALIGNMENT."""
 
     env: dict
     arrays: tuple
-    torch_inputs: bool
     poison: bool
     schedule: tuple = None   # an automatic schedule's key (fuserir.scheduler.auto)
     device: object = None    # the fuserir.device.Device it is chosen for
@@ -111,15 +113,12 @@ class _BoundInputs:
 @dataclass
 class _PlannedStep:
     """One step of a run() plan and what its first run fixed: the kernel (32- or 64-bit
-    indices), [(name, _Allocation)] of what it writes, its scalar arguments, and on the GPU
-    the codegen.launch.BoundLaunch of its first launch (made with launch()'s checks)."""
+    indices), [(name, _Allocation)] of what it writes and its scalar arguments."""
 
     step: Step
     kernel: CompiledKernel = None
     outputs: list = None
     scalars: dict = None
-    launch: BoundLaunch = None
-    workspaces: tuple = None     # (the pool's generation, {name: array}) last asked
 
 
 @dataclass(frozen=True)
@@ -160,8 +159,11 @@ class Executable:
         self._options = options
         self._plan = plan            # (persistent, sizes, device) -> [Step]; see compile()
         self._steps = {} if built is None else built   # (persistent, schedule) -> [Step]
-        self._workspaces = None      # WorkspacePool of the kernels' workspaces
         self._bound_inputs = {}      # (device, poison, input signature) -> _BoundInputs
+        self._calls = ({}, {})       # [poisoned] call_key -> driver.calls.CallPlan
+        self._lock = threading.RLock()   # first calls of a signature, one at a time
+        self._input_names = tuple(t.name for t in fusion.inputs)
+        self._output_names = tuple(t.name for t in fusion.outputs)
         self.automatic = automatic   # scheduled by fuserir.scheduler.auto (several plans)
         self._operands = _matmul_operands(fusion)   # what TMA would read
         # the kernels compile() shows (an automatic schedule's for unknown, large sizes)
@@ -210,26 +212,182 @@ class Executable:
 
     def run(self, inputs, blocks=None, poison=None):
         """Run on `inputs` ({name: array} plus {name: int} for named scalars); returns
-        {output name: array} (numpy for interp, CuPy for cuda; bf16 on the GPU as its
-        uint16 bits). `blocks` (interp only) runs just those blocks (x, y, z) of every
-        kernel; the other blocks' outputs stay poisoned. `poison` fills outputs with NaN
-        (or an integer sentinel) first, so that an unwritten element shows: always in the
-        interpreter; on the GPU it costs a write of every output, so ask for it."""
+        {output name: array}: numpy for interp; on the GPU torch tensors for torch inputs,
+        else CuPy arrays (bf16 as its uint16 bits). `blocks` (interp only) runs just those
+        blocks (x, y, z) of every kernel; the other blocks' outputs stay poisoned. `poison`
+        fills outputs with NaN (or an integer sentinel) first, so that an unwritten element
+        shows: always in the interpreter; on the GPU it costs a write of every output, so
+        ask for it. On the GPU this is a call (see __call__) by name."""
         if blocks is not None and self.backend != "interp":
             raise FuserirError("run(blocks=...) selects blocks in the interpreter only")
+        if type(inputs) is not dict and not isinstance(inputs, collections.abc.Mapping):
+            raise FuserirError(f"run() takes a dict of inputs by name ({{name: array}} "
+                               f"and {{name: int}}), got a {type(inputs).__name__}")
+        if self.backend == "cuda":
+            arrays, scalars = self._arguments((), inputs)
+            plan, arrays, _ = self._call_plan(arrays, scalars, None, bool(poison))
+            return dict(zip(self._output_names, plan(arrays)))
         if blocks is not None:
             blocks = _block_list(blocks)
         bound, values, steps = self._planned(inputs, poison)
-        with _stream(bound.torch_inputs and self.backend == "cuda"):
+        for planned in steps:
+            if planned.kernel is None:      # the plan's first run
+                self._prepare(planned, bound, values)
+            values.update((name, allocation.new()) for name, allocation in planned.outputs)
+            self._interpret(planned, values, blocks)
+        return {t.name: values[t.name] for t in self.fusion.outputs}
+
+    def __call__(self, *arrays, out=None, **named):
+        """Call the fusion: `exe(a, b)` takes its input tensors in the fusion's order (or by
+        name, `exe(A=a, B=b)`), run-time scalars by name (`splitk=3`), and `out=` the
+        output array (a tuple, or a dict by name, for several); returns the output (a
+        tuple for several). Torch tensors, CuPy arrays and anything with
+        __cuda_array_interface__ or __dlpack__ are taken; outputs are torch tensors for
+        torch inputs (from torch's caching allocator), else CuPy arrays. On the GPU it
+        runs on the caller's current stream on the inputs' device and does not wait; a
+        signature seen before costs a key of cheap attributes, the allocations and one
+        driver launch per kernel (driver.calls). The interpreter runs it as run()."""
+        scalars = ()
+        if named or len(arrays) != len(self._input_names):
+            arrays, scalars = self._arguments(arrays, named)
+        if out is not None:
+            out = self._out_arrays(out)
+        if self.backend != "cuda":
+            results = self.run({**dict(zip(self._input_names, arrays)),
+                                **{name: value for name, _, value in scalars}})
+            results = [results[name] for name in self._output_names]
+        else:
+            try:
+                plan = self._calls[False][call_key(arrays, scalars, out)]
+            except (KeyError, TypeError, AttributeError):    # a new signature
+                plan, arrays, out = self._call_plan(arrays, scalars, out)
+            results = plan(arrays, out)
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _arguments(self, arrays, named):
+        """(input arrays in the fusion's order, run-time scalars as ((name, type, value),
+        ...) sorted) of a call by position and by name; a name neither an input nor
+        declared is left to _bind, which says so."""
+        names = self._input_names
+        if len(arrays) > len(names):
+            raise FuserirError(f"fusion {self.fusion.name} takes {len(names)} inputs "
+                               f"({', '.join(names)}), got {len(arrays)} positional")
+        given = dict(zip(names, arrays))
+        scalars = []
+        for name, value in named.items():
+            if name in given and name in names[:len(arrays)]:
+                raise FuserirError(f"input {name} of fusion {self.fusion.name} is given "
+                                   f"twice, by position and by name")
+            if name in names:
+                given[name] = value
+            else:
+                scalars.append(name)
+        if len(given) < len(names) or any(not _known_scalar(self.fusion, n) for n in scalars):
+            self._bind({**given, **{n: named[n] for n in scalars}})   # raises its error
+        return (tuple(given[name] for name in names),
+                tuple(sorted((n, type(named[n]), named[n]) for n in scalars)))
+
+    def _out_arrays(self, out):
+        """`out=` as a tuple in the order of the fusion's outputs: one array (one output),
+        a tuple or list, or a dict by name, of every output."""
+        names = self._output_names
+        if isinstance(out, collections.abc.Mapping):
+            unknown = sorted(set(out) - set(names))
+            if unknown or len(out) != len(names):
+                raise FuserirError(f"out= names {', '.join(unknown) or 'too few outputs'}; "
+                                   f"fusion {self.fusion.name} writes {', '.join(names)}")
+            return tuple(out[name] for name in names)
+        out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        if len(out) != len(names):
+            raise FuserirError(f"out= gives {len(out)} arrays; fusion {self.fusion.name} "
+                               f"writes {len(names)} ({', '.join(names)})")
+        return out
+
+    def _call_plan(self, arrays, scalars, out, poison=False):
+        """(the CallPlan, the arrays, out) of a call on the GPU: arrays of a kind without a
+        key taken as CuPy arrays first (driver.calls.adopt), the plan made by the first
+        call of its signature (_make_plan), one thread at a time."""
+        cupy = cupy_module()
+        arrays = tuple(a if describer(type(a)) else adopt(a, cupy) for a in arrays)
+        if out is not None:
+            out = tuple(a if describer(type(a)) else adopt(a, cupy) for a in out)
+        calls = self._calls[poison]
+        try:
+            key = call_key(arrays, scalars, out)
+        except (KeyError, TypeError, AttributeError):
+            key = None       # not arrays it knows: _make_plan's checks say which
+        with self._lock:
+            plan = calls.get(key) if key is not None else None
+            if plan is None:
+                plan = self._make_plan(arrays, scalars, out, poison)
+                if key is not None:
+                    remember(calls, key, plan)
+        return plan, arrays, out
+
+    def _make_plan(self, arrays, scalars, out, poison):
+        """The CallPlan of a call's signature, checking it in full: inputs against the
+        fusion, one device, `out=` against the outputs, each kernel's launch (bind)."""
+        named = dict(zip(self._input_names, arrays))
+        for name, value in named.items():
+            if describer(type(value)) is None:
+                self._bind({**named, **{n: v for n, _, v in scalars}})   # its error
+                raise FuserirError(f"input {name}: expected a device array (torch, CuPy, "
+                                   f"__cuda_array_interface__ or __dlpack__), got "
+                                   f"{type(value).__name__}")
+        outs = dict(zip(self._output_names, out or ()))
+        device = one_device(named)
+        if out is not None:
+            one_device({**named, **{f"out= {n}": a for n, a in outs.items()}},
+                       "inputs and outputs")
+        cupy = cupy_module()
+        arrays_of = (TorchArrays(device) if any(map(is_torch, arrays))
+                     else CuPyArrays(device, cupy))
+        with cupy.cuda.Device(device):
+            bound, values, steps = self._planned(
+                {**named, **{n: v for n, _, v in scalars}}, poison)
+            final = {}
+            for t in self.fusion.outputs:
+                allocation = self._allocation(t, bound.env, poison, intermediate=False)
+                final[t.name] = allocation
+                if t.name in outs:
+                    values[t.name] = _to_device(_checked_out(t, allocation, outs[t.name]))
+            intermediates, workspaces, launches = [], [], []
             for planned in steps:
-                if planned.kernel is None:      # the plan's first run
-                    self._prepare(planned, bound, values)
-                values.update((name, allocation.new()) for name, allocation in planned.outputs)
-                self._launch(planned, values, blocks)
-        results = {t.name: values[t.name] for t in self.fusion.outputs}
-        if bound.torch_inputs:
-            results = {t.name: _to_torch(results[t.name], t.dtype) for t in self.fusion.outputs}
-        return results
+                self._prepare(planned, bound, values)
+                for name, allocation in planned.outputs:
+                    if name not in values or name not in final:
+                        values[name] = allocation.new()
+                    if name not in final:
+                        intermediates.append((name, values[name].nbytes))
+                spare = new_workspaces(planned.kernel.kir, planned.scalars)
+                for w, _ in workspace_sizes(planned.kernel.kir, planned.scalars):
+                    workspaces.append(((len(launches), w.buffer.name), w.zeroed,
+                                       spare[w.buffer.name].nbytes))
+                launches.append(bind(planned.kernel.kir, planned.kernel.cubin,
+                                     _step_args(planned, values, spare)))
+        offsets, size, zeroed, poisoned = scratch_layout(
+            intermediates + [(k, n) for k, z, n in workspaces if not z],
+            [(k, n) for k, z, n in workspaces if z])
+        table = {name: (i, 0) for i, name in enumerate(self._input_names)}
+        table.update((name, (len(arrays) + i, 0)) for i, name in enumerate(final))
+        scratch = len(arrays) + len(final)
+        table.update((name, (scratch, offsets[name])) for name, _ in intermediates)
+        sources = [(launch, tuple([table[name] for name in launch.tensor_names]
+                                  + [(scratch, offsets[(i, name)])
+                                     for name in launch.workspace_names]))
+                   for i, launch in enumerate(launches)]
+        outputs = []
+        for t in self.fusion.outputs:
+            layout = final[t.name].layout()
+            fill = None if not poison else (final[t.name].fill if arrays_of.name == "cupy"
+                                            else _poison(t.dtype))
+            outputs.append((layout.shape, tuple(_element_strides(layout)),
+                            arrays_of.dtype(t.dtype), fill))
+        switch = None
+        if cupy.cuda.runtime.getDeviceCount() > 1:
+            switch = functools.partial(cupy.cuda.Device, device)
+        return CallPlan(arrays_of, device, tuple(outputs), size, zeroed,
+                        poisoned if poison else None, tuple(sources), switch)
 
     def kernels_for(self, inputs):
         """The kernels run(inputs) launches, in order: each step's variant for these arrays
@@ -250,7 +408,7 @@ class Executable:
         poison = self.backend == "interp" if poison is None else poison
         bound = self._bound(inputs, poison)
         values = self.prepare_inputs({name: inputs[name] for name in bound.arrays})
-        alignment = tuple([_address(values[name]) % VECTOR_ALIGNMENT
+        alignment = tuple([address_of(values[name]) % VECTOR_ALIGNMENT
                            for name in bound.arrays])
         if any(alignment) and bound.schedule is not None and bound.device.tma and any(
                 a for name, a in zip(bound.arrays, alignment) if name in self._operands):
@@ -292,8 +450,7 @@ class Executable:
                             f"kernel {step.kernel.name} needs a value for '{p.var.name}', "
                             f"which has no default; pass it in the inputs "
                             f"({step.fusion.describe_run_time()})")
-            torch_inputs = any(type(v).__module__.startswith("torch") for v in given.values())
-            bound = _BoundInputs(env, tuple(given), torch_inputs, poison, schedule, model)
+            bound = _BoundInputs(env, tuple(given), poison, schedule, model)
             if key is not None:
                 remember(self._bound_inputs, key, bound)
         return bound
@@ -322,39 +479,10 @@ class Executable:
         check_launch_limits(kernel.kir, bound.device, planned.scalars)
         planned.kernel = kernel
 
-    def _launch(self, planned, values, blocks):
-        """Run one step on `values` (which hold its inputs and its fresh outputs)."""
-        workspaces = self._workspaces_for(planned)
-        if self.backend == "interp":
-            try:
-                run_kernel(planned.kernel.kir, _step_args(planned, values, workspaces),
-                           blocks=blocks)
-            except FuserirError:
-                if self._workspaces is not None:   # semaphores may be left set
-                    self._workspaces.forget(planned.kernel.kir)
-                raise
-            return
-        if planned.launch is None:      # the plan's first launch: every check of launch()
-            planned.launch = bind(planned.kernel.kir, planned.kernel.cubin,
-                                  _step_args(planned, values, workspaces))
-        planned.launch([values[name] for name in planned.launch.tensor_names],
-                       [workspaces[name] for name in planned.launch.workspace_names])
-
-    def _workspaces_for(self, planned):
-        """{name: array} of the step's kernel's workspaces, kept across run() calls (see
-        codegen.launch.WorkspacePool): a semaphore workspace is zeroed once, when it is
-        allocated, since the kernel leaves it zero."""
-        if not planned.kernel.kir.workspaces:
-            return {}
-        if self._workspaces is None:
-            zeros = ((lambda n, dtype: np.zeros(n, dtype=dtype.numpy))
-                     if self.backend == "interp" else cupy_zeros)
-            self._workspaces = WorkspacePool(zeros)
-        kept = planned.workspaces
-        if kept is None or kept[0] != self._workspaces.generation:   # the pool changed
-            arrays = self._workspaces.arrays(planned.kernel.kir, planned.scalars)
-            kept = planned.workspaces = (self._workspaces.generation, arrays)
-        return kept[1]
+    def _interpret(self, planned, values, blocks):
+        """Run one step in the interpreter on `values` (which hold its inputs and its fresh
+        outputs); its workspaces are fresh zeros (the interpreter makes them)."""
+        run_kernel(planned.kernel.kir, _step_args(planned, values, {}), blocks=blocks)
 
     def _fits_shared_memory(self, steps, env):
         limit = device_shared_limit()
@@ -365,16 +493,17 @@ class Executable:
         """The step's kernel for these arrays: 32-bit indices unless some index or bound
         expression of it (an offset, a guard, a grid extent, a size) reaches past the i32
         range at these sizes and strides (lowering.index_bounds), and each global tensor's
-        vector copies no wider than its array allows (_vector_caps); a variant is lowered
+        vector copies no wider than its array allows (vector_widths.vector_caps); a variant is lowered
         and compiled the first time it is asked for."""
         strides = {n: _element_strides(values[n]) for n in step.inputs}
         final = {t.name for t in self.fusion.outputs}
-        for t in step.fusion.outputs:          # as run() will allocate them
-            strides[t.name] = _element_strides(self._allocation(
-                t, env, False, intermediate=t.name not in final).layout())
+        for t in step.fusion.outputs:          # given (out=), or as run() will allocate them
+            strides[t.name] = _element_strides(values[t.name] if t.name in values else
+                                               self._allocation(t, env, False, intermediate=
+                                                                t.name not in final).layout())
         index = index_dtype_for(step.kernel.kir, _scalars(step.kernel, env), strides,
                                 INDEX_LIMIT)
-        caps = _vector_caps(step, values, env)
+        caps = vector_caps(step, values, env)
         if index is DataType.i32 and not caps:
             return step.kernel
         variant = (index, tuple(sorted(caps.items())))
@@ -419,26 +548,6 @@ class Executable:
                 for k, v in inputs.items()}
 
 
-def _stream(on_torch_stream):
-    """Launch on torch's current stream when the inputs are torch tensors (so work stays
-    ordered with the caller's), else on CuPy's current stream."""
-    if not on_torch_stream:
-        return contextlib.nullcontext()
-    import cupy
-    import torch
-    stream = torch.cuda.current_stream()
-    if hasattr(cupy.cuda.Stream, "from_external") and hasattr(stream, "__cuda_stream__"):
-        return cupy.cuda.Stream.from_external(stream)     # the CUDA stream protocol
-    return cupy.cuda.ExternalStream(stream.cuda_stream)
-
-
-def _to_torch(array, dtype):
-    """A CuPy result as a torch tensor sharing its memory (bf16 bits viewed as bf16)."""
-    import torch
-    tensor = torch.from_dlpack(array.view(np.int16) if dtype is DataType.bf16 else array)
-    return tensor.view(torch.bfloat16) if dtype is DataType.bf16 else tensor
-
-
 def _to_device(array):
     """A CuPy array of the same data (bf16, which CuPy lacks, as its uint16 bits); torch
     tensors are shared through DLPack, not copied."""
@@ -478,49 +587,6 @@ def _tma_readable(operands, arrays):
     return True
 
 
-def _address(array):
-    """The device or host address of an array's first element (0 when it has none)."""
-    if type(array).__module__ == "cupy":                      # cupy.ndarray
-        return array.data.ptr
-    if hasattr(array, "data_ptr"):                            # torch
-        return array.data_ptr()
-    if type(array).__module__.startswith("cupy"):
-        return array.data.ptr
-    interface = getattr(array, "__array_interface__", None)   # numpy (ml_dtypes too)
-    return interface["data"][0] if interface else 0
-
-
-def _vector_accesses(kernel):
-    """{global buffer name: (bytes, how)} of every multi-element access of a kernel:
-    cp.async sources and vector copies (kir Store/Load of width > 1) of global memory."""
-    found = {}
-    for s in kir.walk(kernel.body):
-        if isinstance(s, kir.CpAsync) and s.nbytes > s.src.dtype.itemsize:
-            found[s.src.name] = (s.nbytes, "copies it", "with cp.async")
-        if isinstance(s, kir.Store) and s.width > 1:
-            nbytes = s.width * s.buffer.dtype.itemsize
-            if s.buffer.memory is kir.Memory.global_:
-                found[s.buffer.name] = (nbytes, "stores it", "in a vectorized copy")
-            if isinstance(s.value, kir.Load) and s.value.buffer.memory is kir.Memory.global_:
-                found[s.value.buffer.name] = (nbytes, "loads it", "in a vectorized copy")
-    return found
-
-
-def _contiguous_layout(tv, env):
-    """Shape, dtype and strides of the contiguous array run() will allocate for tv."""
-    shape = tuple(ext.evaluate(e, env) for e in tv.shape)
-    itemsize = tv.dtype.itemsize
-    strides = [itemsize * int(np.prod(shape[i + 1:], dtype=np.int64))
-               for i in range(len(shape))]
-    return types.SimpleNamespace(shape=shape, dtype=np.dtype(tv.dtype.numpy),
-                                 strides=tuple(strides))
-
-
-# The widest cp.async copy (kir.CpAsync copies 4, 8 or 16 bytes): an input's address
-# modulo 16 decides every alignment _vector_caps asks of it.
-VECTOR_ALIGNMENT = 16
-
-
 def _signature(inputs):
     """What run()'s checks and choices read of `inputs`, as a tuple: each name with the
     type and value of a scalar, or the type, shape, strides and dtype of an array (numpy,
@@ -544,31 +610,6 @@ def _step_args(planned, values, workspaces):
             **kir.scalar_args(planned.kernel.kir, planned.scalars), **workspaces}
 
 
-def _vector_caps(step, values, env):
-    """{global tensor name: bytes} for each tensor the step's kernel moves in vectors (a
-    cp.async, or a vector load or store) wider than its array allows: its last axis must be
-    contiguous with a whole number of vectors per row, and every row start aligned to the
-    vector (driver.vector_widths). The kernel variant for these caps copies those tensors
-    no wider (down to element copies), so every size, stride and alignment runs on the
-    same schedule. An output not allocated yet is taken as run() allocates it: contiguous
-    and aligned."""
-    if step.vectors is None:
-        step.vectors = _vector_accesses(step.kernel.kir)
-    outputs = {t.name: t for t in step.fusion.outputs}
-    caps = {}
-    for name, (nbytes, _, _) in step.vectors.items():
-        array = values.get(name)
-        if array is None and name in outputs:
-            array = _contiguous_layout(outputs[name], env)
-        if array is None or not getattr(array, "shape", None):
-            continue
-        allowed = widest_access_bytes(array.shape, array.strides, array.dtype.itemsize,
-                                      _address(array), most=nbytes)
-        if allowed < nbytes:
-            caps[name] = allowed
-    return caps
-
-
 def _element_strides(array):
     """An array's strides in elements."""
     return [s // array.dtype.itemsize for s in array.strides]
@@ -589,6 +630,27 @@ class _ShapeOnly:
 def _is_device_array(value):
     module = type(value).__module__
     return module.startswith("cupy") or module.startswith("torch")
+
+
+def _known_scalar(fusion, name):
+    """Is `name` a run-time scalar or size symbol of `fusion` (what a call may name)?"""
+    return name in fusion.scalars or name in fusion.size_symbols()
+
+
+def _checked_out(tv, allocation, array):
+    """`array` given as out= for the output `tv`, checked: its dtype and shape (`allocation`
+    is the output as a call would allocate it)."""
+    shape = allocation.layout().shape
+    if is_torch(array):
+        dtype, want = str(array.dtype).replace("torch.", ""), calls_torch_name(tv.dtype)
+    else:
+        dtype, want = str(array.dtype), str(np.dtype(allocation.dtype))
+    if dtype != want:
+        raise FuserirError(f"out= {tv.name}: expected {tv.dtype} ({want}), got {dtype}")
+    if tuple(array.shape) != tuple(shape):
+        raise FuserirError(f"out= {tv.name}: expected shape {tuple(shape)}, got "
+                           f"{tuple(array.shape)}")
+    return array
 
 
 def _block_list(blocks):

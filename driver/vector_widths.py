@@ -8,9 +8,16 @@ to the vector's bytes. `widest_access_bytes` answers, for one array, the widest 
 that is: the executable computes it for each global array at run time and lowers a
 kernel variant whose copies of that tensor are no wider
 (`lowering.pipeline.lower(..., vector_caps={name: bytes})`). A pure function of the
-array's layout, so that choice is testable without a GPU.
+array's layout, so that choice is testable without a GPU. `vector_caps` asks it of every
+tensor a step's kernel moves in vectors, for the arrays of one call.
 """
 
+import types
+
+import numpy as np
+
+from fuserir.ir import extent as ext
+from lowering import kir
 from lowering.passes.narrow_vectors import ACCESS_BYTES   # 16, 8, 4: what copies move
 
 
@@ -36,3 +43,71 @@ def widest_access_bytes(shape, strides_bytes, itemsize, address, most=16):
         if all(s % nbytes == 0 for s, d in zip(strides[:-1], shape[:-1]) if d > 1):
             return nbytes
     return itemsize
+
+
+# The widest cp.async copy (kir.CpAsync copies 4, 8 or 16 bytes): an input's address
+# modulo 16 decides every alignment vector_caps asks of it.
+VECTOR_ALIGNMENT = 16
+
+
+def address_of(array):
+    """The device or host address of an array's first element (0 when it has none)."""
+    if type(array).__module__ == "cupy":                      # cupy.ndarray
+        return array.data.ptr
+    if hasattr(array, "data_ptr"):                            # torch
+        return array.data_ptr()
+    if type(array).__module__.startswith("cupy"):
+        return array.data.ptr
+    interface = getattr(array, "__array_interface__", None)   # numpy (ml_dtypes too)
+    return interface["data"][0] if interface else 0
+
+
+def _vector_accesses(kernel):
+    """{global buffer name: (bytes, how)} of every multi-element access of a kernel:
+    cp.async sources and vector copies (kir Store/Load of width > 1) of global memory."""
+    found = {}
+    for s in kir.walk(kernel.body):
+        if isinstance(s, kir.CpAsync) and s.nbytes > s.src.dtype.itemsize:
+            found[s.src.name] = (s.nbytes, "copies it", "with cp.async")
+        if isinstance(s, kir.Store) and s.width > 1:
+            nbytes = s.width * s.buffer.dtype.itemsize
+            if s.buffer.memory is kir.Memory.global_:
+                found[s.buffer.name] = (nbytes, "stores it", "in a vectorized copy")
+            if isinstance(s.value, kir.Load) and s.value.buffer.memory is kir.Memory.global_:
+                found[s.value.buffer.name] = (nbytes, "loads it", "in a vectorized copy")
+    return found
+
+
+def _contiguous_layout(tv, env):
+    """Shape, dtype and strides of the contiguous array run() will allocate for tv."""
+    shape = tuple(ext.evaluate(e, env) for e in tv.shape)
+    itemsize = tv.dtype.itemsize
+    strides = [itemsize * int(np.prod(shape[i + 1:], dtype=np.int64))
+               for i in range(len(shape))]
+    return types.SimpleNamespace(shape=shape, dtype=np.dtype(tv.dtype.numpy),
+                                 strides=tuple(strides))
+
+
+def vector_caps(step, values, env):
+    """{global tensor name: bytes} for each tensor the step's kernel moves in vectors (a
+    cp.async, or a vector load or store) wider than its array allows: its last axis must be
+    contiguous with a whole number of vectors per row, and every row start aligned to the
+    vector (driver.vector_widths). The kernel variant for these caps copies those tensors
+    no wider (down to element copies), so every size, stride and alignment runs on the
+    same schedule. An output not allocated yet is taken as run() allocates it: contiguous
+    and aligned."""
+    if step.vectors is None:
+        step.vectors = _vector_accesses(step.kernel.kir)
+    outputs = {t.name: t for t in step.fusion.outputs}
+    caps = {}
+    for name, (nbytes, _, _) in step.vectors.items():
+        array = values.get(name)
+        if array is None and name in outputs:
+            array = _contiguous_layout(outputs[name], env)
+        if array is None or not getattr(array, "shape", None):
+            continue
+        allowed = widest_access_bytes(array.shape, array.strides, array.dtype.itemsize,
+                                      address_of(array), most=nbytes)
+        if allowed < nbytes:
+            caps[name] = allowed
+    return caps

@@ -6,6 +6,8 @@ type, array type or alignment is checked again, with the errors of a first call.
 On the CPU, CuPy's device side is replaced by fakes that record what would be launched
 (FakeGPU); on a GPU (marked `gpu`) the same contracts hold with real arrays."""
 
+import contextlib
+import itertools
 import types
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import fuserir
 import kir_examples as ex
 from codegen import nvrtc
 from driver import executable
-from codegen import launch as launching
+from codegen import kernel_params, launch as launching
 from codegen.cuda import emit_cuda
 from fuserir.device import H200
 from fuserir.dtypes import DataType
@@ -55,7 +57,8 @@ class FakeArray:
                 strides.insert(0, step)
                 step *= max(extent, 1)
         self.strides = tuple(strides)
-        self.data = types.SimpleNamespace(ptr=address)
+        self.nbytes = self.size * self.itemsize
+        self.data = types.SimpleNamespace(ptr=address, device_id=0)
 
     def __len__(self):
         return self.shape[0]
@@ -63,6 +66,14 @@ class FakeArray:
     def transpose(self, axes):
         return FakeArray([self.shape[a] for a in axes], self.dtype,
                          [self.strides[a] for a in axes], self.data.ptr)
+
+    def fill(self, value):
+        pass
+
+
+def ptr(array):
+    """The pointer argument a launch passes for `array`."""
+    return np.uint64(array.data.ptr)
 
 
 FakeArray.__module__ = "cupy"      # how driver.executable tells a device array
@@ -92,16 +103,19 @@ class FakeGPU:
         self.function = FakeFunction()
         self.loads = 0              # full checks: load_function is only asked by them
         self.opt_ins = []           # funcSetAttribute(shared bytes)
-        self.next_address = 1 << 20
+        self.addresses = itertools.count((1 << 20) + (1 << 16), 1 << 16)   # atomic: threads call too
+        self.memsets = []           # (address, bytes, stream, value) queued
         self.cupy = types.SimpleNamespace(
             ndarray=FakeArray, empty=self.array, zeros=self.array, asarray=lambda a: a,
             full=lambda shape, fill, dtype: self.array(shape, dtype),
-            cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 0)))
+            cuda=types.SimpleNamespace(
+                runtime=types.SimpleNamespace(getDevice=lambda: 0, getDeviceCount=lambda: 1),
+                Device=lambda device: contextlib.nullcontext(),
+                get_current_stream=lambda: types.SimpleNamespace(ptr=0)))
 
     def array(self, shape, dtype=np.float32, strides=None):
-        self.next_address += 1 << 16
         shape = (shape,) if isinstance(shape, int) else shape
-        return FakeArray(shape, dtype, strides, self.next_address)
+        return FakeArray(shape, dtype, strides, next(self.addresses))
 
     def load_function(self, cubin, name):
         self.loads += 1
@@ -118,10 +132,12 @@ def gpu(monkeypatch):
     monkeypatch.setattr(launching, "device_shared_limit", lambda: SHARED_LIMIT)
     monkeypatch.setattr(executable, "device_shared_limit", lambda: SHARED_LIMIT)
     monkeypatch.setattr(executable, "device_model", lambda: H200)
-    monkeypatch.setattr(launching, "_cu_launch_kernel", lambda: None)   # CuPy's launch
+    monkeypatch.setattr(kernel_params, "cuda_driver", lambda: None)   # CuPy's launch
+    monkeypatch.setattr(kernel_params, "memset_async",
+                        lambda *args: fake.memsets.append(args))
     monkeypatch.setattr(driver, "funcSetAttribute",
                         lambda func, attribute, value: fake.opt_ins.append(value))
-    for cache in ("_launchers", "_opted_in", "_pools"):
+    for cache in ("_launchers", "_opted_in"):
         monkeypatch.setattr(launching, cache, {})
     return fake
 
@@ -140,38 +156,45 @@ def test_launch_checks_a_signature_once_and_passes_each_calls_arrays(gpu):
     for _ in range(3):
         args = pointwise_args(gpu)
         launching.launch(kernel, b"cubin", args)
-        assert gpu.function.last_args == (args["x"], args["y"], I32(8), I32(1), I32(8),
-                                          I32(1), I32(4), I32(8))
+        assert gpu.function.last_args == (ptr(args["x"]), ptr(args["y"]), I32(8), I32(1),
+                                          I32(8), I32(1), I32(4), I32(8))
     assert gpu.loads == 1 and len(gpu.function.launches) == 3
     grid, block, _, shared = gpu.function.launches[-1]
     assert grid == (1, 1, 1) and block == (32, 8, 1) and shared == 0
 
 
-def test_a_packed_launch_lays_the_parameters_out_as_the_abi_does(gpu, monkeypatch):
+def recording_driver(calls):
+    """A CUDA driver whose launch records the grid, block, shared bytes and stream, and the
+    bytes each kernelParams entry points at (`sizes`: each parameter's size in order)."""
     import ctypes
-    import struct
-    calls = []
 
-    def cu_launch_kernel(func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        size = ctypes.c_size_t.from_address(extra[3]).value
-        calls.append(((func, gx, gy, gz, bx, by, bz, shared, stream, params),
-                      ctypes.string_at(extra[1], size), (extra[0], extra[2], extra[4])))
+    def launch(func, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        calls.append(((func, gx, gy, gz, bx, by, bz, shared, stream, extra), params))
         return 0
 
-    monkeypatch.setattr(launching, "_cu_launch_kernel", lambda: cu_launch_kernel)
+    return types.SimpleNamespace(launch=launch, memset=None, replace_address=None,
+                                 read=lambda params, i, size: ctypes.string_at(params[i], size))
+
+
+def test_a_driver_launch_points_at_each_parameter_in_abi_order(gpu, monkeypatch):
+    import struct
+    calls = []
+    driver = recording_driver(calls)
+    monkeypatch.setattr(kernel_params, "cuda_driver", lambda: driver)
     kernel = turnstile()     # x f32[S, N], y f32[N]; workspaces ws f32, sem i32; N, S
+    sizes = [8, 8, 4, 4, 4, 8, 8, 4, 4]
     for n in (300, 300):
         x, y = gpu.array((5, n)), gpu.array((n,))
         ws, sem = gpu.array((n,)), gpu.array((3,), np.int32)
         launching.launch(kernel, b"cubin", {"x": x, "y": y, "ws": ws, "sem": sem, "N": n,
                                             "S": 5}, stream=types.SimpleNamespace(ptr=77))
-        head, packed, markers = calls[-1]
-        assert head[0] == gpu.function.ptr and head[8:] == (77, None)
-        assert markers == (1, 2, None)       # BUFFER_POINTER, BUFFER_SIZE, END (null)
-        # pointers at 0 and 8, three i32 strides, the workspace pointers aligned to 8,
-        # then the i32 scalars N and S: 56 bytes
-        assert packed == struct.pack("<QQiiixxxxQQii", x.data.ptr, y.data.ptr, n, 1, 1,
-                                     ws.data.ptr, sem.data.ptr, n, 5)
+        head, params = calls[-1]
+        assert head == (gpu.function.ptr, 1, 1, 1, 128, 1, 1, 0, 77, None) or \
+            head[0] == gpu.function.ptr and head[8:] == (77, None)
+        got = b"".join(driver.read(params, i, size) for i, size in enumerate(sizes))
+        # the pointers, the three i32 strides, the workspace pointers, the i32 scalars
+        assert got == struct.pack("<QQiiiQQii", x.data.ptr, y.data.ptr, n, 1, 1,
+                                  ws.data.ptr, sem.data.ptr, n, 5)
     assert not gpu.function.launches        # no launch went through CuPy
 
 
@@ -239,25 +262,24 @@ def test_the_shared_memory_opt_in_is_raised_only_when_a_launch_needs_more(gpu):
         launching.launch(kernel, b"cubin", {"n": 30000})
 
 
-def test_launch_takes_the_pools_current_workspaces(gpu):
+def test_launch_allocates_workspaces_per_launch_and_zeroes_the_semaphores(gpu):
     kernel = turnstile()
 
     def launch(n):
         args = {"x": gpu.array((5, n)), "y": gpu.array((n,)), "N": n, "S": 5}
         launching.launch(kernel, b"cubin", args)
-        ws, sem = gpu.function.last_args[5:7]
-        return ws, sem
+        return gpu.function.last_args[5:7]
 
-    small = launch(300)
-    assert launch(300) == small and small[0].shape == (300,)
-    grown = launch(700)
-    assert grown[0] is not small[0] and grown[0].shape == (700,)
-    assert launch(300) == grown             # the kept (grown) arrays, not the replaced ones
+    first, second = launch(300), launch(300)
+    assert first[0] != second[0] and first[1] != second[1]      # fresh each launch
+    (address, nbytes, stream), = [m[:3] for m in gpu.memsets if m[0] == second[1]]
+    assert nbytes == 3 * 4 and stream == 0        # sem (3 tiles), on the launch's stream
+    assert not [m for m in gpu.memsets if m[0] == second[0]]    # ws needs no zeros
     given = gpu.array((700,)), gpu.array((6,), np.int32)
     args = {"x": gpu.array((5, 300)), "y": gpu.array((300,)), "N": 300, "S": 5,
             "ws": given[0], "sem": given[1]}
     launching.launch(kernel, b"cubin", args)
-    assert gpu.function.last_args[5:7] == given
+    assert gpu.function.last_args[5:7] == (ptr(given[0]), ptr(given[1]))
     with pytest.raises(ValueError, match="workspace sem needs a contiguous 1-D array of at "
                                          "least 3 elements, got shape \\(2,\\)"):
         launching.launch(kernel, b"cubin", {**args, "sem": gpu.array((2,), np.int32)})
@@ -374,8 +396,8 @@ def test_cuda_run_checks_each_signature_once_and_allocates_each_call(gpu, binds)
         x, b = gpu.array((m, n)), gpu.array((n,))
         out = exe.run({"x": x, "b": b})["y"]
         assert out.shape == (m, n) and out.strides == (4 * n, 4) and out.dtype == np.float32
-        assert gpu.function.last_args == (x, b, out, I32(n), I32(1), I32(1), I32(n),
-                                          I32(1), I32(m), I32(n))
+        assert gpu.function.last_args == (ptr(x), ptr(b), ptr(out), I32(n), I32(1), I32(1),
+                                          I32(n), I32(1), I32(m), I32(n))
         outputs.append(out)
     assert len({id(out) for out in outputs}) == 3 and len(binds) == 2 and gpu.loads == 2
     with pytest.raises(EvaluationError, match="input x: expected f32, got float16"):
@@ -383,6 +405,15 @@ def test_cuda_run_checks_each_signature_once_and_allocates_each_call(gpu, binds)
     with pytest.raises(FuserirError, match=r"run\(blocks=...\) selects blocks in the "
                                            "interpreter only"):
         exe.run({"x": gpu.array((5, 130)), "b": gpu.array((130,))}, blocks=[(0,)])
+
+
+def stride_args(kernel, args, name):
+    """The element strides a launch passed for tensor `name` of `kernel`."""
+    params = kernel.tensor_params
+    at = len(params) + sum(len(p.sizes) for p in params[:[p.buffer.name for p in params]
+                                                      .index(name)])
+    (rank,) = [len(p.sizes) for p in params if p.buffer.name == name]
+    return tuple(int(v) for v in args[at:at + rank])
 
 
 def test_cuda_run_passes_each_runs_intermediates(gpu, binds):
@@ -394,24 +425,30 @@ def test_cuda_run_passes_each_runs_intermediates(gpu, binds):
         exe.run({"A": a, "B": b, "splitk": 4})
         made, read = gpu.function.launches[-2][2], gpu.function.launches[-1][2]
         partials.append(made[first.index("acc_rf")])
-        assert read[second.index("acc_rf")] is partials[-1]
-    assert partials[0] is not partials[1] and partials[1].shape == (256, 128, 4)
-    assert partials[1].strides == (512, 4, 131072)       # splits outermost in memory
+        assert read[second.index("acc_rf")] == partials[-1]
+        # [256, 128, 4] f32 with the splits outermost in memory
+        assert stride_args(exe.kernels[0].kir, made, "acc_rf") == (128, 1, 32768)
+    assert partials[0] != partials[1]            # a scratch block of each call's own
     assert len(binds) == 1 and gpu.loads == 2
 
 
-def test_cuda_run_passes_the_kept_workspaces(gpu):
+def test_cuda_run_gives_each_run_its_own_zeroed_workspaces(gpu):
     exe = codegen.compile(fuserir.parse((EXAMPLES / "seed_matmul.fz").read_text()),
                           backend="cuda")
     kernel = exe.kernels[0].kir
     assert [w.buffer.name for w in kernel.workspaces] == ["acc_work", "acc_sem"]
+    assert [w.zeroed for w in kernel.workspaces] == [False, True]
     after = len(kernel.tensor_params) + sum(len(p.sizes) for p in kernel.tensor_params)
     a, b = gpu.array((64, 256), np.float16), gpu.array((64, 128), np.float16)
-    kept = []
+    seen = []
     for splitk in (1, 1, 2):
+        gpu.memsets.clear()
         exe.run({"A": a, "B": b, "splitk": splitk})
-        kept.append(gpu.function.last_args[after:after + 2])
-    assert kept[0] == kept[1] == kept[2] and kept[0][1].dtype == np.int32
+        work, sem = gpu.function.last_args[after:after + 2]
+        (zeroed,) = [m for m in gpu.memsets if m[0] == sem]      # the semaphores
+        assert zeroed[2] == 0 and zeroed[3:] in ((), (0,))    # on the call's stream, zeros
+        seen.append((work, sem))
+    assert len(set(seen)) == 3            # no run shares another's workspaces
     assert gpu.loads == 2
 
 

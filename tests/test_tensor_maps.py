@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import kir_examples as ex
-from codegen import launch as launching
+from codegen import kernel_params, launch as launching
 from codegen import tensor_maps
 from codegen.tensor_maps import TensorMapFields, encode_tensor_map, tensor_map_fields
 from fuserir.dtypes import DataType
@@ -221,7 +221,6 @@ def encodes(monkeypatch):
         return np.frombuffer(struct.pack("<16Q", *words), dtype="V128")[0]
 
     monkeypatch.setattr(tensor_maps, "encode_tensor_map", encode)
-    monkeypatch.setattr(launching, "_tensor_maps", {})
     return asked
 
 
@@ -239,24 +238,54 @@ def test_the_launch_passes_the_map_after_the_strides_before_the_workspaces(gpu, 
     args = launch_args(gpu, ws=gpu.array((64,)))
     launching.launch(kernel, b"cubin", args)
     a, y, *strides, tmap, ws, m, k = gpu.function.last_args
-    assert (a, y, ws) == (args["a"], args["y"], args["ws"])
+    assert (a, y, ws) == tuple(np.uint64(args[n].data.ptr) for n in ("a", "y", "ws"))
     assert strides == [I32(128), I32(1), I32(1)] and (m, k) == (I32(64), I32(128))
-    assert tmap.dtype == np.dtype("V128") and map_words(tmap)[:3] == (a.data.ptr, 128, 64)
+    assert tmap.dtype == np.dtype("V128") and map_words(tmap)[:3] == (int(a), 128, 64)
 
 
-def test_a_map_is_encoded_once_per_address_and_layout(gpu, encodes):
+def test_a_map_is_encoded_once_per_layout_and_re_pointed_at_a_new_address(
+        gpu, encodes, monkeypatch):
+    import ctypes
     kernel = tma_kernel()
     first = launch_args(gpu)
     for _ in range(3):
         launching.launch(kernel, b"cubin", first)
     assert len(encodes) == 1 and gpu.loads == 1
+    # the driver re-points the map (cuTensorMapReplaceAddress: here it writes word 0)
+    launched, replaced = [], []
+
+    def replace(at, address):
+        replaced.append(address)
+        ctypes.c_uint64.from_address(at).value = address
+        return 0
+
+    def launch(*head_and_params):
+        params = head_and_params[9]
+        launched.append(map_words(np.frombuffer(ctypes.string_at(params[5], 128), "V128")[0]))
+        return 0
+    monkeypatch.setattr(kernel_params, "cuda_driver", lambda: types.SimpleNamespace(
+        launch=launch, replace_address=replace, memset=None))
     other = launch_args(gpu)                       # same signature, another address
     launching.launch(kernel, b"cubin", other)
+    launching.launch(kernel, b"cubin", other)
     launching.launch(kernel, b"cubin", first)
-    assert [f.address for f in encodes] == [first["a"].data.ptr, other["a"].data.ptr]
-    assert map_words(gpu.function.last_args[5])[0] == first["a"].data.ptr
+    assert len(encodes) == 1                       # re-pointed, never encoded again
+    assert replaced == [other["a"].data.ptr, first["a"].data.ptr]
+    assert [words[:3] for words in launched] == [(other["a"].data.ptr, 128, 64)] * 2 + \
+        [(first["a"].data.ptr, 128, 64)]
+    monkeypatch.setattr(kernel_params, "cuda_driver", lambda: None)
     launching.launch(kernel, b"cubin", launch_args(gpu, m=32))    # another layout
-    assert len(encodes) == 3 and encodes[-1].dims == (128, 32)
+    assert len(encodes) == 2 and encodes[-1].dims == (128, 32)
+
+
+def test_without_the_driver_a_moved_map_is_encoded_again(gpu, encodes):
+    kernel = tma_kernel()
+    first, other = launch_args(gpu), launch_args(gpu)
+    for args in (first, other, other, first):
+        launching.launch(kernel, b"cubin", args)
+        assert map_words(gpu.function.last_args[5])[0] == args["a"].data.ptr
+    assert [f.address for f in encodes] == [first["a"].data.ptr, other["a"].data.ptr,
+                                            first["a"].data.ptr]
 
 
 def test_a_launch_at_a_misaligned_address_is_refused(gpu, encodes):
@@ -276,20 +305,6 @@ def test_a_map_over_a_tensor_the_kernel_lacks_is_refused(gpu, encodes):
     with pytest.raises(ValueError, match="tensor map a_map is over b, which is not a tensor "
                                          "parameter of the kernel"):
         launching.launch(kernel, b"cubin", launch_args(gpu))
-
-
-def test_a_kernel_with_maps_launches_through_cupy_where_the_driver_is_at_hand(
-        gpu, encodes, monkeypatch):
-    """The packed buffer cannot place the map (see codegen.launch._MappedLaunch)."""
-    packed = []
-    monkeypatch.setattr(launching, "_cu_launch_kernel",
-                        lambda: lambda *args: packed.append(args))
-    stream = types.SimpleNamespace(ptr=5)
-    launching.launch(tma_kernel(), b"cubin", launch_args(gpu), stream=stream)
-    launching.launch(ex.pointwise_kernel(), b"cubin", {"x": gpu.array((4, 8)),
-                     "y": gpu.array((4, 8)), "M": 4, "N": 8}, stream=stream)
-    assert len(gpu.function.launches) == 1      # the map kernel's, through CuPy
-    assert len(packed) == 1                     # the other's, packed
 
 
 # -- on the GPU ----------------------------------------------------------------------------
@@ -329,12 +344,12 @@ extern "C" __global__ void tma(const unsigned short* a, float* y, int a_s0, int 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", ["packed", "cupy"])
+@pytest.mark.parametrize("path", ["driver", "cupy"])
 def test_a_kernel_of_the_abi_receives_the_map_and_the_parameters_after_it(path, monkeypatch):
     import cupy
     from codegen import nvrtc
     if path == "cupy":
-        monkeypatch.setattr(launching, "_cu_launch_kernel", lambda: None)
+        monkeypatch.setattr(kernel_params, "cuda_driver", lambda: None)
     monkeypatch.setattr(launching, "_launchers", {})
     kernel = tma_kernel()
     cubin = nvrtc.compile_to_cubin(ECHO, "tma", arch="sm_90")

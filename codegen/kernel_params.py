@@ -1,0 +1,190 @@
+"""One checked launch's kernel parameters as cuLaunchKernel takes them, and the driver
+calls of the per-call path: launch, set a workspace's bytes, re-point a tensor map.
+
+    params = KernelParameters(func, config, pointers=3, values=[...], maps=[...])
+    params.launch((ptr_a, ptr_y, ptr_ws), stream)    # ints in ABI order; stream: a handle
+
+Why it sits here, below codegen.launch: launch() checks arguments once per signature
+(codegen.launch) and the driver's Executable calls what those checks produced once per
+call; both end in KernelParameters.launch, the one place a kernel is launched.
+
+The parameters live in ctypes storage made once per checked launch: the pointers (tensors,
+then workspaces) in one u64 array, each stride and scalar as a value of the kernel's index
+type, and each tensor map in a 64-byte aligned 128-byte block. `kernelParams` points at
+each parameter in ABI order (codegen.cuda: pointers of the tensors, their strides, the
+maps, the workspace pointers, the scalars) and the driver places them at the offsets the
+kernel declares, so a 64-byte aligned `__grid_constant__` map needs no layout rule of ours
+(checked on the H200: packed into one buffer at natural alignments it lands at the wrong
+offset). A call writes the pointers, re-points each map whose tensor moved with the
+driver's cuTensorMapReplaceAddress (no re-encoding; a new address costs one ctypes call),
+and launches. Calls from several threads share the storage, so writing it and launching
+hold a lock; cuLaunchKernel copies the parameters before it returns, as stream capture
+copies them into the graph's node, so the storage may change right after.
+
+Where there is no CUDA driver (the tests' recording GPU) or FUSERIR_LAUNCH=cupy asks for
+it, the same values go through CuPy's launch (pointers as u64, maps as numpy V128) and a
+moved map is encoded again (codegen.tensor_maps).
+"""
+
+import ctypes
+import functools
+import os
+import threading
+
+import numpy as np
+
+from . import tensor_maps
+
+__all__ = ["KernelParameters", "memset_async", "cuda_driver"]
+
+_MAP_ALIGN = 64                   # CUtensorMap is declared alignas(64)
+
+
+class _Driver:
+    """The driver entry points of the per-call path, through ctypes (a C call each)."""
+
+    def __init__(self, lib):
+        self.launch = lib.cuLaunchKernel
+        self.launch.restype = ctypes.c_int
+        self.launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+        self.memset = lib.cuMemsetD8Async
+        self.memset.restype = ctypes.c_int
+        self.memset.argtypes = [ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_size_t,
+                                ctypes.c_void_p]
+        self.replace_address = lib.cuTensorMapReplaceAddress
+        self.replace_address.restype = ctypes.c_int
+        self.replace_address.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+
+
+@functools.cache
+def cuda_driver():
+    """The driver's entry points (_Driver), or None where there is no driver (or
+    FUSERIR_LAUNCH=cupy asks for CuPy's launch)."""
+    if os.environ.get("FUSERIR_LAUNCH") == "cupy":
+        return None
+    try:
+        return _Driver(ctypes.CDLL("libcuda.so.1"))
+    except (OSError, AttributeError):
+        return None
+
+
+def _check(status, what):
+    if status:
+        raise RuntimeError(f"{what} failed with CUresult {status}")
+
+
+def memset_async(address, nbytes, stream, value=0):
+    """Queue setting `nbytes` bytes at device `address` to `value` (a byte) on `stream` (a
+    handle): zeroed workspaces, poisoned intermediates."""
+    if nbytes <= 0:
+        return
+    driver = cuda_driver()
+    if driver is not None:
+        _check(driver.memset(address, value, nbytes, stream), "cuMemsetD8Async")
+        return
+    import cupy
+    cupy.cuda.runtime.memsetAsync(address, value, nbytes, stream)
+
+
+class _Map:
+    """One tensor map parameter: the tensor it is over (an index into the pointers), its
+    fields, and its 128 bytes at a 64-byte aligned address, encoded for `address`."""
+
+    __slots__ = ("pointer", "fields", "address", "storage", "block", "at")
+
+    def __init__(self, pointer, fields):
+        self.pointer = pointer
+        self.fields = fields
+        self.storage = ctypes.create_string_buffer(tensor_maps.TENSOR_MAP_BYTES + _MAP_ALIGN)
+        base = ctypes.addressof(self.storage)
+        self.at = base + (-base % _MAP_ALIGN)
+        self.address = None
+        self.encode(fields.address)
+
+    def encode(self, address):
+        encoded = tensor_maps.encode_tensor_map(tensor_maps.at_address(self.fields, address))
+        ctypes.memmove(self.at, encoded.tobytes(), tensor_maps.TENSOR_MAP_BYTES)
+        self.address = address
+
+    def point_at(self, address, driver):
+        """Re-point the map at `address` (its tensor moved)."""
+        if address % tensor_maps.TMA_ADDRESS_ALIGN:
+            tensor_maps.at_address(self.fields, address)      # raises the address error
+        if driver is None:
+            self.encode(address)
+            return
+        _check(driver.replace_address(self.at, address),
+               f"{self.fields.where}: cuTensorMapReplaceAddress")
+        self.address = address
+
+    def value(self):
+        """The map's bytes as CuPy's launch takes them (numpy V128, by value)."""
+        raw = ctypes.string_at(self.at, tensor_maps.TENSOR_MAP_BYTES)
+        return np.frombuffer(raw, dtype=f"V{tensor_maps.TENSOR_MAP_BYTES}")[0]
+
+
+class KernelParameters:
+    """What a launch of one kernel with one argument signature passes: the function, grid,
+    block, dynamic shared bytes, and the parameters in ABI order (see the module header).
+    `pointers` counts the pointer parameters (tensors, then workspaces); `strides` and
+    `scalars` are numpy scalars of the kernel's index type; `maps` are (position among
+    the tensors, TensorMapFields encoded at the bound tensor's address); `tensors` is
+    the number of tensor pointers (the maps come after them and their strides)."""
+
+    def __init__(self, func, config, tensors, workspaces, strides, scalars, maps):
+        self.func = func
+        self.grid, self.block, self.shared = config
+        self.pointers = (ctypes.c_uint64 * max(tensors + workspaces, 1))()
+        self.count = tensors + workspaces
+        self.values = [np.ctypeslib.as_ctypes_type(v.dtype)(v) for v in (*strides, *scalars)]
+        self.maps = [_Map(pointer, fields) for pointer, fields in maps]
+        base, word = ctypes.addressof(self.pointers), ctypes.sizeof(ctypes.c_uint64)
+        addresses = ([base + word * i for i in range(tensors)]
+                     + [ctypes.addressof(v) for v in self.values[:len(strides)]]
+                     + [m.at for m in self.maps]
+                     + [base + word * (tensors + i) for i in range(workspaces)]
+                     + [ctypes.addressof(v) for v in self.values[len(strides):]])
+        self.kernel_params = (ctypes.c_void_p * max(len(addresses), 1))(*addresses)
+        self._tensors = tensors
+        self._strides, self._scalars = tuple(strides), tuple(scalars)
+        self._lock = threading.Lock()
+        self._head = (getattr(func, "ptr", None), *self.grid, *self.block, self.shared)
+
+    def launch(self, pointers, stream):
+        """Launch with `pointers` (ints: the tensors', then the workspaces', in ABI order)
+        on `stream` (a CUDA stream handle; 0 the legacy default stream)."""
+        driver = cuda_driver()
+        with self._lock:
+            self.pointers[:self.count] = pointers
+            for m in self.maps:
+                address = pointers[m.pointer]
+                if address != m.address:
+                    m.point_at(address, driver)
+            if driver is None or not isinstance(self._head[0], int):
+                self._through_cupy(pointers, stream)
+                return
+            _check(driver.launch(*self._head, stream, self.kernel_params, None),
+                   "cuLaunchKernel")
+
+    def _through_cupy(self, pointers, stream):
+        tensors = [np.uint64(p) for p in pointers[:self._tensors]]
+        workspaces = [np.uint64(p) for p in pointers[self._tensors:self.count]]
+        maps = [m.value() for m in self.maps]
+        self.func(self.grid, self.block,
+                  (*tensors, *self._strides, *maps, *workspaces, *self._scalars),
+                  shared_mem=self.shared, stream=_cupy_stream(stream))
+
+
+class _StreamHandle:
+    """A stream handle through the CUDA stream protocol (what CuPy's from_external reads)."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return 0, self.handle
+
+
+def _cupy_stream(handle):
+    import cupy
+    return cupy.cuda.Stream.from_external(_StreamHandle(handle))

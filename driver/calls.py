@@ -1,0 +1,265 @@
+"""The per-call path: what a call of an Executable with a signature it has seen does.
+
+    key = call_key(arrays, scalars, out)     # cheap attributes only
+    plan = exe._calls[key]                   # a CallPlan, made by the first such call
+    outputs = plan(arrays, out)              # allocate, launch, return; no synchronization
+
+Why it sits here: the Executable (driver.executable) checks and plans a signature once,
+through every layer below (binding, scheduling, kernel variants, launch checks); this
+module is what remains of a call once that is done, so it is kept apart and small.
+
+A call's signature (call_key) is each array's framework, dtype, shape, strides, device
+and address modulo 16 (the alignment every vector copy and TMA needs), each run-time
+scalar's type and value, and the same of every `out=` array. Anything that changes a
+check or a choice of the first call changes the key, so a call with a new signature goes
+the full way again, with its checks and errors.
+
+A CallPlan holds, for one signature: the framework of the caller (torch tensors from
+torch's caching allocator for torch inputs; CuPy arrays otherwise), the device, each
+output's layout, one scratch allocation per call that holds the intermediates between
+kernels and every kernel's workspaces (split-K partial sums, semaphores: the zeroed ones
+last, zeroed by one memset queued on the call's stream), and per kernel its checked
+launch (codegen.launch.BoundLaunch) with where each pointer comes from. A call reads the
+caller's current stream on the inputs' device, allocates its outputs and scratch there
+(both allocators are stream-ordered: a block freed by one call is reused only after the
+work queued before on that stream, and torch's allocator gives a CUDA graph being captured
+memory of its own), writes the pointers and launches each kernel. Nothing is shared
+between calls but the launch parameters' storage, written under a lock: calls from
+several threads, on several streams, and graph captures beside eager calls never share
+partial sums or semaphores.
+"""
+
+import numpy as np
+
+from codegen import kernel_params
+from fuserir.dtypes import DataType
+from fuserir.errors import FuserirError
+
+SCRATCH_ALIGN = 256        # bytes: each intermediate and workspace in the scratch block
+
+_TORCH_DTYPES = {DataType.f16: "float16", DataType.bf16: "bfloat16",
+                 DataType.f32: "float32", DataType.f64: "float64",
+                 DataType.i32: "int32", DataType.i64: "int64", DataType.bool: "bool"}
+
+
+def _torch_key(t):
+    return (t.dtype, t.shape, t.stride(), t.get_device(), t.data_ptr() & 15)
+
+
+def _cupy_key(a):
+    data = a.data
+    return (a.dtype, a.shape, a.strides, data.device_id, data.ptr & 15)
+
+
+_KEYS = {}       # type -> the function giving an array of that type its part of a key
+
+
+def describer(kind):
+    """The key function for arrays of type `kind` (torch or CuPy), or None: an array of
+    another kind is converted to CuPy (CuPyArrays.adopt) before its call is keyed."""
+    known = _KEYS.get(kind)
+    if known is None:
+        module = kind.__module__
+        if module.startswith("torch") and hasattr(kind, "data_ptr"):
+            known = _KEYS[kind] = _torch_key
+        elif module.split(".")[0] == "cupy":
+            known = _KEYS[kind] = _cupy_key
+    return known
+
+
+def call_key(arrays, scalars, out):
+    """The signature of a call (see the module header); KeyError for an array of a kind
+    describer does not know."""
+    keys = _KEYS
+    return (*[keys[type(a)](a) for a in arrays], scalars,
+            None if out is None else tuple([keys[type(a)](a) for a in out]))
+
+
+def is_torch(array):
+    return describer(type(array)) is _torch_key
+
+
+class TorchArrays:
+    """The caller's framework when an input is a torch tensor: outputs and scratch from
+    torch's caching allocator, on torch's current stream of the device."""
+
+    name = "torch"
+
+    def __init__(self, device):
+        import torch
+        self.torch = torch
+        self.device = torch.device("cuda", device)
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        self.stream = (lambda d: raw(d)) if raw else \
+            (lambda d: torch.cuda.current_stream(d).cuda_stream)
+        self.bytes = torch.uint8
+
+    def dtype(self, dtype):
+        return getattr(self.torch, _TORCH_DTYPES[dtype])
+
+    def empty(self, shape, strides, dtype):
+        return self.torch.empty_strided(shape, strides, dtype=dtype, device=self.device)
+
+    def empty_bytes(self, nbytes):
+        return self.torch.empty(nbytes, dtype=self.bytes, device=self.device)
+
+    @staticmethod
+    def pointer(t):
+        return t.data_ptr()
+
+    @staticmethod
+    def fill(t, value):
+        t.fill_(float(value) if isinstance(value, float) else value)
+
+
+class CuPyArrays:
+    """The caller's framework otherwise: CuPy arrays (bf16 as its uint16 bits) from CuPy's
+    memory pool, which keeps freed blocks per stream, on CuPy's current stream."""
+
+    name = "cupy"
+
+    def __init__(self, device, cupy):
+        self.cupy = cupy
+        self.device = device
+        self.bytes = np.uint8
+
+    def stream(self, device):
+        return self.cupy.cuda.get_current_stream().ptr
+
+    @staticmethod
+    def dtype(dtype):
+        return np.dtype(np.uint16 if dtype is DataType.bf16 else dtype.numpy)
+
+    def empty(self, shape, strides, dtype):
+        if not shape:
+            return self.cupy.empty((), dtype=dtype)
+        order = sorted(range(len(shape)), key=lambda a: -strides[a])
+        stored = self.cupy.empty([shape[a] for a in order], dtype=dtype)
+        return stored.transpose([order.index(a) for a in range(len(shape))])
+
+    def empty_bytes(self, nbytes):
+        return self.cupy.empty(nbytes, dtype=self.bytes)
+
+    @staticmethod
+    def pointer(a):
+        return a.data.ptr
+
+    @staticmethod
+    def fill(a, value):
+        a.fill(value)
+
+
+class CallPlan:
+    """What a call with one signature does (see the module header). `outputs`: per fusion
+    output, (shape, element strides, framework dtype, poison value or None); `scratch`:
+    its bytes, and the (offset, bytes) to zero and to poison in it; `launches`: per kernel,
+    (BoundLaunch, ((position in the address table, byte offset), ...)) for its tensors and
+    then its workspaces, where the table is the inputs, then the outputs, then the
+    scratch block."""
+
+    __slots__ = ("arrays", "device", "outputs", "scratch", "zeroed", "poisoned",
+                 "launches", "switch")
+
+    def __init__(self, arrays, device, outputs, scratch, zeroed, poisoned, launches, switch):
+        self.arrays = arrays
+        self.device = device
+        self.outputs = outputs
+        self.scratch = scratch
+        self.zeroed = zeroed
+        self.poisoned = poisoned
+        self.launches = launches
+        self.switch = switch       # a device to make current around the launches (or None)
+
+    def __call__(self, inputs, out=None):
+        """Launch on `inputs` (arrays in the fusion's input order) and return the outputs
+        (`out`, or fresh arrays), on the caller's current stream, not synchronized."""
+        fw = self.arrays
+        stream = fw.stream(self.device)
+        if out is None:
+            out = [fw.empty(shape, strides, dtype) for shape, strides, dtype, _ in self.outputs]
+            for array, (_, _, _, poison) in zip(out, self.outputs):
+                if poison is not None:
+                    fw.fill(array, poison)
+        pointer = fw.pointer
+        table = [pointer(a) for a in inputs]
+        table += [pointer(a) for a in out]
+        scratch = None
+        if self.scratch:
+            scratch = fw.empty_bytes(self.scratch)
+            base = pointer(scratch)
+            table.append(base)
+            if self.poisoned:
+                kernel_params.memset_async(base + self.poisoned[0], self.poisoned[1], stream, 0xFF)
+            if self.zeroed:
+                kernel_params.memset_async(base + self.zeroed[0], self.zeroed[1], stream)
+        if self.switch is None:
+            for bound, sources in self.launches:
+                bound.launch([table[i] + offset for i, offset in sources], stream)
+        else:
+            with self.switch:
+                for bound, sources in self.launches:
+                    bound.launch([table[i] + offset for i, offset in sources], stream)
+        del scratch       # back to the allocator, reused only after this stream's work
+        return out
+
+
+def devices_of(arrays):
+    """{name: device} of the named arrays (a torch or CuPy array each); a torch tensor on
+    the CPU is refused, naming it."""
+    found = {}
+    for name, array in arrays.items():
+        if is_torch(array):
+            if not array.is_cuda:
+                raise FuserirError(f"input {name} is a torch tensor on {array.device}; the "
+                                   f"cuda backend takes tensors on a CUDA device (move it "
+                                   f"with .cuda())")
+            found[name] = array.get_device()
+        else:
+            found[name] = array.data.device_id
+    return found
+
+
+def one_device(arrays, what="inputs"):
+    """The one device of the named arrays ({name: array}); FuserirError naming each array's
+    device when they are on several."""
+    devices = devices_of(arrays)
+    if len(set(devices.values())) > 1:
+        listed = ", ".join(f"{name} on cuda:{d}" for name, d in devices.items())
+        raise FuserirError(f"the {what} are on different devices ({listed}); a call runs on "
+                           f"one device: move them to one")
+    return next(iter(devices.values()), None)
+
+
+def adopt(value, cupy):
+    """A device array of a kind without a key (anything with __cuda_array_interface__ or
+    __dlpack__) as a CuPy array over the same memory; host arrays (numpy) copied to the
+    current device; other values as they are."""
+    if hasattr(value, "__cuda_array_interface__"):
+        return cupy.asarray(value)
+    if isinstance(value, np.ndarray):
+        return cupy.asarray(value.view(np.uint16) if value.dtype == DataType.bf16.numpy
+                            else value)
+    if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__"):
+        return cupy.from_dlpack(value)
+    return value
+
+
+def scratch_layout(pieces, zeroed):
+    """Offsets of `pieces` ([(key, bytes)]) then of `zeroed` ([(key, bytes)]) in one scratch
+    block, each SCRATCH_ALIGN-aligned: ({key: offset}, total bytes, (zeroed offset,
+    zeroed bytes) or None, (poisoned offset, bytes) of the pieces or None)."""
+    offsets, at = {}, 0
+    for key, nbytes in pieces:
+        offsets[key] = at
+        at += -(-max(nbytes, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    pieces_end, zero_start = at, at
+    for key, nbytes in zeroed:
+        offsets[key] = at
+        at += -(-max(nbytes, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    return (offsets, at, (zero_start, at - zero_start) if zeroed else None,
+            (0, pieces_end) if pieces else None)
+
+
+def torch_dtype_name(dtype):
+    """The name of torch's dtype for a fuserir DataType (float16, bfloat16, ...)."""
+    return _TORCH_DTYPES[dtype]

@@ -1,0 +1,204 @@
+"""Calls from PyTorch on the GPU: torch tensors in and out (torch's caching allocator, the
+caller's stream), `out=`, a CPU tensor refused, calls from several threads, two calls of a
+split-K executable overlapping on two streams (and the wrong answers the same calls give
+when they share one scratch block: the negative control), and CUDA graph capture of the
+Hopper TMA plan and of the two-kernel split-K plan replayed beside eager calls."""
+
+import threading
+
+import pytest
+
+import codegen
+import fuserir
+from driver import calls as calling
+from fuserir.errors import FuserirError
+
+pytestmark = pytest.mark.gpu
+
+MATMUL = """
+fusion mm(A: f16{a}, B: f16{b}) {{
+  acc = matmul(A, B, layout={layout})
+  out = cast(acc, f16)
+  output out
+}}"""
+OPERANDS = {"NT": ("[K, M]", "[K, N]"), "TN": ("[M, K]", "[N, K]")}
+SHAPES = {"NT": lambda m, n, k: ((k, m), (k, n)), "TN": lambda m, n, k: ((m, k), (n, k))}
+
+
+@pytest.fixture(scope="module")
+def torch():
+    return pytest.importorskip("torch")
+
+
+def matmul(layout):
+    a, b = OPERANDS[layout]
+    return codegen.compile(fuserir.parse(MATMUL.format(a=a, b=b, layout=layout)),
+                           backend="cuda")
+
+
+def operands(torch, layout, m, n, k, scale=1.0, generator=None):
+    """Small-integer operands (exact in f16 products and f32 sums)."""
+    sa, sb = SHAPES[layout](m, n, k)
+    return tuple(torch.randint(-2, 3, s, device="cuda", generator=generator)
+                 .to(torch.float16) * scale for s in (sa, sb))
+
+
+def reference(torch, layout, a, b):
+    """The product in f32 (exact for these operands) rounded to f16 as the kernels do."""
+    a, b = a.float(), b.float()
+    return ((a.t() @ b) if layout == "NT" else (a @ b.t())).half()
+
+
+@pytest.fixture(scope="module")
+def split_k(torch):
+    """The two-kernel split-K plan of TN 128x128x262144 (the automatic schedule's)."""
+    exe = matmul("TN")
+    a, b = operands(torch, "TN", 128, 128, 262144)
+    assert len(exe.kernels_for({"A": a, "B": b})) == 2
+    return exe
+
+
+def test_a_torch_call_returns_a_tensor_of_torchs_allocator_on_the_callers_stream(torch):
+    exe = matmul("NT")
+    a, b = operands(torch, "NT", 256, 384, 512)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        a2, b2 = a * 1, b * 1                         # made on the stream, not synchronized
+        before = torch.cuda.memory_allocated()
+        out = exe(a2, b2)
+        assert torch.cuda.memory_allocated() >= before + out.nbytes
+        again = exe(A=a2, B=b2)
+    stream.synchronize()
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.float16
+    assert out.device == a.device and out.shape == (256, 384)
+    assert torch.equal(out, reference(torch, "NT", a, b))
+    assert torch.equal(out, again)
+    given = torch.full((256, 384), float("nan"), device="cuda", dtype=torch.float16)
+    assert exe(a, b, out=given) is given
+    assert torch.equal(given, reference(torch, "NT", a, b))
+
+
+def test_a_cpu_tensor_is_refused(torch):
+    exe = matmul("NT")
+    a, b = operands(torch, "NT", 64, 64, 64)
+    with pytest.raises(FuserirError, match="input B is a torch tensor on cpu; the cuda "
+                                           "backend takes tensors on a CUDA device"):
+        exe(a, b.cpu())
+
+
+def test_calls_from_several_threads_on_their_own_streams(torch):
+    exe = matmul("NT")
+    exe(*operands(torch, "NT", 256, 256, 1024))
+    errors = []
+
+    def caller(seed):
+        try:
+            g = torch.Generator(device="cuda").manual_seed(seed)
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                for _ in range(50):
+                    a, b = operands(torch, "NT", 256, 256, 1024, generator=g)
+                    out = exe(a, b)
+                    if not torch.equal(out, reference(torch, "NT", a, b)):
+                        errors.append(seed)
+        except Exception as e:    # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=caller, args=(s,)) for s in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def overlapped_wrong_elements(torch, exe, rounds, layout="TN"):
+    """Two calls of `exe` per round on two streams, one stream delayed by a sleep kernel of
+    a length that varies with the round (so the two calls' kernels interleave), each
+    output compared with the result of the same call made alone; the count of wrong
+    elements, summed on the GPU."""
+    a1, b1 = operands(torch, layout, 128, 128, 262144)
+    a2, b2 = operands(torch, layout, 128, 128, 262144)
+    want1, want2 = exe(a1, b1), exe(a2, b2)
+    torch.cuda.synchronize()
+    assert torch.equal(want1, reference(torch, layout, a1, b1))
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    bad1 = torch.zeros((), dtype=torch.int64, device="cuda")
+    bad2 = torch.zeros((), dtype=torch.int64, device="cuda")
+    torch.cuda.synchronize()
+    for r in range(rounds):
+        delay = 2000 * (r % 40)                       # 0 to about 40 us at 2 GHz
+        with torch.cuda.stream(s1):
+            if r % 2:
+                torch.cuda._sleep(delay)
+            out1 = exe(a1, b1)
+            bad1 += (out1 != want1).sum()
+        with torch.cuda.stream(s2):
+            if not r % 2:
+                torch.cuda._sleep(delay)
+            out2 = exe(a2, b2)
+            bad2 += (out2 != want2).sum()
+    torch.cuda.synchronize()
+    return int(bad1) + int(bad2)
+
+
+def test_two_streams_overlapping_split_k_calls_never_share_partials(torch, split_k):
+    assert overlapped_wrong_elements(torch, split_k, 1000) == 0
+
+
+def test_two_streams_overlapping_serial_split_k_calls_never_share_semaphores(torch):
+    from test_matmul import seed_fusion
+    exe = codegen.compile(seed_fusion(), backend="cuda")      # NT, serial split-K 5
+    assert [w.buffer.name for w in exe.kernels[0].kir.workspaces] == ["acc_work", "acc_sem"]
+    assert overlapped_wrong_elements(torch, exe, 300, layout="NT") == 0
+
+
+def test_negative_control_the_same_calls_sharing_one_scratch_block_go_wrong(
+        torch, split_k, monkeypatch):
+    """What the calls gave when the executable kept one workspace for every call: the
+    partial sums of one call overwritten by the other's."""
+    shared = {}
+    empty_bytes = calling.TorchArrays.empty_bytes
+
+    def one_block(self, nbytes):
+        if nbytes not in shared:
+            shared[nbytes] = empty_bytes(self, nbytes)
+        return shared[nbytes]
+    monkeypatch.setattr(calling.TorchArrays, "empty_bytes", one_block)
+    assert overlapped_wrong_elements(torch, split_k, 200) > 0
+
+
+@pytest.mark.parametrize("case", ["hopper NT 1024x2048x4096", "split-K TN 128x128x262144"])
+def test_a_captured_graph_replays_with_new_data_beside_eager_calls(torch, case, request):
+    layout = case.split()[-2]
+    m, n, k = (int(x) for x in case.split()[-1].split("x"))
+    exe = request.getfixturevalue("split_k") if layout == "TN" else matmul(layout)
+    static_a, static_b = operands(torch, layout, m, n, k)
+    if layout == "NT":
+        exe(static_a, static_b)
+        plan = next(iter(exe._calls[False].values()))
+        assert any(bound.params.maps for bound, _ in plan.launches)     # the TMA plan
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):                  # warm-up off the capture, as torch asks
+        exe(static_a, static_b)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = exe(static_a, static_b)
+    eager_stream = torch.cuda.Stream()
+    wrong = torch.zeros((), dtype=torch.int64, device="cuda")
+    for r in range(100):
+        a, b = operands(torch, layout, m, n, k)
+        ea, eb = operands(torch, layout, m, n, k)
+        static_a.copy_(a)
+        static_b.copy_(b)
+        eager_stream.wait_stream(torch.cuda.current_stream())
+        graph.replay()
+        with torch.cuda.stream(eager_stream):
+            eager = exe(ea, eb)                    # beside the replay, on another stream
+            eager_wrong = (eager != reference(torch, layout, ea, eb)).sum()
+        wrong += (static_out != reference(torch, layout, a, b)).sum()
+        torch.cuda.current_stream().wait_stream(eager_stream)
+        wrong += eager_wrong
+    torch.cuda.synchronize()
+    assert int(wrong) == 0
