@@ -107,6 +107,10 @@ class TorchArrays:
     def pointer(t):
         return t.data_ptr()
 
+    def capturing(self):
+        """Is the current stream being captured into a CUDA graph?"""
+        return self.torch.cuda.is_current_stream_capturing()
+
     @staticmethod
     def fill(t, value):
         t.fill_(float(value) if isinstance(value, float) else value)
@@ -144,6 +148,12 @@ class CuPyArrays:
     def pointer(a):
         return a.data.ptr
 
+    def capturing(self):
+        runtime = self.cupy.cuda.runtime
+        is_capturing = getattr(runtime, "streamIsCapturing", None)
+        return bool(is_capturing and self.stream(self.device) and
+                    is_capturing(self.stream(self.device)))
+
     @staticmethod
     def fill(a, value):
         a.fill(value)
@@ -168,11 +178,17 @@ class CallPlan:
         self.zeroed = zeroed
         self.poisoned = poisoned
         self.launches = launches
-        self.switch = switch       # a device to make current around the launches (or None)
+        self.switch = switch       # makes the device current around a call (or None)
 
     def __call__(self, inputs, out=None):
         """Launch on `inputs` (arrays in the fusion's input order) and return the outputs
         (`out`, or fresh arrays), on the caller's current stream, not synchronized."""
+        if self.switch is None:
+            return self._call(inputs, out)
+        with self.switch():          # the inputs' device made current for CuPy's sake
+            return self._call(inputs, out)
+
+    def _call(self, inputs, out):
         fw = self.arrays
         stream = fw.stream(self.device)
         if out is None:
@@ -189,16 +205,12 @@ class CallPlan:
             base = pointer(scratch)
             table.append(base)
             if self.poisoned:
-                kernel_params.memset_async(base + self.poisoned[0], self.poisoned[1], stream, 0xFF)
+                kernel_params.memset_async(base + self.poisoned[0], self.poisoned[1], stream,
+                                           0xFF)
             if self.zeroed:
                 kernel_params.memset_async(base + self.zeroed[0], self.zeroed[1], stream)
-        if self.switch is None:
-            for bound, sources in self.launches:
-                bound.launch([table[i] + offset for i, offset in sources], stream)
-        else:
-            with self.switch:
-                for bound, sources in self.launches:
-                    bound.launch([table[i] + offset for i, offset in sources], stream)
+        for bound, sources in self.launches:
+            bound.launch([table[i] + offset for i, offset in sources], stream)
         del scratch       # back to the allocator, reused only after this stream's work
         return out
 

@@ -1,44 +1,34 @@
-"""An Executable: what codegen.compile returns, and what run() does with inputs.
+"""An Executable: what codegen.compile returns, and what a call does with inputs.
 
     exe = codegen.compile(fusion, backend="cuda" | "interp",
                           disable_passes=(), drop_syncs=(), verify=True)
     exe.kernels[0].source         # CUDA text (both backends)
-    outs = exe.run({"x": x, ...}) # {output name: array}
+    out = exe(a, b, splitk=3)     # a call: arrays by position or name, out= optional
+    outs = exe.run({"x": x, ...}) # the same by name: {output name: array}
 
 An explicit schedule's steps are built at compile() (driver.compiler); an automatic one's
-per size class at the first run() of its sizes (fuserir.scheduler.auto.schedule_key
+per size class at the first call of its sizes (fuserir.scheduler.auto.schedule_key
 chooses; plan_for shows which). This module sits in the driver, above codegen: it binds
 inputs (fuserir.reference), chooses kernel variants (lowering.index_bounds,
-driver.vector_widths), builds them (driver.build) and launches them (codegen.launch, or
-the interpreter codegen.interp).
+driver.vector_widths), builds them (driver.build), checks their launches (codegen.launch)
+and hands a call's plan to driver.calls; the interpreter (codegen.interp) runs here.
 
-run() checks inputs against the fusion (dtypes, ranks, sizes; strides are passed to the
-kernels, so non-contiguous inputs are read correctly), allocates outputs and the global
-intermediates between kernels (poisoned in the interpreter, and on the GPU when asked),
-passes each kernel's workspaces (zeros when allocated, kept across run() calls and grown
-when a launch needs more: codegen.launch.WorkspacePool; numpy for the interpreter),
-switches to 64-bit index kernels when some index or bound expression would leave the i32
-range at the run's sizes and strides (lowering.index_bounds), to kernels whose vector
-copies of a tensor are no wider than its array allows (16, 8 or 4 bytes, or element
-copies: driver.vector_widths, lowered with lowering.pipeline's vector_caps), and to the
-segmented plan when a row does not fit the device's shared memory, and launches: on the
-GPU (codegen.launch; on torch's current stream when given torch tensors, which it
-returns), or in the interpreter (which raises RaceError for any hazard it observes).
+The first call of a signature (driver.calls.call_key: each array's framework, dtype,
+shape, strides, device and address modulo 16; each scalar's type and value; the same of
+out=) checks the inputs against the fusion (dtypes, ranks, sizes; strides are passed to
+the kernels, so non-contiguous inputs are read correctly), and chooses: 64-bit index
+kernels where some index or bound expression would leave the i32 range at these sizes
+and strides (lowering.index_bounds), kernels whose vector copies of a tensor are no wider
+than its array allows (driver.vector_widths), the segmented plan where a row does not fit
+the device's shared memory, and, for an operand TMA cannot read, the plan of a device
+without TMA. It then checks each kernel's launch (codegen.launch.bind) and keeps a
+driver.calls.CallPlan; later calls with that signature only allocate and launch. Any
+change of shape, stride, dtype, alignment, device or scalar value goes the full way
+again, with the same checks and errors. Up to codegen.launch.SIGNATURES_KEPT signatures
+are kept per Executable; first calls are made one thread at a time.
 
-What run() does once. Its checks and choices depend on the inputs only through their
-signature (each name with a scalar's type and value, or an array's type, shape, strides
-and dtype; the device; poison) and, for the choice of plan, the input arrays' addresses
-modulo 16 (the alignment the vector copies need). The first run() of a signature binds
-and checks the inputs against the fusion and keeps the sizes and run-time scalars
-(_BoundInputs); the first run of a plan for it keeps, per step, the kernel chosen, how
-each output is allocated (shape, dtype, layout) and the scalars, and on the GPU the
-checked launch (codegen.launch.bind). A later run() with that signature builds the
-signature, converts its inputs for the backend, allocates fresh outputs and launches:
-any change of shape, stride, dtype, type or scalar value goes the full way again, with
-the same checks and errors. (An automatic schedule's run-time scalars are functions of
-the sizes, so they are kept with them.) Inputs it cannot describe so (a memoryview, a
-list) are checked in full on every call. Up to codegen.launch.SIGNATURES_KEPT signatures
-are kept per Executable.
+In the interpreter a call allocates poisoned outputs and intermediates and fresh
+workspaces, and raises RaceError for any hazard the interpreter observes.
 """
 
 import collections
@@ -342,6 +332,12 @@ class Executable:
         cupy = cupy_module()
         arrays_of = (TorchArrays(device) if any(map(is_torch, arrays))
                      else CuPyArrays(device, cupy))
+        if arrays_of.capturing():
+            raise FuserirError(f"the first call of fusion {self.fusion.name} with these "
+                               f"shapes, strides and dtypes is being captured in a CUDA "
+                               f"graph; it compiles and checks, which a capture cannot "
+                               f"hold: make it once before capturing (as torch asks of any "
+                               f"warm-up)")
         with cupy.cuda.Device(device):
             bound, values, steps = self._planned(
                 {**named, **{n: v for n, _, v in scalars}}, poison)

@@ -202,3 +202,14 @@ def test_a_captured_graph_replays_with_new_data_beside_eager_calls(torch, case, 
         wrong += eager_wrong
     torch.cuda.synchronize()
     assert int(wrong) == 0
+
+
+def test_a_first_call_inside_a_capture_is_refused(torch):
+    exe = matmul("NT")
+    a, b = operands(torch, "NT", 128, 128, 256)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(FuserirError, match="is being captured in a CUDA graph; it compiles "
+                                           "and checks, which a capture cannot hold"):
+        with torch.cuda.graph(graph):
+            exe(a, b)
+    assert torch.equal(exe(a, b), reference(torch, "NT", a, b))     # after it, a call works
