@@ -138,7 +138,7 @@ def steps_breakdown(torch, exe, sets, calls):
     plan = exe._calls[False][call_key((a, b), (), None)]
     arrays = plan.arrays
     (shape, strides, dtype, _), = plan.outputs
-    bound, sources = plan.launches[0]
+    launch, sources = plan.launches[0]
     out = arrays.empty(shape, strides, dtype)
     stream = arrays.stream(plan.device)
     table = [a.data_ptr(), b.data_ptr(), out.data_ptr()]
@@ -163,9 +163,9 @@ def steps_breakdown(torch, exe, sets, calls):
         "current stream": timed(lambda: arrays.stream(plan.device)),
         "output allocation": timed(lambda: arrays.empty(shape, strides, dtype)),
         "launch, maps at known addresses": timed(
-            lambda: bound.launch([table[i] + o for i, o in sources], stream)),
+            lambda: launch([table[i] + o for i, o in sources], stream)),
         "launch, maps re-pointed": timed(
-            lambda: bound.launch(moved[next(rotate) % len(moved)], stream)),
+            lambda: launch(moved[next(rotate) % len(moved)], stream)),
         "whole call": timed(lambda: exe(a, b)),
     }
 
@@ -193,7 +193,7 @@ def main(argv=None):
         error = (got.float() - want.float()).abs().max().item()
         plan = exe._calls[False][next(iter(exe._calls[False]))]
         kinds = f"{len(plan.launches)} kernel(s), " + \
-            ("tensor maps" if any(b.params.maps for b, _ in plan.launches) else "no maps")
+            ("tensor maps" if any(p.maps for p in plan.parameters) else "no maps")
         fuserir_us = per_call_us(exe, sets, args.calls, sync)
         torch_us = per_call_us(op, sets, args.calls, sync)
         c = torch.empty(m, n, device="cuda", dtype=torch.float16)

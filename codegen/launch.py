@@ -297,7 +297,7 @@ class BoundLaunch:
     calling it with arrays does the same. Neither checks them: they must have the
     signature it was bound for."""
 
-    __slots__ = ("params", "scalar_values", "tensor_names", "workspace_names")
+    __slots__ = ("params", "scalar_values", "tensor_names", "workspace_names", "launch")
 
     def __init__(self, launcher, func, config, strides, scalar_values, maps):
         index = launcher.kernel.index_dtype.numpy.type
@@ -307,6 +307,7 @@ class BoundLaunch:
         self.scalar_values = scalar_values
         self.params = KernelParameters(func, config, len(self.tensor_names),
                                        len(self.workspace_names), strides, scalars, maps)
+        self.launch = self.params.launch     # launch(pointers, stream): no frame of ours
 
     @property
     def grid(self):
@@ -319,9 +320,6 @@ class BoundLaunch:
     @property
     def shared(self):
         return self.params.shared
-
-    def launch(self, pointers, stream):
-        self.params.launch(pointers, stream)
 
     def __call__(self, tensors, workspaces, stream=None):
         if stream is None:

@@ -90,8 +90,7 @@ class TorchArrays:
         self.torch = torch
         self.device = torch.device("cuda", device)
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        self.stream = (lambda d: raw(d)) if raw else \
-            (lambda d: torch.cuda.current_stream(d).cuda_stream)
+        self.stream = raw or (lambda d: torch.cuda.current_stream(d).cuda_stream)
         self.bytes = torch.uint8
 
     def dtype(self, dtype):
@@ -163,9 +162,9 @@ class CallPlan:
     """What a call with one signature does (see the module header). `outputs`: per fusion
     output, (shape, element strides, framework dtype, poison value or None); `scratch`:
     its bytes, and the (offset, bytes) to zero and to poison in it; `launches`: per kernel,
-    (BoundLaunch, ((position in the address table, byte offset), ...)) for its tensors and
-    then its workspaces, where the table is the inputs, then the outputs, then the
-    scratch block."""
+    (its launch: BoundLaunch.launch, ((position in the address table, byte offset), ...))
+    for its tensors and then its workspaces, where the table is the inputs, then the
+    outputs, then the scratch block."""
 
     __slots__ = ("arrays", "device", "outputs", "scratch", "zeroed", "poisoned",
                  "launches", "switch")
@@ -179,6 +178,11 @@ class CallPlan:
         self.poisoned = poisoned
         self.launches = launches
         self.switch = switch       # makes the device current around a call (or None)
+
+    @property
+    def parameters(self):
+        """The codegen.kernel_params.KernelParameters of each kernel, in launch order."""
+        return [launch.__self__ for launch, _ in self.launches]
 
     def __call__(self, inputs, out=None):
         """Launch on `inputs` (arrays in the fusion's input order) and return the outputs
@@ -209,8 +213,8 @@ class CallPlan:
                                            0xFF)
             if self.zeroed:
                 kernel_params.memset_async(base + self.zeroed[0], self.zeroed[1], stream)
-        for bound, sources in self.launches:
-            bound.launch([table[i] + offset for i, offset in sources], stream)
+        for launch, sources in self.launches:
+            launch([table[i] + offset for i, offset in sources], stream)
         del scratch       # back to the allocator, reused only after this stream's work
         return out
 

@@ -368,9 +368,9 @@ class Executable:
         table.update((name, (len(arrays) + i, 0)) for i, name in enumerate(final))
         scratch = len(arrays) + len(final)
         table.update((name, (scratch, offsets[name])) for name, _ in intermediates)
-        sources = [(launch, tuple([table[name] for name in launch.tensor_names]
-                                  + [(scratch, offsets[(i, name)])
-                                     for name in launch.workspace_names]))
+        sources = [(launch.launch, tuple([table[name] for name in launch.tensor_names]
+                                         + [(scratch, offsets[(i, name)])
+                                            for name in launch.workspace_names]))
                    for i, launch in enumerate(launches)]
         outputs = []
         for t in self.fusion.outputs:
