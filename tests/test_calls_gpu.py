@@ -213,3 +213,18 @@ def test_a_first_call_inside_a_capture_is_refused(torch):
         with torch.cuda.graph(graph):
             exe(a, b)
     assert torch.equal(exe(a, b), reference(torch, "NT", a, b))     # after it, a call works
+
+
+def test_a_call_at_an_address_tma_cannot_take_is_planned_again(torch):
+    """The same shapes, strides and dtypes 2 bytes past a 16-byte boundary: a new signature,
+    planned without tensor maps (TMA needs 16-byte aligned addresses), and right."""
+    exe = matmul("NT")
+    a, b = operands(torch, "NT", 256, 256, 512)
+    assert torch.equal(exe(a, b), reference(torch, "NT", a, b))
+    wide = torch.zeros(a.numel() + 8, device="cuda", dtype=torch.float16)
+    moved = wide[1:1 + a.numel()].view(a.shape)
+    moved.copy_(a)
+    assert moved.data_ptr() % 16 == 2 and moved.stride() == a.stride()
+    assert torch.equal(exe(moved, b), reference(torch, "NT", a, b))
+    maps = [any(p.maps for p in plan.parameters) for plan in exe._calls[False].values()]
+    assert maps == [True, False]
