@@ -280,7 +280,6 @@ def new_workspaces(kernel, scalars, stream=None):
     return out
 
 
-
 def _positive(kernel, what, value):
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"kernel {kernel.name}: {what} evaluates to {value!r}; launch "
@@ -309,23 +308,10 @@ class BoundLaunch:
                                        len(self.workspace_names), strides, scalars, maps)
         self.launch = self.params.launch     # launch(pointers, stream): no frame of ours
 
-    @property
-    def grid(self):
-        return self.params.grid
-
-    @property
-    def block(self):
-        return self.params.block
-
-    @property
-    def shared(self):
-        return self.params.shared
-
     def __call__(self, tensors, workspaces, stream=None):
         if stream is None:
             stream = cupy_module().cuda.get_current_stream()
         self.params.launch([a.data.ptr for a in (*tensors, *workspaces)], stream.ptr)
-
 
 
 def _layout(array):
