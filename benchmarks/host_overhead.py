@@ -105,17 +105,16 @@ def triton_launch():
 
 def cases(torch):
     """(name, fusion text, input sets, torch op, output shape) of each case."""
-
     made = []
     for name, layout, (m, n, k) in (("hopper NT 1024x2048x4096", "NT", (1024, 2048, 4096)),
                                     ("split-K TN 128x128x262144", "TN", (128, 128, 262144))):
         a_shape, b_shape = OPERANDS[layout]
         shape = {"M": m, "N": n, "K": k}
-        dims = lambda text: [shape[d] for d in text.strip("[]").split(", ")]   # noqa: E731
+        sa, sb = ([shape[d] for d in text.strip("[]").split(", ")] for text in (a_shape, b_shape))
 
-        def one_set():
-            return (torch.randn(dims(a_shape), device="cuda", dtype=torch.float16),
-                    torch.randn(dims(b_shape), device="cuda", dtype=torch.float16))
+        def one_set(sa=sa, sb=sb):
+            return (torch.randn(sa, device="cuda", dtype=torch.float16),
+                    torch.randn(sb, device="cuda", dtype=torch.float16))
         op = ((lambda a, b: torch.matmul(a.t(), b)) if layout == "NT"
               else (lambda a, b: torch.matmul(a, b.t())))
         made.append((name, MATMUL.format(a=a_shape, b=b_shape, layout=layout), one_set, op,
