@@ -24,10 +24,12 @@ call's host time would hide behind the GPU.
 A breakdown of the per-call steps of the hopper case follows (each step alone, in a loop:
 the signature key, the plan lookup, reading torch's current stream, the output's
 allocation, the scratch block's, one launch with its tensor maps at a known address and
-at a new one).
+at a new one, and an empty kernel's launch through the driver: what the driver itself
+costs on this host).
 """
 
 import argparse
+import functools
 import json
 import pathlib
 import statistics
@@ -131,7 +133,8 @@ def cases(torch):
 
 
 def steps_breakdown(torch, exe, sets, calls):
-    """Each per-call step of `exe` (driver.calls) alone, in a loop: ns per step."""
+    """Each per-call step of `exe` (driver.calls.CallPlan) alone, in a loop: ns per step."""
+    from codegen import kernel_params
     from driver.calls import call_key
     a, b = sets[0]
     plan = exe._calls[False][call_key((a, b), (), None)]
@@ -140,8 +143,10 @@ def steps_breakdown(torch, exe, sets, calls):
     launch, sources = plan.launches[0]
     out = arrays.empty(shape, strides, dtype)
     stream = arrays.stream(plan.device)
-    table = [a.data_ptr(), b.data_ptr(), out.data_ptr()]
-    moved = [[s.data_ptr() for s in pair] + [out.data_ptr()] for pair in sets]
+    scratch = arrays.empty_bytes(max(plan.scratch, 1))
+    tables = [[s.data_ptr() for s in pair] + [out.data_ptr(), scratch.data_ptr()]
+              for pair in sets]
+    zeroed = plan.zeroed or (0, 256)
 
     def timed(fn):
         for _ in range(50):
@@ -155,18 +160,38 @@ def steps_breakdown(torch, exe, sets, calls):
         torch.cuda.synchronize()
         return (time.perf_counter() - started) / calls * 1e9
 
-    rotate = iter(range(1 << 62))
+    turn = iter(range(1 << 62))
     return {
         "signature key": timed(lambda: call_key((a, b), (), None)),
         "plan lookup": timed(lambda: exe._calls[False][call_key((a, b), (), None)]),
         "current stream": timed(lambda: arrays.stream(plan.device)),
         "output allocation": timed(lambda: arrays.empty(shape, strides, dtype)),
+        f"scratch block ({plan.scratch} bytes)": timed(
+            lambda: arrays.empty_bytes(max(plan.scratch, 1))),
+        f"memset of {zeroed[1]} bytes": timed(
+            lambda: kernel_params.memset_async(scratch.data_ptr() + zeroed[0], zeroed[1],
+                                               stream)),
         "launch, maps at known addresses": timed(
-            lambda: launch([table[i] + o for i, o in sources], stream)),
+            lambda: launch([tables[0][i] + o for i, o in sources], stream)),
         "launch, maps re-pointed": timed(
-            lambda: launch(moved[next(rotate) % len(moved)], stream)),
+            lambda: launch([t[i] + o for t in (tables[next(turn) % len(tables)],)
+                            for i, o in sources], stream)),
+        "empty kernel launch through the driver": timed(lambda: _empty_launch(stream)),
         "whole call": timed(lambda: exe(a, b)),
     }
+
+
+@functools.cache
+def _empty_kernel():
+    import cupy
+    return cupy.RawKernel('extern "C" __global__ void nothing() {}', "nothing")
+
+
+def _empty_launch(stream):
+    """cuLaunchKernel of a kernel with no parameters: the driver's own cost of a launch."""
+    from codegen import kernel_params
+    driver = kernel_params.cuda_driver()
+    driver.launch(_empty_kernel().kernel.ptr, 1, 1, 1, 32, 1, 1, 0, stream, None, None)
 
 
 def main(argv=None):

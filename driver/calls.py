@@ -213,6 +213,8 @@ class CallPlan:
                                            0xFF)
             if self.zeroed:
                 kernel_params.memset_async(base + self.zeroed[0], self.zeroed[1], stream)
+        else:
+            table.append(0)       # workspaces of no bytes (one split): never touched
         for launch, sources in self.launches:
             launch([table[i] + offset for i, offset in sources], stream)
         del scratch       # back to the allocator, reused only after this stream's work
@@ -262,18 +264,19 @@ def adopt(value, cupy):
 
 def scratch_layout(pieces, zeroed):
     """Offsets of `pieces` ([(key, bytes)]) then of `zeroed` ([(key, bytes)]) in one scratch
-    block, each SCRATCH_ALIGN-aligned: ({key: offset}, total bytes, (zeroed offset,
-    zeroed bytes) or None, (poisoned offset, bytes) of the pieces or None)."""
+    block, each SCRATCH_ALIGN-aligned (a piece of no bytes takes none: nothing touches
+    it): ({key: offset}, total bytes, (zeroed offset, zeroed bytes) or None, (0, bytes of
+    the pieces) or None)."""
     offsets, at = {}, 0
     for key, nbytes in pieces:
         offsets[key] = at
-        at += -(-max(nbytes, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
-    pieces_end, zero_start = at, at
+        at += -(-nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    pieces_end = at
     for key, nbytes in zeroed:
         offsets[key] = at
-        at += -(-max(nbytes, 1) // SCRATCH_ALIGN) * SCRATCH_ALIGN
-    return (offsets, at, (zero_start, at - zero_start) if zeroed else None,
-            (0, pieces_end) if pieces else None)
+        at += -(-nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    return (offsets, at, (pieces_end, at - pieces_end) if at > pieces_end else None,
+            (0, pieces_end) if pieces_end else None)
 
 
 def torch_dtype_name(dtype):

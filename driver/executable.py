@@ -356,9 +356,9 @@ class Executable:
                     if name not in final:
                         intermediates.append((name, values[name].nbytes))
                 spare = new_workspaces(planned.kernel.kir, planned.scalars)
-                for w, _ in workspace_sizes(planned.kernel.kir, planned.scalars):
+                for w, size in workspace_sizes(planned.kernel.kir, planned.scalars):
                     workspaces.append(((len(launches), w.buffer.name), w.zeroed,
-                                       spare[w.buffer.name].nbytes))
+                                       size * spare[w.buffer.name].itemsize))
                 launches.append(bind(planned.kernel.kir, planned.kernel.cubin,
                                      _step_args(planned, values, spare)))
         offsets, size, zeroed, poisoned = scratch_layout(

@@ -441,7 +441,7 @@ def test_cuda_run_gives_each_run_its_own_zeroed_workspaces(gpu):
     after = len(kernel.tensor_params) + sum(len(p.sizes) for p in kernel.tensor_params)
     a, b = gpu.array((64, 256), np.float16), gpu.array((64, 128), np.float16)
     seen = []
-    for splitk in (1, 1, 2):
+    for splitk in (2, 2, 3):
         gpu.memsets.clear()
         exe.run({"A": a, "B": b, "splitk": splitk})
         work, sem = gpu.function.last_args[after:after + 2]
@@ -449,7 +449,11 @@ def test_cuda_run_gives_each_run_its_own_zeroed_workspaces(gpu):
         assert zeroed[2] == 0 and zeroed[3:] in ((), (0,))    # on the call's stream, zeros
         seen.append((work, sem))
     assert len(set(seen)) == 3            # no run shares another's workspaces
-    assert gpu.loads == 2
+    exe.run({"A": a, "B": b, "splitk": 1})  # one split: no workspace bytes, nothing zeroed
+    gpu.memsets.clear()
+    exe.run({"A": a, "B": b, "splitk": 1})
+    assert gpu.function.last_args[after:after + 2] == (0, 0) and not gpu.memsets
+    assert gpu.loads == 3             # a signature per split factor
 
 
 # -- on the GPU --------------------------------------------------------------------------------

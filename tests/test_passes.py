@@ -530,10 +530,18 @@ def test_grid_reductions_builds_the_turnstile_and_the_last_split_stores():
     assert [type(s).__name__ for s in branch.then_body] == ["ForLoop", "Fence", "Barrier",
                                                            "IfThenElse"]
     assert isinstance(branch.then_body[3].then_body[0], kir.SemRelease)
-    assert isinstance(branch.else_body[0].then_body[0], kir.SemRelease)
+    # the first split waits for nobody and resets nothing: with one split (S = 1) neither
+    # workspace is touched, and both take no bytes
+    wait, reset = kernel.body[-4], branch.else_body[0]
+    assert kir.format_expr(wait.cond) == kir.format_expr(reset.cond) == "(blockIdx.z > 0)"
+    assert isinstance(wait.then_body[0].then_body[0], kir.SemWait)
+    assert isinstance(reset.then_body[0].then_body[0], kir.SemRelease)
     assert "sem_wait s_sem[(blockIdx.x + (ceildiv(M, 32) * blockIdx.y))] == blockIdx.z" in text
     assert [w.buffer.name for w in kernel.workspaces] == ["s_work", "s_sem"]
     assert kernel.workspaces[1].zeroed
+    for splits, want in ((1, [0, 0]), (3, [2 * 32, 2])):      # 2 tiles of 32 threads
+        sizes = {"M": 45, "K": 37, "S": splits}
+        assert [kir.evaluate_scalar(w.size, sizes) for w in kernel.workspaces] == want
 
 
 @pytest.mark.parametrize("splits", [1, 2, 5, 40])

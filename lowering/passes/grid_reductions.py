@@ -5,19 +5,22 @@ one output tile (same blockIdx.x, blockIdx.y) each reduce a slice, then combine 
 partials in launch order through a turnstile on a global semaphore (kir's grid
 synchronization section):
 
-    if thread 0: SemWait(sem[tile] == z)                  acquire split z-1's partials
+    if z > 0:    if thread 0: SemWait(sem[tile] == z)     acquire split z-1's partials
     Barrier
     if z > 0:    acc[e] = op(acc[e], work[tile, e, thread])   (+ for sum, max for max)
     if z < last: work[tile, e, thread] = acc[e]; Fence; Barrier
                  if thread 0: SemRelease(sem[tile] = z + 1)
-    else:        if thread 0: SemRelease(sem[tile] = 0)   reset for the next launch
+    else:        if z > 0: if thread 0: SemRelease(sem[tile] = 0)   reset for the next launch
                  <the rest of the kernel: only the last split computes the epilogue>
 
 Each thread keeps its own partials (work is laid out [tile, element, thread] so the
 accesses are coalesced), so no shared memory is involved and the barriers here belong to
 the semaphore protocol, not to shared-memory hazards. Sizes and the split factor are
-kernel arguments, so the workspaces' sizes are expressions over them; the semaphores
-are zeroed once by the executor and left zero by every launch.
+kernel arguments, so the workspaces' sizes are expressions over them. The first split
+has nobody to wait for, so with one split (a run-time factor of 1) neither workspace is
+touched and both take no bytes: a call then allocates and zeroes nothing for them. The
+semaphores must be zero before a launch (the executor zeroes each call's) and every
+launch leaves them zero.
 """
 
 from fuserir.dtypes import DataType
@@ -57,9 +60,12 @@ def _turnstile(ctx, kernel, tv, rest):
     taken = {t.name for t in ctx.fusion.tensors} | set(ctx.scalar_vars) | set(ctx.fusion.scalars)
     work = kir.Buffer(_fresh(f"{tv.name}_work", taken), acc.dtype, kir.Memory.global_)
     sem = kir.Buffer(_fresh(f"{tv.name}_sem", taken), DataType.i32, kir.Memory.global_)
+    # one split (a run-time split factor of 1) touches neither: they take no bytes then
+    several = ctx.binop("ceildiv", last, grid[2])            # 0 for one split, else 1
     kernel.workspaces += [
-        kir.Workspace(work, ctx.binop("mul", tiles, ctx.binop("mul", acc.size, threads))),
-        kir.Workspace(sem, tiles, zeroed=True)]
+        kir.Workspace(work, ctx.binop("mul", ctx.binop("mul", tiles, several),
+                                      ctx.binop("mul", acc.size, threads))),
+        kir.Workspace(sem, ctx.binop("mul", tiles, several), zeroed=True)]
 
     e = kir.Var(f"e{len(ctx.fragment_vars)}", ctx.index_dtype)
     ctx.fragment_vars.append(e)
@@ -80,11 +86,13 @@ def _turnstile(ctx, kernel, tv, rest):
     store = each_element(kir.Store(work, slot, value))
     not_last = [store, kir.Fence(), kir.Barrier(),
                 thread0(kir.SemRelease(sem, tile, ctx.binop("add", z, ctx.const(1))))]
-    is_last = [thread0(kir.SemRelease(sem, tile, ctx.const(0)))] + rest
+    after_first = ctx.binop("gt", z, ctx.const(0))
+    is_last = [kir.IfThenElse(after_first, [thread0(kir.SemRelease(sem, tile, ctx.const(0)))])
+               ] + rest
     return [kir.Comment(f"serial grid reduction of {tv.name} over BIDz: CTAs of a tile in "
                         "turn"),
-            thread0(kir.SemWait(sem, tile, z)), kir.Barrier(),
-            kir.IfThenElse(ctx.binop("gt", z, ctx.const(0)), [add]),
+            kir.IfThenElse(after_first, [thread0(kir.SemWait(sem, tile, z))]), kir.Barrier(),
+            kir.IfThenElse(after_first, [add]),
             kir.IfThenElse(ctx.binop("lt", z, last), not_last, is_last)]
 
 
