@@ -166,6 +166,8 @@ def steps_breakdown(torch, exe, sets, calls):
         "plan lookup": timed(lambda: exe._calls[False][call_key((a, b), (), None)]),
         "current stream": timed(lambda: arrays.stream(plan.device)),
         "output allocation": timed(lambda: arrays.empty(shape, strides, dtype)),
+        "torch.empty of the output's shape": timed(
+            lambda: torch.empty(shape, dtype=dtype, device=arrays.device)),
         f"scratch block ({plan.scratch} bytes)": timed(
             lambda: arrays.empty_bytes(max(plan.scratch, 1))),
         f"memset of {zeroed[1]} bytes": timed(
