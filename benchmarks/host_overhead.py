@@ -12,16 +12,19 @@ Cases (each an unscheduled fusion, scheduled automatically for its sizes on this
 Method. Inputs rotate over --sets freshly allocated buffer sets (so tensor maps meet new
 addresses as a real loop's caching allocator gives them). Each call is timed alone with
 time.perf_counter around it and nothing else: no synchronization inside the timed region.
-Every 50 calls the host waits for the GPU outside the timed region, so the launch queue
-never fills (a full queue would make a launch wait for the GPU). Median (and p10/p90) of
---calls calls after 50 warm-up calls. Beside each case, in the same process and the same
+Two regimes: "idle", the host waits for the GPU after every call (outside the timed
+region), so each call meets an empty launch queue; "busy", it waits after every 50 calls,
+so calls meet a queue of earlier kernels (the GPU falls behind when a kernel outlasts a
+call, and a deeper queue makes the driver's launch slower on this host). Median (and
+p10/p90) of --calls calls after 50 warm-up calls. Beside each case, in the same process and the same
 way: torch's own op on the same tensors (torch.matmul, or the pointwise chain in eager
 torch), and the launch of a Triton kernel taking arguments of the same kinds (three
 tensors, six sizes and strides; it does almost nothing, so its time is Triton's launch
 alone). The kernel time per call (CUDA events around 20 back-to-back calls) says when a
 call's host time would hide behind the GPU.
 
-A breakdown of the per-call steps of the hopper case follows (each step alone, in a loop:
+A breakdown of the per-call steps of the hopper case follows (each step alone, timed as the
+calls are in the idle regime:
 the signature key, the plan lookup, reading torch's current stream, the output's
 allocation, the scratch block's, one launch with its tensor maps at a known address and
 at a new one, and an empty kernel's launch through the driver: what the driver itself
@@ -59,8 +62,9 @@ fusion chain(x: f32[M, N], y: f32[M, N]) {
 }"""
 
 
-def per_call_us(fn, sets, calls, sync):
-    """Median, p10 and p90 of the host time of `fn(*set)` (us), sets taken in turn."""
+def per_call_us(fn, sets, calls, sync, every=BATCH):
+    """Median, p10 and p90 of the host time of `fn(*set)` (us), sets taken in turn, the
+    host waiting for the GPU after every `every` calls (outside the timed region)."""
     for i in range(WARMUP):
         fn(*sets[i % len(sets)])
     sync()
@@ -70,9 +74,8 @@ def per_call_us(fn, sets, calls, sync):
         started = time.perf_counter()
         fn(*args)
         times.append(time.perf_counter() - started)
-        if (i + 1) % BATCH == 0:
-            sync()              # outside the timed region: keeps the launch queue short
-    sync()
+        if (i + 1) % every == 0:
+            sync()
     times = sorted(t * 1e6 for t in times)
     return {"median": statistics.median(times), "p10": times[len(times) // 10],
             "p90": times[len(times) * 9 // 10]}
@@ -149,16 +152,7 @@ def steps_breakdown(torch, exe, sets, calls):
     zeroed = plan.zeroed or (0, 256)
 
     def timed(fn):
-        for _ in range(50):
-            fn()
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        for i in range(calls):
-            fn()
-            if (i + 1) % BATCH == 0:
-                torch.cuda.synchronize()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - started) / calls * 1e9
+        return per_call_us(fn, [()], calls, torch.cuda.synchronize, every=1)["median"] * 1e3
 
     turn = iter(range(1 << 62))
     return {
@@ -208,8 +202,9 @@ def main(argv=None):
     import fuserir
     sync = torch.cuda.synchronize
     launch_triton = triton_launch()
-    print("| case | plan | kernel us | fuserir host us | torch host us | Triton launch us |")
-    print("|---|---|---|---|---|---|")
+    print("| case | plan | kernel us | queue | fuserir host us | torch host us | "
+          "Triton launch us |")
+    print("|---|---|---|---|---|---|---|")
     hopper = None
     for name, text, one_set, op, (m, n) in cases(torch):
         exe = codegen.compile(fuserir.parse(text), backend="cuda")
@@ -220,18 +215,21 @@ def main(argv=None):
         plan = exe._calls[False][next(iter(exe._calls[False]))]
         kinds = f"{len(plan.launches)} kernel(s), " + \
             ("tensor maps" if any(p.maps for p in plan.parameters) else "no maps")
-        fuserir_us = per_call_us(exe, sets, args.calls, sync)
-        torch_us = per_call_us(op, sets, args.calls, sync)
         c = torch.empty(m, n, device="cuda", dtype=torch.float16)
-        triton_us = per_call_us(lambda x, y: launch_triton(x, y, c), sets, args.calls, sync)
         device_us = kernel_us(torch, exe, sets[0])
-        row = {"case": name, "plan": kinds, "kernel_us": device_us, "fuserir": fuserir_us,
-               "torch": torch_us, "triton_launch": triton_us, "max_abs_error": error}
-        if args.json:
-            print(json.dumps(row))
-        print(f"| {name} | {kinds} | {device_us:.1f} | {fuserir_us['median']:.1f} "
-              f"(p90 {fuserir_us['p90']:.1f}) | {torch_us['median']:.1f} | "
-              f"{triton_us['median']:.1f} |")
+        for queue, every in (("idle", 1), ("busy", BATCH)):
+            fuserir_us = per_call_us(exe, sets, args.calls, sync, every)
+            torch_us = per_call_us(op, sets, args.calls, sync, every)
+            triton_us = per_call_us(lambda x, y: launch_triton(x, y, c), sets, args.calls,
+                                    sync, every)
+            row = {"case": name, "plan": kinds, "kernel_us": device_us, "queue": queue,
+                   "fuserir": fuserir_us, "torch": torch_us, "triton_launch": triton_us,
+                   "max_abs_error": error}
+            if args.json:
+                print(json.dumps(row))
+            print(f"| {name} | {kinds} | {device_us:.1f} | {queue} | "
+                  f"{fuserir_us['median']:.1f} (p90 {fuserir_us['p90']:.1f}) | "
+                  f"{torch_us['median']:.1f} | {triton_us['median']:.1f} |")
         if name.startswith("hopper"):
             hopper = (exe, sets)
     print("\nPer-call steps of the hopper case (ns, each alone in a loop):")

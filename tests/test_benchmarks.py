@@ -171,13 +171,19 @@ def test_script_quick_on_gpu(script, tmp_path):
 
 @pytest.mark.gpu
 def test_host_overhead_on_gpu():
-    run = subprocess.run([sys.executable, "benchmarks/host_overhead.py", "--calls", "20"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    run = subprocess.run([sys.executable, "benchmarks/host_overhead.py", "--calls", "20",
+                          "--json"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
-    seed, pointwise_line = run.stdout.splitlines()
-    assert seed.startswith("seed kernel at 256x128x64: exe.run() ")
-    assert pointwise_line.startswith("pointwise_chain at 256x256: exe.run() ")
-    assert all("codegen.launch with bound arguments" in line for line in (seed, pointwise_line))
+    rows = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert [(r["case"].split()[0], r["queue"]) for r in rows] == [
+        (case, queue) for case in ("hopper", "split-K", "pointwise")
+        for queue in ("idle", "busy")]
+    assert [r["plan"] for r in rows[::2]] == ["1 kernel(s), tensor maps",
+                                              "2 kernel(s), no maps", "1 kernel(s), no maps"]
+    for r in rows:
+        assert r["fuserir"]["median"] > 0 and r["triton_launch"]["median"] > 0, r
+        assert r["max_abs_error"] < 4, r     # sane only: test_calls_gpu checks exactly
+    assert "whole call" in run.stdout and "launch, maps re-pointed" in run.stdout
 
 
 def test_perf_page_has_the_table_header():
