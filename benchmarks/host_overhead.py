@@ -44,16 +44,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import common  # noqa: E402
+from benchmarks.matmul import OPERANDS, layout_fusion  # noqa: E402
 
 WARMUP, BATCH = 50, 50
 
-MATMUL = """
-fusion mm(A: f16{a}, B: f16{b}) {{
-  acc = matmul(A, B, layout={layout})
-  out = cast(acc, f16)
-  output out
-}}"""
-OPERANDS = {"NT": ("[K, M]", "[K, N]"), "TN": ("[M, K]", "[N, K]")}
 POINTWISE = """
 fusion chain(x: f32[M, N], y: f32[M, N]) {
   z = gelu(x * 0.5 + y) - sigmoid(y) / 4
@@ -109,7 +103,8 @@ def triton_launch():
 
 
 def cases(torch):
-    """(name, fusion text, input sets, torch op, output shape) of each case."""
+    """(name, fusion, input sets, torch op, output shape) of each case."""
+    import fuserir
     made = []
     for name, layout, (m, n, k) in (("hopper NT 1024x2048x4096", "NT", (1024, 2048, 4096)),
                                     ("split-K TN 128x128x262144", "TN", (128, 128, 262144))):
@@ -122,8 +117,7 @@ def cases(torch):
                     torch.randn(sb, device="cuda", dtype=torch.float16))
         op = ((lambda a, b: torch.matmul(a.t(), b)) if layout == "NT"
               else (lambda a, b: torch.matmul(a, b.t())))
-        made.append((name, MATMUL.format(a=a_shape, b=b_shape, layout=layout), one_set, op,
-                     (m, n)))
+        made.append((name, layout_fusion(layout), one_set, op, (m, n)))
 
     def pointwise_set():
         return (torch.randn(1024, 1024, device="cuda"), torch.randn(1024, 1024, device="cuda"))
@@ -131,7 +125,8 @@ def cases(torch):
     def pointwise_op(x, y):
         z = torch.nn.functional.gelu(x * 0.5 + y) - torch.sigmoid(y) / 4
         return z.to(torch.bfloat16)
-    made.append(("pointwise 1024x1024", POINTWISE, pointwise_set, pointwise_op, (1024, 1024)))
+    made.append(("pointwise 1024x1024", fuserir.parse(POINTWISE), pointwise_set, pointwise_op,
+                 (1024, 1024)))
     return made
 
 
@@ -199,15 +194,14 @@ def main(argv=None):
     common.require_gpu()
     import torch
     import codegen
-    import fuserir
     sync = torch.cuda.synchronize
     launch_triton = triton_launch()
     print("| case | plan | kernel us | queue | fuserir host us | torch host us | "
           "Triton launch us |")
     print("|---|---|---|---|---|---|---|")
     hopper = None
-    for name, text, one_set, op, (m, n) in cases(torch):
-        exe = codegen.compile(fuserir.parse(text), backend="cuda")
+    for name, fusion, one_set, op, (m, n) in cases(torch):
+        exe = codegen.compile(fusion, backend="cuda")
         sets = [one_set() for _ in range(args.sets)]
         got = exe(*sets[0])
         want = op(*sets[0])

@@ -9,19 +9,13 @@ import threading
 import pytest
 
 import codegen
-import fuserir
 from driver import calls as calling
 from fuserir.errors import FuserirError
 
+from test_hopper_matmul import matmul_fusion
+
 pytestmark = pytest.mark.gpu
 
-MATMUL = """
-fusion mm(A: f16{a}, B: f16{b}) {{
-  acc = matmul(A, B, layout={layout})
-  out = cast(acc, f16)
-  output out
-}}"""
-OPERANDS = {"NT": ("[K, M]", "[K, N]"), "TN": ("[M, K]", "[N, K]")}
 SHAPES = {"NT": lambda m, n, k: ((k, m), (k, n)), "TN": lambda m, n, k: ((m, k), (n, k))}
 
 
@@ -31,9 +25,7 @@ def torch():
 
 
 def matmul(layout):
-    a, b = OPERANDS[layout]
-    return codegen.compile(fuserir.parse(MATMUL.format(a=a, b=b, layout=layout)),
-                           backend="cuda")
+    return codegen.compile(matmul_fusion(layout), backend="cuda")
 
 
 def operands(torch, layout, m, n, k, scale=1.0, generator=None):
