@@ -51,12 +51,25 @@ def _cupy_key(a):
     return (a.dtype, a.shape, a.strides, data.device_id, data.ptr & 15)
 
 
+def _torch_pointer(t):
+    return t.data_ptr()
+
+
+def _cupy_pointer(a):
+    return a.data.ptr
+
+
+def pointer_of(array):
+    """The function giving an array of `array`'s kind (torch or CuPy) its address."""
+    return _torch_pointer if is_torch(array) else _cupy_pointer
+
+
 _KEYS = {}       # type -> the function giving an array of that type its part of a key
 
 
 def describer(kind):
     """The key function for arrays of type `kind` (torch or CuPy), or None: an array of
-    another kind is converted to CuPy (CuPyArrays.adopt) before its call is keyed."""
+    another kind is converted to CuPy (adopt) before its call is keyed."""
     known = _KEYS.get(kind)
     if known is None:
         module = kind.__module__
@@ -102,9 +115,7 @@ class TorchArrays:
     def empty_bytes(self, nbytes):
         return self.torch.empty(nbytes, dtype=self.bytes, device=self.device)
 
-    @staticmethod
-    def pointer(t):
-        return t.data_ptr()
+    pointer = staticmethod(_torch_pointer)
 
     def capturing(self):
         """Is the current stream being captured into a CUDA graph?"""
@@ -112,7 +123,7 @@ class TorchArrays:
 
     @staticmethod
     def fill(t, value):
-        t.fill_(float(value) if isinstance(value, float) else value)
+        t.fill_(value)
 
 
 class CuPyArrays:
@@ -143,9 +154,7 @@ class CuPyArrays:
     def empty_bytes(self, nbytes):
         return self.cupy.empty(nbytes, dtype=self.bytes)
 
-    @staticmethod
-    def pointer(a):
-        return a.data.ptr
+    pointer = staticmethod(_cupy_pointer)
 
     def capturing(self):
         runtime = self.cupy.cuda.runtime
@@ -164,12 +173,15 @@ class CallPlan:
     its bytes, and the (offset, bytes) to zero and to poison in it; `launches`: per kernel,
     (its launch: BoundLaunch.launch, ((position in the address table, byte offset), ...))
     for its tensors and then its workspaces, where the table is the inputs, then the
-    outputs, then the scratch block."""
+    outputs, then the scratch block. `pointers`: the address function of each input's and
+    each out= array's kind (a call may mix torch and CuPy arrays)."""
 
     __slots__ = ("arrays", "device", "outputs", "scratch", "zeroed", "poisoned",
-                 "launches", "switch")
+                 "launches", "switch", "pointers")
 
-    def __init__(self, arrays, device, outputs, scratch, zeroed, poisoned, launches, switch):
+    def __init__(self, arrays, device, outputs, scratch, zeroed, poisoned, launches, switch,
+                 pointers):
+        self.pointers = pointers
         self.arrays = arrays
         self.device = device
         self.outputs = outputs
@@ -200,13 +212,11 @@ class CallPlan:
             for array, (_, _, _, poison) in zip(out, self.outputs):
                 if poison is not None:
                     fw.fill(array, poison)
-        pointer = fw.pointer
-        table = [pointer(a) for a in inputs]
-        table += [pointer(a) for a in out]
+        table = [pointer(a) for pointer, a in zip(self.pointers, (*inputs, *out))]
         scratch = None
         if self.scratch:
             scratch = fw.empty_bytes(self.scratch)
-            base = pointer(scratch)
+            base = fw.pointer(scratch)
             table.append(base)
             if self.poisoned:
                 kernel_params.memset_async(base + self.poisoned[0], self.poisoned[1], stream,

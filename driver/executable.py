@@ -55,7 +55,8 @@ from lowering.index_bounds import index_dtype_for
 
 from .build import CompiledKernel, build_kernel
 from .calls import (CallPlan, CuPyArrays, TorchArrays, adopt, call_key, describer, is_torch,
-                    one_device, scratch_layout, torch_dtype_name as calls_torch_name)
+                    one_device, pointer_of, scratch_layout,
+                    torch_dtype_name)
 from .vector_widths import VECTOR_ALIGNMENT, address_of, vector_caps
 
 
@@ -382,8 +383,10 @@ class Executable:
         switch = None
         if cupy.cuda.runtime.getDeviceCount() > 1:
             switch = functools.partial(cupy.cuda.Device, device)
+        pointers = tuple(map(pointer_of, arrays)) + (
+            tuple(map(pointer_of, out)) if out is not None else (arrays_of.pointer,) * len(final))
         return CallPlan(arrays_of, device, tuple(outputs), size, zeroed,
-                        poisoned if poison else None, tuple(sources), switch)
+                        poisoned if poison else None, tuple(sources), switch, pointers)
 
     def kernels_for(self, inputs):
         """The kernels run(inputs) launches, in order: each step's variant for these arrays
@@ -638,7 +641,7 @@ def _checked_out(tv, allocation, array):
     is the output as a call would allocate it)."""
     shape = allocation.layout().shape
     if is_torch(array):
-        dtype, want = str(array.dtype).replace("torch.", ""), calls_torch_name(tv.dtype)
+        dtype, want = str(array.dtype).replace("torch.", ""), torch_dtype_name(tv.dtype)
     else:
         dtype, want = str(array.dtype), str(np.dtype(allocation.dtype))
     if dtype != want:

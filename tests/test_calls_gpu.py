@@ -220,3 +220,14 @@ def test_a_call_at_an_address_tma_cannot_take_is_planned_again(torch):
     assert torch.equal(exe(moved, b), reference(torch, "NT", a, b))
     maps = [any(p.maps for p in plan.parameters) for plan in exe._calls[False].values()]
     assert maps == [True, False]
+
+
+def test_a_call_may_mix_torch_tensors_and_cupy_arrays(torch):
+    import cupy
+    exe = matmul("NT")
+    a, b = operands(torch, "NT", 128, 256, 256)
+    out = exe(a, cupy.from_dlpack(b))             # torch in: torch out
+    assert isinstance(out, torch.Tensor) and torch.equal(out, reference(torch, "NT", a, b))
+    given = cupy.empty((256, 256), dtype=cupy.float16)
+    assert exe(a, b, out=given) is given
+    assert torch.equal(torch.from_dlpack(given), reference(torch, "NT", a, b))
