@@ -17,8 +17,7 @@ kernel declares, so a 64-byte aligned `__grid_constant__` map needs no layout ru
 (checked on the H200: packed into one buffer at natural alignments it lands at the wrong
 offset). A call writes the pointers, re-points each map whose tensor moved with the
 driver's cuTensorMapReplaceAddress (no re-encoding; a new address costs one ctypes call),
-and launches (after the first move a map's address word is known and written directly:
-see _Map). Calls from several threads share the storage, so writing it and launching
+and launches. Calls from several threads share the storage, so writing it and launching
 hold a lock; cuLaunchKernel copies the parameters before it returns, as stream capture
 copies them into the graph's node, so the storage may change right after.
 
@@ -30,7 +29,6 @@ moved map is encoded again (codegen.tensor_maps).
 import ctypes
 import functools
 import os
-import struct
 import threading
 
 import numpy as np
@@ -88,35 +86,11 @@ def memset_async(address, nbytes, stream, value=0):
     cupy.cuda.runtime.memsetAsync(address, value, nbytes, stream)
 
 
-_ADDRESS = struct.Struct("<Q")
-_UNKNOWN = object()           # a map's address word before its first move
-
-
-def _address_word(before, after, old, new):
-    """The offset of the one aligned 8-byte word in which a map's bytes `before` and
-    `after` its re-pointing from address `old` to `new` differ, holding `old` then `new`;
-    None if they differ anywhere else (or nowhere)."""
-    words = [i for i in range(0, len(before), 8) if before[i:i + 8] != after[i:i + 8]]
-    if len(words) != 1:
-        return None
-    (i,) = words
-    if _ADDRESS.unpack_from(before, i)[0] != old or _ADDRESS.unpack_from(after, i)[0] != new:
-        return None
-    return i
-
-
 class _Map:
     """One tensor map parameter: the tensor it is over (an index into the pointers), its
-    fields, and its 128 bytes at a 64-byte aligned address, encoded for `address`.
+    fields, and its 128 bytes at a 64-byte aligned address, encoded for `address`."""
 
-    Re-pointing: the first time the tensor moves, the driver re-points the map
-    (cuTensorMapReplaceAddress) and the bytes before and after are compared. Where they
-    differ in exactly one aligned 8-byte word, which held the old address and holds the
-    new one, later moves write the address into that word themselves (a struct write,
-    about 0.1 us, where the driver's call cost 1-2.5 us on the H200's host); where they
-    differ otherwise, every move asks the driver."""
-
-    __slots__ = ("pointer", "fields", "address", "storage", "at", "word", "view")
+    __slots__ = ("pointer", "fields", "address", "storage", "block", "at")
 
     def __init__(self, pointer, fields):
         self.pointer = pointer
@@ -124,9 +98,7 @@ class _Map:
         self.storage = ctypes.create_string_buffer(tensor_maps.TENSOR_MAP_BYTES + _MAP_ALIGN)
         base = ctypes.addressof(self.storage)
         self.at = base + (-base % _MAP_ALIGN)
-        self.view = memoryview(self.storage).cast("B")
         self.address = None
-        self.word = _UNKNOWN       # the address word's offset in storage; None: ask the driver
         self.encode(fields.address)
 
     def encode(self, address):
@@ -141,17 +113,8 @@ class _Map:
         if driver is None:
             self.encode(address)
             return
-        if self.word is not None and self.word is not _UNKNOWN:
-            _ADDRESS.pack_into(self.view, self.word, address)
-            self.address = address
-            return
-        before = ctypes.string_at(self.at, tensor_maps.TENSOR_MAP_BYTES)
         _check(driver.replace_address(self.at, address),
                f"{self.fields.where}: cuTensorMapReplaceAddress")
-        if self.word is _UNKNOWN:
-            after = ctypes.string_at(self.at, tensor_maps.TENSOR_MAP_BYTES)
-            word = _address_word(before, after, self.address, address)
-            self.word = None if word is None else self.at - ctypes.addressof(self.storage) + word
         self.address = address
 
     def value(self):

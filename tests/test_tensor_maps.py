@@ -243,74 +243,39 @@ def test_the_launch_passes_the_map_after_the_strides_before_the_workspaces(gpu, 
     assert tmap.dtype == np.dtype("V128") and map_words(tmap)[:3] == (int(a), 128, 64)
 
 
-def driver_replacing_word(word, launched, replaced):
-    """A recording driver whose cuTensorMapReplaceAddress writes the address into `word`
-    (an 8-byte word index; the fake encoding keeps it in word 0) and, where `word` is not
-    0, also changes word 0, as a layout that keeps more than the address would."""
+def test_a_map_is_encoded_once_per_layout_and_re_pointed_at_a_new_address(
+        gpu, encodes, monkeypatch):
     import ctypes
+    kernel = tma_kernel()
+    first = launch_args(gpu)
+    for _ in range(3):
+        launching.launch(kernel, b"cubin", first)
+    assert len(encodes) == 1 and gpu.loads == 1
+    # the driver re-points the map (cuTensorMapReplaceAddress: here it writes word 0)
+    launched, replaced = [], []
 
     def replace(at, address):
         replaced.append(address)
-        ctypes.c_uint64.from_address(at + 8 * word).value = address
-        if word:
-            ctypes.c_uint64.from_address(at).value += 1
+        ctypes.c_uint64.from_address(at).value = address
         return 0
 
     def launch(*head_and_params):
         params = head_and_params[9]
         launched.append(map_words(np.frombuffer(ctypes.string_at(params[5], 128), "V128")[0]))
         return 0
-    return types.SimpleNamespace(launch=launch, replace_address=replace, memset=None)
-
-
-def test_a_map_is_encoded_once_per_layout_then_re_pointed_and_patched(gpu, encodes,
-                                                                       monkeypatch):
-    kernel = tma_kernel()
-    first = launch_args(gpu)
-    for _ in range(3):
-        launching.launch(kernel, b"cubin", first)
-    assert len(encodes) == 1 and gpu.loads == 1
-    launched, replaced = [], []
-    monkeypatch.setattr(kernel_params, "cuda_driver",
-                        lambda: driver_replacing_word(0, launched, replaced))
-    other, third = launch_args(gpu), launch_args(gpu)     # same signature, other addresses
-    for args in (other, other, first, third):
-        launching.launch(kernel, b"cubin", args)
-    assert len(encodes) == 1                       # never encoded again
-    # the driver re-points the first move; its bytes show the one word that holds the
-    # address, which later moves write themselves
-    assert replaced == [other["a"].data.ptr]
-    assert [words[:3] for words in launched] == [
-        (args["a"].data.ptr, 128, 64) for args in (other, other, first, third)]
+    monkeypatch.setattr(kernel_params, "cuda_driver", lambda: types.SimpleNamespace(
+        launch=launch, replace_address=replace, memset=None))
+    other = launch_args(gpu)                       # same signature, another address
+    launching.launch(kernel, b"cubin", other)
+    launching.launch(kernel, b"cubin", other)
+    launching.launch(kernel, b"cubin", first)
+    assert len(encodes) == 1                       # re-pointed, never encoded again
+    assert replaced == [other["a"].data.ptr, first["a"].data.ptr]
+    assert [words[:3] for words in launched] == [(other["a"].data.ptr, 128, 64)] * 2 + \
+        [(first["a"].data.ptr, 128, 64)]
     monkeypatch.setattr(kernel_params, "cuda_driver", lambda: None)
     launching.launch(kernel, b"cubin", launch_args(gpu, m=32))    # another layout
     assert len(encodes) == 2 and encodes[-1].dims == (128, 32)
-
-
-def test_a_map_whose_re_pointing_changes_more_than_its_address_asks_the_driver_each_time(
-        gpu, encodes, monkeypatch):
-    kernel = tma_kernel()
-    launching.launch(kernel, b"cubin", launch_args(gpu))
-    launched, replaced = [], []
-    monkeypatch.setattr(kernel_params, "cuda_driver",
-                        lambda: driver_replacing_word(3, launched, replaced))
-    moves = [launch_args(gpu) for _ in range(3)]
-    for args in moves:
-        launching.launch(kernel, b"cubin", args)
-    assert replaced == [args["a"].data.ptr for args in moves]
-    assert [words[3] for words in launched] == replaced
-
-
-def test_the_address_word_is_the_one_word_that_changed_from_old_to_new():
-    from codegen.kernel_params import _address_word
-    before = struct.pack("<16Q", 7, 0x1000, *range(14))
-    assert _address_word(before, struct.pack("<16Q", 7, 0x2000, *range(14)), 0x1000,
-                         0x2000) == 8
-    assert _address_word(before, struct.pack("<16Q", 8, 0x2000, *range(14)), 0x1000,
-                         0x2000) is None           # another word changed too
-    assert _address_word(before, struct.pack("<16Q", 7, 0x2001, *range(14)), 0x1000,
-                         0x2000) is None           # the word is not the address
-    assert _address_word(before, before, 0x1000, 0x1000) is None
 
 
 def test_without_the_driver_a_moved_map_is_encoded_again(gpu, encodes):
