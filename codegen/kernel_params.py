@@ -186,5 +186,9 @@ class _StreamHandle:
 
 
 def _cupy_stream(handle):
+    """A CuPy stream object over a stream handle (CuPy 14's from_external, else 13's
+    ExternalStream)."""
     import cupy
-    return cupy.cuda.Stream.from_external(_StreamHandle(handle))
+    if hasattr(cupy.cuda.Stream, "from_external"):
+        return cupy.cuda.Stream.from_external(_StreamHandle(handle))
+    return cupy.cuda.ExternalStream(handle)
