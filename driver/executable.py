@@ -237,7 +237,8 @@ class Executable:
         torch inputs (from torch's caching allocator), else CuPy arrays. On the GPU it
         runs on the caller's current stream on the inputs' device and does not wait; a
         signature seen before costs a key of cheap attributes, the allocations and one
-        driver launch per kernel (driver.calls). The interpreter runs it as run()."""
+        driver launch per kernel (driver.calls). The interpreter runs it as run() and
+        copies the results into out= arrays."""
         scalars = ()
         if named or len(arrays) != len(self._input_names):
             arrays, scalars = self._arguments(arrays, named)
@@ -247,6 +248,16 @@ class Executable:
             results = self.run({**dict(zip(self._input_names, arrays)),
                                 **{name: value for name, _, value in scalars}})
             results = [results[name] for name in self._output_names]
+            if out is not None:           # the interpreter's results copied into out=
+                for name, given, result in zip(self._output_names, out, results):
+                    if getattr(given, "shape", None) != result.shape or \
+                            getattr(given, "dtype", None) != result.dtype:
+                        raise FuserirError(
+                            f"out= {name}: expected {result.dtype} of shape {result.shape}, "
+                            f"got {getattr(given, 'dtype', type(given).__name__)} of shape "
+                            f"{getattr(given, 'shape', None)}")
+                    np.copyto(given, result)
+                results = out
         else:
             try:
                 plan = self._calls[False][call_key(arrays, scalars, out)]

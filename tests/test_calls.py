@@ -168,3 +168,17 @@ def test_calls_from_several_threads_launch_their_own_arrays(gpu):
     assert len(launched) == 8 * 200
     for _, _, args, _ in launched:
         assert expected[int(args[0])] == (args[1], args[2])
+
+
+def test_the_interpreter_takes_calls_too():
+    exe = codegen.compile(fuserir.parse(BIAS_RELU), backend="interp")
+    x = np.arange(-6, 6, dtype=np.float32).reshape(3, 4)
+    b = np.ones(4, np.float32)
+    want = np.maximum(x + b, 0)
+    np.testing.assert_array_equal(exe(x, b), want)
+    out = np.full((3, 4), np.nan, np.float32)
+    assert exe(x, b=b, out=out) is out
+    np.testing.assert_array_equal(out, want)
+    with pytest.raises(FuserirError, match=r"out= y: expected float32 of shape \(3, 4\), "
+                                           r"got float64 of shape \(3, 4\)"):
+        exe(x, b, out=np.zeros((3, 4)))
