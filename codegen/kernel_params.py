@@ -90,7 +90,7 @@ class _Map:
     """One tensor map parameter: the tensor it is over (an index into the pointers), its
     fields, and its 128 bytes at a 64-byte aligned address, encoded for `address`."""
 
-    __slots__ = ("pointer", "fields", "address", "storage", "block", "at")
+    __slots__ = ("pointer", "fields", "address", "storage", "at")
 
     def __init__(self, pointer, fields):
         self.pointer = pointer
@@ -126,10 +126,10 @@ class _Map:
 class KernelParameters:
     """What a launch of one kernel with one argument signature passes: the function, grid,
     block, dynamic shared bytes, and the parameters in ABI order (see the module header).
-    `pointers` counts the pointer parameters (tensors, then workspaces); `strides` and
-    `scalars` are numpy scalars of the kernel's index type; `maps` are (position among
-    the tensors, TensorMapFields encoded at the bound tensor's address); `tensors` is
-    the number of tensor pointers (the maps come after them and their strides)."""
+    `tensors` and `workspaces` count the pointer parameters (the tensors', then the
+    workspaces'); `strides` and `scalars` are numpy scalars of the kernel's index type;
+    `maps` are (position among the tensors, TensorMapFields encoded at the bound tensor's
+    address), passed after the strides."""
 
     def __init__(self, func, config, tensors, workspaces, strides, scalars, maps):
         self.func = func
