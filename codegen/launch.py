@@ -67,7 +67,6 @@ from .kernel_params import KernelParameters
 __all__ = ["launch", "bind", "BoundLaunch", "load_function", "launch_config",
            "workspace_sizes", "new_workspaces"]
 
-_STATIC_SHARED_LIMIT = 48 * 1024
 SIGNATURES_KEPT = 256   # per kernel: argument signatures whose checks are kept
 _modules = {}       # (device id, sha256 of cubin) -> cupy Module (kept loaded)
 _functions = {}     # (device id, id(cubin), name) -> (cubin, function): no rehash per launch
@@ -443,7 +442,7 @@ class _Launcher:
 def _opt_in(kernel, func, shared):
     """Let `func` take `shared` bytes of dynamic shared memory (above 48 KB it must opt in;
     the limit is raised only when this needs more than it allows already)."""
-    if shared <= _STATIC_SHARED_LIMIT or shared <= _opted_in.get(func.ptr, 0):
+    if shared <= devices.DEFAULT.static_shared or shared <= _opted_in.get(func.ptr, 0):
         return
     limit = device_shared_limit()
     if shared > limit:

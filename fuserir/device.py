@@ -25,6 +25,7 @@ class Device:
     # technical specifications): threads per block, per block dimension, blocks per grid
     # dimension, local memory per thread
     max_threads: int = 1024
+    static_shared: int = 48 * 1024    # shared memory a block gets without opting in
     max_block: tuple = (1024, 1024, 64)
     max_grid: tuple = (2 ** 31 - 1, 65535, 65535)
     local_bytes: int = 512 * 1024
@@ -52,3 +53,9 @@ class Device:
 H200 = Device("NVIDIA H200", (9, 0), sms=132, shared_limit=227 * 1024,
               l2_bytes=50 * 1024 * 1024)
 DEFAULT = H200     # what schedules are chosen for where no GPU answers
+
+# Shared memory per block after opt-in, by architecture (CUDA programming guide, table of
+# technical specifications): what a report says where no GPU answers the question.
+OPT_IN_SHARED = {"sm_75": 64 * 1024, "sm_80": 163 * 1024, "sm_86": 99 * 1024,
+                 "sm_87": 163 * 1024, "sm_89": 99 * 1024, "sm_90": H200.shared_limit,
+                 "sm_100": 227 * 1024, "sm_120": 99 * 1024}

@@ -3,7 +3,7 @@
 import functools
 import math
 
-from ..device import DEFAULT as DEFAULT_DEVICE
+from ..device import OPT_IN_SHARED
 from ..dsl import parse_file
 from ..ir import extent as ext
 from ..ir.iterdomain import Split, history
@@ -11,11 +11,6 @@ from ..ir.iterdomain import Split, history
 DEFAULT_SIZE = 19          # an odd size with no tile: exercises remainders
 DEFAULT_SCALAR = 3         # a named split factor nobody bound
 SIZE_MAX = 2 ** 63 - 1     # a size or run-time scalar is a 64-bit integer
-# Shared memory per block after opt-in, by architecture (CUDA programming guide, table of
-# technical specifications): used only where no GPU answers the question.
-OPTIN_SHARED = {"sm_75": 64 * 1024, "sm_80": 163 * 1024, "sm_86": 99 * 1024,
-                "sm_87": 163 * 1024, "sm_89": 99 * 1024, "sm_90": DEFAULT_DEVICE.shared_limit,
-                "sm_100": 227 * 1024, "sm_120": 99 * 1024}
 
 
 class UsageError(Exception):
@@ -205,8 +200,8 @@ def shared_limit(arch):
         from codegen.launch import device_model     # the device model run() uses
         return device_model().shared_limit, f"queried from {device}"
     base = arch.rstrip("af")
-    if base in OPTIN_SHARED:
-        return OPTIN_SHARED[base], f"no GPU here: {base}'s documented opt-in limit"
+    if base in OPT_IN_SHARED:
+        return OPT_IN_SHARED[base], f"no GPU here: {base}'s documented opt-in limit"
     return None, f"no GPU here and no documented limit for {arch}"
 
 

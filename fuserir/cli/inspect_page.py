@@ -10,6 +10,8 @@ at the chosen sizes, block 0), registers and spills from ptxas, and the verifier
 import json
 
 from driver import stages
+
+from ..device import DEFAULT
 from .common import (UsageError, add_file_arguments, add_sync_arguments, build, format_sizes,
                      kernel_scalars, normalize_arch, one_fusion, parse_sizes, shared_limit,
                      shared_ranges, sizes_for, sync_options, with_plan_scalars)
@@ -148,7 +150,7 @@ def _shared(kernel, scalars, total, arch):
     return {"allocations": allocations, "overlaps": overlaps, "total": total,
             "limit": limit, "limit_source": source,
             "fits": None if limit is None else total <= limit,
-            "needs_opt_in": total > 48 * 1024}
+            "needs_opt_in": total > DEFAULT.static_shared}   # 48 KB on every GPU
 
 
 def _barriers(kernel):
