@@ -69,7 +69,7 @@ _KEYS = {}       # type -> the function giving an array of that type its part of
 
 def describer(kind):
     """The key function for arrays of type `kind` (torch or CuPy), or None: an array of
-    another kind is converted to CuPy (adopt) before its call is keyed."""
+    another kind is converted to CuPy (as_cupy) before its call is keyed."""
     known = _KEYS.get(kind)
     if known is None:
         module = kind.__module__
@@ -258,10 +258,18 @@ def one_device(arrays, what="inputs"):
     return next(iter(devices.values()), None)
 
 
-def adopt(value, cupy):
-    """A device array of a kind without a key (anything with __cuda_array_interface__ or
-    __dlpack__) as a CuPy array over the same memory; host arrays (numpy) copied to the
-    current device; other values as they are."""
+def as_cupy(value, cupy):
+    """An array as a CuPy array: a torch tensor or anything with __cuda_array_interface__
+    or __dlpack__ over the same memory (bf16, which CuPy lacks, as its uint16 bits), a host
+    array (numpy, or anything else with a shape) copied to the current device, a CuPy
+    array as it is; other values (a scalar, a list) as they are."""
+    if type(value) is cupy.ndarray:
+        return value
+    if is_torch(value):
+        import torch
+        if value.dtype == torch.bfloat16:
+            return cupy.from_dlpack(value.view(torch.int16)).view(np.uint16)
+        return cupy.from_dlpack(value)
     if hasattr(value, "__cuda_array_interface__"):
         return cupy.asarray(value)
     if isinstance(value, np.ndarray):
@@ -269,7 +277,7 @@ def adopt(value, cupy):
                             else value)
     if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__"):
         return cupy.from_dlpack(value)
-    return value
+    return cupy.asarray(value) if hasattr(value, "shape") else value
 
 
 def scratch_layout(pieces, zeroed):

@@ -54,7 +54,7 @@ from lowering import kir
 from lowering.index_bounds import index_dtype_for
 
 from .build import CompiledKernel, build_kernel
-from .calls import (CallPlan, CuPyArrays, TorchArrays, adopt, call_key, describer, is_torch,
+from .calls import (CallPlan, CuPyArrays, TorchArrays, as_cupy, call_key, describer, is_torch,
                     one_device, pointer_of, scratch_layout,
                     torch_dtype_name)
 from .vector_widths import VECTOR_ALIGNMENT, address_of, vector_caps
@@ -307,12 +307,12 @@ class Executable:
 
     def _call_plan(self, arrays, scalars, out, poison=False):
         """(the CallPlan, the arrays, out) of a call on the GPU: arrays of a kind without a
-        key taken as CuPy arrays first (driver.calls.adopt), the plan made by the first
+        key taken as CuPy arrays first (driver.calls.as_cupy), the plan made by the first
         call of its signature (_make_plan), one thread at a time."""
         cupy = cupy_module()
-        arrays = tuple(a if describer(type(a)) else adopt(a, cupy) for a in arrays)
+        arrays = tuple(a if describer(type(a)) else as_cupy(a, cupy) for a in arrays)
         if out is not None:
-            out = tuple(a if describer(type(a)) else adopt(a, cupy) for a in out)
+            out = tuple(a if describer(type(a)) else as_cupy(a, cupy) for a in out)
         calls = self._calls[poison]
         try:
             key = call_key(arrays, scalars, out)
@@ -358,7 +358,7 @@ class Executable:
                 allocation = self._allocation(t, bound.env, poison, intermediate=False)
                 final[t.name] = allocation
                 if t.name in outs:
-                    values[t.name] = _to_device(_checked_out(t, allocation, outs[t.name]))
+                    values[t.name] = as_cupy(_checked_out(t, allocation, outs[t.name]), cupy)
             intermediates, workspaces, launches = [], [], []
             for planned in steps:
                 self._prepare(planned, bound, values)
@@ -553,23 +553,8 @@ class Executable:
         if self.backend == "interp":
             return {k: reference.to_numpy(v) if hasattr(v, "shape") else v
                     for k, v in inputs.items()}
-        ndarray = cupy_module().ndarray       # (already a CuPy array: taken as it is)
-        return {k: v if type(v) is ndarray else _to_device(v) if hasattr(v, "shape") else v
-                for k, v in inputs.items()}
-
-
-def _to_device(array):
-    """A CuPy array of the same data (bf16, which CuPy lacks, as its uint16 bits); torch
-    tensors are shared through DLPack, not copied."""
-    cupy = cupy_module()
-    if isinstance(array, np.ndarray) and array.dtype == DataType.bf16.numpy:
-        array = array.view(np.uint16)
-    if type(array).__module__.startswith("torch"):
-        import torch
-        if array.dtype == torch.bfloat16:
-            return cupy.from_dlpack(array.view(torch.int16)).view(np.uint16)
-        return cupy.from_dlpack(array)
-    return cupy.asarray(array)
+        cupy = cupy_module()
+        return {k: as_cupy(v, cupy) for k, v in inputs.items()}
 
 
 def _matmul_operands(fusion):
