@@ -1,8 +1,9 @@
 """Calls from PyTorch on the GPU: torch tensors in and out (torch's caching allocator, the
 caller's stream), `out=`, a CPU tensor refused, calls from several threads, two calls of a
 split-K executable overlapping on two streams (and the wrong answers the same calls give
-when they share one scratch block: the negative control), and CUDA graph capture of the
-Hopper TMA plan and of the two-kernel split-K plan replayed beside eager calls."""
+when they share one scratch block: the negative control), CUDA graph capture of the Hopper
+TMA plan and of the two-kernel split-K plan replayed beside eager calls, and a TMA plan's
+maps following its operands to addresses of every alignment."""
 
 import threading
 
@@ -220,6 +221,27 @@ def test_a_call_at_an_address_tma_cannot_take_is_planned_again(torch):
     assert torch.equal(exe(moved, b), reference(torch, "NT", a, b))
     maps = [any(p.maps for p in plan.parameters) for plan in exe._calls[False].values()]
     assert maps == [True, False]
+
+
+def test_a_tma_plan_called_at_addresses_of_every_alignment_is_right(torch):
+    """One signature, its operands moved to 16 bytes .. 64 KiB past a 64 KiB boundary: every
+    call re-points the plan's tensor maps (by their address words after the first move) and
+    every result is exact."""
+    exe = matmul("NT")
+    a, b = operands(torch, "NT", 256, 256, 512)
+    want = reference(torch, "NT", a, b)
+    pool = torch.zeros(a.numel() + (1 << 16), device="cuda", dtype=torch.float16)
+    base = (-pool.data_ptr() % (1 << 16)) // 2           # elements to a 64 KiB boundary
+    moves = 0
+    for offset in [8 << k for k in range(13)] + [24, 40, 8 * 17]:
+        for moved_b in (False, True):
+            at = base + offset
+            moved = pool[at:at + a.numel()].view(a.shape)
+            moved.copy_(a)
+            other = b.clone() if moved_b else b
+            assert torch.equal(exe(moved, other), want), (offset, moved_b)
+            moves += 1
+    assert len(exe._calls[False]) == 1 and moves == 32
 
 
 def test_a_call_may_mix_torch_tensors_and_cupy_arrays(torch):

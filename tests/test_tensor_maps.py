@@ -16,7 +16,7 @@ import pytest
 import kir_examples as ex
 from codegen import kernel_params, launch as launching
 from codegen import tensor_maps
-from codegen.tensor_maps import TensorMapFields, encode_tensor_map, tensor_map_fields
+from codegen.tensor_maps import encode_tensor_map, tensor_map_fields
 from fuserir.dtypes import DataType
 from lowering import kir
 
@@ -243,39 +243,87 @@ def test_the_launch_passes_the_map_after_the_strides_before_the_workspaces(gpu, 
     assert tmap.dtype == np.dtype("V128") and map_words(tmap)[:3] == (int(a), 128, 64)
 
 
-def test_a_map_is_encoded_once_per_layout_and_re_pointed_at_a_new_address(
-        gpu, encodes, monkeypatch):
-    import ctypes
-    kernel = tma_kernel()
-    first = launch_args(gpu)
-    for _ in range(3):
-        launching.launch(kernel, b"cubin", first)
-    assert len(encodes) == 1 and gpu.loads == 1
-    # the driver re-points the map (cuTensorMapReplaceAddress: here it writes word 0)
-    launched, replaced = [], []
-
-    def replace(at, address):
+def recording_driver(replace, launched, replaced):
+    """A driver whose cuTensorMapReplaceAddress is `replace(at, address)` (recorded in
+    `replaced`) and whose launches record the map's words in `launched`."""
+    def replace_address(at, address):
         replaced.append(address)
-        ctypes.c_uint64.from_address(at).value = address
-        return 0
+        return replace(at, address)
 
     def launch(*head_and_params):
         params = head_and_params[9]
         launched.append(map_words(np.frombuffer(ctypes.string_at(params[5], 128), "V128")[0]))
         return 0
-    monkeypatch.setattr(kernel_params, "cuda_driver", lambda: types.SimpleNamespace(
-        launch=launch, replace_address=replace, memset=None))
-    other = launch_args(gpu)                       # same signature, another address
-    launching.launch(kernel, b"cubin", other)
-    launching.launch(kernel, b"cubin", other)
-    launching.launch(kernel, b"cubin", first)
-    assert len(encodes) == 1                       # re-pointed, never encoded again
-    assert replaced == [other["a"].data.ptr, first["a"].data.ptr]
-    assert [words[:3] for words in launched] == [(other["a"].data.ptr, 128, 64)] * 2 + \
-        [(first["a"].data.ptr, 128, 64)]
+    return types.SimpleNamespace(launch=launch, replace_address=replace_address, memset=None)
+
+
+def writes_word(word, also=None):
+    """A re-pointing that writes the address into 8-byte word `word` (the fake encoding
+    keeps it in word 0) and, where `also(address)` is true, adds 1 to word 15 as well, as
+    a layout keeping more than the address would."""
+    def replace(at, address):
+        ctypes.c_uint64.from_address(at + 8 * word).value = address
+        if also is not None and also(address):
+            ctypes.c_uint64.from_address(at + 8 * 15).value += 1
+        return 0
+    return replace
+
+
+def test_a_map_is_encoded_once_per_layout_then_re_pointed_by_writing_its_address(
+        gpu, encodes, monkeypatch):
+    kernel = tma_kernel()
+    first = launch_args(gpu)
+    for _ in range(3):
+        launching.launch(kernel, b"cubin", first)
+    assert len(encodes) == 1 and gpu.loads == 1
+    launched, replaced = [], []
+    monkeypatch.setattr(kernel_params, "cuda_driver",
+                        lambda: recording_driver(writes_word(0), launched, replaced))
+    other, third = launch_args(gpu), launch_args(gpu)     # same signature, other addresses
+    for args in (other, other, first, third):
+        launching.launch(kernel, b"cubin", args)
+    assert len(encodes) == 1                       # never encoded again
+    # the first move asks the driver to re-point at the new address and at the probes;
+    # each changed word 0 alone, so later moves write word 0 themselves
+    assert replaced == [other["a"].data.ptr, *kernel_params._PROBES]
+    assert [words[:3] for words in launched] == [
+        (args["a"].data.ptr, 128, 64) for args in (other, other, first, third)]
     monkeypatch.setattr(kernel_params, "cuda_driver", lambda: None)
     launching.launch(kernel, b"cubin", launch_args(gpu, m=32))    # another layout
     assert len(encodes) == 2 and encodes[-1].dims == (128, 32)
+
+
+@pytest.mark.parametrize("replace, why", [
+    (writes_word(0, also=lambda address: address % 4096 == 0), "a flag of 4 KiB alignment"),
+    (writes_word(0, also=lambda address: address >= 1 << 40), "a flag of high addresses"),
+    (lambda at, address: ctypes.c_uint64.from_address(at).__setattr__("value", address >> 4),
+     "the address stored shifted"),
+    (lambda at, address: int(address >= 1 << 47), "high addresses refused"),
+])
+def test_a_map_whose_re_pointing_is_not_one_word_write_asks_the_driver_each_move(
+        gpu, encodes, monkeypatch, replace, why):
+    kernel = tma_kernel()
+    launching.launch(kernel, b"cubin", launch_args(gpu))
+    launched, replaced = [], []
+    monkeypatch.setattr(kernel_params, "cuda_driver",
+                        lambda: recording_driver(replace, launched, replaced))
+    moves = [launch_args(gpu) for _ in range(3)]
+    launching.launch(kernel, b"cubin", moves[0])
+    learned = len(replaced)
+    assert learned > 1, why                        # the probes ran, and found no one word
+    for args in moves[1:]:
+        launching.launch(kernel, b"cubin", args)
+    assert replaced[learned:] == [args["a"].data.ptr for args in moves[1:]], why
+
+
+def test_probing_restores_the_maps_bytes():
+    storage = ctypes.create_string_buffer(128)
+    at = ctypes.addressof(storage)
+    ctypes.memmove(at, struct.pack("<16Q", 0x1000, *range(1, 16)), 128)
+    assert kernel_params.address_word(at, 0x1000, 0x2000, writes_word(0)) == 0
+    assert storage.raw == struct.pack("<16Q", 0x1000, *range(1, 16))
+    assert kernel_params.address_word(at, 0x1000, 0x2000, writes_word(3)) is None
+    assert storage.raw == struct.pack("<16Q", 0x1000, *range(1, 16))
 
 
 def test_without_the_driver_a_moved_map_is_encoded_again(gpu, encodes):
@@ -362,3 +410,32 @@ def test_a_kernel_of_the_abi_receives_the_map_and_the_parameters_after_it(path, 
     assert out[:16].tobytes() == want.tobytes()
     assert tuple(out[16:18]) == (a.data.ptr, ws.data.ptr)
     assert tuple(out[18:21].view(np.int32)[:5]) == (128, 1, 1, 64, 128)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("box, swizzle, dtype", [
+    ((64, 64), "128B", F16), ((32, 64), "64B", F16), ((8, 16), "none", F32)])
+def test_a_map_re_pointed_by_its_address_word_is_the_drivers_map(box, swizzle, dtype):
+    """Moves to addresses of every alignment from 16 bytes to 64 KiB, and high ones: the
+    map's bytes are those of the driver's re-pointing and of a fresh encoding, whether
+    the move wrote the learned word or asked the driver."""
+    import cupy
+    driver = kernel_params.cuda_driver()
+    assert driver is not None
+    kernel = tma_kernel(box=box, swizzle=swizzle, dtype=dtype)
+    a = cupy.zeros((128, 256), dtype=np.float16 if dtype is F16 else np.float32)
+    fields = fields_of(kernel, a, M=128, K=256)
+    patched = kernel_params._Map(0, fields)
+    by_driver = kernel_params._Map(0, fields)
+    by_driver.word = None                          # every move asks the driver
+    base = a.data.ptr
+    moves = [base + 16 * k for k in (1, 2, 3, 5, 8, 16, 17, 64, 256, 4096)] + [
+        (base & ~0xFFFF) + (1 << 16), (1 << 40) + 16, (1 << 47) - 16, base]
+    for address in moves:
+        patched.point_at(address, driver)
+        by_driver.point_at(address, driver)
+        fresh = encode_tensor_map(tensor_maps.at_address(fields, address)).tobytes()
+        assert patched.value().tobytes() == by_driver.value().tobytes() == fresh, hex(address)
+    offset = patched.at - ctypes.addressof(patched.storage)
+    print(f"{swizzle} {dtype}: address word at byte "
+          f"{None if patched.word is None else patched.word - offset}")
