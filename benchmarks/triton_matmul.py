@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from fuserir.numerics import ceil_div
+
 CONFIGS = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4),
            (128, 128, 32, 4, 4), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4),
            (128, 128, 64, 8, 4), (64, 64, 64, 4, 5)]
@@ -88,7 +90,7 @@ def _matmul_splitk(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn, SPLIT,
 
 def skinny(m, n, k, sms):
     """Does a shape take the split-K kernel? Fewer 128x128 tiles than SMs and a long K."""
-    return -(-m // 128) * -(-n // 128) < sms // 2 and k >= 16 * 1024
+    return ceil_div(m, 128) * ceil_div(n, 128) < sms // 2 and k >= 16 * 1024
 
 
 def matmul_fn(a, b, out_dtype, sms):
@@ -99,7 +101,7 @@ def matmul_fn(a, b, out_dtype, sms):
     holder = [None]
     if skinny(m, n, k, sms):
         # two programs per SM at 128x128 tiles, each split at least 2048 long
-        split = max(1, min(2 * sms // (-(-m // 128) * -(-n // 128)), k // 2048))
+        split = max(1, min(2 * sms // (ceil_div(m, 128) * ceil_div(n, 128)), k // 2048))
         acc = torch.zeros((m, n), device=a.device, dtype=torch.float32)
 
         def run():

@@ -34,7 +34,7 @@ import numpy as np
 from fuserir.dtypes import DataType
 from fuserir.instructions import (SWIZZLE_BYTES, TMA_ADDRESS_ALIGN, TMA_BOX_MAX,
                                   TMA_DIM_LIMIT, TMA_RANKS, TMA_STRIDE_ALIGN,
-                                  TMA_STRIDE_LIMIT)
+                                  tma_stride_ok)
 from lowering import kir
 
 __all__ = ["TensorMapFields", "tensor_map_fields", "at_address", "encode_tensor_map",
@@ -123,7 +123,7 @@ def tensor_map_fields(kernel, tmap, array, scalars):
             f"{array_strides} exactly")
     byte_strides = tuple(s * itemsize for s in strides)
     for d, s in enumerate(byte_strides, start=1):
-        if s <= 0 or s % TMA_STRIDE_ALIGN or s >= TMA_STRIDE_LIMIT:
+        if not tma_stride_ok(s):
             bad(f"stride {d} is {s} bytes; a tensor map's strides are positive multiples "
                 f"of {TMA_STRIDE_ALIGN} bytes below 2^40")
 

@@ -34,6 +34,7 @@ import numpy as np
 from codegen import kernel_params
 from fuserir.dtypes import DataType
 from fuserir.errors import FuserirError
+from fuserir.numerics import round_up
 
 SCRATCH_ALIGN = 256        # bytes: each intermediate and workspace in the scratch block
 
@@ -288,11 +289,11 @@ def scratch_layout(pieces, zeroed):
     offsets, at = {}, 0
     for key, nbytes in pieces:
         offsets[key] = at
-        at += -(-nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
+        at += round_up(nbytes, SCRATCH_ALIGN)
     pieces_end = at
     for key, nbytes in zeroed:
         offsets[key] = at
-        at += -(-nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
+        at += round_up(nbytes, SCRATCH_ALIGN)
     return (offsets, at, (pieces_end, at - pieces_end) if at > pieces_end else None,
             (0, pieces_end) if pieces_end else None)
 

@@ -48,6 +48,7 @@ from codegen.launch import (bind, check_launch_limits, cupy_module, current_devi
 from fuserir import device as devices, reference
 from fuserir.dtypes import DataType
 from fuserir.errors import EvaluationError, FuserirError
+from fuserir.instructions import tma_stride_ok
 from fuserir.ir import extent as ext
 from fuserir.scheduler.auto import schedule_key
 from lowering import kir
@@ -449,7 +450,7 @@ class Executable:
                 # with the run-time scalars it chose (a matmul's split-K factor)
                 # (for a run whose operand arrays TMA cannot read, as if the device had
                 # no TMA: the schedule keeps to cp.async)
-                if not tma or not _tma_readable(self._operands, given):
+                if not tma or not _tma_reads_strides(self._operands, given):
                     model = model.with_(tma=False)
                 schedule, scalars, steps = self.plan_for(env, model)
                 env.update(scalars)
@@ -562,13 +563,12 @@ def _matmul_operands(fusion):
     return {t.name for e in fusion.exprs if e.op == "matmul" for t in e.inputs}
 
 
-def _tma_readable(operands, arrays):
+def _tma_reads_strides(operands, arrays):
     """Do the matmul operands (`operands`, names) among `arrays` give TMA what their sizes
     promise: each one's last axis contiguous, its other strides multiples of 16 bytes,
     or the array row-major contiguous (whose rows are the sizes' business:
     matmul_heuristic decides by them)? (Their addresses are not part of an input
     signature: _planned checks them.)"""
-    from fuserir.instructions import TMA_STRIDE_ALIGN
     for name in operands & set(arrays):
         array = arrays[name]
         strides = array.strides if hasattr(array, "strides") else \
@@ -577,7 +577,7 @@ def _tma_readable(operands, arrays):
         shape = tuple(array.shape)
         packed = tuple(item * math.prod(shape[i + 1:]) for i in range(len(shape)))
         if strides and strides != packed and (
-                strides[-1] != item or any(s % TMA_STRIDE_ALIGN for s in strides[:-1])):
+                strides[-1] != item or not all(map(tma_stride_ok, strides[:-1]))):
             return False
     return True
 

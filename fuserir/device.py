@@ -11,6 +11,8 @@ none (compiling needs no GPU).
 
 from dataclasses import dataclass, replace
 
+MAX_THREADS_PER_BLOCK = 1024      # the same on every architecture since sm_30
+
 
 @dataclass(frozen=True)
 class Device:
@@ -24,7 +26,7 @@ class Device:
     # launch limits (the same on every architecture since sm_30; CUDA's table of
     # technical specifications): threads per block, per block dimension, blocks per grid
     # dimension, local memory per thread
-    max_threads: int = 1024
+    max_threads: int = MAX_THREADS_PER_BLOCK
     static_shared: int = 48 * 1024    # shared memory a block gets without opting in
     max_block: tuple = (1024, 1024, 64)
     max_grid: tuple = (2 ** 31 - 1, 65535, 65535)

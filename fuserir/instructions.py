@@ -185,10 +185,14 @@ WARPGROUP = 128          # threads of a warp group: 4 consecutive warps, the fir
 # code, and the row span the XOR pattern repeats over (bytes)
 SWIZZLE_CODES = {"none": 0, "128B": 1, "64B": 2, "32B": 3}
 SWIZZLE_BYTES = {"none": 16, "32B": 32, "64B": 64, "128B": 128}
+# The swizzle pattern repeats every 1024 bytes of shared memory (8 rows of 128 bytes): a
+# tile swizzled by its pool offset, as TMA writes it and wgmma reads it, starts on this
+# boundary, and so does the pool itself
+SWIZZLE_ATOM_BYTES = 1024
 
 
 def swizzle(offset, mode):
-    """The byte offset `mode` stores byte `offset` at, within an atom aligned to 1024 bytes
+    """The byte offset `mode` stores byte `offset` at, within an atom of SWIZZLE_ATOM_BYTES
     (CUTLASS's Swizzle<b, 4, 3> on byte offsets): the 16-byte chunk index, bits 4 .. 4+b-1,
     is XORed with bits 7 .. 7+b-1, b = 3 for 128B, 2 for 64B, 1 for 32B, 0 for "none" (the
     identity). An involution; it keeps every 16-byte chunk whole. Works on ints and numpy
@@ -340,6 +344,11 @@ TMA_SMEM_ALIGN = 128
 # The box's dimension-0 coordinate, in bytes, is a multiple of this (checked on the H200:
 # a box of 24 f16 at column 60 faults with an illegal instruction, at column 56 it loads)
 TMA_COORD_ALIGN = 16
+
+
+def tma_stride_ok(nbytes):
+    """May a tensor map have a global stride of `nbytes` bytes?"""
+    return 0 < nbytes < TMA_STRIDE_LIMIT and nbytes % TMA_STRIDE_ALIGN == 0
 
 MBARRIER = AsyncProxyInstruction(
     name="mbarrier", arch=90, ptx={

@@ -16,6 +16,8 @@ of the dividend, a == (a / b) * b + a % b):
   * a / 0 = 0 and a % 0 = a (C leaves both undefined; the GPU does not trap);
   * MIN / -1 = MIN (the quotient wraps, as every integer operation does) and MIN % -1 = 0.
   A literal zero divisor is refused when the fusion is built (fuserir.ops).
+Sizes (tiles, grids, bytes) are divided up by ceil_div and rounded up by round_up: the
+one spelling of both on the host (a kernel's ceildiv is kir's op, (a + b - 1) / b).
 Reductions over no elements give the identity: sum -> 0, max -> -inf for floats and the
 type's minimum for integers (matmul over K = 0 is a sum: 0).
 """
@@ -25,7 +27,7 @@ import numpy as np
 
 from .dtypes import DataType
 
-__all__ = ["convert", "float_to_int", "int_div", "int_mod", "identity"]
+__all__ = ["convert", "float_to_int", "int_div", "int_mod", "identity", "ceil_div", "round_up"]
 
 _F16 = np.dtype(np.float16)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -136,6 +138,16 @@ def int_mod(a, b):
 
 
 # -- reductions -------------------------------------------------------------------------------
+
+def ceil_div(a, b):
+    """The least integer >= a / b (integers; b > 0): how many b-sized pieces cover a."""
+    return -(-a // b)
+
+
+def round_up(a, b):
+    """a rounded up to a multiple of b (integers; b > 0)."""
+    return ceil_div(a, b) * b
+
 
 def identity(op, dtype):
     """The value a reduction `op` ("sum" or "max") over no elements gives, as a Python

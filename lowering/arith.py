@@ -26,6 +26,8 @@ these folds on signed integers itself.
 
 import math
 
+from fuserir.numerics import ceil_div
+
 from . import kir
 
 
@@ -53,7 +55,7 @@ class Ranges:
         if e.op == "mul" and _nonneg(alo) and _nonneg(blo):
             return (alo * blo, _mul(ahi, bhi))
         if e.op in ("div", "ceildiv") and _nonneg(alo) and blo is not None and blo > 0:
-            up = (lambda x, y: -(-x // y)) if e.op == "ceildiv" else (lambda x, y: x // y)
+            up = ceil_div if e.op == "ceildiv" else (lambda x, y: x // y)
             return (up(alo, bhi) if bhi is not None else 0,
                     up(ahi, blo) if ahi is not None else None)
         if e.op in ("div", "ceildiv") and _nonneg(alo) and _nonneg(blo):

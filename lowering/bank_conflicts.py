@@ -51,6 +51,7 @@ import numpy as np
 
 from fuserir import op_table
 from fuserir.dtypes import DataType
+from fuserir.numerics import ceil_div, round_up
 from lowering import kir
 from lowering.accesses import shared_accesses
 
@@ -306,7 +307,7 @@ def _offsets(kernel, scalars):
                 offsets[b] = kir.evaluate_scalar(b.byte_offset, scalars)
                 end = max(end, offsets[b] + size)
     for b, size in unplaced:
-        end = -(-end // 16) * 16
+        end = round_up(end, 16)
         offsets[b] = end
         end += size
     return offsets
@@ -439,7 +440,7 @@ def _examine(r, acc, ev, base, dims, max_iterations, max_combinations):
     tids = np.arange(threads, dtype=np.int64)
     itemsize = acc.buffer.dtype.itemsize
     lanes_per_phase, phases = r.lanes_per_phase, r.phases
-    nwords = -(-acc.width // BANK_BYTES) + 1          # a misaligned access may straddle
+    nwords = ceil_div(acc.width, BANK_BYTES) + 1          # a misaligned access may straddle
     worst, misaligned = 0, False
     loop_names = [item[1].var.name for item in acc.chain if item[0] == "loop"]
     for env, active in _iterations(acc, ev, tids, max_iterations, max_combinations, r.notes):

@@ -24,8 +24,9 @@ refuses the rest with a CodegenError naming the statement:
 
 from fuserir.dtypes import DataType
 from fuserir.instructions import (NAMED_BARRIER_IDS, SETMAXNREG_COUNTS, STMATRIX,
-                                  SWIZZLE_BYTES, TMA_BOX_MAX, TMA_COORD_ALIGN, TMA_RANKS,
-                                  TMA_SMEM_ALIGN, WGMMA, MatrixDescriptor)
+                                  SWIZZLE_ATOM_BYTES, SWIZZLE_BYTES, TMA_BOX_MAX,
+                                  TMA_COORD_ALIGN, TMA_RANKS, TMA_SMEM_ALIGN, WGMMA,
+                                  MatrixDescriptor)
 from lowering import kir
 
 from . import ptx_sm90
@@ -34,7 +35,6 @@ from .names import _HALF, _INT
 
 # statements whose shared-memory addresses are swizzled by pool offset
 _SWIZZLED = (kir.Wgmma, kir.TmaLoad, kir.TmaStore)
-_SWIZZLED_POOL_ALIGN = 1024
 
 
 class HopperEmitter:
@@ -49,9 +49,9 @@ class HopperEmitter:
                  "(buffers that overlap alias)."]
         if not any(isinstance(s, _SWIZZLED) for s in kir.walk(self.kernel.body)):
             return lines + ["  extern __shared__ __align__(16) unsigned char smem[];"]
-        return lines + [f"  // {_SWIZZLED_POOL_ALIGN}-byte aligned: TMA and wgmma swizzles "
+        return lines + [f"  // {SWIZZLE_ATOM_BYTES}-byte aligned: TMA and wgmma swizzles "
                         "are functions of the pool offset.",
-                        f"  extern __shared__ __align__({_SWIZZLED_POOL_ALIGN}) unsigned char "
+                        f"  extern __shared__ __align__({SWIZZLE_ATOM_BYTES}) unsigned char "
                         "smem[];"]
 
     def launch_bounds(self):

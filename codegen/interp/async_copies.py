@@ -28,6 +28,7 @@ import numpy as np
 from codegen.errors import Hazard
 from codegen.interp.base import _NONE, InterpError, _point
 from fuserir.instructions import CP_ASYNC
+from fuserir.numerics import ceil_div
 from lowering import kir
 from lowering.accesses import instruction_access
 
@@ -94,7 +95,7 @@ class _AsyncCopies:
             return
         g = self._global(s.src)
         gi = g.dtype.itemsize
-        nsrc = -(-ss // gi)                      # source elements each thread reads
+        nsrc = ceil_div(ss, gi)                      # source elements each thread reads
         mx = int(nsrc.max())
         data = np.zeros((n, max(nb, mx * gi)), np.uint8)
         if mx:

@@ -40,7 +40,9 @@ from codegen.interp.scheduler import schedule
 from codegen.interp.tensor_cores import _TensorCores
 from codegen.interp.tma import _Tma, bind_tensor_maps
 from codegen.interp.warpgroups import _Warpgroups
+from fuserir.device import MAX_THREADS_PER_BLOCK
 from fuserir.instructions import WARPGROUP
+from fuserir.numerics import ceil_div, round_up
 from lowering import kir
 
 
@@ -140,9 +142,9 @@ class _Interp:
         self.block = tuple(self._extent(uniform, e, f"block.{a}")
                            for e, a in zip(launch.block, "xyz")) + (1,) * (3 - len(launch.block))
         self.nthreads = self.block[0] * self.block[1] * self.block[2]
-        if not 1 <= self.nthreads <= 1024:
+        if not 1 <= self.nthreads <= MAX_THREADS_PER_BLOCK:
             raise InterpError(f"kernel {kernel.name}: block {self.block} has "
-                              f"{self.nthreads} threads (1..1024 allowed)")
+                              f"{self.nthreads} threads (1..{MAX_THREADS_PER_BLOCK} allowed)")
         self._layout_shared(uniform)
         self._layout_local(uniform)
         lin = np.arange(self.nthreads, dtype=np.int64)
@@ -263,13 +265,13 @@ class _Interp:
         end = max((off + size * s.buffer.dtype.itemsize for s, off, size in placed),
                   default=0)
         for s, size in unplaced:
-            end = -(-end // 16) * 16
+            end = round_up(end, 16)
             placed.append((s, end, size))
             end += size * s.buffer.dtype.itemsize
         self.pool_bytes = end
         self.grain = reduce(math.gcd, [v for s, off, _ in placed
                                        for v in (off, s.buffer.dtype.itemsize)], 0) or 1
-        self.ngrains = -(-self.pool_bytes // self.grain)
+        self.ngrains = ceil_div(self.pool_bytes, self.grain)
         bufids = {}
         self.shared = {}
         self.shared_by_name = {}
@@ -402,7 +404,7 @@ class _Block(_Execution, _Roles, _TensorCores, _Warpgroups, _Mbarriers, _Tma,
         self.bulk_retired = np.zeros(self.T, np.int64)
         self.bulk_done = np.zeros(self.T, np.int64)
         # wgmma (see warpgroups.py): per warp group the groups committed; the pending ops
-        self.wgmma_committed = np.zeros(-(-self.T // WARPGROUP), np.int64)
+        self.wgmma_committed = np.zeros(ceil_div(self.T, WARPGROUP), np.int64)
         self.wgmmas = []
         # async proxy (see async_proxy.py): per thread the event count at its latest
         # fence.proxy.async; per grain the pending async reads holding it; per warp group
@@ -410,7 +412,7 @@ class _Block(_Execution, _Roles, _TensorCores, _Warpgroups, _Mbarriers, _Tma,
         # of its latest Store
         self.proxy_fenced = np.full(self.T, _NONE, np.int64)
         self.held = np.zeros(n, np.int32)
-        self.wg_fence = np.full(-(-self.T // WARPGROUP), _NONE, np.int64)
+        self.wg_fence = np.full(ceil_div(self.T, WARPGROUP), _NONE, np.int64)
         self.reg_ev = {}
         # access events: (statement, iterations, buffer name); ev_sid: statement ids
         self.events = []

@@ -48,8 +48,8 @@ import numpy as np
 from codegen.errors import Hazard
 from codegen.interp.base import _NONE, InterpError, _point
 from fuserir.instructions import (SWIZZLE_BYTES, TMA_BOX_MAX, TMA_COORD_ALIGN, TMA_RANKS,
-                                  TMA_SMEM_ALIGN, TMA_STRIDE_ALIGN, TMA_STRIDE_LIMIT,
-                                  swizzle)
+                                  TMA_SMEM_ALIGN, TMA_STRIDE_ALIGN, swizzle,
+                                  tma_stride_ok)
 from lowering import kir
 
 
@@ -105,7 +105,7 @@ def bind_tensor_maps(kernel, globals_, uniform):
             raise bad(f"has sizes {sizes}: each must be positive")
         for d, s in enumerate(strides):
             nbytes = s * item
-            if nbytes <= 0 or nbytes % TMA_STRIDE_ALIGN or nbytes >= TMA_STRIDE_LIMIT:
+            if not tma_stride_ok(nbytes):
                 raise bad(f"has stride {s} elements ({nbytes} bytes) in dimension {d + 1}: "
                           f"a positive multiple of {TMA_STRIDE_ALIGN} bytes below 2^40")
         row = m.box[0] * item

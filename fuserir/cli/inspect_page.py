@@ -12,6 +12,7 @@ import json
 from driver import stages
 
 from ..device import DEFAULT
+from ..numerics import ceil_div
 from .common import (UsageError, add_file_arguments, add_sync_arguments, build, format_sizes,
                      kernel_scalars, normalize_arch, one_fusion, parse_sizes, shared_limit,
                      shared_ranges, sizes_for, sync_options, with_plan_scalars)
@@ -98,7 +99,7 @@ def _kernel_page(unit, sizes, arch):
                                               for e in kernel.launch.block],
                                  "value": list(block)},
                        "blocks": _product(grid), "threads_per_block": _product(block),
-                       "warps_per_block": -(-_product(block) // 32),
+                       "warps_per_block": ceil_div(_product(block), 32),
                        "index_dtype": str(kernel.index_dtype)},
             "shared": _shared(kernel, scalars, shared_total, arch),
             "barriers": _barriers(kernel),

@@ -9,6 +9,8 @@ so two extents compare equal exactly when they print the same.
 
 from dataclasses import dataclass
 
+from ..numerics import ceil_div
+
 
 @dataclass(frozen=True)
 class Sym:
@@ -44,7 +46,7 @@ def is_const(e):
 
 def ceildiv(a, b):
     if isinstance(a, int) and isinstance(b, int):
-        return -(-a // b)
+        return ceil_div(a, b)
     if b == 1:
         return a
     return CeilDiv(a, b)
@@ -80,7 +82,7 @@ def evaluate(e, env):
             raise KeyError(e.name)
         return int(env[e.name])
     if isinstance(e, CeilDiv):
-        return -(-evaluate(e.numerator, env) // evaluate(e.denominator, env))
+        return ceil_div(evaluate(e.numerator, env), evaluate(e.denominator, env))
     return evaluate(e.lhs, env) * evaluate(e.rhs, env)
 
 

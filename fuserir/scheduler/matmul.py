@@ -26,10 +26,11 @@ from dataclasses import dataclass, fields
 
 from .. import device as devices
 from ..errors import ScheduleError
-from ..instructions import CP_ASYNC, MMA_M16N8K16 as MMA, WGMMA
+from ..instructions import CP_ASYNC, MMA_M16N8K16 as MMA, WGMMA, tma_stride_ok
 from ..ir.exprs import BinaryOp, CastOp, MatmulOp, UnaryOp, WhereOp
 from ..ir.iterdomain import ParallelType, roots_of
 from ..ir.tensor import MemoryType
+from ..numerics import ceil_div
 from .hopper import schedule_hopper_matmul
 from .matmul_tiles import SPLITK, broadcasts_first, output_tiles, tensor_core_loops, two_kernel
 
@@ -329,10 +330,12 @@ def _rows_of(m, n, k, layout, elements):
     return a_row % elements == 0 and b_row % elements == 0
 
 
-def _tma_readable(m, n, k, layout):
-    """Can TMA read both operands? Each one's row stride must be a multiple of 16 bytes:
-    8 16-bit elements."""
-    return _rows_of(m, n, k, layout, 8)
+def _tma_readable(m, n, k, layout, itemsize=2):
+    """Can TMA read both operands (row-major per `layout`, of `itemsize`-byte elements)?
+    Each one's row stride must be one a tensor map may have."""
+    a_row = k if layout[0] == "T" else m
+    b_row = n if layout[1] == "T" else k
+    return tma_stride_ok(a_row * itemsize) and tma_stride_ok(b_row * itemsize)
 
 
 def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
@@ -367,10 +370,10 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
             "producer warp group copies the tiles element-wise, into the same swizzled "
             "layout")
     tk = HOPPER_K_TILE
-    wide = -(-m // 128) * -(-n // 256) >= sms
+    wide = ceil_div(m, 128) * ceil_div(n, 256) >= sms
     tm, tn = (128, 256) if wide else (128, 128)
-    tiles = -(-m // tm) * -(-n // tn)
-    k_tiles = -(-k // tk)
+    tiles = ceil_div(m, tm) * ceil_div(n, tn)
+    k_tiles = ceil_div(k, tk)
     splitk = 1
     if 2 * tiles <= sms:
         splitk = max(1, min(sms // tiles, k_tiles // 4))
@@ -407,7 +410,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
 
 
 def _k_tiles_per_split(k, tk, splitk):
-    return -(-(-(-k // tk)) // splitk)
+    return ceil_div(ceil_div(k, tk), splitk)
 
 
 def splitk_for(m, n, k, cta_tile, sms=devices.DEFAULT.sms):
@@ -421,10 +424,10 @@ def splitk_for(m, n, k, cta_tile, sms=devices.DEFAULT.sms):
     splits 60.9 us, 264 splits 71.8 us on the H200; 136x184x175704: 33 splits 98.8 us,
     66 splits 83.1 us)."""
     tm, tn, tk = cta_tile
-    tiles = -(-m // tm) * -(-n // tn)
+    tiles = ceil_div(m, tm) * ceil_div(n, tn)
     if tiles >= sms:
         return 1
-    k_tiles = -(-k // tk)
+    k_tiles = ceil_div(k, tk)
     splits = min(2 * sms // tiles, k_tiles // 8)
     if splits > TWO_KERNEL_SPLITS and k_tiles // splits < 64:
         splits = min(sms // tiles, k_tiles // 8)
@@ -481,7 +484,7 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
     tk = 32
     # 8 warps of 64x64 on a 256x128 tile where those tiles alone give every SM one (and 3
     # stages of them fit); else 4 warps on 128x128, two CTAs per SM (splitk_for).
-    wide_tiles = -(-m // 256) * -(-n // 128)
+    wide_tiles = ceil_div(m, 256) * ceil_div(n, 128)
     wide = wide_tiles >= sms and 3 * (256 + 128) * tk * 2 <= limit
     tm, tn = (256, 128) if wide else (128, 128)
     splitk = splitk_for(m, n, k, (tm, tn, tk), sms)
@@ -491,7 +494,7 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
     stage_bytes = (tm + tn) * tk * 2
     # The most stages (up to 4; up to 6 for a two-kernel split-K's long splits, 6 measured
     # better there) whose buffers fit the CTAs that share an SM, else one CTA.
-    tiles = -(-m // tm) * -(-n // tn)
+    tiles = ceil_div(m, tm) * ceil_div(n, tn)
     per_sm = 2 if tiles < sms < tiles * splitk else 1
     most = 6 if mode == "two_kernel" else 4
     stages = next((s for share in (per_sm, 1) for s in range(most, 1, -1)
@@ -507,7 +510,7 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
            f"{tiles} tiles of 128x128 (256x128 tiles would leave SMs idle: 4 warps, two "
            "CTAs per SM)"))
     why(f"split-K {splitk} ({mode}): " + ("the tiles alone fill the SMs" if splitk == 1
-        else f"{tiles} tiles x {splitk} splits, {-(-k // tk) // splitk} K tiles of {tk} per "
+        else f"{tiles} tiles x {splitk} splits, {ceil_div(k, tk) // splitk} K tiles of {tk} per "
         "split" + (f"; over {TWO_KERNEL_SPLITS} serial splits, so partials are summed by "
                    "a second kernel" if mode == "two_kernel" else "")))
     why(f"{stages} stages of {stage_bytes} bytes for {per_sm} CTA(s) per SM within "

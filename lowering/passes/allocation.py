@@ -24,7 +24,9 @@ on that boundary is swizzled as its own rows say; the pool itself is 1024-byte a
 may move a promoted tensor onto dead ones). All allocations sit at the top of the kernel.
 """
 
+from fuserir.device import MAX_THREADS_PER_BLOCK
 from fuserir.errors import ScheduleError
+from fuserir.instructions import SWIZZLE_ATOM_BYTES
 from fuserir.ir.exprs import MatmulOp, ReductionOp
 from fuserir.ir.iterdomain import ParallelType
 from fuserir.ir.tensor import MemoryType
@@ -36,7 +38,6 @@ from ..analysis import (BLOCK_TYPES, LOOP_TYPES, THREAD_TYPES, fragment_size, is
 from ..contract import Pass
 
 SCRATCH_WARPS = 32       # a TIDx reduction keeps one partial per warp
-MAX_THREADS = 1024       # a TIDy reduction keeps one partial per thread
 
 
 def _kept_positions(ctx, tv):
@@ -77,9 +78,6 @@ def _fragment(tv, memory):
     return fragment_size(tv) if memory is kir.Memory.local and mma_kind(tv) else 1
 
 
-HOPPER_TILE_ALIGN = 1024  # bytes: a swizzle atom of TMA and wgmma
-
-
 def _aligned(ctx, nbytes, align=16):
     return ctx.binop("mul", ctx.binop("ceildiv", nbytes, ctx.const(align)), ctx.const(align))
 
@@ -87,7 +85,7 @@ def _aligned(ctx, nbytes, align=16):
 def _alignment(tv):
     """The byte alignment of tv's shared buffer (see the module docstring)."""
     wgmma_operand = any(mma_kind(c) == "wgmma" for c in tv.fusion.consumers(tv))
-    return HOPPER_TILE_ALIGN if is_tma_copy(tv) or wgmma_operand else 16
+    return SWIZZLE_ATOM_BYTES if is_tma_copy(tv) or wgmma_operand else 16
 
 
 def run(ctx, kernel):
@@ -137,7 +135,7 @@ def run(ctx, kernel):
         place(acc, layout)
         if tv in block_reduced:
             size = SCRATCH_WARPS if reduction_thread(ctx, tv) is ParallelType.TIDx \
-                else MAX_THREADS
+                else MAX_THREADS_PER_BLOCK    # a TIDy reduction: one per thread
             scratch = kir.Buffer(f"{tv.name}_scratch", dtype, kir.Memory.shared,
                                  ctx.const(size), tensor=None)
             ctx.scratch[tv] = scratch

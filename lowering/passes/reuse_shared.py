@@ -22,6 +22,8 @@ and sync insertion drains it (the seed report's epilogue hazard, closed by analy
 
 from dataclasses import fields
 
+from fuserir.numerics import round_up
+
 from .. import kir, kir_visit
 from ..contract import Pass
 from ..hazards import accesses_of
@@ -76,7 +78,7 @@ def _touched(stmts):
 def _nbytes(buffer):
     if not isinstance(buffer.size, kir.Const):
         return None
-    return -(-buffer.size.value * buffer.dtype.itemsize // 16) * 16
+    return round_up(buffer.size.value * buffer.dtype.itemsize, 16)
 
 
 def run(ctx, kernel):
