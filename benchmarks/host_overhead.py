@@ -27,8 +27,9 @@ A breakdown of the per-call steps of the hopper case follows (each step alone, t
 calls are in the idle regime:
 the signature key, the plan lookup, reading torch's current stream, the output's
 allocation, the scratch block's, one launch with its tensor maps at a known address and
-at a new one, and an empty kernel's launch through the driver: what the driver itself
-costs on this host).
+at a new one, an empty kernel's launch through the driver: what the driver itself
+costs on this host, and one tensor map moved by writing its address word and by the
+driver's cuTensorMapReplaceAddress).
 """
 
 import argparse
@@ -168,8 +169,33 @@ def steps_breakdown(torch, exe, sets, calls):
             lambda: launch([t[i] + o for t in (tables[next(turn) % len(tables)],)
                             for i, o in sources], stream)),
         "empty kernel launch through the driver": timed(lambda: _empty_launch(stream)),
+        **map_moves(plan, sources, tables, timed),
         "whole call": timed(lambda: exe(a, b)),
     }
+
+
+def map_moves(plan, sources, tables, timed):
+    """One tensor map of the plan moved among the operand sets' addresses: through its
+    learned address word, and through the driver's cuTensorMapReplaceAddress."""
+    from codegen import kernel_params
+    driver = kernel_params.cuda_driver()
+    first = next((m for p in plan.parameters for m in p.maps), None)
+    if first is None or driver is None:
+        return {}
+    table, offset = sources[first.pointer]
+    addresses = [t[table] + offset for t in tables]
+    found = {}
+    for how in ("its address word", "the driver"):
+        moved = kernel_params._Map(first.pointer, first.fields)
+        moved.point_at(addresses[1 % len(addresses)], driver)    # the first move learns
+        if how == "the driver":
+            moved.word = None
+        elif moved.word is None:
+            how += " (not found: the driver)"
+        turn = iter(range(1 << 62))
+        found[f"one map moved, by {how}"] = timed(
+            lambda: moved.point_at(addresses[next(turn) % len(addresses)], driver))
+    return found
 
 
 @functools.cache
