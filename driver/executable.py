@@ -9,7 +9,7 @@
 An explicit schedule's steps are built at compile() (driver.compiler); an automatic one's
 per size class at the first call of its sizes (fuserir.scheduler.auto.schedule_key
 chooses; plan_for shows which). This module sits in the driver, above codegen: it binds
-inputs (fuserir.reference), chooses kernel variants (lowering.index_bounds,
+inputs (fuserir.reference), chooses kernel variants (lowering.indexing.index_bounds,
 driver.vector_widths), builds them (driver.build), checks their launches (codegen.launch)
 and hands a call's plan to driver.calls; the interpreter (codegen.interp) runs here.
 
@@ -18,7 +18,7 @@ shape, strides, device and address modulo 16; each scalar's type and value; the 
 out=) checks the inputs against the fusion (dtypes, ranks, sizes; strides are passed to
 the kernels, so non-contiguous inputs are read correctly), and chooses: 64-bit index
 kernels where some index or bound expression would leave the i32 range at these sizes
-and strides (lowering.index_bounds), kernels whose vector copies of a tensor are no wider
+and strides (lowering.indexing.index_bounds), kernels whose vector copies of a tensor are no wider
 than its array allows (driver.vector_widths), the segmented plan where a row does not fit
 the device's shared memory, and, for an operand TMA cannot read, the plan of a device
 without TMA. It then checks each kernel's launch (codegen.launch.bind) and keeps a
@@ -52,7 +52,7 @@ from fuserir.instructions import tma_stride_ok
 from fuserir.ir import extent as ext
 from fuserir.scheduler.auto import schedule_key
 from lowering import kir
-from lowering.index_bounds import index_dtype_for
+from lowering.indexing.index_bounds import index_dtype_for
 
 from .build import CompiledKernel, build_kernel
 from .calls import (CallPlan, CuPyArrays, TorchArrays, as_cupy, call_key, describer, is_torch,
@@ -503,7 +503,7 @@ class Executable:
     def _kernel_for(self, step, env, values):
         """The step's kernel for these arrays: 32-bit indices unless some index or bound
         expression of it (an offset, a guard, a grid extent, a size) reaches past the i32
-        range at these sizes and strides (lowering.index_bounds), and each global tensor's
+        range at these sizes and strides (lowering.indexing.index_bounds), and each global tensor's
         vector copies no wider than its array allows (vector_widths.vector_caps); a variant is lowered
         and compiled the first time it is asked for."""
         strides = {n: _element_strides(values[n]) for n in step.inputs}

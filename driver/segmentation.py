@@ -23,7 +23,7 @@ from fuserir.ir.fusion import Fusion
 from fuserir.ir.iterdomain import IterDomain
 from fuserir.ir.tensor import MemoryType, TensorView
 from fuserir.scheduler.auto import apply_like, schedule_auto
-from lowering.analysis import live_tensors
+from lowering.support.analysis import live_tensors
 from lowering.errors import HazardError
 from lowering.pipeline import lower
 

@@ -8,13 +8,13 @@ A descriptor is what every layer needs of one PTX instruction, written once:
     fragment maps       which tile element lane l holds in its register element j, as
                         `at(lane, j) -> (row, col)`, written with // % * + only so that the
                         same function serves integers, numpy arrays of lanes (the
-                        interpreter) and kernel-IR expressions (lowering.fragments wraps
+                        interpreter) and kernel-IR expressions (lowering.indexing.fragments wraps
                         them in an object with those operators)
     arch                the oldest GPU that has it (sm_80 for mma.sync and cp.async)
     PTX                 the instruction's spelling (codegen.cuda emits it)
     access shape        how it touches shared memory per lane (ldmatrix: which lanes give
                         a row address and the row's bytes; cp.async: the bytes one thread
-                        writes, pending until its wait), which lowering.accesses turns into
+                        writes, pending until its wait), which lowering.verify.accesses turns into
                         the accesses the hazard analysis, the bank-conflict report and the
                         interpreter's race detector check
 

@@ -7,7 +7,7 @@ Each entry gives one operation everything the compiler needs of it:
                 where it exists only in kernel IR (index arithmetic, `not`, gelu_tanh)
     meaning     a numpy function on arrays: the reference evaluator (fuserir.reference),
                 the interpreter (codegen.interp), launch-time evaluation (lowering.kir)
-                and the bank-conflict report (lowering.bank_conflicts) all call it
+                and the bank-conflict report (lowering.verify.bank_conflicts) all call it
     cuda        how codegen.cuda spells it: a C operator, the builtin NVRTC provides
                 without headers per float type, or the body of a preamble function
 

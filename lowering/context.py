@@ -32,10 +32,10 @@ from fuserir.ir.iterdomain import ParallelType, Split, history
 from fuserir.transforms import concrete_loop
 
 from . import kir
-from .analysis import (BLOCK_TYPES, LOOP_TYPES, MMA, THREAD_TYPES, build_exact_map,
-                       instruction_threads, is_async_copy, is_tma_copy, live_tensors,
-                       mma_positions, tma_box_axes, vector_copy_width)
-from .arith import Ranges, simplify_binop
+from .support.analysis import (BLOCK_TYPES, LOOP_TYPES, MMA, THREAD_TYPES, build_exact_map,
+                               instruction_threads, is_async_copy, is_tma_copy,
+                               live_tensors, mma_positions, tma_box_axes, vector_copy_width)
+from .indexing.arith import Ranges, simplify_binop
 from .errors import LoweringError
 
 FACTS = ("fusion", "index_dtype", "vector_caps", "dropped_syncs")
@@ -97,7 +97,7 @@ class LoweringContext:
         self.dropped_syncs = tuple(dropped_syncs)   # barrier ids drop_syncs removes
         self.loop_vars = {}          # concrete axis -> kir.Var
         self.scalar_vars = {}        # symbol name -> kir.Var
-        self.ranges = Ranges()       # value ranges of index variables (lowering.arith)
+        self.ranges = Ranges()       # value ranges of index variables (lowering.indexing.arith)
         self.fragment_vars = []      # the loop variables of fragment-element loops
         self.lane_index = {}         # mma axis -> per-lane index, while lowering a fragment
         self.frag_offset = None      # element of the fragment being lowered (None: 0)

@@ -15,7 +15,7 @@ from fuserir.errors import FuserirError
 @dataclass
 class Hazard:
     kind: str                 # RAW, WAR, WAW, async-pending, stale-read, uninitialized-read,
-                              # cannot-prove (lowering.async_protocol refuses the kernel),
+                              # cannot-prove (lowering.verify.async_protocol refuses the kernel),
                               # barrier-divergence, deadlock, cross-cta, mbarrier,
                               # mbarrier-init, proxy-fence, wgmma-registers, wgmma-fence
     buffer: str

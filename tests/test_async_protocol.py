@@ -1,4 +1,4 @@
-"""lowering.async_protocol, the static verifier of Hopper kernels' async protocol: every
+"""lowering.verify.async_protocol, the static verifier of Hopper kernels' async protocol: every
 correct shape of tests/hopper_pipelines.py's warp-specialized matmul is proved (with no
 proxy fence between a TMA load and its wgmma, no __syncthreads in the main loop), each
 anchor bug (one sync dropped) is reported under the interpreter's kind for it
@@ -13,7 +13,7 @@ import kir_examples as ex
 import test_hopper_probes as probe_cases
 from fuserir.dtypes import DataType
 from lowering import kir
-from lowering.async_protocol import check_async_protocol, verify_async_protocol
+from lowering.verify.async_protocol import check_async_protocol, verify_async_protocol
 from lowering.errors import HazardError
 
 SHAPES = {"one tile": dict(), "persistent, two tiles": dict(tiles=2),
@@ -143,7 +143,7 @@ def _loop_kernel(extent, scalars=()):
 
 
 def test_a_run_time_loop_extent_is_proved_for_every_trip_count():
-    """(It was refused before lowering.async_runtime; tests/test_async_runtime.py has the
+    """(It was refused before lowering.verify.async_runtime; tests/test_async_runtime.py has the
     refusals that remain, each naming the loop.)"""
     n = ex.scalar("n")
     verify_async_protocol(_loop_kernel(n.var, [n]))

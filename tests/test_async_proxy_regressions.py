@@ -4,7 +4,7 @@ the bug it reproduces, reported by the interpreter under the interleavings it ex
 (producer first, consumer first, seeded random); and the negative controls: the correct
 kernels run clean, with no proxy fence between a TMA load and the wgmma reading it, no
 __syncthreads in the warp-specialized main loop, and consumers ordered after the
-producer by mbarrier waits alone; lowering.async_protocol proves the correct kernels and
+producer by mbarrier waits alone; lowering.verify.async_protocol proves the correct kernels and
 finds each drop statically, under the same kind. On an H200 the correct kernels match
 float64."""
 
@@ -15,7 +15,7 @@ import hopper_pipelines as hp
 from codegen.errors import RaceError
 from codegen.interp import run_interleavings
 from lowering import kir
-from lowering.async_protocol import check_async_protocol
+from lowering.verify.async_protocol import check_async_protocol
 
 SEEDS = (0, 1, 2)
 SHAPES = {"one tile": dict(), "persistent, two tiles": dict(tiles=2),

@@ -1,5 +1,5 @@
-"""Run-time values in the async verifier (lowering.async_runtime, lowering.async_skeleton,
-lowering.async_periodic): tests/hopper_pipelines.py's sched_matmul, the kernel shape the
+"""Run-time values in the async verifier (lowering.verify.async_runtime, lowering.verify.async_skeleton,
+lowering.verify.async_periodic): tests/hopper_pipelines.py's sched_matmul, the kernel shape the
 Hopper scheduler lowers (blockDim (128, 3, 1), a K loop of ceildiv(K, 64) iterations,
 f16 stores to global memory under a bounds predicate, optionally split-K's turnstile), is
 proved for every trip count; each fault is found as in the same kernel with a constant
@@ -13,11 +13,13 @@ import hopper_pipelines as hp
 import kir_examples as ex
 from codegen.interp import run_kernel
 from fuserir.dtypes import DataType
-from lowering import async_protocol, async_runtime, kir
-from lowering.async_periodic import eventual_period, period
-from lowering.async_protocol import check_async_protocol, verify_async_protocol
-from lowering.async_skeleton import Skeleton
-from lowering.async_syncs import insert_async_syncs
+from lowering import kir
+from lowering.verify import async_protocol
+from lowering.verify import async_runtime
+from lowering.verify.async_periodic import eventual_period, period
+from lowering.verify.async_protocol import check_async_protocol, verify_async_protocol
+from lowering.verify.async_skeleton import Skeleton
+from lowering.verify.async_syncs import insert_async_syncs
 
 I32, F32 = DataType.i32, DataType.f32
 c = ex.const

@@ -1,4 +1,4 @@
-"""Sync insertion for the async protocol (lowering.async_syncs) on the warp-specialized
+"""Sync insertion for the async protocol (lowering.verify.async_syncs) on the warp-specialized
 matmul of tests/hopper_pipelines.py: nothing is added to a correct kernel; with every
 fence, init fence, barrier, named barrier and bulk read wait stripped, it places what the
 verifier asks for, each with its reasons, until the kernel is proved, runs clean under
@@ -13,10 +13,10 @@ import hopper_pipelines as hp
 from codegen.errors import RaceError
 from codegen.interp import run_interleavings
 from lowering import kir
-from lowering.async_protocol import check_async_protocol
-from lowering.async_syncs import insert_async_syncs
+from lowering.verify.async_protocol import check_async_protocol
+from lowering.verify.async_syncs import insert_async_syncs
 from lowering.errors import HazardError
-from lowering.hazards import path_to
+from lowering.verify.hazards import path_to
 
 SHAPES = {"one tile": dict(), "persistent, two tiles": dict(tiles=2),
           "prefetching": dict(prefetch=True)}

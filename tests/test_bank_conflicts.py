@@ -1,4 +1,4 @@
-"""Static shared-memory bank-conflict report (lowering.bank_conflicts).
+"""Static shared-memory bank-conflict report (lowering.verify.bank_conflicts).
 
 Kernels are hand-built kernel IR. Every expected degree is derived by hand in a comment
 and also recomputed here by `reference_degree`, a plain-Python count written from the
@@ -9,7 +9,7 @@ distinct 4-byte words in one bank), independent of the module's numpy code."""
 import pytest
 
 from fuserir.dtypes import DataType
-from lowering import bank_conflicts as bc
+from lowering.verify import bank_conflicts as bc
 from lowering import kir
 
 from kir_examples import add, mul, binop as op, const as c

@@ -1,5 +1,5 @@
 """64-bit indexing is chosen from the largest value any index or bound expression of a
-kernel reaches at the run's sizes and strides (lowering.index_bounds), not from the
+kernel reaches at the run's sizes and strides (lowering.indexing.index_bounds), not from the
 extents alone. Issue 14, item 5: extents from 2^31 - 127 to 2^31 - 1 kept 32-bit
 indexing while `(N + 127) / 128` wrapped (nothing written, or writes out of bounds); a
 reduction over more than 2^31 elements of a zero-stride input failed ("does not fit i32").
@@ -13,7 +13,7 @@ import codegen
 import fuserir
 from fuserir.dtypes import DataType
 from lowering import kir
-from lowering.index_bounds import IndexRangeError, index_dtype_for, reach
+from lowering.indexing.index_bounds import IndexRangeError, index_dtype_for, reach
 
 import kir_examples as ex
 

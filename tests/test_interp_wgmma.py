@@ -34,8 +34,8 @@ from codegen.errors import RaceError
 from codegen.interp import InterpError, run_kernel
 from fuserir.dtypes import DataType
 from lowering import kir
-from lowering.accesses import instruction_access
-from lowering.hazards import find_hazards
+from lowering.verify.accesses import instruction_access
+from lowering.verify.hazards import find_hazards
 
 I32, F32, F16, BF16, BOOL = (DataType.i32, DataType.f32, DataType.f16, DataType.bf16,
                              DataType.bool)

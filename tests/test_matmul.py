@@ -17,7 +17,8 @@ import fuserir
 from codegen.errors import HazardError, RaceError
 from fuserir.errors import ScheduleError
 from fuserir.scheduler import MatmulParams, schedule_matmul
-from lowering import bank_conflicts, kir
+from lowering import kir
+from lowering.verify import bank_conflicts
 
 DEFINITION = """
 fusion splitk_nt(A: f16[K, M], B: f16[K, N]) {

@@ -20,7 +20,7 @@ import pytest
 import codegen
 import fuserir
 from fuserir.scheduler import MatmulParams, schedule_matmul
-from lowering import bank_conflicts
+from lowering.verify import bank_conflicts
 
 OPERANDS = {"TT": ("[M, K]", "[K, N]"), "TN": ("[M, K]", "[N, K]"),
             "NT": ("[K, M]", "[K, N]"), "NN": ("[K, M]", "[N, K]")}

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import hopper_pipelines as hp
 from codegen.errors import RaceError
 from codegen.interp import run_interleavings
-from lowering.async_protocol import check_async_protocol
+from lowering.verify.async_protocol import check_async_protocol
 
 from conftest import STATS
 

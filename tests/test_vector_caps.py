@@ -20,7 +20,8 @@ from codegen.errors import RaceError
 from codegen.interp import run_kernel
 from driver.vector_widths import widest_access_bytes
 from fuserir.scheduler import MatmulParams, schedule_matmul
-from lowering import bank_conflicts, kir
+from lowering import kir
+from lowering.verify import bank_conflicts
 from lowering.context import LoweringContext
 from lowering.errors import LoweringError
 from lowering.pipeline import lower

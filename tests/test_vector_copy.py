@@ -1,7 +1,7 @@
 """Vectorized copies: a copy between global and shared memory whose innermost axis is
 vectorized becomes one vector load and store (kir Store/Load of width > 1), once lowering
 has proved both sides contiguous and aligned (lowering.passes.indexing.vector_copy, with
-the lane-aware folds of lowering.arith). Covered here: the folds, the lowering and its
+the lane-aware folds of lowering.indexing.arith). Covered here: the folds, the lowering and its
 refusal, the CUDA emission and its checks, the interpreter (values, alignment), the
 executable's run-time check of global arrays, the bank-conflict report, and the matmul
 epilogue that motivated it (16-byte rows from the shared tile to the output)."""
@@ -15,9 +15,10 @@ from codegen import nvrtc
 from codegen.cuda import CodegenError, emit_cuda
 from codegen.interp import InterpError, run_kernel
 from fuserir.errors import FuserirError, ScheduleError
-from lowering import bank_conflicts, kir
+from lowering import kir
+from lowering.verify import bank_conflicts
 from lowering.context import LoweringContext
-from lowering.arith import Ranges, known_factor
+from lowering.indexing.arith import Ranges, known_factor
 
 from fuserir.dtypes import DataType
 

@@ -30,7 +30,7 @@ from codegen.interp.base import _NONE, InterpError, _point
 from fuserir.instructions import CP_ASYNC
 from fuserir.numerics import ceil_div
 from lowering import kir
-from lowering.accesses import instruction_access
+from lowering.verify.accesses import instruction_access
 
 
 class _Copy:

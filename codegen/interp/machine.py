@@ -114,10 +114,12 @@ class _Interp:
         self.sid = {s: i for i, s in enumerate(self.stmts)}
         self.ordered = needs_ordering(self.stmts)     # vector clocks (ordering.py)
         # async_proxy.py: statements whose shared writes are the async proxy's (TMA
-        # loads); whether local Stores are recorded for wgmma.fence
-        self.async_writer = np.array([isinstance(s, kir.TmaLoad) for s in self.stmts]
-                                     + [False], bool)
-        self.has_wgmma = any(isinstance(s, kir.Wgmma) for s in self.stmts)
+        # loads); whether local Stores are recorded for wgmma.fence (some statement uses
+        # registers asynchronously)
+        effects = [s.effects() for s in self.stmts]
+        self.async_writer = np.array([any(a.write for a in kir.effects.async_shared(e))
+                                      for e in effects] + [False], bool)
+        self.has_wgmma = any(map(kir.effects.async_register_uses, effects))
         self.env = {}
         # cross-CTA checker: one event per execution of a statement that writes global
         # memory (its statement, loop iterations and linear block id); semaphore cells

@@ -33,13 +33,10 @@ import numpy as np
 from codegen.interp.base import _NONE
 from lowering import kir
 
-_ORDERING = (kir.MbarrierInit, kir.MbarrierArrive, kir.MbarrierWait, kir.NamedBarrier,
-             kir.TmaLoad)
-
-
 def needs_ordering(stmts):
-    """Whether statements `stmts` use anything that orders threads besides barriers."""
-    return any(isinstance(s, _ORDERING) for s in stmts)
+    """Whether statements `stmts` use anything that orders threads besides barriers
+    (mbarriers, named barriers: kir.effects.orders_beyond_barriers)."""
+    return any(kir.effects.orders_beyond_barriers(s.effects()) for s in stmts)
 
 
 class _Ordering:

@@ -1,6 +1,6 @@
 """Tensor-core instructions: ldmatrix and mma.sync on per-lane register fragments, with
 the lane maps of their descriptors (fuserir.instructions: LDMATRIX, MMA_M16N8K16) and
-the shared-memory access of lowering.accesses.
+the shared-memory access of lowering.verify.accesses.
 
   * LdMatrix / Mma are warp-collective (warps = 32 consecutive linear ids, as shuffles):
     a warp with some but not all lanes active is a "warp-divergence" hazard (missing
@@ -20,7 +20,7 @@ import numpy as np
 from codegen.interp.base import _F32, _F64, _HALF, InterpError
 from fuserir.instructions import LDMATRIX, MMA_M16N8K16 as MMA
 from lowering import kir
-from lowering.accesses import instruction_access
+from lowering.verify.accesses import instruction_access
 
 
 class _TensorCores:
@@ -69,7 +69,7 @@ class _TensorCores:
 
     def _row_sites(self, s, lay, act, name, row):
         """The lanes of `act` that give a row address to an ldmatrix or stmatrix `s` (the
-        first 8 * num of each warp: lowering.accesses.instruction_access), and each one's
+        first 8 * num of each warp: lowering.verify.accesses.instruction_access), and each one's
         row as element positions [lanes, 8] into `lay` (clipped) with the in-bounds mask
         (None: all in bounds; else reported). A row not 16-byte aligned is refused."""
         rows = instruction_access(s)

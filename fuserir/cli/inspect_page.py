@@ -3,7 +3,7 @@
 Tensors (dtype, memory, loop domain), the launch configuration (symbolic and at the chosen
 sizes), the shared-memory map (each allocation's byte range, which allocations share
 bytes, the total against the device's opt-in limit), every barrier with its id and
-reasons, the shared-memory bank conflicts of every shared access (lowering.bank_conflicts,
+reasons, the shared-memory bank conflicts of every shared access (lowering.verify.bank_conflicts,
 at the chosen sizes, block 0), registers and spills from ptxas, and the verifier's verdict.
 """
 
@@ -191,8 +191,8 @@ def _barriers(kernel):
 
 
 def _bank_conflicts(kernel, scalars):
-    """Every shared access with its worst bank-conflict degree (lowering.bank_conflicts)."""
-    from lowering import bank_conflicts
+    """Every shared access with its worst bank-conflict degree (lowering.verify.bank_conflicts)."""
+    from lowering.verify import bank_conflicts
     missing = [p.var.name for p in kernel.scalar_params if p.var.name not in scalars]
     reports = bank_conflicts.report(kernel, scalars, max_iterations=BANK_ITERATIONS,
                                     block=BANK_BLOCK)
@@ -266,7 +266,7 @@ def _render_plan(plan):
 
 
 def _render_bank_conflicts(bank):
-    from lowering.bank_conflicts import format_report
+    from lowering.verify.bank_conflicts import format_report
     accesses = bank["accesses"]
     head = (f"shared-memory bank conflicts (block {tuple(bank['block'])}, every warp; each "
             f"enclosing loop at its first {bank['max_iterations']} iterations and its last)")

@@ -20,6 +20,10 @@ The package, one module per part, each name available as `kir.<name>`:
     traversal     walk, walk_expr, relabel, substitute, copy_stmt, names and argument keys
     printer       the text `fuserir dump --stage kernel` shows
     evaluate      launch-time values of scalar expressions, shared-memory bytes
+    effects       what a statement does to memory and to other threads (Stmt.effects()
+                  returns these records) and the questions the checkers ask of them
+    visit         the visitors and mutators the passes subclass (imported as
+                  lowering.kir.visit, not re-exported)
 """
 
 from .expressions import (ScalarExpr, Const, Var, name_key, SpecialKind, Special,
@@ -32,9 +36,9 @@ from .statements import (Memory, Buffer, TensorParam, ScalarParam, AccessInfo, H
                          Kernel)
 from .hopper import (SWIZZLES, TensorMap, MatrixLayout, WgmmaFence, Wgmma, WgmmaCommit,
                      WgmmaWait, StMatrix, SetMaxNReg, NamedBarrier, FenceProxyAsync,
-                     MbarrierInit, FenceMbarrierInit, MbarrierArrive, MbarrierWait,
-                     TmaLoad, TmaStore, BulkCommit, BulkWait, ASYNC_PROTOCOL_STATEMENTS,
-                     uses_async_protocol)
+                     MbarrierInit, FenceMbarrierInit, MbarrierArrive, MbarrierWait, TmaLoad,
+                     TmaStore, BulkCommit, BulkWait, uses_async_protocol)
+from . import effects
 from .traversal import (arg_name, scalar_args, walk, relabel, substitute, copy_stmt,
                         walk_expr)
 from .printer import (format_expr, format_stmt, format_stmts, format_kernel)

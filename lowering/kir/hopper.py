@@ -31,8 +31,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fuserir.dtypes import DataType
-from fuserir.instructions import SWIZZLE_BYTES, WGMMA
+from fuserir.instructions import (MBARRIER, NAMED_BARRIER, PROXY_FENCE, SETMAXNREG, STMATRIX,
+                                  SWIZZLE_BYTES, TMA, WGMMA)
 
+from .effects import (Access, Effects, Group, GroupOp, MbarrierOp, Order, Phase,
+                      joins_async_protocol)
 from .expressions import ScalarExpr
 from .statements import AccessInfo, Buffer, Stmt, TensorParam
 from .traversal import walk
@@ -128,6 +131,10 @@ class WgmmaFence(Stmt):
     reasons: list = field(default_factory=list)
     label: str = None
 
+    def effects(self):
+        return Effects(order=Order("fence", "warpgroup", orders="registers"),
+                       collective="warpgroup", instruction=WGMMA)
+
 
 @dataclass(eq=False)
 class Wgmma(Stmt):
@@ -161,6 +168,27 @@ class Wgmma(Stmt):
     access: AccessInfo = None
     label: str = None
 
+    def effects(self):
+        """Its shared operands, read through the async proxy until a wgmma wait retires
+        its group (A only where it is in shared memory), and its registers: the
+        accumulator (read unless `accumulate` is false, written) and register A."""
+        pending = Group("wgmma")
+        operands = [(self.b, self.b_index, self.b_layout, self.trans_b, self.n)]
+        if self.a.memory.value == "shared":
+            operands.insert(0, (self.a, self.a_index, self.a_layout, self.trans_a, 64))
+        accesses = [Access(buf, index, rows * 32, False, "wgmma", proxy="async",
+                           until=pending, info=self.access, layout=(layout, trans, rows))
+                    for buf, index, layout, trans, rows in operands]
+        if self.a.memory.value == "local":
+            accesses.append(Access(self.a, self.a_index, 16, False, "fragment",
+                                   until=pending))
+        accesses += [Access(self.d, self.d_index, 2 * self.n, False, "fragment",
+                            until=pending),
+                     Access(self.d, self.d_index, 2 * self.n, True, "fragment",
+                            until=pending)]
+        return Effects(tuple(accesses), group=GroupOp("wgmma", "join", "warpgroup"),
+                       collective="warpgroup", instruction=WGMMA)
+
 
 @dataclass(eq=False)
 class WgmmaCommit(Stmt):
@@ -168,6 +196,10 @@ class WgmmaCommit(Stmt):
     commit form a group (possibly empty)."""
 
     label: str = None
+
+    def effects(self):
+        return Effects(group=GroupOp("wgmma", "commit", "warpgroup"), collective="warpgroup",
+                       instruction=WGMMA)
 
 
 @dataclass(eq=False)
@@ -179,6 +211,10 @@ class WgmmaWait(Stmt):
     sync_id: str = None
     reasons: list = field(default_factory=list)
     label: str = None
+
+    def effects(self):
+        return Effects(group=GroupOp("wgmma", "wait", "warpgroup", n=self.n),
+                       collective="warpgroup", instruction=WGMMA)
 
 
 # ---------------------------------------------------------------------------------------
@@ -203,6 +239,13 @@ class StMatrix(Stmt):
     access: AccessInfo = None
     label: str = None
 
+    def effects(self):
+        return Effects((Access(self.src, self.src_index, 4 * self.num, False, "fragment"),
+                        Access(self.dst, self.address, STMATRIX.row_bytes, True, "stmatrix",
+                               lanes=STMATRIX.address_lanes(self.num), matrices=self.num,
+                               info=self.access)),
+                       collective="warp", instruction=STMATRIX)
+
 
 @dataclass(eq=False)
 class SetMaxNReg(Stmt):
@@ -212,6 +255,9 @@ class SetMaxNReg(Stmt):
     count: int = 240
     increase: bool = True
     label: str = None
+
+    def effects(self):
+        return Effects(collective="warpgroup", instruction=SETMAXNREG)
 
 
 @dataclass(eq=False)
@@ -227,6 +273,11 @@ class NamedBarrier(Stmt):
     reasons: list = field(default_factory=list)
     label: str = None
 
+    def effects(self):
+        return Effects(order=Order("barrier", "named", blocking=not self.arrive_only,
+                                   id=self.id, count=self.count),
+                       instruction=NAMED_BARRIER)
+
 
 @dataclass(eq=False)
 class FenceProxyAsync(Stmt):
@@ -238,6 +289,10 @@ class FenceProxyAsync(Stmt):
     sync_id: str = None
     reasons: list = field(default_factory=list)
     label: str = None
+
+    def effects(self):
+        return Effects(order=Order("fence", "thread", orders="proxy"),
+                       instruction=PROXY_FENCE)
 
 
 # ---------------------------------------------------------------------------------------
@@ -262,6 +317,10 @@ class MbarrierInit(Stmt):
     count: ScalarExpr = None
     label: str = None
 
+    def effects(self):
+        return Effects(mbarrier=MbarrierOp("init", self.bar, self.index, self.count),
+                       instruction=MBARRIER)
+
 
 @dataclass(eq=False)
 class FenceMbarrierInit(Stmt):
@@ -271,6 +330,10 @@ class FenceMbarrierInit(Stmt):
     sync_id: str = None
     reasons: list = field(default_factory=list)
     label: str = None
+
+    def effects(self):
+        return Effects(order=Order("fence", "thread", orders="mbarrier-init"),
+                       instruction=MBARRIER)
 
 
 @dataclass(eq=False)
@@ -284,6 +347,10 @@ class MbarrierArrive(Stmt):
     tx_bytes: ScalarExpr = None
     label: str = None
 
+    def effects(self):
+        return Effects(mbarrier=MbarrierOp("arrive", self.bar, self.index, self.tx_bytes),
+                       instruction=MBARRIER)
+
 
 @dataclass(eq=False)
 class MbarrierWait(Stmt):
@@ -296,6 +363,11 @@ class MbarrierWait(Stmt):
     sync_id: str = None
     reasons: list = field(default_factory=list)
     label: str = None
+
+    def effects(self):
+        return Effects(mbarrier=MbarrierOp("wait", self.bar, self.index, self.parity),
+                       order=Order("acquire", "thread", blocking=True),
+                       instruction=MBARRIER)
 
 
 # ---------------------------------------------------------------------------------------
@@ -331,6 +403,14 @@ class TmaLoad(Stmt):
 
     coords = property(lambda self: _box_coords(self))
 
+    def effects(self):
+        return Effects((Access(self.dst, self.dst_index, self.map.box_bytes, True,
+                               "tma-load", proxy="async",
+                               until=Phase(self.bar, self.bar_index), info=self.access),),
+                       mbarrier=MbarrierOp("complete_tx", self.bar, self.bar_index,
+                                           self.map.box_bytes),
+                       instruction=TMA)
+
 
 @dataclass(eq=False)
 class TmaStore(Stmt):
@@ -351,6 +431,12 @@ class TmaStore(Stmt):
 
     coords = property(lambda self: _box_coords(self))
 
+    def effects(self):
+        return Effects((Access(self.src, self.src_index, self.map.box_bytes, False,
+                               "tma-store", proxy="async", until=Group("bulk", "read"),
+                               info=self.access),),
+                       group=GroupOp("bulk", "join"), instruction=TMA)
+
 
 @dataclass(eq=False)
 class BulkCommit(Stmt):
@@ -358,6 +444,9 @@ class BulkCommit(Stmt):
     group."""
 
     label: str = None
+
+    def effects(self):
+        return Effects(group=GroupOp("bulk", "commit"), instruction=TMA)
 
 
 @dataclass(eq=False)
@@ -372,14 +461,14 @@ class BulkWait(Stmt):
     reasons: list = field(default_factory=list)
     label: str = None
 
-
-# Statements whose shared-memory effects are asynchronous or ordered by mbarriers: a kernel
-# with any of them is verified by lowering.async_protocol (which sees TMA boxes and wgmma
-# operands), not by the sm_80 analysis (lowering.hazards, which does not)
-ASYNC_PROTOCOL_STATEMENTS = (Wgmma, TmaLoad, TmaStore, MbarrierInit, MbarrierArrive,
-                             MbarrierWait)
+    def effects(self):
+        return Effects(group=GroupOp("bulk", "wait", n=self.n, read_only=self.read),
+                       instruction=TMA)
 
 
 def uses_async_protocol(kernel):
-    """Does `kernel` issue a statement of ASYNC_PROTOCOL_STATEMENTS?"""
-    return any(isinstance(s, ASYNC_PROTOCOL_STATEMENTS) for s in walk(kernel.body))
+    """Does `kernel` issue a statement whose shared-memory effects are asynchronous or
+    ordered by mbarriers (effects.joins_async_protocol)? Such a kernel is verified by
+    lowering.verify.async_protocol (which sees TMA boxes and wgmma operands), not by the
+    sm_80 analysis (lowering.verify.hazards, which does not)."""
+    return any(joins_async_protocol(s.effects()) for s in walk(kernel.body))

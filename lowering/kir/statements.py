@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from fuserir.dtypes import DataType
+from fuserir.instructions import CP_ASYNC, LDMATRIX, MMA_M16N8K16
 
+from .effects import NONE, Access, Effects, Group, GroupOp, Order
 from .expressions import ScalarExpr, Var, name_key
 
 
@@ -84,7 +86,7 @@ class AccessInfo:
     tensor: str
     owner: tuple         # tuple of (parallel type name, class id or None), sorted
     # A circular buffer's access touches one stage: (loop label, offset, stages), offset
-    # counted in iterations of that loop from the current one (see lowering.hazards).
+    # counted in iterations of that loop from the current one (see lowering.verify.hazards).
     stage: tuple = None
 
     def same_thread_as(self, other):
@@ -124,7 +126,9 @@ _labels = itertools.count()
 
 
 class Stmt:
-    """Every statement has a label (S<number>) that dumps and hazard reports cite."""
+    """Every statement has a label (S<number>) that dumps and hazard reports cite, and
+    declares its effects (lowering.kir.effects) in `effects()`: none, for a statement
+    that only holds others or names a buffer."""
 
     def __post_init__(self):
         if getattr(self, "label", None) is None:
@@ -133,6 +137,9 @@ class Stmt:
     def bodies(self):
         """The statement lists nested in this one."""
         return ()
+
+    def effects(self):
+        return NONE
 
 
 @dataclass(eq=False)
@@ -153,6 +160,11 @@ class Store(Stmt):
     access: AccessInfo = None
     label: str = None
     width: int = 1
+
+    def effects(self):
+        return Effects((Access(self.buffer, self.index,
+                               self.width * self.buffer.dtype.itemsize, True, "store",
+                               info=self.access),))
 
 
 @dataclass(eq=False)
@@ -189,6 +201,9 @@ class Barrier(Stmt):
     reasons: list = field(default_factory=list)
     label: str = None
 
+    def effects(self):
+        return Effects(order=Order("barrier", "block", blocking=True))
+
 
 @dataclass(eq=False)
 class Comment(Stmt):
@@ -221,6 +236,13 @@ class LdMatrix(Stmt):
     access: AccessInfo = None
     label: str = None
 
+    def effects(self):
+        return Effects((Access(self.src, self.address, LDMATRIX.row_bytes, False,
+                               "ldmatrix", lanes=LDMATRIX.address_lanes(self.num),
+                               matrices=self.num, info=self.access),
+                        Access(self.dst, self.dst_index, 4 * self.num, True, "fragment")),
+                       collective="warp", instruction=LDMATRIX)
+
 
 @dataclass(eq=False)
 class Mma(Stmt):
@@ -239,6 +261,13 @@ class Mma(Stmt):
     c_index: ScalarExpr = None
     dtype: DataType = DataType.f16
     label: str = None
+
+    def effects(self):
+        return Effects((Access(self.a, self.a_index, 16, False, "fragment"),
+                        Access(self.b, self.b_index, 8, False, "fragment"),
+                        Access(self.c, self.c_index, 16, False, "fragment"),
+                        Access(self.d, self.d_index, 16, True, "fragment")),
+                       collective="warp", instruction=MMA_M16N8K16)
 
 
 @dataclass(eq=False)
@@ -259,6 +288,12 @@ class CpAsync(Stmt):
     access: AccessInfo = None
     label: str = None
 
+    def effects(self):
+        return Effects((Access(self.src, self.src_index, self.nbytes, False, "cp.async"),
+                        Access(self.dst, self.dst_index, self.nbytes, True, "cp.async",
+                               until=Group("cp.async"), info=self.access)),
+                       group=GroupOp("cp.async", "join"), instruction=CP_ASYNC)
+
 
 @dataclass(eq=False)
 class CpAsyncCommit(Stmt):
@@ -266,6 +301,9 @@ class CpAsyncCommit(Stmt):
     (an empty group is legal, so commits can be unconditional and wait counts static)."""
 
     label: str = None
+
+    def effects(self):
+        return Effects(group=GroupOp("cp.async", "commit"), instruction=CP_ASYNC)
 
 
 @dataclass(eq=False)
@@ -278,6 +316,9 @@ class CpAsyncWait(Stmt):
     sync_id: str = None
     reasons: list = field(default_factory=list)
     label: str = None
+
+    def effects(self):
+        return Effects(group=GroupOp("cp.async", "wait", n=self.n), instruction=CP_ASYNC)
 
 
 # -- grid synchronization: workspaces, fences and semaphores ---------------------------------
@@ -320,6 +361,9 @@ class Fence(Stmt):
 
     label: str = None
 
+    def effects(self):
+        return Effects(order=Order("fence", "gpu", orders="global"))
+
 
 @dataclass(eq=False)
 class SemWait(Stmt):
@@ -332,6 +376,10 @@ class SemWait(Stmt):
     index: ScalarExpr = None
     value: ScalarExpr = None
     label: str = None
+
+    def effects(self):
+        return Effects((Access(self.sem, self.index, 4, False, "semaphore"),),
+                       order=Order("acquire", "gpu", orders="global", blocking=True))
 
 
 @dataclass(eq=False)
@@ -346,6 +394,13 @@ class SemRelease(Stmt):
     value: ScalarExpr = None
     label: str = None
 
+    def effects(self):
+        return Effects((Access(self.sem, self.index, 4, True, "semaphore"),),
+                       order=Order("release", "gpu", orders="global"))
+
+
+_OPAQUE = Effects(opaque=True)
+
 
 @dataclass(eq=False)
 class ExprStmt(Stmt):
@@ -357,6 +412,9 @@ class ExprStmt(Stmt):
     tv: object = None
     role: str = "compute"
     label: str = None
+
+    def effects(self):
+        return _OPAQUE
 
 
 # ---------------------------------------------------------------------------------------

@@ -33,8 +33,8 @@ from fuserir.ir.tensor import MemoryType
 from fuserir.ops import accumulate_dtype
 
 from .. import kir
-from ..analysis import (BLOCK_TYPES, LOOP_TYPES, THREAD_TYPES, fragment_size, is_tma_copy,
-                        mma_kind, reduction_thread)
+from ..support.analysis import (BLOCK_TYPES, LOOP_TYPES, THREAD_TYPES, fragment_size,
+                                is_tma_copy, mma_kind, reduction_thread)
 from ..contract import Pass
 
 SCRATCH_WARPS = 32       # a TIDx reduction keeps one partial per warp

@@ -20,8 +20,9 @@ finds them.
 from fuserir.ir.exprs import ReductionOp
 from fuserir.ir.iterdomain import ParallelType
 
-from .. import kir, kir_visit
-from ..analysis import reduction_thread
+from .. import kir
+from ..kir import visit as kir_visit
+from ..support.analysis import reduction_thread
 from ..contract import Pass
 from .indexing import accumulator_index, combine, identity
 

@@ -19,7 +19,7 @@ tile i is the (S-1)-th newest, hence `wait_group S-2`. Every access to a stage i
 analysis sees that copies of later tiles do not touch the stage being read.
 
 TMA caches (warp-specialized circular buffers) become the producer and consumer roles of
-lowering.warp_specialized instead: a producer warp group loads every tile, S stages
+lowering.support.warp_specialized instead: a producer warp group loads every tile, S stages
 ahead, through a pair of mbarriers per stage.
 
 No barrier and no drain is emitted here: sync insertion (which runs after this pass and
@@ -31,7 +31,9 @@ from dataclasses import replace
 
 from fuserir.errors import ScheduleError
 
-from .. import kir, kir_visit, warp_specialized
+from .. import kir
+from ..kir import visit as kir_visit
+from ..support import warp_specialized
 from ..contract import Pass
 
 

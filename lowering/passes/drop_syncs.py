@@ -6,7 +6,8 @@ verify_hazards only when codegen.compile(..., drop_syncs=(...)) names barrier id
 in which case the interpreter or the GPU shows the race the barrier was there for.
 """
 
-from .. import kir, kir_visit
+from .. import kir
+from ..kir import visit as kir_visit
 from ..contract import Pass
 from ..errors import LoweringError
 

@@ -26,15 +26,15 @@ bytes, such as the matmul epilogue's 16-byte rows from the shared tile to the ou
 becomes one vector load and store of the whole vector (`width` 2-16 elements), once
 lowering has proved both sides contiguous and aligned (see vector_copy): lowered once with
 a symbolic lane v, both indices must come out as `base + v` with `base` a multiple of the
-width (lane-aware folds in lowering.arith: `(g*q + s) / (g*m) -> (g*q) / (g*m)` for
+width (lane-aware folds in lowering.indexing.arith: `(g*q + s) / (g*m) -> (g*q) / (g*m)` for
 0 <= s < g), else a ScheduleError.
 
 Tensor cores: an ldmatrix operand cache becomes `ldmatrix.x4/.x2[.trans]` with per-lane row
 addresses, the matmul's accumulate an `mma.sync`, a tensor in the accumulator layout (the
 epilogue's cast, the accumulator's init and final copy) a loop over the 4 elements each
-lane holds; the per-lane maps are lowering.fragments', everything above them came from
+lane holds; the per-lane maps are lowering.indexing.fragments', everything above them came from
 transforms. A swizzled shared tensor's index goes through its XOR map. Index arithmetic is
-simplified with value ranges (lowering.arith). Which loops become unrolled is the next
+simplified with value ranges (lowering.indexing.arith). Which loops become unrolled is the next
 pass's choice (unroll_register_loops).
 """
 
@@ -49,10 +49,12 @@ from fuserir.ir.tensor import Scalar
 from fuserir.errors import ScheduleError
 from fuserir.instructions import CP_ASYNC
 
-from .. import fragments, hopper_operands, kir, kir_visit
-from ..analysis import (StoreInfo, async_vector_bytes, is_async_copy,
-                        is_tma_copy, mma_kind, mma_positions, vector_copy_width)
-from ..arith import addends, known_factor
+from .. import kir
+from ..indexing import fragments, hopper_operands
+from ..kir import visit as kir_visit
+from ..support.analysis import (StoreInfo, async_vector_bytes, is_async_copy, is_tma_copy,
+                                mma_kind, mma_positions, vector_copy_width)
+from ..indexing.arith import addends, known_factor
 from ..contract import Pass
 
 _BINARY_NAMES = {"maximum": "max", "minimum": "min"}
@@ -274,7 +276,7 @@ def _copy_at_lane(ctx, tv, lane):
 def vector_copy(ctx, tv, width):
     """tv's copy of `width` consecutive elements in one load and one store. Lowered once
     with the vector axis indexed by a symbolic lane v (0 <= v < width), each side's index
-    must come out as base + v with base a multiple of width (lowering.arith folds the lane
+    must come out as base + v with base a multiple of width (lowering.indexing.arith folds the lane
     out of the splits and swizzles around it): that proves both sides contiguous and
     aligned. The vector access is then lowered at v = 0. A copy that cannot be proven so
     is refused."""
@@ -393,7 +395,7 @@ def _operand_table(ctx, expr, operand, row_axis, k_axis, rows):
     """(start, offsets): the element index in `operand`'s tile of the instruction
     tile's element (0, 0), and the logical byte offset from it of every element (row, k)
     of the operand (rows x 16), evaluated with every other index at 0 (the tile's layout
-    is linear in the instruction tile's indices: lowering.hopper_operands checks it
+    is linear in the instruction tile's indices: lowering.indexing.hopper_operands checks it
     against a descriptor's)."""
     tv = expr.output
     r = kir.Var(f"r{len(ctx.loop_vars)}", ctx.index_dtype)

@@ -1,7 +1,7 @@
 """Pass `insert_syncs`: insert the barriers that order every shared-memory hazard.
 
 It runs after allocation (so it reasons on physical buffers) and after predication (so it
-sees the final control flow). Repeatedly, it asks the hazard analysis (lowering.hazards)
+sees the final control flow). Repeatedly, it asks the hazard analysis (lowering.verify.hazards)
 for the first unordered conflict and places one barrier for it:
 * a conflict within one pass through the code gets a barrier in the innermost statement
   list that holds both accesses, right before the statement holding the later access:
@@ -21,22 +21,27 @@ program order) and the list of hazards it orders: exactly those that appear when
 is dropped, so every barrier is necessary by construction.
 
 A kernel of Hopper's async protocol (TMA, wgmma, mbarriers: kir.uses_async_protocol) gets
-its synchronization from lowering.async_syncs instead, which asks the Hopper verifier
+its synchronization from lowering.verify.async_syncs instead, which asks the Hopper verifier
 (the sm_80 analysis does not see TMA boxes or wgmma operands): wgmma.fence and
 fence.proxy.async where the async proxy needs them, named barriers within a role. Those
 it places get ids the same way.
 
 All these questions are about one body, give or take synchronization statements: a single
-lowering.hazards.HazardAnalysis answers them, analysing again only what follows a change.
+lowering.verify.hazards.HazardAnalysis answers them, analysing again only what follows a change.
 """
 
 from .. import kir
-from ..async_syncs import insert_async_syncs
+from ..verify.async_syncs import insert_async_syncs
 from ..contract import Pass
 from ..errors import HazardError
-from ..hazards import END, HazardAnalysis, path_to, thread_dependent
+from ..verify.hazards import END, HazardAnalysis, path_to, thread_dependent
 from .verify_hazards import to_hazards
 
+
+def _cp_async_wait(effects):
+    """Does it retire cp.async groups (a cp.async.wait_group)?"""
+    group = effects.group
+    return group is not None and group.kind == "cp.async" and group.op == "wait"
 
 def _place(analysis, body, found):
     """Insert the synchronization one hazard needs; returns the inserted statements. An
@@ -79,7 +84,7 @@ def _after_waits(second, depth):
         if isinstance(owner, kir.IfThenElse) and thread_dependent(owner.cond):
             break
         places += [(stmts, p) for p in range(1, index + 1)
-                   if isinstance(stmts[p - 1], kir.CpAsyncWait)]
+                   if _cp_async_wait(stmts[p - 1].effects())]
     return places
 
 
@@ -152,7 +157,7 @@ def run(ctx, kernel):
     # hazards that appear when it alone is dropped.
     kept = {id(stmt) for unit in inserted for stmt in unit}
     syncs = [s for s in kir.walk(kernel.body) if id(s) in kept
-             and isinstance(s, (kir.Barrier, kir.CpAsyncWait))]
+             and (_cp_async_wait(s.effects()) or s.effects().order is not None)]
     for n, sync in enumerate(syncs, 1):
         sync.sync_id = f"sync{n}"
         stmts, index = _detach(kernel.body, sync)

@@ -6,7 +6,7 @@ index spans the largest extent bound to it; blockDim.x is rounded up to whole wa
 block reduction over TIDx.
 
 Every fusion expression is placed in the loops of its output tensor's loop axes; an axis
-inside the tensor's compute-at position runs in its consumer's loop (lowering.analysis
+inside the tensor's compute-at position runs in its consumer's loop (lowering.support.analysis
 `concrete`), so producers land inside the loops they share with consumers. Thread and
 block axes are not loops. A reduction is placed as four parts: its initialisation before
 its first reduction loop, the accumulation inside all its loops, a block reduction where a
@@ -25,7 +25,7 @@ from fuserir.ir import extent as ext
 from fuserir.ir.iterdomain import ParallelType, Split, history
 
 from .. import kir
-from ..analysis import THREAD_TYPES, is_async_copy, reduction_thread
+from ..support.analysis import THREAD_TYPES, is_async_copy, reduction_thread
 from ..contract import Pass
 
 

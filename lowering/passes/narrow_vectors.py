@@ -21,7 +21,7 @@ and the shared buffer keeps its layout: the allocation lays a buffer out row-maj
 its loop axes, so [.., w/c, c] with strides (c, 1) is the same offsets as [.., w], and the
 swizzle (16-byte chunks, a multiple of every narrower vector) and the ldmatrix reads that
 follow address the same bytes (for ldmatrix's rows of 8 contiguous elements,
-lowering.fragments takes the pieces [w/c, c] as the axis they split). A narrowed cp.async
+lowering.indexing.fragments takes the pieces [w/c, c] as the axis they split). A narrowed cp.async
 of 4 or 8 bytes is `.ca`; an element copy of a 1- or 2-byte dtype has no cp.async and
 becomes an ordinary load and shared store, which the predicates pass makes write zero out
 of bounds as cp.async would.
@@ -37,7 +37,7 @@ from fuserir.ir.exprs import LoadStoreOp
 from fuserir.ir.iterdomain import ParallelType
 from fuserir.ir.tensor import MemoryType
 
-from ..analysis import is_async_copy, vector_copy_width
+from ..support.analysis import is_async_copy, vector_copy_width
 from ..contract import Pass
 from ..errors import LoweringError
 

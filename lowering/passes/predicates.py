@@ -14,7 +14,7 @@ Three kinds of guard, none where provably unnecessary:
   parallelized on a thread index the block uses is written by thread 0 along it, the
   other threads skip; a global tensor not parallelized on a block index used by the grid
   is written by block 0 along it. A warp-specialized copy has no guard along its
-  warp_specialize index: lowering.warp_specialized runs its copies in the producer warp
+  warp_specialize index: lowering.support.warp_specialized runs its copies in the producer warp
   group alone.
 Each guarded Store is wrapped in its own IfThenElse, so a guard never encloses more than
 one store and sync insertion can always place a barrier between two statements.
@@ -31,8 +31,10 @@ from fuserir.ir.exprs import LoadStoreOp
 from fuserir.ir.iterdomain import ParallelType, Split, history
 from fuserir.ir.tensor import MemoryType
 
-from .. import kir, kir_visit
-from ..analysis import BLOCK_TYPES, THREAD_TYPES, is_async_copy, mma_kind, mma_positions
+from .. import kir
+from ..kir import visit as kir_visit
+from ..support.analysis import (BLOCK_TYPES, THREAD_TYPES, is_async_copy, mma_kind,
+                                mma_positions)
 from ..contract import Pass
 
 

@@ -8,7 +8,7 @@ value may be carried around a loop's back edge). A promoted buffer is moved to t
 16-byte aligned offset whose bytes belong to no buffer with an overlapping live range; the
 pool shrinks accordingly. Buffers not promoted keep the allocation pass's offsets.
 
-The accesses are lowering.accesses', and the shared buffers an asynchronous instruction
+The accesses are lowering.verify.accesses', and the shared buffers an asynchronous instruction
 names (a TMA box's destination, a wgmma's operands): in a warp-specialized kernel the
 producer's loads come first in program order, and the consumers wait for every one of
 them before their epilogue. An mbarrier's bytes are never reused (PTX asks for an
@@ -24,11 +24,11 @@ from dataclasses import fields
 
 from fuserir.numerics import round_up
 
-from .. import kir, kir_visit
+from .. import kir
+from ..kir import visit as kir_visit
 from ..contract import Pass
-from ..hazards import accesses_of
+from ..verify.hazards import accesses_of
 
-_MBARRIER_OPS = (kir.MbarrierInit, kir.MbarrierArrive, kir.MbarrierWait)
 _WHOLE_KERNEL = (0, float("inf"))
 
 
@@ -54,11 +54,13 @@ class _LiveRanges(kir_visit.StmtVisitor):
                 self._widen(b, start, self.position)
         elif isinstance(s, kir.Allocate):
             pass                          # a declaration, not an access
-        elif isinstance(s, _MBARRIER_OPS):
-            self._widen(s.bar, *_WHOLE_KERNEL)
         else:
+            mbarrier = s.effects().mbarrier
+            if mbarrier is not None:      # an mbarrier lives from its init to the end
+                self._widen(mbarrier.bar, *_WHOLE_KERNEL)
             for b in _buffers_of(s):
-                self._widen(b, start, start)
+                if mbarrier is None or b is not mbarrier.bar:
+                    self._widen(b, start, start)
 
     def _widen(self, buffer, lo, hi):
         r = self.ranges.setdefault(buffer, [lo, hi])

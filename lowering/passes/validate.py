@@ -12,7 +12,7 @@ shared tensor read by a thread or block that does not hold it, a placement a con
 cannot see. Each refusal is a ScheduleError naming the tensor, the axis and a way out.
 """
 
-from ..analysis import check_supported
+from ..support.analysis import check_supported
 from ..contract import Pass
 
 

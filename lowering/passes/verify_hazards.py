@@ -4,16 +4,16 @@ The last pass. It re-runs the hazard analysis on the final kernel IR, after sync
 insertion and after any barrier the caller dropped (`drop_syncs`), and raises
 codegen.HazardError listing every unordered conflict and every barrier under
 thread-dependent control flow. A kernel of Hopper's async protocol is proved by
-lowering.async_protocol instead (mbarrier phases, TMA and wgmma in flight, the async
+lowering.verify.async_protocol instead (mbarrier phases, TMA and wgmma in flight, the async
 proxy's fences, and the generic accesses between them). `verify=False` skips it, so that the interpreter (or the
 GPU) can show what a missing barrier does.
 """
 
 from .. import kir
-from ..async_protocol import verify_async_protocol
+from ..verify.async_protocol import verify_async_protocol
 from ..contract import Pass
 from ..errors import Hazard, HazardError
-from ..hazards import divergent_barriers, find_hazards
+from ..verify.hazards import divergent_barriers, find_hazards
 
 
 def _point(stmt):

@@ -1,5 +1,5 @@
 """How a kernel-IR integer expression depends on one loop variable v: whether it is
-periodic in v, and with which period. lowering.async_runtime's argument for a run-time loop
+periodic in v, and with which period. lowering.verify.async_runtime's argument for a run-time loop
 needs every expression the async protocol evaluates inside the loop (mbarrier indices,
 parities, counts, stage offsets, byte indices, conditions) to repeat with the iteration.
 
@@ -24,13 +24,13 @@ bottom-up, v0 the largest of the operands':
 
 So `k % S`, `(k / S) % 2`, `(tile * 5 + k) % 3 + S` are periodic and `k > 0` is from 1
 on; `k`, `min(k, 2)`, `(k - 1) % 2` are not. Integer wrap-around is not modelled: the
-indices the protocol uses stay far below 2^31 (lowering.index_bounds proves index widths).
+indices the protocol uses stay far below 2^31 (lowering.indexing.index_bounds proves index widths).
 """
 
 from dataclasses import dataclass
 from math import gcd, lcm
 
-from . import kir
+from .. import kir
 
 
 @dataclass(frozen=True)

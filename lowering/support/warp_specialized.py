@@ -40,7 +40,8 @@ from dataclasses import fields
 from fuserir.dtypes import DataType
 from fuserir.errors import ScheduleError
 
-from . import kir, kir_visit
+from .. import kir
+from ..kir import visit as kir_visit
 from .analysis import WARP_GROUP
 
 CONSUMER_BARRIER_ID = 1      # the named barrier that stands for the consumers' __syncthreads

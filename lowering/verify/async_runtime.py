@@ -1,19 +1,19 @@
 """Run-time values in a Hopper kernel's async protocol: every outcome of its block-uniform
 conditions and every trip count of its run-time loops, proved from finitely many
-unrollings (lowering.async_trace) each checked by lowering.async_protocol.
+unrollings (lowering.verify.async_trace) each checked by lowering.verify.async_protocol.
 
-Block-uniform conditions (lowering.async_skeleton). All threads of a block take the same
+Block-uniform conditions (lowering.verify.async_skeleton). All threads of a block take the same
 branch of one, and ifs with the same condition take the same one, so the kernel is
 proved when it is for each choice of their outcomes: each choice (at most 2^MAX_UNIFORM)
 is verified as a kernel of its own, over every trip count.
 
 Run-time loops. Loops whose extents are one run-time expression share a trip count τ and
 run T = max(extent, 0) times, the same T in every role. Take one τ, the others fixed.
-G_T is lowering.async_order's graph for T. An iteration node is an event of iteration u
+G_T is lowering.verify.async_order's graph for T. An iteration node is an event of iteration u
 of a τ-loop, or a phase or barrier generation completed there (C1); its time is u, apart
 per instance (the values of the loop variables around the loops). For a role r and an
 mbarrier b, I_rb are r's waits on b in τ-loops and J_b the phases of b completed there.
-P is the lcm of the periods (lowering.async_periodic) of everything evaluated in τ-loops
+P is the lcm of the periods (lowering.verify.async_periodic) of everything evaluated in τ-loops
 but the waits' parities, doubled until C2 holds. W is the longest lag, in iterations,
 from a phase of J to the wait of I matched to it and from a wgmma or TMA store to the
 wait retiring it (at least 1). m1 (m2) is one more than the last iteration from the start
@@ -48,7 +48,7 @@ iteration) or joins the first iterations or what precedes the loops to what foll
 (the same edge in G_T). In G_T the first kind exists unshifted, and its target reaches its
 own image P iterations on by program order. So G_T orders every pair G_{T-P} orders
 (images under the splice), through the same synchronization points.
-(3) Obligations. lowering.async_protocol checks properties of one node (parities, counts,
+(3) Obligations. lowering.verify.async_protocol checks properties of one node (parities, counts,
 expect_tx, barrier arrivals, wgmma fences, what is pending at the end), orderings between
 two nodes (conflicts, init visibility, the proved phase assignment, proxy fences), and
 acyclicity. For T >= T_s there are 2P + 1 splice points, so some block avoids the (one or
@@ -72,22 +72,19 @@ conditions for one τ do not depend on the others; a nested count is reduced las
 from itertools import product
 from math import lcm
 
-from . import kir
+from .. import kir
 from .async_trace import Iteration, Refusal, Trace, iterations
 
 MAX_UNIFORM = 3                  # block-uniform conditions (2^3 outcome choices)
 MAX_ITERATIONS = 20000           # unrolled iterations over all base cases of one choice
 PROBE = 8                        # the trip counts of the first unrolling
 MAX_PROBES = 4                   # unrollings to measure the depths on
-_GROUP_STATEMENTS = (kir.MbarrierInit, kir.MbarrierArrive, kir.MbarrierWait, kir.TmaLoad,
-                     kir.TmaStore, kir.BulkCommit, kir.BulkWait, kir.Wgmma,
-                     kir.WgmmaCommit, kir.WgmmaWait)
 
 
 def check_every_case(kernel, skeleton, known, check):
     """The findings of the first unrolling that has some (each naming the trip counts and
     outcomes it was found at), [] when every case is proved. `check(trace)` gives a
-    trace's (findings, closed lowering.async_order.Ordering). Raises Refusal when the
+    trace's (findings, closed lowering.verify.async_order.Ordering). Raises Refusal when the
     argument does not apply."""
     keys = list(skeleton.uniform)
     if len(keys) > MAX_UNIFORM:
@@ -129,12 +126,18 @@ def _refuse_nested_groups(skeleton):
                 if isinstance(inner, kir.ForLoop) and skeleton.runs(inner) \
                         and skeleton.loop(inner).kind == "run-time":
                     bad = next((s for s in kir.walk(inner.body)
-                                if isinstance(s, _GROUP_STATEMENTS)), None)
+                                if kir.effects.carries_phase_state(s.effects())), None)
                     if bad is not None:
                         raise Refusal(bad, f"cannot prove every trip count: run-time loop "
                                            f"{inner.var.name} ({inner.label}), nested in "
                                            f"run-time loop {loop.var.name} ({loop.label}), "
                                            f"holds {type(bad).__name__}")
+
+
+def _mbarrier_ops(body):
+    """The mbarrier operations of the statements of `body`."""
+    ops = (s.effects().mbarrier for s in kir.walk(body))
+    return [op for op in ops if op is not None]
 
 
 class _TripCounts:
@@ -144,8 +147,8 @@ class _TripCounts:
         self.kernel, self.skeleton, self.known = kernel, skeleton, known
         self._check, self.outcomes = check, outcomes
         self.keys = list(skeleton.trip_counts)
-        self.parities = {id(s.parity) for s in kir.walk(kernel.body)
-                         if isinstance(s, kir.MbarrierWait)}
+        self.parities = {id(op.value) for op in _mbarrier_ops(kernel.body)
+                         if op.op == "wait"}
 
     def check(self):
         if not self.keys:
@@ -360,9 +363,10 @@ class _Depths:
                     if isinstance(v, Iteration) and v.key == self.key)
         v = e.env[name]
         later = {**e.env, name: Iteration(int(v) + P, v.loop, v.key, v.instance)}
-        what = f"parity of the wait on {e.stmt.bar.name}:"
-        now = e.value(e.stmt.parity, what)
-        then = e.trace.value(e.stmt.parity, later, e.stmt, what)
+        wait = e.effects.mbarrier
+        what = f"parity of the wait on {wait.bar.name}:"
+        now = e.value(wait.value, what)
+        then = e.trace.value(wait.value, later, e.stmt, what)
         return (then - now - w) % 2 == 0
 
     # -- C1, C3, C4 ----------------------------------------------------------------------

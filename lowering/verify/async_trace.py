@@ -1,22 +1,22 @@
 """A Hopper kernel's control skeleton unrolled into role traces: step 1 of
-lowering.async_protocol (lowering.async_order builds the happens-before graph over them).
+lowering.verify.async_protocol (lowering.verify.async_order builds the happens-before graph over them).
 
 Unrolling. The body is walked as the block runs it, SIMT style: each statement with the
 set of threads executing it (a bit mask over the block's linear thread ids t = x + bx *
 (y + by * z), CUDA's numbering, so warps and warp groups are runs of consecutive ids)
-and every loop variable bound to each of its values in turn. lowering.async_skeleton
+and every loop variable bound to each of its values in turn. lowering.verify.async_skeleton
 says how each loop and if is walked: a constant extent is evaluated given the enclosing
 loop variables; a run-time loop runs the trip count the caller chose for its extent
 (`trips`), its variable bound to an Iteration; a condition is evaluated for each
 executing thread (threadIdx.x, .y and .z bound), so `if threadIdx.y == 2` splits warp
 groups and `if threadIdx.x == 0` elects a thread; a block-uniform one takes the outcome
 the caller chose (`outcomes`); an if that cannot touch the protocol is skipped. Anything
-else is refused (Refusal), and so is cp.async (lowering.hazards' domain).
+else is refused (Refusal), and so is cp.async (lowering.verify.hazards' domain).
 
 Run-time loops. Inside one, every value the protocol is computed from (mbarrier indices,
 parities, counts, conditions, byte indices) must be periodic in the loop's variable
-(lowering.async_periodic): each evaluation checks it, refusing what is not, and records
-the period in `periods` for lowering.async_runtime's argument over every trip count.
+(lowering.verify.async_periodic): each evaluation checks it, refusing what is not, and records
+the period in `periods` for lowering.verify.async_runtime's argument over every trip count.
 
 Roles. The threads are split into the coarsest classes that every executing set is a
 union of: the threads of one role execute the same statements in the same order. Before
@@ -34,7 +34,7 @@ stores touch common bytes by different threads is not merged, so that conflict i
 between its own statements.
 
 Accesses. Each event's shared-memory accesses, in pool bytes: the generic ones from
-lowering.accesses (a shared Store, shared Loads in its expressions, stmatrix, ldmatrix),
+lowering.verify.accesses (a shared Store, shared Loads in its expressions, stmatrix, ldmatrix),
 a TMA load's box (written by the async proxy), a TMA store's box and a wgmma's shared
 operands (read by it). An index is evaluated with the loop variables bound and, if it
 depends on the thread, once per executing thread (stmatrix and ldmatrix: per address
@@ -50,14 +50,19 @@ import numpy as np
 
 from fuserir.instructions import swizzle
 
-from . import kir
+from .. import kir
 from .accesses import shared_accesses
 from .async_periodic import eventual_period
 from .async_skeleton import Skeleton
 
 _AXES = "xyz"
 _THREAD = {a: f"threadIdx.{a}" for a in _AXES}  # variables a condition's threadIdx binds to
-_REFUSED = (kir.CpAsync, kir.CpAsyncCommit, kir.CpAsyncWait, kir.ExprStmt)
+
+
+def _refused(effects):
+    """Outside the async protocol: cp.async groups (lowering.verify.hazards proves those)
+    and statements not lowered yet."""
+    return effects.opaque or (effects.group is not None and effects.group.kind == "cp.async")
 
 
 class Refusal(Exception):
@@ -139,13 +144,18 @@ class Event:
     def value(self, expr, what):
         return self.trace.value(expr, self.env, self.stmt, what)
 
+    @property
+    def effects(self):
+        """The statement's effects (kir.effects), made once per trace."""
+        return self.trace.effects_of(self.stmt)
+
 
 @dataclass(eq=False)
 class Access:
     """Bytes read or written by `event`: `spans`, [(lo, hi, threads)] in pool bytes, each
     touched by the threads of its mask (`exact`: exactly these; else at most these);
     through the generic proxy or by an async operation ("tma-load", "wgmma",
-    "tma-store"). `end`: what completes it (lowering.async_protocol sets it): the event
+    "tma-store"). `end`: what completes it (lowering.verify.async_protocol sets it): the event
     itself for a generic access, the retiring wait's event for a wgmma or TMA store, the
     mbarrier phase for a TMA load; None: never retired."""
 
@@ -202,7 +212,7 @@ class Trace:
         """`known`: a dict a caller keeps across traces of one kernel whose statements it
         only adds to (sync insertion, every trip count): the values computed so far, by
         expression, buffer, threads and loop values. `skeleton`: the kernel's
-        lowering.async_skeleton.Skeleton (computed when not given); `trips`: {key: trip
+        lowering.verify.async_skeleton.Skeleton (computed when not given); `trips`: {key: trip
         count} of its run-time loops; `outcomes`: {key: bool} of its block-uniform ifs."""
         self._known = {} if known is None else known
         self.skeleton = Skeleton(kernel) if skeleton is None else skeleton
@@ -227,10 +237,11 @@ class Trace:
             for role in self.roles:
                 if role.mask & mask:
                     e = Event(stmt, role, number, env, self)
-                    for buffer, spans, *rest in found:
+                    for buffer, spans, is_write, proxy, info, exact, _ in found:
                         mine = self._role_spans(spans, role)
                         if mine:
-                            e.accesses.append(Access(e, buffer, mine, *rest,
+                            e.accesses.append(Access(e, buffer, mine, is_write, proxy,
+                                                     info, exact,
                                                      extent=self._extent(mine)))
                     self.events.append(e)
 
@@ -240,7 +251,7 @@ class Trace:
         runs = []
         for number, (stmt, mask, env) in enumerate(steps):
             found = self._step_accesses(stmt, mask, env)
-            plain = isinstance(stmt, kir.Store) and len(found) == 1 and found[0][2] \
+            plain = len(found) == 1 and found[0][6] == "store" and found[0][2] \
                 and found[0][5]
             when = tuple((v.key, v.instance, int(v)) for v in iterations(env))
             last = runs[-1] if runs else None
@@ -271,12 +282,12 @@ class Trace:
                 self._known[key] = None if _threads_overlap(spans) else spans
             if self._known[key] is None:
                 return None
-            found.append((buffer, self._known[key], True, "generic", None, True))
+            found.append((buffer, self._known[key], True, "generic", None, True, "store"))
         return found
 
     def _role_spans(self, spans, role):
         """The part of `spans` (a list `known` keeps) that `role`'s threads touch, kept
-        there too (lowering.async_protocol memoizes how span lists meet, by identity)."""
+        there too (lowering.verify.async_protocol memoizes how span lists meet, by identity)."""
         key = ("role spans", id(spans), role.mask)
         if key not in self._known:
             self._known[key] = spans if all(m & role.mask == m for _, _, m in spans) \
@@ -295,6 +306,13 @@ class Trace:
         return tuple(int(self._thread_arrays[_THREAD[a]][t]) for a in _AXES)
 
     # -- the walk ---------------------------------------------------------------------
+
+    def effects_of(self, stmt):
+        """`stmt.effects()`, kept (statements do not change while a kernel is checked)."""
+        key = ("effects", id(stmt))
+        if key not in self._known:
+            self._known[key] = stmt.effects()
+        return self._known[key]
 
     def _walk(self, stmts, mask, env, steps):
         for s in stmts:
@@ -316,9 +334,9 @@ class Trace:
                 taken = self._taken(s, mask, env, how)
                 self._walk(s.then_body, taken, env, steps)
                 self._walk(s.else_body, mask & ~taken, env, steps)
-            elif isinstance(s, _REFUSED):
+            elif _refused(self.effects_of(s)):
                 raise Refusal(s, f"cannot prove: {type(s).__name__} is not part of the "
-                                 f"async protocol (lowering.hazards checks cp.async)")
+                                 f"async protocol (lowering.verify.hazards checks cp.async)")
             else:
                 steps.append((s, mask, env))
 
@@ -438,37 +456,34 @@ class Trace:
         return self._known[key]
 
     def _step_accesses(self, stmt, mask, env):
-        """(buffer, spans, is_write, proxy, info, exact) of each shared access of one
-        execution by the threads of `mask`."""
+        """(buffer, spans, is_write, proxy, info, exact, via) of each shared access of one
+        execution by the threads of `mask`: the generic ones (lowering.verify.accesses),
+        then the async-proxy ones its effects declare (TMA boxes, wgmma operands), whose
+        proxy is their kind ("tma-load", "tma-store", "wgmma")."""
         found = []
         key = ("shared accesses", id(stmt))
         if key not in self._known:
-            self._known[key] = shared_accesses(stmt)
-        for a in self._known[key]:
+            self._known[key] = (shared_accesses(stmt),
+                                kir.effects.async_shared(stmt.effects()))
+        generic, asynchronous = self._known[key]
+        for a in generic:
             spans, exact = self._spans(a.buffer, a.index, a.nbytes, mask, env, stmt,
                                        a.lanes or 32)
-            found.append((a.buffer, spans, a.is_write, "generic", a.info, exact))
-        if isinstance(stmt, kir.TmaLoad):
-            spans, exact = self._spans(stmt.dst, stmt.dst_index, stmt.map.box_bytes, mask,
-                                       env, stmt)
-            found.append((stmt.dst, spans, True, "tma-load", stmt.access, exact))
-        elif isinstance(stmt, kir.TmaStore):
-            spans, exact = self._spans(stmt.src, stmt.src_index, stmt.map.box_bytes, mask,
-                                       env, stmt)
-            found.append((stmt.src, spans, False, "tma-store", stmt.access, exact))
-        elif isinstance(stmt, kir.Wgmma):
-            operands = [(stmt.b, stmt.b_index, stmt.b_layout, stmt.trans_b, stmt.n)]
-            if stmt.a.memory is kir.Memory.shared:
-                operands.insert(0, (stmt.a, stmt.a_index, stmt.a_layout, stmt.trans_a, 64))
-            for buf, index, layout, trans, rows in operands:
-                self._check_periodic(index, env, stmt, f"the wgmma operand index into "
-                                                       f"{buf.name}")
-                key = ("operand", id(index), id(buf), id(layout), trans, rows, mask,
-                       _env_key(env))
-                if key not in self._known:
-                    self._known[key] = self._operand_spans(buf, index, layout, trans, rows,
-                                                           mask, env, stmt)
-                found.append((buf, self._known[key], False, "wgmma", stmt.access, False))
+            found.append((a.buffer, spans, a.is_write, "generic", a.info, exact, a.via))
+        for a in asynchronous:
+            if a.layout is None:                         # a TMA box
+                spans, exact = self._spans(a.buffer, a.index, a.nbytes, mask, env, stmt)
+                found.append((a.buffer, spans, a.write, a.via, a.info, exact, a.via))
+                continue
+            layout, trans, rows = a.layout                # a wgmma operand
+            self._check_periodic(a.index, env, stmt, f"the wgmma operand index into "
+                                                     f"{a.buffer.name}")
+            key = ("operand", id(a.index), id(a.buffer), id(layout), trans, rows, mask,
+                   _env_key(env))
+            if key not in self._known:
+                self._known[key] = self._operand_spans(a.buffer, a.index, layout, trans,
+                                                       rows, mask, env, stmt)
+            found.append((a.buffer, self._known[key], False, a.via, a.info, False, a.via))
         return found
 
 

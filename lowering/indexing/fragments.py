@@ -23,8 +23,8 @@ from fuserir.errors import ScheduleError
 from fuserir.instructions import LDMATRIX, MMA_M16N8K16, WGMMA
 from fuserir.ir.iterdomain import Merge, Split
 
-from . import kir
-from .analysis import is_a_operand, is_warp_group_tile, mma_positions
+from .. import kir
+from ..support.analysis import is_a_operand, is_warp_group_tile, mma_positions
 
 
 class _Index:

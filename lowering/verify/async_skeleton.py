@@ -1,4 +1,4 @@
-"""What lowering.async_trace does with each loop and each if of a kernel, decided once
+"""What lowering.verify.async_trace does with each loop and each if of a kernel, decided once
 from the statement tree (with the names of the loop variables in scope), so that every
 unrolling of one kernel agrees on it.
 
@@ -7,7 +7,7 @@ Loops, by their extent:
                   value by value
     run-time      depends on scalar parameters, tensor sizes, blockIdx or gridDim and on
                   no loop variable (ceildiv(K, 64), a split-K slice): unrolled for a trip
-                  count lowering.async_runtime chooses; loops whose extents are the same
+                  count lowering.verify.async_runtime chooses; loops whose extents are the same
                   expression share one trip count (their `key`), so the producer's and
                   the consumer's K loops always run equally often
     refused       depends on threadIdx or data, on loop variables and run-time values at
@@ -20,7 +20,7 @@ Ifs, by their condition:
     per thread    a function of threadIdx and the loop variables: evaluated per thread
     block-uniform depends on blockIdx, gridDim, scalar parameters or tensor sizes only
                   (`if (blockIdx.z < gridDim.z - 1)` of a split-K turnstile): every
-                  thread of the block takes the same branch; lowering.async_runtime
+                  thread of the block takes the same branch; lowering.verify.async_runtime
                   chooses the outcome (ifs with the same condition share one)
     either way    anything else (data, or threads mixed with run-time values: the
                   bounds predicate `if (row < M)` around a shared or register store of
@@ -34,14 +34,11 @@ Ifs, by their condition:
 
 from dataclasses import dataclass, fields
 
-from . import kir
+from .. import kir
 from .accesses import shared_accesses
 
-_PROTOCOL = (kir.Barrier, kir.NamedBarrier, kir.FenceProxyAsync, kir.FenceMbarrierInit,
-             kir.MbarrierInit, kir.MbarrierArrive, kir.MbarrierWait, kir.TmaLoad,
-             kir.TmaStore, kir.BulkCommit, kir.BulkWait, kir.Wgmma, kir.WgmmaFence,
-             kir.WgmmaCommit, kir.WgmmaWait, kir.CpAsync, kir.CpAsyncCommit,
-             kir.CpAsyncWait, kir.ExprStmt)
+def _synchronizes(stmt):
+    return kir.effects.synchronizes(stmt.effects())
 
 
 def expr_key(e):
@@ -150,7 +147,7 @@ class Skeleton:
             return Condition("per thread")
         if deps["run-time"] and not (deps["thread"] or deps["data"] or deps["loop"]):
             return Condition("block-uniform", expr_key(s.cond))
-        if not any(isinstance(x, _PROTOCOL) for x in kir.walk(s.then_body + s.else_body)):
+        if not any(map(_synchronizes, kir.walk(s.then_body + s.else_body))):
             return Condition("either way")
         return Condition("refused", why=f"cannot prove: condition {kir.format_expr(s.cond)} "
                                         f"is neither a function of the thread index and "
@@ -159,7 +156,7 @@ class Skeleton:
 
     def _relevant(self, stmt):
         """Can `stmt` take part in the shared-memory protocol?"""
-        return (isinstance(stmt, _PROTOCOL) or bool(shared_accesses(stmt))
+        return (_synchronizes(stmt) or bool(shared_accesses(stmt))
                 or id(stmt) in self._register_writes)
 
 
@@ -181,9 +178,10 @@ def _dependencies(expr, loop_vars):
 
 
 def _register_writes_before_wgmmas(body):
-    """ids of the stores into a wgmma's accumulator or register-A buffer that a wgmma
-    reading that buffer can follow in program order: one later in the text, or sharing a
-    loop with it (the wgmma-fence rule counts them)."""
+    """ids of the statements writing registers an asynchronous instruction uses (a
+    wgmma's accumulator or register A: effects.async_register_uses) that such an
+    instruction can follow in program order: one later in the text, or sharing a loop
+    with it (the wgmma-fence rule counts them)."""
     order, loops_of = [], {}
 
     def visit(stmts, loops):
@@ -194,14 +192,16 @@ def _register_writes_before_wgmmas(body):
             for b in s.bodies():
                 visit(b, inner)
     visit(body, ())
-    wgmmas = [(i, s) for i, s in enumerate(order) if isinstance(s, kir.Wgmma)]
+    users = [(i, s, {a.buffer for a in kir.effects.async_register_uses(s.effects())})
+             for i, s in enumerate(order)]
+    users = [(i, s, used) for i, s, used in users if used]
     found = set()
     for i, s in enumerate(order):
-        if not (isinstance(s, kir.Store) and s.buffer.memory is kir.Memory.local):
+        written = {a.buffer for a in kir.effects.register_writes(s.effects())}
+        if not written:
             continue
-        for j, w in wgmmas:
-            if s.buffer in (w.d, w.a) and (j > i or set(loops_of[id(s)])
-                                            & set(loops_of[id(w)])):
+        for j, w, used in users:
+            if written & used and (j > i or set(loops_of[id(s)]) & set(loops_of[id(w)])):
                 found.add(id(s))
                 break
     return found

@@ -1,5 +1,5 @@
-"""The happens-before graph of a Hopper kernel's role traces (lowering.async_trace):
-step 2 of lowering.async_protocol.
+"""The happens-before graph of a Hopper kernel's role traces (lowering.verify.async_trace):
+step 2 of lowering.verify.async_protocol.
 
 The graph. Its nodes are role events (each meaning: every thread of the role, at this
 point) and synchronization points (an mbarrier phase's completion, a barrier's
@@ -28,9 +28,9 @@ threads, a wgmma issued over registers not wgmma.fenced since they were stored.
 
 from dataclasses import dataclass, field
 
-from . import kir
+from .. import kir
 from .async_trace import Refusal, iterations
-from .errors import Hazard
+from ..errors import Hazard
 from .hazards import END
 
 
@@ -146,9 +146,6 @@ class _RoleState:
                 frozenset(b.name for b in self.stored), self.fenced)
 
 
-_BLOCKING = (kir.MbarrierWait, kir.Barrier, kir.NamedBarrier)
-
-
 def _point(env):
     """Which iteration of which run-time loops `env` is in."""
     return tuple((id(v.loop), v.instance, int(v)) for v in iterations(env))
@@ -169,7 +166,7 @@ class Ordering:
         self.init_fences = {r: [] for r in trace.roles}     # FenceMbarrierInit events
         self.async_pending = []         # wgmma / TMA store accesses, retired or not
         # with run-time loops: (role, event or None: the end, the role's state before
-        # it) where the role enters another iteration (lowering.async_runtime reads them)
+        # it) where the role enters another iteration (lowering.verify.async_runtime reads them)
         self.role_states = []
 
     def order(self):
@@ -208,13 +205,14 @@ class Ordering:
         last, state = {}, {r: _RoleState() for r in self.trace.roles}
         tracked = bool(self.trace.trips)
         for e in self.trace.events:
-            s, st = e.stmt, state[e.role]
+            effects, st = e.effects, state[e.role]
+            order, group = effects.order, effects.group
             if tracked and (e.role not in last
                             or _point(last[e.role].env) != _point(e.env)):
                 self.role_states.append((e.role, e, st.snapshot()))
             e.enter = self.graph.node()
             e.leave = e.enter
-            if isinstance(s, _BLOCKING) and not getattr(s, "arrive_only", False):
+            if order is not None and order.blocking and order.scope != "gpu":
                 e.leave = self.graph.node()
                 self.graph.edge(e.enter, e.leave)
             if e.role in last:
@@ -226,39 +224,44 @@ class Ordering:
                 elif a.proxy != "tma-load":
                     self.async_pending.append(a)
                     (st.wgmma if a.proxy == "wgmma" else st.bulk)[-1].append(a)
-            if isinstance(s, kir.WgmmaCommit):
-                st.wgmma.append([])
-            elif isinstance(s, kir.BulkCommit):
-                st.bulk.append([])
-            elif isinstance(s, (kir.WgmmaWait, kir.BulkWait)):
-                groups = st.wgmma if isinstance(s, kir.WgmmaWait) else st.bulk
-                retired = max(len(groups) - 1 - s.n, 0)  # the last list is uncommitted
-                for group in groups[:retired]:
-                    for a in group:
+            groups = {"wgmma": st.wgmma, "bulk": st.bulk}.get(group and group.kind)
+            if groups is not None and group.op == "commit":
+                groups.append([])
+            elif groups is not None and group.op == "wait":
+                retired = max(len(groups) - 1 - group.n, 0)  # the last list: uncommitted
+                for retiring in groups[:retired]:
+                    for a in retiring:
                         a.end = e
                 del groups[:retired]
-            elif isinstance(s, kir.FenceProxyAsync):
-                self.fences[e.role].append(e)
-            elif isinstance(s, kir.FenceMbarrierInit):
-                self.init_fences[e.role].append(e)
-            elif isinstance(s, kir.Store) and s.buffer.memory is kir.Memory.local:
-                st.stored.setdefault(s.buffer, e)
-            elif isinstance(s, kir.WgmmaFence):
-                st.fenced, st.stored = True, {}
-            elif isinstance(s, kir.Wgmma):
-                self._wgmma_fence(e, st)
+            elif order is not None and order.kind == "fence":
+                if order.orders == "proxy":
+                    self.fences[e.role].append(e)
+                elif order.orders == "mbarrier-init":
+                    self.init_fences[e.role].append(e)
+                elif order.orders == "registers":
+                    st.fenced, st.stored = True, {}
+            for a in kir.effects.register_writes(effects):
+                st.stored.setdefault(a.buffer, e)
+            used = kir.effects.async_register_uses(effects)
+            if used:
+                self._register_fence(e, st, used)
         if tracked:
             self.role_states += [(r, None, st.snapshot()) for r, st in state.items()]
 
 
-    def _wgmma_fence(self, e, st):
-        s = e.stmt
+    def _register_fence(self, e, st, used):
+        """The wgmma.fence rule at an instruction using registers `used` asynchronously
+        (a wgmma: its accumulator, then register A)."""
+        buffers = list(dict.fromkeys(a.buffer for a in used if a.write)) + list(
+            dict.fromkeys(a.buffer for a in used if not a.write))
+        buffers = list(dict.fromkeys(buffers))
         if not st.fenced:
-            self._finding("wgmma-fence", s.d.name, e, e,
+            self._finding("wgmma-fence", buffers[0].name, e, e,
                           f"{e.role} issue a wgmma with no wgmma.fence before it (missing "
                           f"wgmma.fence: its register accesses are not ordered before it)")
-        for buf, what in ((s.d, "accumulator"), (s.a, "register-A")):
+        for i, buf in enumerate(buffers):
             if buf in st.stored:
+                what = "accumulator" if i == 0 else "register-A"
                 self._finding("wgmma-fence", buf.name, st.stored[buf], e,
                               f"{e.role} stored {what} elements of {buf.name} since the "
                               f"last wgmma.fence, then the wgmma reads them (missing "
@@ -276,28 +279,27 @@ class Ordering:
     def _mbarrier_phases(self):
         latest = {}                                  # (role, barrier) -> its latest arrive
         for e in self.trace.events:
-            s = e.stmt
-            if isinstance(s, kir.MbarrierInit):
-                bar = self._bar(e, s.bar, s.index)
+            op = e.effects.mbarrier
+            if op is None:
+                continue
+            bar = self._bar(e, op.bar, op.index)
+            if op.op == "init":
                 bar.inits.append(e)
-                bar.count = e.value(s.count, f"arrival count of {bar.name}:")
-            elif isinstance(s, kir.MbarrierArrive):
-                bar = self._bar(e, s.bar, s.index)
+                bar.count = e.value(op.value, f"arrival count of {bar.name}:")
+            elif op.op == "arrive":
                 if bar.batches and bar.batches[-1][0].step == e.step:
                     bar.batches[-1].append(e)
                 else:
                     bar.batches.append([e])
                 latest[(e.role, id(bar))] = e
-            elif isinstance(s, kir.TmaLoad):
-                bar = self._bar(e, s.bar, s.bar_index)
+            elif op.op == "complete_tx":
                 if (e.role, id(bar)) not in latest:
-                    raise Refusal(s, f"cannot prove: the TMA load completes on {bar.name} "
-                                     f"before its thread arrives there (no phase to count "
-                                     f"it toward)")
+                    raise Refusal(e.stmt, f"cannot prove: the TMA load completes on "
+                                          f"{bar.name} before its thread arrives there (no "
+                                          f"phase to count it toward)")
                 bar.loads.append((e, latest[(e.role, id(bar))]))
-            elif isinstance(s, kir.MbarrierWait):
-                bar = self._bar(e, s.bar, s.index)
-                parity = e.value(s.parity, f"parity of the wait on {bar.name}:")
+            elif op.op == "wait":
+                parity = e.value(op.value, f"parity of the wait on {bar.name}:")
                 bar.waits.setdefault(e.role, []).append((e, parity))
         for bar in self.bars.values():
             if bar.count is None:
@@ -320,8 +322,9 @@ class Ordering:
                 phase.arrivals.append(e)
                 phase.arrived += e.role.size
                 phase_of[e] = phase
-                if e.stmt.tx_bytes is not None:
-                    phase.tx += e.role.size * e.value(e.stmt.tx_bytes, "expect_tx bytes")
+                tx_bytes = e.effects.mbarrier.value
+                if tx_bytes is not None:
+                    phase.tx += e.role.size * e.value(tx_bytes, "expect_tx bytes")
             if phase.arrived > bar.count:
                 raise Refusal(batch[0].stmt, f"cannot prove: the arrivals of one statement "
                                              f"on {bar.name} split across two phases (count "
@@ -331,7 +334,7 @@ class Ordering:
             for a in load.accesses:
                 a.end = phase_of[arrive]
         for phase in bar.phases:
-            landed = sum(e.role.size * e.stmt.map.box_bytes for e in phase.loads)
+            landed = sum(e.role.size * e.effects.mbarrier.value for e in phase.loads)
             if phase.tx != landed:
                 e = phase.loads[0] if phase.loads else phase.arrivals[-1]
                 self._finding("mbarrier", bar.name, phase.arrivals[-1], e,
@@ -379,13 +382,13 @@ class Ordering:
     def _barrier_generations(self):
         batches = {}                                 # name -> (count, [events of a step])
         for e in self.trace.events:
-            s = e.stmt
-            if isinstance(s, kir.Barrier):
-                name, count = "__syncthreads()", self.trace.threads
-            elif isinstance(s, kir.NamedBarrier):
-                name, count = f"barrier {s.id}", s.count
-            else:
+            order = e.effects.order
+            if order is None or order.kind != "barrier":
                 continue
+            if order.scope == "block":
+                name, count = "__syncthreads()", self.trace.threads
+            else:
+                name, count = f"barrier {order.id}", order.count
             steps = batches.setdefault(name, (count, []))[1]
             if steps and steps[-1][0].step == e.step:
                 steps[-1].append(e)
@@ -410,7 +413,7 @@ class Ordering:
                     self._generation(name, events)
                     events, reached = [], 0
             for e in events:
-                if not getattr(e.stmt, "arrive_only", False):
+                if e.effects.order.blocking:
                     self._finding("deadlock", name, events[0], e,
                                   f"deadlock: {name} waits for {count} threads, {reached} "
                                   f"reach it")

@@ -26,7 +26,7 @@ from dataclasses import fields
 
 from fuserir.dtypes import DataType
 
-from . import kir
+from .. import kir
 
 __all__ = ["reach", "index_dtype_for", "IndexRangeError"]
 

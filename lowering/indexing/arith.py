@@ -28,7 +28,7 @@ import math
 
 from fuserir.numerics import ceil_div
 
-from . import kir
+from .. import kir
 
 
 class Ranges:

@@ -26,16 +26,16 @@ What it proves, for every interleaving of the block's threads:
     warp group's last wgmma.fence, and some fence precedes it.
 
 How: a bounded, exact symbolic execution of the skeleton, in three steps.
-lowering.async_trace unrolls the kernel into role traces (threads that run the same
+lowering.verify.async_trace unrolls the kernel into role traces (threads that run the same
 statements), each statement execution an event with its shared byte spans per thread;
-lowering.async_order builds the happens-before graph over them (program order, mbarrier
+lowering.verify.async_order builds the happens-before graph over them (program order, mbarrier
 phases with their arrivals, TMA loads and matched waits, barrier generations), proves
 its own assignment of arrivals and waits to phases, and closes it (a cycle is a
 deadlock); here each rule is a question to the closed graph.
 
 Run-time values: a loop whose extent is a run-time expression (ceildiv(K, 64)) is proved
 for every trip count and a block-uniform condition (blockIdx.z < gridDim.z - 1) for both
-outcomes, by lowering.async_runtime's argument over finitely many unrollings; a finding
+outcomes, by lowering.verify.async_runtime's argument over finitely many unrollings; a finding
 names the trip counts and outcomes it was made at.
 
 What it refuses (kind "cannot-prove", never a pass): a barrier index, parity, count or
@@ -43,10 +43,10 @@ expect_tx that is not a constant given the loop variables, or, inside a run-time
 not periodic in its variable; a condition that is neither a function of the thread index
 and the loop variables nor block-uniform (unless nothing under it touches the protocol:
 then it is skipped); a loop extent that depends on the thread or on data; run-time loops
-the argument does not cover (lowering.async_runtime says which); cp.async; a shared
+the argument does not cover (lowering.verify.async_runtime says which); cp.async; a shared
 buffer with no constant place; one statement's arrivals split across two phases; a TMA
 load issued before its thread arrives on its barrier. What it does not check: that the
-threads of one statement execution touch distinct bytes (lowering.hazards' owner maps and
+threads of one statement execution touch distinct bytes (lowering.verify.hazards' owner maps and
 the interpreter do), global memory, registers read while a wgmma is pending. A whole
 wgmma is retired for its role at that role's wait (the instruction is warp-group
 collective); a TMA load's bytes are visible to a thread only through a wait of its own
@@ -61,12 +61,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import kir
+from .. import kir
 from .async_order import Ordering, point
 from .async_runtime import check_every_case
 from .async_skeleton import Skeleton
 from .async_trace import Refusal
-from .errors import Hazard, HazardError
+from ..errors import Hazard, HazardError
 
 _ASYNC_READ = {"wgmma": ("a pending wgmma still reads", "the wgmma.wait_group retiring it"),
                "tma-store": ("a TMA store still reads",
@@ -333,7 +333,7 @@ _ASYNC_OPS = {"tma-load": "the TMA load", "wgmma": "the wgmma", "tma-store": "th
 def _op(access):
     if access.proxy in _ASYNC_OPS:
         return _ASYNC_OPS[access.proxy]
-    if isinstance(access.event.stmt, kir.StMatrix):
+    if any(a.via == "stmatrix" for a in access.event.effects.accesses):
         return "stmatrix"
     return f"the {'write' if access.is_write else 'read'} of {access.buffer.name}"
 

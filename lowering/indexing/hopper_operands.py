@@ -30,7 +30,7 @@ from fuserir.errors import ScheduleError
 from fuserir.instructions import SWIZZLE_BYTES, TMA_BOX_MAX, WGMMA
 from fuserir.ir.iterdomain import ParallelType, Split
 
-from . import kir
+from .. import kir
 
 SWIZZLED_ROW_BYTES = 128        # the 128B mode: a tile's swizzled rows are 128 bytes
 

@@ -1,5 +1,5 @@
 """Sync insertion for Hopper's asynchronous protocol: the fences, waits and barriers that
-lowering.async_protocol's findings ask for, each placed with the reasons it exists, until
+lowering.verify.async_protocol's findings ask for, each placed with the reasons it exists, until
 the protocol is proved; what no placement of them can fix is refused.
 
 The rules, one per kind of finding (first: the earlier statement, second: the later):
@@ -33,17 +33,17 @@ anything the verifier cannot prove.
 Placements are made a round at a time (a later round sees the earlier ones); at the end
 each placed statement that a later one made redundant is taken out again, so every one
 kept is needed. A correct kernel is returned unchanged, with nothing inserted. It sits above
-lowering.async_protocol (it asks it, between placements) and below the passes that will
+lowering.verify.async_protocol (it asks it, between placements) and below the passes that will
 run it on the kernels the Hopper scheduler lowers.
 """
 
 from fuserir.instructions import NAMED_BARRIER_IDS
 
-from . import kir
+from .. import kir
 from .async_protocol import check_async_protocol
 from .async_runtime import covering_traces
 from .async_skeleton import Skeleton
-from .errors import HazardError
+from ..errors import HazardError
 from .hazards import path_to, thread_dependent
 
 _KINDS = {"proxy-fence": kir.HazardKind.PROXY, "wgmma-fence": kir.HazardKind.WGMMA_FENCE,
@@ -86,6 +86,11 @@ def _prune(kernel, inserted, known):
     return kept
 
 
+def _commits(stmt, kind):
+    """Does `stmt` commit the open group of `kind`?"""
+    group = stmt.effects().group
+    return group is not None and group.kind == kind and group.op == "commit"
+
 class _Placer:
     """One round: the placements the findings ask for (at most one per place)."""
 
@@ -95,7 +100,8 @@ class _Placer:
         self._traces = None
         self._skeleton = None
         self.seen = set()
-        self.used_ids = {s.id for s in kir.walk(kernel.body) if isinstance(s, kir.NamedBarrier)}
+        orders = (s.effects().order for s in kir.walk(kernel.body))
+        self.used_ids = {o.id for o in orders if o is not None and o.scope == "named"}
 
     def stmt(self, point):
         return self.by_label.get(point.split(":", 1)[0])
@@ -214,11 +220,12 @@ class _Placer:
         return stmts, a + 1, kir.Barrier(reasons=[self.reason(h, first, second)])
 
     def store_read_wait(self, h, first, second):
-        if not isinstance(first, kir.TmaStore):
-            return None
+        if not any(a.until == kir.effects.Group("bulk", "read")
+                   for a in first.effects().accesses):
+            return None                  # not a read a bulk wait .read retires
         stmts, index, _ = path_to(self.kernel.body, first)[-1]
         commit = next((i for i in range(index + 1, len(stmts))
-                       if isinstance(stmts[i], kir.BulkCommit)), None)
+                       if _commits(stmts[i], "bulk")), None)
         if commit is None:
             return None
         return stmts, commit + 1, kir.BulkWait(0, read=True,

@@ -13,18 +13,17 @@ statements in its bodies), reads first, then its write, as the hardware orders t
     cp.async   a kir.CpAsync: an async write of nbytes per thread, pending until the wait
                that retires its group (DESIGN.md section 5)
 
-The static hazard analysis (lowering.hazards), the bank-conflict report
-(lowering.bank_conflicts) and the interpreter's race detector (codegen.interp) read
-accesses from here; the per-lane shapes of instruction accesses come from the instruction
-descriptors (fuserir.instructions).
+The static hazard analysis (lowering.verify.hazards), the bank-conflict report
+(lowering.verify.bank_conflicts) and the interpreter's race detector (codegen.interp) read
+accesses from here; an instruction's own access is the generic-proxy shared access its
+statement's effects declare (lowering.kir.effects), whose per-lane shapes come from the
+instruction descriptors (fuserir.instructions).
 """
 
 import dataclasses
 from dataclasses import dataclass, field
 
-from fuserir.instructions import LDMATRIX, STMATRIX
-
-from . import kir
+from .. import kir
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,22 +80,16 @@ def _shared(buffer):
 
 
 def instruction_access(stmt):
-    """The shared-memory access the statement's own instruction makes (its store, its
-    ldmatrix or stmatrix rows, its cp.async write), without the loads of its expressions;
-    None where it makes none. What the interpreter asks as each instruction runs."""
-    if isinstance(stmt, kir.Store) and _shared(stmt.buffer):
-        return SharedAccess(stmt, "store", stmt.buffer, stmt.index,
-                            stmt.width * stmt.buffer.dtype.itemsize, True)
-    if isinstance(stmt, kir.LdMatrix) and _shared(stmt.src):
-        return SharedAccess(stmt, "ldmatrix", stmt.src, stmt.address, LDMATRIX.row_bytes,
-                            False, matrices=stmt.num, lanes=LDMATRIX.address_lanes(stmt.num))
-    if isinstance(stmt, kir.StMatrix) and _shared(stmt.dst):
-        return SharedAccess(stmt, "stmatrix", stmt.dst, stmt.address, STMATRIX.row_bytes,
-                            True, matrices=stmt.num, lanes=STMATRIX.address_lanes(stmt.num))
-    if isinstance(stmt, kir.CpAsync) and _shared(stmt.dst):
-        return SharedAccess(stmt, "cp.async", stmt.dst, stmt.dst_index, stmt.nbytes, True,
-                            pending=True)
-    return None
+    """The generic-proxy shared-memory access the statement's own instruction makes, as
+    its effects declare it (a store, ldmatrix or stmatrix rows, a cp.async write), without
+    the loads of its expressions; None where it makes none. What the interpreter asks as
+    each instruction runs."""
+    own = kir.effects.generic_shared(stmt.effects())
+    if not own:
+        return None
+    (a,) = own
+    return SharedAccess(stmt, a.via, a.buffer, a.index, a.nbytes, a.write,
+                        pending=a.until is not None, matrices=a.matrices, lanes=a.lanes)
 
 
 def shared_accesses(stmt):

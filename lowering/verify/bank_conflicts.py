@@ -52,8 +52,8 @@ import numpy as np
 from fuserir import op_table
 from fuserir.dtypes import DataType
 from fuserir.numerics import ceil_div, round_up
-from lowering import kir
-from lowering.accesses import shared_accesses
+from .. import kir
+from .accesses import shared_accesses
 
 __all__ = ["AccessReport", "Example", "report", "conflicts", "format_report", "BANKS",
            "BANK_BYTES"]

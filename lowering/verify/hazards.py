@@ -36,7 +36,7 @@ fresh analysis).
 
 from dataclasses import dataclass, field, replace
 
-from . import kir
+from .. import kir
 from .accesses import shared_accesses
 
 
@@ -78,7 +78,7 @@ class Found:
 
 def accesses_of(stmt):
     """The shared-memory accesses one statement makes itself (reads before the write:
-    lowering.accesses), as the analysis tracks them."""
+    lowering.verify.accesses), as the analysis tracks them."""
     return [Access(stmt, a.buffer, a.is_write, a.info, pending=a.pending)
             for a in shared_accesses(stmt)]
 
@@ -182,6 +182,7 @@ class HazardAnalysis:
 
     def __init__(self):
         self._accesses = {}                     # statement -> its accesses
+        self._effects = {}                      # statement -> its effects
         self._prefixes = {}                     # first statement's shape -> _Prefix
 
     def find(self, body):
@@ -193,7 +194,8 @@ class HazardAnalysis:
                 break
             after = children[shape]
             done, children = done + 1, after.children
-        run = _Interpretation(self._accesses_of, dict(after.found), dict(after.memo))
+        run = _Interpretation(self._accesses_of, self._effects_of, dict(after.found),
+                              dict(after.memo))
         state = after.state
         for stmt, shape in zip(body[done:], shapes[done:]):
             state = run.visit((stmt,), state)
@@ -207,6 +209,11 @@ class HazardAnalysis:
         if stmt not in self._accesses:
             self._accesses[stmt] = tuple(accesses_of(stmt))
         return self._accesses[stmt]
+
+    def _effects_of(self, stmt):
+        if stmt not in self._effects:
+            self._effects[stmt] = stmt.effects()
+        return self._effects[stmt]
 
 
 def _shape(stmt):
@@ -228,8 +235,9 @@ class _Interpretation:
     """One run of the analysis in program order: `found` maps each finding's key to the
     first finding with it, `memo` each (loop, entry state key) to the loop's exit state."""
 
-    def __init__(self, accesses_of, found, memo):
-        self.accesses_of, self.found, self.memo = accesses_of, found, memo
+    def __init__(self, accesses_of, effects_of, found, memo):
+        self.accesses_of, self.effects_of = accesses_of, effects_of
+        self.found, self.memo = found, memo
 
     def record(self, first, second, kind):
         f = Found(first, second, kind)
@@ -264,12 +272,14 @@ class _Interpretation:
 
     def visit(self, stmts, state):
         for s in stmts:
-            if isinstance(s, kir.Barrier):
+            effects = self.effects_of(s)
+            group = effects.group
+            if _block_barrier(effects):
                 state = replace(state, plain=())
-            elif isinstance(s, kir.CpAsyncCommit):
+            elif group is not None and group.kind == "cp.async" and group.op == "commit":
                 state = State(state.plain, (), state.groups + (state.uncommitted,))
-            elif isinstance(s, kir.CpAsyncWait):
-                state = self.wait(state, s.n)
+            elif group is not None and group.kind == "cp.async" and group.op == "wait":
+                state = self.wait(state, group.n)
             elif isinstance(s, kir.ForLoop):
                 state = self.check(self.accesses_of(s), state)
                 state = state.join(self.loop(s, state))
@@ -325,13 +335,19 @@ def thread_dependent(expr):
                or isinstance(e, (kir.Load, kir.ShuffleXor)) for e in kir.walk_expr(expr))
 
 
+def _block_barrier(effects):
+    """Is it a barrier of every thread of the block (__syncthreads)?"""
+    order = effects.order
+    return order is not None and order.kind == "barrier" and order.scope == "block"
+
+
 def divergent_barriers(body):
     """Barriers inside control flow whose condition may differ between threads."""
     out = []
 
     def visit(stmts, divergent):
         for s in stmts:
-            if isinstance(s, kir.Barrier) and divergent:
+            if divergent and _block_barrier(s.effects()):
                 out.append(s)
             if isinstance(s, kir.IfThenElse):
                 d = divergent or thread_dependent(s.cond)

@@ -9,13 +9,14 @@ recursion lives here once, so that a pass says only what it does to the nodes it
 (as TVM's StmtExprVisitor / StmtExprMutator and nvFuser's kir::IrVisitor /
 kir::ExprMutator do).
 
-kir keeps the helpers every layer uses (walk, walk_expr, substitute, copy_stmt, relabel);
-this module sits beside it in lowering because only lowering rewrites kernel IR.
+kir's traversal module keeps the helpers every layer uses (walk, walk_expr, substitute,
+copy_stmt, relabel); the visitors are here, not re-exported as `kir.<name>`, because only
+lowering's passes rewrite kernel IR.
 """
 
 from dataclasses import fields, replace
 
-from . import kir
+from .. import kir
 
 
 def _method(obj, prefix, node):

@@ -1,0 +1,8 @@
+"""Index arithmetic: what lowering knows about the integer expressions it builds.
+
+    arith            value ranges and the simplifications they allow (Ranges, simplify)
+    index_bounds     how far a kernel's indices reach at a run's sizes: 32 or 64 bits
+    fragments        per-lane indices of tensor-core tiles (the descriptors' fragment maps)
+    hopper_operands  a TMA copy's box and a wgmma operand's matrix layout, read off a
+                     scheduled shared tile's indices
+"""
