@@ -252,9 +252,8 @@ class Ordering:
     def _register_fence(self, e, st, used):
         """The wgmma.fence rule at an instruction using registers `used` asynchronously
         (a wgmma: its accumulator, then register A)."""
-        buffers = list(dict.fromkeys(a.buffer for a in used if a.write)) + list(
-            dict.fromkeys(a.buffer for a in used if not a.write))
-        buffers = list(dict.fromkeys(buffers))
+        buffers = list(dict.fromkeys([a.buffer for a in used if a.write]
+                                     + [a.buffer for a in used if not a.write]))
         if not st.fenced:
             self._finding("wgmma-fence", buffers[0].name, e, e,
                           f"{e.role} issue a wgmma with no wgmma.fence before it (missing "
