@@ -11,7 +11,6 @@ from codegen.launch import check_launch_limits
 from codegen import nvrtc
 from codegen.nvrtc import CompileError
 from fuserir import device as devices
-from fuserir.instructions import BY_STATEMENT
 from fuserir.dtypes import DataType
 from lowering import kir
 from lowering.pipeline import PASS_NAMES, lower
@@ -55,11 +54,11 @@ def kernel_arch(kernel, arch):
     architecture-specific target sm_XYa where an instruction the kernel issues exists only
     there (a descriptor's arch_specific, as wgmma on sm_90a; code for an `a` target runs on
     that architecture alone, so other kernels keep the plain one). Refuses a kernel whose
-    instructions (fuserir.instructions' descriptors, by kernel-IR statement) need a newer
-    GPU, or an architecture-specific instruction of another architecture."""
+    instructions (the fuserir.instructions descriptors its statements' effects name) need
+    a newer GPU, or an architecture-specific instruction of another architecture."""
     cc = int(arch[3:].rstrip("af"))
-    used = {type(s).__name__: BY_STATEMENT[type(s).__name__] for s in kir.walk(kernel.body)
-            if type(s).__name__ in BY_STATEMENT}
+    issued = ((type(s).__name__, s.effects().instruction) for s in kir.walk(kernel.body))
+    used = {name: d for name, d in issued if d is not None}
     need = max((d.arch for d in used.values()), default=0)
     if cc < need:
         newer = ", ".join(f"{stmt} ({d.name}, sm_{d.arch})" for stmt, d in sorted(used.items())

@@ -24,8 +24,8 @@ new descriptor, consulted by the same code: Hopper's warp-group MMA (WGMMA, sm_9
 accumulator and register-A fragments over the 128 threads of a warp group, its PTX), the
 shared-memory matrix descriptor and swizzle modes its operands are read through,
 stmatrix, TMA (and what a tensor map may be), mbarriers, the proxy fence, named barriers
-and setmaxnreg are here, issued by the statements of lowering/kir/hopper.py
-(BY_STATEMENT). The maps are the figures of the PTX ISA ("Matrix Fragments for
+and setmaxnreg are here, issued by the statements of lowering/kir/hopper.py (each
+statement names the descriptor it issues in its effects: lowering.kir.effects). The maps are the figures of the PTX ISA ("Matrix Fragments for
 mma.m16n8k16", "ldmatrix", "wgmma"); tests/test_instructions.py and
 tests/test_instructions_sm90.py check every lane against those figures spelled out
 independently, and tests/test_hopper_probes.py checks them against the H200.
@@ -171,8 +171,6 @@ CP_ASYNC = CpAsyncInstruction(
     ptx_format="cp.async.{cache}.shared.global", commit="cp.async.commit_group",
     wait_format="cp.async.wait_group {n}")
 
-# every descriptor, by the kernel-IR statement that issues it
-BY_STATEMENT = {"Mma": MMA_M16N8K16, "LdMatrix": LDMATRIX, "CpAsync": CP_ASYNC}
 
 
 # ---------------------------------------------------------------------------------------
@@ -370,11 +368,3 @@ SETMAXNREG = AsyncProxyInstruction(
     name="setmaxnreg", arch=90, arch_specific=True,
     ptx={"set": "setmaxnreg.{direction}.sync.aligned.u32 {count}"})
 SETMAXNREG_COUNTS = range(24, 257, 8)
-
-# every descriptor, by the kernel-IR statement that issues it
-BY_STATEMENT.update({
-    "Wgmma": WGMMA, "WgmmaFence": WGMMA, "WgmmaCommit": WGMMA, "WgmmaWait": WGMMA,
-    "StMatrix": STMATRIX, "TmaLoad": TMA, "TmaStore": TMA, "BulkCommit": TMA,
-    "BulkWait": TMA, "MbarrierInit": MBARRIER, "FenceMbarrierInit": MBARRIER,
-    "MbarrierArrive": MBARRIER, "MbarrierWait": MBARRIER, "FenceProxyAsync": PROXY_FENCE,
-    "NamedBarrier": NAMED_BARRIER, "SetMaxNReg": SETMAXNREG})

@@ -8,6 +8,8 @@ import pytest
 import codegen
 import fuserir
 import hopper_probes as hp
+from fuserir import instructions as ins
+from fuserir.dtypes import DataType
 from lowering import kir
 from lowering.kir import effects as fx
 
@@ -40,6 +42,10 @@ def statements():
     for k in kernels:
         for s in kir.walk(k.body):
             found.setdefault(type(s).__name__, s)
+    zero = kir.Const(0, DataType.i32)
+    tile = kir.Buffer("tile", DataType.f16, kir.Memory.shared, kir.Const(1024, DataType.i32))
+    regs = kir.Buffer("regs", DataType.f16, kir.Memory.local, kir.Const(8, DataType.i32))
+    found["StMatrix"] = kir.StMatrix(tile, zero, regs, zero)
     return found
 
 
@@ -50,8 +56,8 @@ def test_the_kernels_cover_the_instruction_statements():
     assert {"Store", "Barrier", "LdMatrix", "Mma", "CpAsync", "CpAsyncCommit", "CpAsyncWait",
             "Wgmma", "WgmmaFence", "WgmmaCommit", "WgmmaWait", "TmaLoad", "TmaStore",
             "BulkCommit", "BulkWait", "MbarrierInit", "FenceMbarrierInit", "MbarrierArrive",
-            "MbarrierWait", "FenceProxyAsync", "NamedBarrier",
-            "SetMaxNReg"} <= set(STATEMENTS)
+            "MbarrierWait", "FenceProxyAsync", "NamedBarrier", "SetMaxNReg",
+            "StMatrix"} <= set(STATEMENTS)
 
 
 @pytest.mark.parametrize("question, was", [
@@ -107,3 +113,28 @@ def test_barriers_fences_and_waits_say_what_they_order():
 def test_a_statement_not_lowered_yet_is_opaque():
     stmt = kir.ExprStmt(tv=None)
     assert stmt.effects().opaque and fx.synchronizes(stmt.effects())
+
+
+def test_each_instruction_statement_names_the_descriptor_whose_arch_it_needs():
+    declared = {name: s.effects().instruction for name, s in STATEMENTS.items()}
+    assert {n: d for n, d in declared.items() if d is not None} == {
+        "Mma": ins.MMA_M16N8K16, "LdMatrix": ins.LDMATRIX, "CpAsync": ins.CP_ASYNC,
+        "CpAsyncCommit": ins.CP_ASYNC, "CpAsyncWait": ins.CP_ASYNC,
+        "Wgmma": ins.WGMMA, "WgmmaFence": ins.WGMMA, "WgmmaCommit": ins.WGMMA,
+        "WgmmaWait": ins.WGMMA, "StMatrix": ins.STMATRIX, "TmaLoad": ins.TMA,
+        "TmaStore": ins.TMA, "BulkCommit": ins.TMA, "BulkWait": ins.TMA,
+        "MbarrierInit": ins.MBARRIER, "FenceMbarrierInit": ins.MBARRIER,
+        "MbarrierArrive": ins.MBARRIER, "MbarrierWait": ins.MBARRIER,
+        "FenceProxyAsync": ins.PROXY_FENCE, "NamedBarrier": ins.NAMED_BARRIER,
+        "SetMaxNReg": ins.SETMAXNREG}
+    # the arch-specific ones are sm_90a's: wgmma and setmaxnreg
+    assert {n for n, d in declared.items() if d is not None and d.arch_specific} == {
+        "Wgmma", "WgmmaFence", "WgmmaCommit", "WgmmaWait", "SetMaxNReg"}
+
+
+def test_stmatrix_writes_rows_from_the_first_lanes_through_the_generic_proxy():
+    s = STATEMENTS["StMatrix"]
+    (rows,) = fx.generic_shared(s.effects())
+    assert (rows.buffer, rows.write, rows.via, rows.lanes, rows.matrices) == (
+        s.dst, True, "stmatrix", ins.STMATRIX.address_lanes(4), 4)
+    assert s.effects().collective == "warp" and not fx.synchronizes(s.effects())

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from fuserir.dtypes import DataType
-from fuserir.instructions import BY_STATEMENT, CP_ASYNC, LDMATRIX, MMA_M16N8K16
+from fuserir.instructions import CP_ASYNC, LDMATRIX, MMA_M16N8K16
 
 LANES = range(32)
 
@@ -81,17 +81,3 @@ def test_cp_async_sizes_and_cache_operators():
     assert CP_ASYNC.allows("cg", 16) and not CP_ASYNC.allows("cg", 8)
     assert CP_ASYNC.allows("ca", 4) and not CP_ASYNC.allows("ca", 2)
     assert CP_ASYNC.wait(1) == "cp.async.wait_group 1" and CP_ASYNC.arch == 80
-
-
-def test_every_descriptor_is_listed_by_its_statement():
-    from lowering import kir
-    assert set(BY_STATEMENT) == {
-        "Mma", "LdMatrix", "CpAsync", "Wgmma", "WgmmaFence", "WgmmaCommit", "WgmmaWait",
-        "StMatrix", "TmaLoad", "TmaStore", "BulkCommit", "BulkWait", "MbarrierInit",
-        "FenceMbarrierInit", "MbarrierArrive", "MbarrierWait", "FenceProxyAsync",
-        "NamedBarrier", "SetMaxNReg"}
-    assert all(issubclass(getattr(kir, name), kir.Stmt) for name in BY_STATEMENT)
-    assert all(d.arch >= 70 for d in BY_STATEMENT.values())
-    # the arch-specific ones are sm_90a's: wgmma and setmaxnreg
-    assert {n for n, d in BY_STATEMENT.items() if d.arch_specific} == {
-        "Wgmma", "WgmmaFence", "WgmmaCommit", "WgmmaWait", "SetMaxNReg"}

@@ -12,7 +12,8 @@ import fuserir
 from codegen import nvrtc
 from codegen.errors import CompileError
 from driver import build
-from fuserir.instructions import BY_STATEMENT, MMA_M16N8K16
+from fuserir.instructions import MMA_M16N8K16
+from lowering import kir
 
 SEED = (__import__("pathlib").Path(__file__).resolve().parents[1] / "examples"
         / "seed_matmul.fz")
@@ -26,8 +27,10 @@ def _kernel(text):
 @pytest.fixture
 def mma_only_on_sm90a(monkeypatch):
     """Pretend mma.sync were an sm_90a-only instruction (what wgmma is)."""
-    monkeypatch.setitem(BY_STATEMENT, "Mma",
-                        dataclasses.replace(MMA_M16N8K16, arch=90, arch_specific=True))
+    sm90a = dataclasses.replace(MMA_M16N8K16, arch=90, arch_specific=True)
+    declared = kir.Mma.effects
+    monkeypatch.setattr(kir.Mma, "effects", lambda self: dataclasses.replace(
+        declared(self), instruction=sm90a))
 
 
 def test_a_kernel_with_an_arch_specific_instruction_gets_the_a_target(mma_only_on_sm90a):
