@@ -12,6 +12,7 @@ array's layout, so that choice is testable without a GPU. `vector_caps` asks it 
 tensor a step's kernel moves in vectors, for the arrays of one call.
 """
 
+import dataclasses
 import types
 
 import numpy as np
@@ -67,15 +68,23 @@ def _vector_accesses(kernel):
     cp.async sources and vector copies (kir Store/Load of width > 1) of global memory."""
     found = {}
     for s in kir.walk(kernel.body):
-        if isinstance(s, kir.CpAsync) and s.nbytes > s.src.dtype.itemsize:
-            found[s.src.name] = (s.nbytes, "copies it", "with cp.async")
-        if isinstance(s, kir.Store) and s.width > 1:
-            nbytes = s.width * s.buffer.dtype.itemsize
-            if s.buffer.memory is kir.Memory.global_:
-                found[s.buffer.name] = (nbytes, "stores it", "in a vectorized copy")
-            if isinstance(s.value, kir.Load) and s.value.buffer.memory is kir.Memory.global_:
-                found[s.value.buffer.name] = (nbytes, "loads it", "in a vectorized copy")
+        for a in s.effects().accesses:        # the statement's own: cp.async, stores
+            if a.memory is kir.Memory.global_ and a.nbytes > a.buffer.dtype.itemsize:
+                found[a.buffer.name] = ((a.nbytes, "stores it", "in a vectorized copy")
+                                        if a.write else
+                                        (a.nbytes, "copies it", f"with {a.via}"))
+        for load in _vector_loads(s):
+            nbytes = load.width * load.buffer.dtype.itemsize
+            found[load.buffer.name] = (nbytes, "loads it", "in a vectorized copy")
     return found
+
+
+def _vector_loads(stmt):
+    """The global loads of more than one element in a statement's own expressions."""
+    exprs = (getattr(stmt, f.name) for f in dataclasses.fields(stmt))
+    return [x for e in exprs if isinstance(e, kir.ScalarExpr) for x in kir.walk_expr(e)
+            if isinstance(x, kir.Load) and x.width > 1
+            and x.buffer.memory is kir.Memory.global_]
 
 
 def _contiguous_layout(tv, env):

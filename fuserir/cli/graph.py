@@ -177,7 +177,7 @@ def _kernel_nodes(kernel, prefix, indent):
         for s in stmts:
             node = prefix + s.label
             text = kir.format_stmt(s)
-            if isinstance(s, kir.Barrier):
+            if kir.effects.is_block_barrier(s.effects()):
                 head = text.split("  //")[0]
                 attrs = dict(label=_label(f"{s.label}: {head}",
                                           *(str(r) for r in s.reasons)),

@@ -162,7 +162,7 @@ def _barriers(kernel):
 
     def visit(stmts, loops):
         for i, s in enumerate(stmts):
-            if isinstance(s, kir.Barrier) or getattr(s, "sync_id", None):
+            if kir.effects.is_block_barrier(s.effects()) or getattr(s, "sync_id", None):
                 before = stmts[i - 1].label if i > 0 else None
                 after = stmts[i + 1].label if i + 1 < len(stmts) else None
                 found.append({

@@ -130,6 +130,12 @@ NONE = Effects()
 
 # -- the questions, one definition each --------------------------------------------------
 
+def is_block_barrier(effects):
+    """Is it a barrier of every thread of the block (__syncthreads)?"""
+    order = effects.order
+    return order is not None and order.kind == "barrier" and order.scope == "block"
+
+
 def generic_shared(effects):
     """The instruction's generic-proxy shared-memory accesses (stores, ldmatrix and
     stmatrix rows, cp.async writes): what the sm_80 analysis, the bank report and the

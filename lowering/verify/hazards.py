@@ -274,7 +274,7 @@ class _Interpretation:
         for s in stmts:
             effects = self.effects_of(s)
             group = effects.group
-            if _block_barrier(effects):
+            if kir.effects.is_block_barrier(effects):
                 state = replace(state, plain=())
             elif group is not None and group.kind == "cp.async" and group.op == "commit":
                 state = State(state.plain, (), state.groups + (state.uncommitted,))
@@ -335,19 +335,13 @@ def thread_dependent(expr):
                or isinstance(e, (kir.Load, kir.ShuffleXor)) for e in kir.walk_expr(expr))
 
 
-def _block_barrier(effects):
-    """Is it a barrier of every thread of the block (__syncthreads)?"""
-    order = effects.order
-    return order is not None and order.kind == "barrier" and order.scope == "block"
-
-
 def divergent_barriers(body):
     """Barriers inside control flow whose condition may differ between threads."""
     out = []
 
     def visit(stmts, divergent):
         for s in stmts:
-            if divergent and _block_barrier(s.effects()):
+            if divergent and kir.effects.is_block_barrier(s.effects()):
                 out.append(s)
             if isinstance(s, kir.IfThenElse):
                 d = divergent or thread_dependent(s.cond)

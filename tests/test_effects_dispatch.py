@@ -1,0 +1,79 @@
+"""Where code still asks which class an instruction statement is, outside the modules
+that define, emit and interpret the statements: the checkers read `stmt.effects()`
+(lowering.kir.effects) instead. The sites left are listed here one file at a time, so
+that a new one fails this test and a removed one must be struck from the list: the list
+only shrinks."""
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGES = ("fuserir", "lowering", "codegen", "driver")
+# the statements' homes: their definition (and effects), emission, interpretation
+HOMES = ("lowering/kir/", "codegen/cuda/", "codegen/interp/")
+STRUCTURAL = {"Stmt", "ForLoop", "IfThenElse", "Allocate", "Comment", "ExprStmt"}
+
+# file -> dispatch sites left (each: an instruction class referenced as a value, or a
+# visitor method named after one): rewrites of particular statements by the passes that
+# build them (zero-filling a cp.async, guarding a store, the warp-specialized pipeline's
+# TMA loads and barriers), the register indices unroll_register_loops reads, and which
+# expression fields index_bounds takes for data.
+REMAINING = {
+    "lowering/passes/circular_buffer.py": 10,
+    "lowering/passes/predicates.py": 2,
+    "lowering/passes/unroll_register_loops.py": 6,
+    "lowering/support/warp_specialized.py": 6,
+    "lowering/indexing/index_bounds.py": 1,
+}
+
+
+def instruction_classes():
+    from lowering import kir
+    return {name for name in dir(kir) if isinstance(getattr(kir, name), type)
+            and issubclass(getattr(kir, name), kir.Stmt) and name not in STRUCTURAL}
+
+
+def dispatch_sites(source, classes):
+    """Each reference to an instruction class as a value (an isinstance test, a class in a
+    tuple, set or dict: anything but a call that builds the statement) and each visitor
+    method named after one."""
+    tree = ast.parse(source)
+    built = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    sites = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id == "kir" and node.attr in classes and id(node) not in built:
+            sites += 1
+        elif isinstance(node, ast.FunctionDef) and node.name.split("_", 1)[0] in (
+                "visit", "mutate") and node.name.split("_", 1)[-1] in classes:
+            sites += 1
+    return sites
+
+
+def found():
+    classes = instruction_classes()
+    sites = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel.startswith(HOMES):
+                continue
+            n = dispatch_sites(path.read_text(), classes)
+            if n:
+                sites[rel] = n
+    return sites
+
+
+def test_class_dispatch_outside_the_statements_homes_only_shrinks():
+    assert found() == REMAINING
+
+
+def test_the_census_finds_each_kind_of_dispatch():
+    classes = {"Wgmma", "TmaLoad", "Barrier"}
+    assert dispatch_sites("isinstance(s, kir.Wgmma)\n", classes) == 1
+    assert dispatch_sites("isinstance(s, (kir.Barrier, kir.ForLoop))\n", classes) == 1
+    assert dispatch_sites("X = (kir.Wgmma, kir.TmaLoad)\n", classes) == 2
+    assert dispatch_sites("X = {(kir.Wgmma, 'd')}\n", classes) == 1
+    assert dispatch_sites("class V:\n    def visit_TmaLoad(self, s):\n        pass\n",
+                          classes) == 1
+    assert dispatch_sites("isinstance(s, kir.ForLoop)\nkir.Barrier()\n", classes) == 0
