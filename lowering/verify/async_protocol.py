@@ -79,12 +79,17 @@ _SYNC_ID = re.compile(r" \[sync\d+\]")   # the names insert_syncs gives the sync
                                          # for drop_syncs: not part of what is proved
 
 
+def verifier_sources():
+    """The modules a proof depends on: every module of lowering (the verifier, the kernel
+    IR and its effects, the index arithmetic it evaluates with)."""
+    return sorted(Path(__file__).resolve().parents[1].rglob("*.py"))
+
+
 def _verifier_version():
-    """A hash of the verifier's own source (this package's modules), so that a proof kept
-    on disk is never reused by another version of it."""
-    root = Path(__file__).parent
+    """A hash of verifier_sources(), so that a proof kept on disk is never reused by
+    another version of the verifier."""
     digest = hashlib.sha256()
-    for path in sorted([*root.glob("*.py"), *root.glob("kir/*.py")]):
+    for path in verifier_sources():
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
