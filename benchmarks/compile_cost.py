@@ -1,7 +1,10 @@
-"""Compile cost of the seed kernel (issue 8): Python time of lowering + CUDA emission, of
-NVRTC, and of a second compile of the same fusion (the executable cache). No GPU needed.
+"""Compile cost of the seed kernel: Python time of lowering + CUDA emission, of NVRTC,
+and of a second compile of the same fusion (the executable cache); and with --first-matmul
+the cold cost of an unscheduled matmul's first plan (compile, then the plan of NT
+1024x2048x4096: scheduling, lowering, the async protocol's proof, NVRTC), each repetition
+in a fresh process with an empty cache directory. No GPU needed.
 
-    python3 benchmarks/compile_cost.py [--repeat 5]
+    python3 benchmarks/compile_cost.py [--repeat 5] [--first-matmul]
 
 Each figure is the median of --repeat fresh processes' worth of work done in this one:
 every repetition parses examples/seed_matmul.fz again and clears the in-memory caches
@@ -53,10 +56,40 @@ def measure(repeat):
             "cached_compile_ms": ms(cached)}
 
 
+FIRST_MATMUL = r"""
+import os, sys, tempfile, time
+os.environ["FUSERIR_CACHE_DIR"] = tempfile.mkdtemp()
+sys.path.insert(0, {root!r})
+import codegen, fuserir
+text = ("fusion mm(A: f16[K, M], B: f16[K, N]) {{\n  acc = matmul(A, B, layout=NT)\n"
+        "  out = cast(acc, f16)\n  output out\n}}\n")
+started = time.perf_counter()
+exe = codegen.compile(fuserir.parse(text), backend="cuda")
+compiled = time.perf_counter()
+exe.plan_for({{"M": 1024, "N": 2048, "K": 4096}})
+print(compiled - started, time.perf_counter() - compiled)
+"""
+
+
+def first_matmul(repeat):
+    """(compile s, first plan s) medians of `repeat` fresh processes."""
+    import subprocess
+    runs = [subprocess.run([sys.executable, "-c", FIRST_MATMUL.format(root=str(ROOT))],
+                           check=True, capture_output=True, text=True).stdout.split()
+            for _ in range(repeat)]
+    return tuple(statistics.median(float(r[i]) for r in runs) for i in (0, 1))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--first-matmul", action="store_true",
+                   help="also the cold compile and first plan of an unscheduled matmul")
     args = p.parse_args(argv)
+    if args.first_matmul:
+        compiled, planned = first_matmul(args.repeat)
+        print(f"unscheduled NT matmul, cold: compile {compiled:.2f} s, first plan at "
+              f"1024x2048x4096 (schedule, lowering, proof, NVRTC) {planned:.2f} s")
     r = measure(args.repeat)
     print(f"seed kernel: lowering + emission {r['lower_and_emit_ms']:.1f} ms (target < 150), "
           f"NVRTC {r['nvrtc_ms']:.1f} ms, second compile of the same fusion "

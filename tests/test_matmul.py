@@ -473,8 +473,9 @@ def test_a_gpu_below_sm80_is_refused_clearly(monkeypatch):
     with pytest.raises(nvrtc.CompileError) as caught:
         codegen.compile(seed_fusion(), backend="cuda")
     assert str(caught.value) == (
-        "kernel splitk_nt uses CpAsync (cp.async, sm_80), Mma (mma.sync m16n8k16, sm_80), "
-        "which need sm_80 or newer; this GPU is sm_75")
+        "kernel splitk_nt uses CpAsync (cp.async, sm_80), CpAsyncCommit (cp.async, sm_80), "
+        "CpAsyncWait (cp.async, sm_80), Mma (mma.sync m16n8k16, sm_80), which need sm_80 or "
+        "newer; this GPU is sm_75")
 
 
 def test_divisions_by_the_run_time_split_factor_are_computed_once():
