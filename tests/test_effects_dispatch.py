@@ -16,14 +16,12 @@ STRUCTURAL = {"Stmt", "ForLoop", "IfThenElse", "Allocate", "Comment", "ExprStmt"
 # file -> dispatch sites left (each: an instruction class referenced as a value, or a
 # visitor method named after one): rewrites of particular statements by the passes that
 # build them (zero-filling a cp.async, guarding a store, the warp-specialized pipeline's
-# TMA loads and barriers), the register indices unroll_register_loops reads, and which
-# expression fields index_bounds takes for data.
+# TMA loads and barriers) and the register indices unroll_register_loops reads.
 REMAINING = {
     "lowering/passes/circular_buffer.py": 10,
     "lowering/passes/predicates.py": 2,
     "lowering/passes/unroll_register_loops.py": 6,
     "lowering/support/warp_specialized.py": 6,
-    "lowering/indexing/index_bounds.py": 1,
 }
 
 

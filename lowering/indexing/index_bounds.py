@@ -31,7 +31,6 @@ from .. import kir
 __all__ = ["reach", "index_dtype_for", "IndexRangeError"]
 
 _LIMITS = {DataType.i32: (-2 ** 31, 2 ** 31 - 1), DataType.i64: (-2 ** 63, 2 ** 63 - 1)}
-_DATA_FIELDS = {(kir.Store, "value")}     # what a statement computes, not where
 
 
 class IndexRangeError(ValueError):
@@ -120,7 +119,7 @@ class _Reach:
                 for f in fields(s):
                     value = getattr(s, f.name)
                     if isinstance(value, kir.ScalarExpr):
-                        if (type(s), f.name) in _DATA_FIELDS:
+                        if f.name in s.data_fields:    # what it computes, not where
                             self.data(value)
                         else:
                             self.index(value)

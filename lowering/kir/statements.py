@@ -128,7 +128,11 @@ _labels = itertools.count()
 class Stmt:
     """Every statement has a label (S<number>) that dumps and hazard reports cite, and
     declares its effects (lowering.kir.effects) in `effects()`: none, for a statement
-    that only holds others or names a buffer."""
+    that only holds others or names a buffer. `data_fields` names its expression fields
+    that compute values rather than addresses, counts or conditions (index arithmetic
+    analyses, lowering.indexing.index_bounds, leave them to the data's own types)."""
+
+    data_fields = ()
 
     def __post_init__(self):
         if getattr(self, "label", None) is None:
@@ -160,6 +164,8 @@ class Store(Stmt):
     access: AccessInfo = None
     label: str = None
     width: int = 1
+
+    data_fields = ("value",)
 
     def effects(self):
         return Effects((Access(self.buffer, self.index,
