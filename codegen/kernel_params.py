@@ -17,9 +17,10 @@ kernel declares, so a 64-byte aligned `__grid_constant__` map needs no layout ru
 (checked on the H200: packed into one buffer at natural alignments it lands at the wrong
 offset). A call writes the pointers, re-points each map whose tensor moved (no
 re-encoding: see _Map for how, once the driver has shown where the address lives, a move
-is one 8-byte write), and launches. Calls from several threads share the storage, so writing it and launching
-hold a lock; cuLaunchKernel copies the parameters before it returns, as stream capture
-copies them into the graph's node, so the storage may change right after.
+is one 8-byte write), and launches. Calls from several threads share the storage, so
+writing it and launching hold a lock; cuLaunchKernel copies the parameters before it
+returns, as stream capture copies them into the graph's node, so the storage may change
+right after.
 
 Where there is no CUDA driver (the tests' recording GPU) or FUSERIR_LAUNCH=cupy asks for
 it, the same values go through CuPy's launch (pointers as u64, maps as numpy V128) and a
@@ -162,7 +163,8 @@ class _Map:
             return
         if self.word is _UNKNOWN:
             word = address_word(self.at, self.address, address, driver.replace_address)
-            self.word = None if word is None else self.at - ctypes.addressof(self.storage) + word
+            offset = self.at - ctypes.addressof(self.storage)
+            self.word = None if word is None else offset + word
         if self.word is None:
             _check(driver.replace_address(self.at, address),
                    f"{self.fields.where}: cuTensorMapReplaceAddress")

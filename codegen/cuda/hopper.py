@@ -51,8 +51,8 @@ class HopperEmitter:
             return lines + ["  extern __shared__ __align__(16) unsigned char smem[];"]
         return lines + [f"  // {SWIZZLE_ATOM_BYTES}-byte aligned: TMA and wgmma swizzles "
                         "are functions of the pool offset.",
-                        f"  extern __shared__ __align__({SWIZZLE_ATOM_BYTES}) unsigned char "
-                        "smem[];"]
+                        f"  extern __shared__ __align__({SWIZZLE_ATOM_BYTES}) "
+                        "unsigned char smem[];"]
 
     def launch_bounds(self):
         """`__launch_bounds__(threads, 1) ` where the kernel reallocates registers

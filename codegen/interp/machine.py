@@ -145,8 +145,8 @@ class _Interp:
                            for e, a in zip(launch.block, "xyz")) + (1,) * (3 - len(launch.block))
         self.nthreads = self.block[0] * self.block[1] * self.block[2]
         if not 1 <= self.nthreads <= MAX_THREADS_PER_BLOCK:
-            raise InterpError(f"kernel {kernel.name}: block {self.block} has "
-                              f"{self.nthreads} threads (1..{MAX_THREADS_PER_BLOCK} allowed)")
+            raise InterpError(f"kernel {kernel.name}: block {self.block} has {self.nthreads} "
+                              f"threads (1..{MAX_THREADS_PER_BLOCK} allowed)")
         self._layout_shared(uniform)
         self._layout_local(uniform)
         lin = np.arange(self.nthreads, dtype=np.int64)

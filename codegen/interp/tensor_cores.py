@@ -69,9 +69,9 @@ class _TensorCores:
 
     def _row_sites(self, s, lay, act, name, row):
         """The lanes of `act` that give a row address to an ldmatrix or stmatrix `s` (the
-        first 8 * num of each warp: lowering.verify.accesses.instruction_access), and each one's
-        row as element positions [lanes, 8] into `lay` (clipped) with the in-bounds mask
-        (None: all in bounds; else reported). A row not 16-byte aligned is refused."""
+        first 8 * num of each warp: lowering.verify.accesses.instruction_access), and each
+        one's row as element positions [lanes, 8] into `lay` (clipped) with the in-bounds
+        mask (None: all in bounds; else reported). A row not 16-byte aligned is refused."""
         rows = instruction_access(s)
         sa = act[(act & 31) < rows.lanes]
         if not len(sa):

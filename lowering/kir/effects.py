@@ -146,7 +146,8 @@ def generic_shared(effects):
 
 def async_shared(effects):
     """Its async-proxy shared-memory accesses (TMA boxes, wgmma operands)."""
-    return [a for a in effects.accesses if a.proxy == "async" and a.memory.value == "shared"]
+    return [a for a in effects.accesses
+            if a.proxy == "async" and a.memory.value == "shared"]
 
 
 def joins_async_protocol(effects):
