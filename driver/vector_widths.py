@@ -12,7 +12,6 @@ array's layout, so that choice is testable without a GPU. `vector_caps` asks it 
 tensor a step's kernel moves in vectors, for the arrays of one call.
 """
 
-import dataclasses
 import types
 
 import numpy as np
@@ -81,8 +80,7 @@ def _vector_accesses(kernel):
 
 def _vector_loads(stmt):
     """The global loads of more than one element in a statement's own expressions."""
-    exprs = (getattr(stmt, f.name) for f in dataclasses.fields(stmt))
-    return [x for e in exprs if isinstance(e, kir.ScalarExpr) for x in kir.walk_expr(e)
+    return [x for e in kir.expressions(stmt) for x in kir.walk_expr(e)
             if isinstance(x, kir.Load) and x.width > 1
             and x.buffer.memory is kir.Memory.global_]
 

@@ -35,7 +35,7 @@ def gpu_available():
 
 
 def explain(sync):
-    what = "barrier" if isinstance(sync, kir.Barrier) else f"cp.async.wait_group {sync.n}"
+    what = kir.format_stmt(sync).split(" [")[0]      # the instruction, without its id
     lines = [f"  {sync.sync_id} ({sync.label}, {what}):"]
     for r in sync.reasons:
         story = {
@@ -68,8 +68,7 @@ def main():
     kernel = exe_cpu.kernels[0].kir
     print("== kernel IR after all passes (fuserir.lowering.pipeline) ==")
     print(exe_cpu.kernels[0].kir_text)
-    barriers = [s for s in kir.walk(kernel.body)
-                if isinstance(s, (kir.Barrier, kir.CpAsyncWait)) and s.sync_id]
+    barriers = [s for s in kir.walk(kernel.body) if getattr(s, "sync_id", None)]
     print("== why each inserted barrier and wait exists ==")
     for barrier in barriers:
         print(explain(barrier))

@@ -17,7 +17,8 @@ The package, one module per part, each name available as `kir.<name>`:
     statements    buffers, parameters, access provenance, sync reasons, statements, Kernel
     hopper        sm_90 statements: wgmma, TMA and tensor maps, mbarriers, stmatrix,
                   proxy fences, named barriers, setmaxnreg
-    traversal     walk, walk_expr, relabel, substitute, copy_stmt, names and argument keys
+    traversal     walk, expressions, walk_expr, relabel, substitute, copy_stmt,
+                  retag_accesses, names and argument keys
     printer       the text `fuserir dump --stage kernel` shows
     evaluate      launch-time values of scalar expressions, shared-memory bytes
     effects       what a statement does to memory and to other threads (Stmt.effects()
@@ -39,7 +40,7 @@ from .hopper import (SWIZZLES, TensorMap, MatrixLayout, WgmmaFence, Wgmma, Wgmma
                      MbarrierInit, FenceMbarrierInit, MbarrierArrive, MbarrierWait, TmaLoad,
                      TmaStore, BulkCommit, BulkWait, uses_async_protocol)
 from . import effects
-from .traversal import (arg_name, scalar_args, walk, relabel, substitute, copy_stmt,
-                        walk_expr)
+from .traversal import (arg_name, scalar_args, walk, expressions, relabel, substitute,
+                        copy_stmt, retag_accesses, walk_expr)
 from .printer import (format_expr, format_stmt, format_stmts, format_kernel)
 from .evaluate import (evaluate_lanes, evaluate_scalar, shared_bytes)

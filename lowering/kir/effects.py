@@ -90,7 +90,8 @@ class GroupOp:
 class MbarrierOp:
     """`op` "init" (value: the arrival count), "arrive" (value: expect_tx bytes or None),
     "wait" (value: the parity) or "complete_tx" (value: the bytes a TMA load completes)
-    on mbarrier `bar`[`index`]."""
+    on mbarrier `bar`[`index`]. A statement that completes transaction bytes says on
+    which barrier through its `complete_on(bar, index)`."""
 
     op: str
     bar: object
@@ -134,6 +135,12 @@ def is_block_barrier(effects):
     """Is it a barrier of every thread of the block (__syncthreads)?"""
     order = effects.order
     return order is not None and order.kind == "barrier" and order.scope == "block"
+
+
+def joins_group(effects, kind):
+    """Does it join an asynchronous group of `kind` ("cp.async", "bulk", "wgmma")?"""
+    group = effects.group
+    return group is not None and group.op == "join" and group.kind == kind
 
 
 def generic_shared(effects):

@@ -411,6 +411,10 @@ class TmaLoad(Stmt):
                                            self.map.box_bytes),
                        instruction=TMA)
 
+    def complete_on(self, bar, index):
+        """Complete the transaction bytes on mbarrier bar[index]."""
+        self.bar, self.bar_index = bar, index
+
 
 @dataclass(eq=False)
 class TmaStore(Stmt):

@@ -13,7 +13,7 @@ from fuserir.dtypes import DataType
 from fuserir.instructions import CP_ASYNC, LDMATRIX, MMA_M16N8K16
 
 from .effects import NONE, Access, Effects, Group, GroupOp, Order
-from .expressions import ScalarExpr, Var, name_key
+from .expressions import Const, ScalarExpr, Select, Var, name_key
 
 
 # ---------------------------------------------------------------------------------------
@@ -130,9 +130,12 @@ class Stmt:
     declares its effects (lowering.kir.effects) in `effects()`: none, for a statement
     that only holds others or names a buffer. `data_fields` names its expression fields
     that compute values rather than addresses, counts or conditions (index arithmetic
-    analyses, lowering.indexing.index_bounds, leave them to the data's own types)."""
+    analyses, lowering.indexing.index_bounds, leave them to the data's own types).
+    `overlaps_unrolled`: a short loop around it is unrolled, so that nvcc can overlap one
+    instance's latency with the next's work (lowering.passes.unroll_register_loops)."""
 
     data_fields = ()
+    overlaps_unrolled = False
 
     def __post_init__(self):
         if getattr(self, "label", None) is None:
@@ -144,6 +147,15 @@ class Stmt:
 
     def effects(self):
         return NONE
+
+    def zero_filled_unless(self, inside, store_zeros, index_dtype):
+        """The statement doing its work where `inside` holds and, where not, filling its
+        destination with zeros instead, without reading: itself (changed in place) or
+        what replaces it; None where the instruction has no such form (the caller skips
+        it under a branch instead). A copy with a source size reads no bytes and
+        zero-fills (a pipeline's tail, a tile's edge); a store writes zeros only where
+        `store_zeros` asks (a tile the tensor cores read must hold them)."""
+        return None
 
 
 @dataclass(eq=False)
@@ -171,6 +183,17 @@ class Store(Stmt):
         return Effects((Access(self.buffer, self.index,
                                self.width * self.buffer.dtype.itemsize, True, "store",
                                info=self.access),))
+
+    def zero_filled_unless(self, inside, store_zeros, index_dtype):
+        if not store_zeros:
+            return None
+        dtype = self.buffer.dtype
+        zero = Const(0.0 if dtype.is_float else 0, dtype)
+        if self.width == 1:
+            self.value = Select(inside, self.value, zero, dtype)
+            return self
+        zeros = Store(self.buffer, self.index, zero, self.access, width=self.width)
+        return IfThenElse(inside, [self], [zeros])         # C's ?: takes no vectors
 
 
 @dataclass(eq=False)
@@ -242,6 +265,8 @@ class LdMatrix(Stmt):
     access: AccessInfo = None
     label: str = None
 
+    overlaps_unrolled = True
+
     def effects(self):
         return Effects((Access(self.src, self.address, LDMATRIX.row_bytes, False,
                                "ldmatrix", lanes=LDMATRIX.address_lanes(self.num),
@@ -267,6 +292,8 @@ class Mma(Stmt):
     c_index: ScalarExpr = None
     dtype: DataType = DataType.f16
     label: str = None
+
+    overlaps_unrolled = True
 
     def effects(self):
         return Effects((Access(self.a, self.a_index, 16, False, "fragment"),
@@ -294,11 +321,18 @@ class CpAsync(Stmt):
     access: AccessInfo = None
     label: str = None
 
+    overlaps_unrolled = True
+
     def effects(self):
         return Effects((Access(self.src, self.src_index, self.nbytes, False, "cp.async"),
                         Access(self.dst, self.dst_index, self.nbytes, True, "cp.async",
                                until=Group("cp.async"), info=self.access)),
                        group=GroupOp("cp.async", "join"), instruction=CP_ASYNC)
+
+
+    def zero_filled_unless(self, inside, store_zeros, index_dtype):
+        self.src_size = Select(inside, self.src_size, Const(0, index_dtype), index_dtype)
+        return self
 
 
 @dataclass(eq=False)

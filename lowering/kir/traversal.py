@@ -1,6 +1,7 @@
-"""Walking and rewriting kernel IR: every statement in order (walk), every
-subexpression (walk_expr), statement labels (relabel), substitution and copies, and the
-names a kernel holds (the user's and lowering's namespaces, kept apart by key).
+"""Walking and rewriting kernel IR: every statement in order (walk), a statement's own
+expressions (expressions), every subexpression (walk_expr), statement labels (relabel),
+substitution, copies and retagging, and the names a kernel holds (the user's and
+lowering's namespaces, kept apart by key).
 """
 
 from dataclasses import fields, replace
@@ -46,6 +47,24 @@ def walk(stmts):
         yield s
         for body in s.bodies():
             yield from walk(body)
+
+
+def expressions(stmt):
+    """The scalar expressions a statement evaluates itself: its expression fields, in
+    order (not those of the statements nested in it)."""
+    return [value for value in (getattr(stmt, f.name) for f in fields(stmt))
+            if isinstance(value, ScalarExpr)]
+
+
+def retag_accesses(stmt, chosen, tag):
+    """Retag the accesses a statement makes itself (its effects) for which `chosen(access)`
+    holds: the field holding each one's kir.AccessInfo becomes tag(that info)."""
+    infos = {id(a.info) for a in stmt.effects().accesses
+             if a.info is not None and chosen(a)}
+    for f in fields(stmt):
+        value = getattr(stmt, f.name)
+        if isinstance(value, AccessInfo) and id(value) in infos:
+            setattr(stmt, f.name, tag(value))
 
 
 def relabel(stmts, prefix="S"):

@@ -27,7 +27,7 @@ after shared-memory reuse) adds the barrier that publishes each tile, and a drai
 where a later access meets bytes a copy may still be writing.
 """
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from fuserir.errors import ScheduleError
 
@@ -46,13 +46,11 @@ class _ZeroFill(kir_visit.StmtMutator):
     def __init__(self, ctx, cond):
         self.ctx, self.cond = ctx, cond
 
-    def mutate_CpAsync(self, s):
-        s.src_size = kir.Select(self.cond, s.src_size, self.ctx.const(0),
-                                self.ctx.index_dtype)
-        return s
-
-    def mutate_Store(self, s):
-        return kir.IfThenElse(self.cond, [s])
+    def mutate_stmt(self, s):
+        if s.bodies():
+            return self.generic_mutate(s)
+        filled = s.zero_filled_unless(self.cond, False, self.ctx.index_dtype)
+        return kir.IfThenElse(self.cond, [s]) if filled is None else filled
 
 
 def _zero_fill_unless(ctx, stmt, cond):
@@ -66,22 +64,20 @@ def _tag(name, offset, stages):
 
 
 class _TagReads(kir_visit.StmtVisitor):
-    """Tags the reads of circular buffers (offset 0: the current iteration's tile)."""
+    """Tags the reads of circular buffers (offset 0: the current iteration's tile): those
+    the statements make themselves (their effects) and the loads in their expressions."""
 
     def __init__(self, buffers, tag):
         self.buffers, self.tag = buffers, tag
         self.loads = _TagLoads(buffers, tag)
 
-    def visit_LdMatrix(self, s):
-        if s.src in self.buffers:
-            s.access = self.tag(s.access)
-
-    def visit_Store(self, s):
-        s.value = self.loads.mutate(s.value)
-        s.index = self.loads.mutate(s.index)
-        if s.buffer in self.buffers:
-            raise ScheduleError(f"{s.buffer.name} is circular-buffered but written by "
-                                "a statement that is not its async copy")
+    def generic_visit(self, s):
+        kir.retag_accesses(s, lambda a: not a.write and a.buffer in self.buffers, self.tag)
+        for f in fields(s):
+            value = getattr(s, f.name)
+            if isinstance(value, kir.ScalarExpr):
+                setattr(s, f.name, self.loads.mutate(value))
+        super().generic_visit(s)
 
 
 class _TagLoads(kir_visit.ExprMutator):
@@ -92,6 +88,11 @@ class _TagLoads(kir_visit.ExprMutator):
         if load.buffer not in self.buffers:
             return self.generic_mutate(load)
         return replace(load, index=self.mutate(load.index), access=self.tag(load.access))
+
+
+def _writes(stmt, buffers):
+    """Does the statement (not those nested in it) write one of `buffers`?"""
+    return any(a.write and a.buffer in buffers for a in stmt.effects().accesses)
 
 
 def _pipeline(ctx, kernel, axis, tensors):
@@ -111,14 +112,10 @@ def _pipeline(ctx, kernel, axis, tensors):
     buffers = {ctx.buffers[tv] for tv in tensors}
     copies, rest = [], []
     for s in loop.body:
-        writes = [x for x in kir.walk([s]) if (isinstance(x, (kir.CpAsync, kir.TmaLoad))
-                                               and x.dst in buffers)
-                  or (isinstance(x, kir.Store) and x.buffer in buffers)]
+        writes = any(_writes(x, buffers) for x in kir.walk([s]))
         (copies if writes else rest).append(s)
     for s in copies:
-        others = [x for x in kir.walk([s]) if not isinstance(x, (kir.CpAsync, kir.TmaLoad,
-                                                                 kir.ForLoop, kir.IfThenElse))
-                  and not (isinstance(x, kir.Store) and x.buffer in buffers)]
+        others = [x for x in kir.walk([s]) if not x.bodies() and not _writes(x, buffers)]
         if others:
             raise ScheduleError(f"{names}: the copy loops of a circular buffer may hold only "
                                 f"its copies, but {kir.format_stmt(others[0])} is there")

@@ -146,35 +146,20 @@ class _Guard(kir_visit.StmtMutator):
     def __init__(self, ctx, launch):
         self.ctx, self.launch = ctx, launch
 
-    def mutate_CpAsync(self, s):
+    def mutate_stmt(self, s):
         info = self.ctx.store_info.get(s)
-        conds = conditions(self.ctx, info, self.launch) if info is not None else []
-        if conds:
-            # Out of the tensor's bounds an async copy reads nothing and zero-fills (as a
-            # pipeline's tail does); thread and redundant-write guards still skip it.
-            inside, conds = _bounds_apart(self.ctx, conds)
-            if inside is not None:
-                s.src_size = kir.Select(inside, s.src_size, self.ctx.const(0),
-                                        self.ctx.index_dtype)
-        return self._under(conds, s)
-
-    def mutate_Store(self, s):
-        info = self.ctx.store_info.get(s)
-        conds = conditions(self.ctx, info, self.launch) if info is not None else []
-        if conds and info.role == "compute" and zero_filled(info.tv):
-            # The same for an element copy where no cp.async fits, and for any tile a
-            # matmul reads (zero_filled): out of bounds it stores 0 (the load is
-            # not made: C's ?:; a vector copy stores a vector of zeros instead); thread and
-            # redundant-write guards still skip it.
-            inside, conds = _bounds_apart(self.ctx, conds)
-            if inside is not None:
-                dtype = s.buffer.dtype
-                zero = kir.Const(0.0 if dtype.is_float else 0, dtype)
-                if s.width == 1:
-                    s.value = kir.Select(inside, s.value, zero, dtype)
-                else:
-                    zeros = kir.Store(s.buffer, s.index, zero, s.access, width=s.width)
-                    s = kir.IfThenElse(inside, [s], [zeros])
+        if info is None:
+            return self.generic_mutate(s)
+        conds = conditions(self.ctx, info, self.launch)
+        inside, guards = _bounds_apart(self.ctx, conds)
+        if inside is not None:
+            # Out of bounds an async copy reads nothing and zero-fills (as a pipeline's
+            # tail does), and so does an element copy of a tile a matmul reads
+            # (zero_filled); thread and redundant-write guards still skip them.
+            store_zeros = info.role == "compute" and zero_filled(info.tv)
+            filled = s.zero_filled_unless(inside, store_zeros, self.ctx.index_dtype)
+            if filled is not None:
+                return self._under(guards, filled)
         return self._under(conds, s)
 
     def _under(self, conds, s):

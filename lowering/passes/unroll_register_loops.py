@@ -3,9 +3,10 @@
 Every constant-extent loop whose variable indexes registers (a local buffer: a store to it,
 a load of it, an ldmatrix destination, an mma fragment) is marked `unroll`: a local array
 indexed by a run-time value lives in (slow) local memory instead of registers, and unrolled
-its indices are constants. Short loops (at most UNROLL_LIMIT iterations) around ldmatrix,
-mma and cp.async are unrolled too, so that nvcc can overlap the fragment loads of one
-k-step with the mma of the previous one. Only loop kinds change; the loops a later pass
+its indices are constants. Short loops (at most UNROLL_LIMIT iterations) around the
+statements that ask for it (kir.Stmt.overlaps_unrolled: ldmatrix, mma and cp.async) are
+unrolled too, so that nvcc can overlap the fragment loads of one k-step with the mma of
+the previous one. Only loop kinds change; the loops a later pass
 builds (block and grid reductions, the pipeline's prologue) choose their own kind.
 """
 
@@ -14,23 +15,15 @@ from ..contract import Pass
 
 
 def _register_indices(stmt):
-    """The index expressions of stmt that address registers (local buffers)."""
-    out = []
-    if isinstance(stmt, kir.Store) and stmt.buffer.memory is kir.Memory.local:
-        out.append(stmt.index)
-    if isinstance(stmt, kir.LdMatrix):
-        out.append(stmt.dst_index)
-    if isinstance(stmt, kir.Mma):
-        out += [stmt.a_index, stmt.b_index, stmt.c_index, stmt.d_index]
-    exprs = [getattr(stmt, f, None) for f in ("value", "index", "cond", "address")]
-    for e in exprs:
-        if isinstance(e, kir.ScalarExpr):
-            out += [x.index for x in kir.walk_expr(e)
-                    if isinstance(x, kir.Load) and x.buffer.memory is kir.Memory.local]
+    """The index expressions of stmt that address registers (local buffers): those of the
+    accesses it makes itself (its effects) and of the loads in its expressions."""
+    out = [a.index for a in stmt.effects().accesses if a.memory is kir.Memory.local]
+    for e in kir.expressions(stmt):
+        out += [x.index for x in kir.walk_expr(e)
+                if isinstance(x, kir.Load) and x.buffer.memory is kir.Memory.local]
     return out
 
 
-PIPELINED = (kir.Mma, kir.LdMatrix, kir.CpAsync)
 UNROLL_LIMIT = 16      # most iterations of a short tensor-core/copy loop to unroll
 
 
@@ -42,7 +35,7 @@ def run(ctx, kernel):
         if any(loop.var is v for s in inside for index in _register_indices(s)
                for v in kir.walk_expr(index)):
             loop.kind = "unroll"
-        elif loop.extent.value <= UNROLL_LIMIT and any(isinstance(s, PIPELINED)
+        elif loop.extent.value <= UNROLL_LIMIT and any(s.overlaps_unrolled
                                                        for s in inside):
             loop.kind = "unroll"
     return kernel

@@ -35,13 +35,11 @@ are sync insertion's; the Hopper verifier proves the whole.
 It sits below the circular_buffer pass, which calls it, and above kernel IR.
 """
 
-from dataclasses import fields
-
 from fuserir.dtypes import DataType
 from fuserir.errors import ScheduleError
 
 from .. import kir
-from ..kir import visit as kir_visit
+from ..kir import effects, visit as kir_visit
 from .analysis import WARP_GROUP
 
 CONSUMER_BARRIER_ID = 1      # the named barrier that stands for the consumers' __syncthreads
@@ -63,9 +61,10 @@ def _tx_bytes(ctx, copies):
                     raise ScheduleError(f"the loop of TMA boxes {s.var.name} must have a "
                                         "constant extent")
                 visit(s.body, times * s.extent.value)
-            elif isinstance(s, kir.TmaLoad):
-                total += times * s.map.box_bytes
             else:
+                op = s.effects().mbarrier
+                if op is not None and op.op == "complete_tx":
+                    total += times * op.value
                 for body in s.bodies():
                     visit(body, times)
 
@@ -73,14 +72,13 @@ def _tx_bytes(ctx, copies):
     return ctx.const(total)
 
 
-class _CompleteOn(kir_visit.StmtVisitor):
-    """Every TMA load completes on mbarrier `bars[index]`."""
-
-    def __init__(self, bars, index):
-        self.bars, self.index = bars, index
-
-    def visit_TmaLoad(self, s):
-        s.bar, s.bar_index = self.bars, self.index
+def _complete_on(copies, bars, index):
+    """Every TMA load among `copies` completes its transaction bytes on mbarrier
+    bars[index]."""
+    for s in kir.walk(copies):
+        op = s.effects().mbarrier
+        if op is not None and op.op == "complete_tx":
+            s.complete_on(bars, index)
 
 
 class _ConsumerBarriers(kir_visit.StmtMutator):
@@ -89,7 +87,9 @@ class _ConsumerBarriers(kir_visit.StmtMutator):
     def __init__(self, threads):
         self.threads = threads
 
-    def mutate_Barrier(self, s):
+    def mutate_stmt(self, s):
+        if not effects.is_block_barrier(s.effects()):
+            return self.generic_mutate(s)
         return kir.NamedBarrier(CONSUMER_BARRIER_ID, self.threads, sync_id=s.sync_id,
                                 reasons=s.reasons)
 
@@ -114,7 +114,7 @@ def _consume(ctx, loop, rest, bars, stages, stage, parity):
     """The consumers' loop body: wait for tile i, compute on it, retire its wgmmas
     (wait_group 0), release its stage. (Keeping one tile's wgmmas in flight while the next
     tile's are issued measured no faster with two consumer warp groups: docs/perf.md.)"""
-    wgmma = any(isinstance(s, kir.Wgmma) for s in kir.walk(rest))
+    wgmma = any(effects.joins_group(s.effects(), "wgmma") for s in kir.walk(rest))
     retire = [kir.WgmmaCommit(), kir.WgmmaWait(0)] if wgmma else []
     loop.body = [kir.MbarrierWait(bars, stage, parity), *rest, *retire,
                  kir.MbarrierArrive(bars, ctx.binop("add", stage, ctx.const(stages)))]
@@ -123,10 +123,8 @@ def _consume(ctx, loop, rest, bars, stages, stage, parity):
 def _expressions(stmts):
     """Every subexpression of every statement in `stmts`."""
     for s in kir.walk(stmts):
-        for f in fields(s):
-            value = getattr(s, f.name)
-            if isinstance(value, kir.ScalarExpr):
-                yield from kir.walk_expr(value)
+        for e in kir.expressions(s):
+            yield from kir.walk_expr(e)
 
 
 def _is_ty(e):
@@ -135,8 +133,8 @@ def _is_ty(e):
 
 def _copy_kind(copies, names):
     """"tma" or "copies": how the producer loads the tiles (one kind per pipeline)."""
-    tma = any(isinstance(s, kir.TmaLoad) for s in kir.walk(copies))
-    if tma and any(isinstance(s, kir.Store) for s in kir.walk(copies)):
+    tma = any(effects.async_shared(s.effects()) for s in kir.walk(copies))
+    if tma and any(effects.generic_shared(s.effects()) for s in kir.walk(copies)):
         raise ScheduleError(f"{names}: a warp-specialized pipeline loads all of its tiles by "
                             "TMA or all of them by copies, not some each way")
     return "tma" if tma else "copies"
@@ -179,7 +177,7 @@ def build(ctx, kernel, loop, copies, rest, stages, names):
     kind = _copy_kind(copies, names)
     wait_empty = kir.MbarrierWait(bars, empty(stage), ctx.binop("xor", parity, ctx.const(1)))
     if kind == "tma":
-        _CompleteOn(bars, full(stage)).visit(copies)
+        _complete_on(copies, bars, full(stage))
         produce = [wait_empty, kir.MbarrierArrive(bars, full(stage),
                                                   tx_bytes=_tx_bytes(ctx, copies)), *copies]
     else:

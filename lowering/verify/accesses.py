@@ -20,7 +20,6 @@ statement's effects declare (lowering.kir.effects), whose per-lane shapes come f
 instruction descriptors (fuserir.instructions).
 """
 
-import dataclasses
 from dataclasses import dataclass, field
 
 from .. import kir
@@ -67,14 +66,6 @@ def loads_with_conditions(expr, conds=()):
             stack += [(ch, c) for ch in reversed(e.children())]
 
 
-def own_expressions(stmt):
-    """The scalar expressions a statement evaluates itself (its fields, in order)."""
-    if isinstance(stmt, kir.Allocate):
-        return []
-    return [getattr(stmt, f.name) for f in dataclasses.fields(stmt)
-            if isinstance(getattr(stmt, f.name), kir.ScalarExpr)]
-
-
 def _shared(buffer):
     return buffer is not None and buffer.memory is kir.Memory.shared
 
@@ -97,7 +88,7 @@ def shared_accesses(stmt):
     found = [SharedAccess(stmt, "load", load.buffer, load.index,
                           load.width * load.buffer.dtype.itemsize, False, conds=conds,
                           load=load)
-             for e in own_expressions(stmt) for load, conds in loads_with_conditions(e)
+             for e in kir.expressions(stmt) for load, conds in loads_with_conditions(e)
              if _shared(load.buffer)]
     own = instruction_access(stmt)
     return found if own is None else found + [own]
