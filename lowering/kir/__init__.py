@@ -35,12 +35,10 @@ from .statements import (Memory, Buffer, TensorParam, ScalarParam, AccessInfo, H
                          Comment, LdMatrix, Mma, CpAsync, CpAsyncCommit, CpAsyncWait,
                          Workspace, Fence, SemWait, SemRelease, ExprStmt, LaunchConfig,
                          Kernel)
-from .hopper import (SWIZZLES, TensorMap, MatrixLayout, WgmmaFence, Wgmma, WgmmaCommit,
-                     WgmmaWait, StMatrix, SetMaxNReg, NamedBarrier, FenceProxyAsync,
-                     MbarrierInit, FenceMbarrierInit, MbarrierArrive, MbarrierWait, TmaLoad,
-                     TmaStore, BulkCommit, BulkWait, uses_async_protocol)
+from .hopper import *  # noqa: F401,F403 (hopper.__all__: an sm_90 statement is exported there)
 from . import effects
 from .traversal import (arg_name, scalar_args, walk, expressions, relabel, substitute,
                         copy_stmt, retag_accesses, walk_expr)
-from .printer import (format_expr, format_stmt, format_stmts, format_kernel)
+from .expressions import format_expr
+from .printer import format_stmt, format_stmts, format_kernel
 from .evaluate import (evaluate_lanes, evaluate_scalar, shared_bytes)

@@ -165,3 +165,39 @@ class ShuffleXor(ScalarExpr):
 
     def children(self):
         return (self.value,)
+
+
+# ---------------------------------------------------------------------------------------
+# Text
+# ---------------------------------------------------------------------------------------
+
+def format_expr(e):
+    """An expression's text in kernel-IR dumps (operators as C spells them)."""
+    if isinstance(e, Const):
+        if e.dtype is DataType.bool:
+            return "true" if e.value else "false"
+        return repr(float(e.value)) if e.dtype.is_float else str(int(e.value))
+    if isinstance(e, (Var, Special)):
+        return e.name
+    if isinstance(e, BinOp):
+        infix = op_table.BINARY[e.op].infix      # as C spells it
+        if infix:
+            return f"({format_expr(e.a)} {infix} {format_expr(e.b)})"
+        return f"{e.op}({format_expr(e.a)}, {format_expr(e.b)})"
+    if isinstance(e, UnOp):
+        return f"{e.op}({format_expr(e.a)})"
+    if isinstance(e, Select):
+        return f"({format_expr(e.cond)} ? {format_expr(e.a)} : {format_expr(e.b)})"
+    if isinstance(e, Cast):
+        return f"({e.dtype}){format_expr(e.a)}"
+    if isinstance(e, Load):
+        vector = f" x{e.width}" if e.width > 1 else ""
+        return f"{e.buffer.name}[{format_expr(e.index)}{vector}]"
+    if isinstance(e, ShuffleXor):
+        return f"shfl_xor({format_expr(e.value)}, {e.lane_mask})"
+    raise TypeError(type(e).__name__)
+
+
+def format_at(buffer, index):
+    """`buffer[index]` as dumps show an element."""
+    return f"{buffer.name}[{format_expr(index)}]"

@@ -36,10 +36,15 @@ from fuserir.instructions import (MBARRIER, NAMED_BARRIER, PROXY_FENCE, SETMAXNR
 
 from .effects import (Access, Effects, Group, GroupOp, MbarrierOp, Order, Phase,
                       joins_async_protocol)
-from .expressions import ScalarExpr
-from .statements import AccessInfo, Buffer, Stmt, TensorParam
+from .expressions import ScalarExpr, format_at, format_expr
+from .statements import AccessInfo, Buffer, Stmt, TensorParam, sync_suffix
 from .traversal import walk
 
+
+__all__ = ["SWIZZLES", "TensorMap", "MatrixLayout", "WgmmaFence", "Wgmma", "WgmmaCommit",
+           "WgmmaWait", "StMatrix", "SetMaxNReg", "NamedBarrier", "FenceProxyAsync",
+           "MbarrierInit", "FenceMbarrierInit", "MbarrierArrive", "MbarrierWait", "TmaLoad",
+           "TmaStore", "BulkCommit", "BulkWait", "uses_async_protocol"]
 
 SWIZZLES = ("none", "32B", "64B", "128B")
 
@@ -135,6 +140,9 @@ class WgmmaFence(Stmt):
         return Effects(order=Order("fence", "warpgroup", orders="registers"),
                        collective="warpgroup", instruction=WGMMA)
 
+    def line(self):
+        return f"wgmma.fence{sync_suffix(self)}"
+
 
 @dataclass(eq=False)
 class Wgmma(Stmt):
@@ -189,6 +197,20 @@ class Wgmma(Stmt):
         return Effects(tuple(accesses), group=GroupOp("wgmma", "join", "warpgroup"),
                        collective="warpgroup", instruction=WGMMA)
 
+    def line(self):
+        def operand(buf, index, layout, trans):
+            if layout is None:
+                return f"{buf.name}[{format_expr(index)}..]"
+            major = "MN" if trans else "K"
+            return (f"desc({format_at(buf, index)}, {major}-major, LBO {layout.leading}, SBO "
+                    f"{layout.stride}, swizzle {layout.swizzle})")
+        acc = ("" if self.accumulate is None
+               else f" (accumulate if {format_expr(self.accumulate)})")
+        return (f"wgmma.m64n{self.n}k16.{self.dtype} {self.d.name}"
+                f"[{format_expr(self.d_index)}..] += "
+                f"{operand(self.a, self.a_index, self.a_layout, self.trans_a)} * "
+                f"{operand(self.b, self.b_index, self.b_layout, self.trans_b)}{acc}")
+
 
 @dataclass(eq=False)
 class WgmmaCommit(Stmt):
@@ -200,6 +222,9 @@ class WgmmaCommit(Stmt):
     def effects(self):
         return Effects(group=GroupOp("wgmma", "commit", "warpgroup"), collective="warpgroup",
                        instruction=WGMMA)
+
+    def line(self):
+        return "wgmma.commit_group"
 
 
 @dataclass(eq=False)
@@ -215,6 +240,9 @@ class WgmmaWait(Stmt):
     def effects(self):
         return Effects(group=GroupOp("wgmma", "wait", "warpgroup", n=self.n),
                        collective="warpgroup", instruction=WGMMA)
+
+    def line(self):
+        return f"wgmma.wait_group {self.n}{sync_suffix(self)}"
 
 
 # ---------------------------------------------------------------------------------------
@@ -246,6 +274,11 @@ class StMatrix(Stmt):
                                info=self.access)),
                        collective="warp", instruction=STMATRIX)
 
+    def line(self):
+        trans = ".trans" if self.trans else ""
+        return (f"stmatrix.x{self.num}{trans} {format_at(self.dst, self.address)} <- "
+                f"{self.src.name}[{format_expr(self.src_index)}..]")
+
 
 @dataclass(eq=False)
 class SetMaxNReg(Stmt):
@@ -258,6 +291,9 @@ class SetMaxNReg(Stmt):
 
     def effects(self):
         return Effects(collective="warpgroup", instruction=SETMAXNREG)
+
+    def line(self):
+        return f"setmaxnreg.{'inc' if self.increase else 'dec'} {self.count}"
 
 
 @dataclass(eq=False)
@@ -278,6 +314,10 @@ class NamedBarrier(Stmt):
                                    id=self.id, count=self.count),
                        instruction=NAMED_BARRIER)
 
+    def line(self):
+        return (f"bar.{'arrive' if self.arrive_only else 'sync'} {self.id}, {self.count}"
+                f"{sync_suffix(self)}")
+
 
 @dataclass(eq=False)
 class FenceProxyAsync(Stmt):
@@ -293,6 +333,9 @@ class FenceProxyAsync(Stmt):
     def effects(self):
         return Effects(order=Order("fence", "thread", orders="proxy"),
                        instruction=PROXY_FENCE)
+
+    def line(self):
+        return f"fence.proxy.async.shared::cta{sync_suffix(self)}"
 
 
 # ---------------------------------------------------------------------------------------
@@ -321,6 +364,9 @@ class MbarrierInit(Stmt):
         return Effects(mbarrier=MbarrierOp("init", self.bar, self.index, self.count),
                        instruction=MBARRIER)
 
+    def line(self):
+        return f"mbarrier.init {format_at(self.bar, self.index)}, count {format_expr(self.count)}"
+
 
 @dataclass(eq=False)
 class FenceMbarrierInit(Stmt):
@@ -334,6 +380,9 @@ class FenceMbarrierInit(Stmt):
     def effects(self):
         return Effects(order=Order("fence", "thread", orders="mbarrier-init"),
                        instruction=MBARRIER)
+
+    def line(self):
+        return f"fence.mbarrier_init{sync_suffix(self)}"
 
 
 @dataclass(eq=False)
@@ -350,6 +399,10 @@ class MbarrierArrive(Stmt):
     def effects(self):
         return Effects(mbarrier=MbarrierOp("arrive", self.bar, self.index, self.tx_bytes),
                        instruction=MBARRIER)
+
+    def line(self):
+        tx = "" if self.tx_bytes is None else f".expect_tx {format_expr(self.tx_bytes)} bytes"
+        return f"mbarrier.arrive{tx} {format_at(self.bar, self.index)}"
 
 
 @dataclass(eq=False)
@@ -368,6 +421,10 @@ class MbarrierWait(Stmt):
         return Effects(mbarrier=MbarrierOp("wait", self.bar, self.index, self.parity),
                        order=Order("acquire", "thread", blocking=True),
                        instruction=MBARRIER)
+
+    def line(self):
+        return (f"mbarrier.wait {format_at(self.bar, self.index)}, parity "
+                f"{format_expr(self.parity)}{sync_suffix(self)}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -415,6 +472,12 @@ class TmaLoad(Stmt):
         """Complete the transaction bytes on mbarrier bar[index]."""
         self.bar, self.bar_index = bar, index
 
+    def line(self):
+        box = "x".join(str(b) for b in self.map.box)
+        at = ", ".join(format_expr(c) for c in self.coords)
+        return (f"tma.load {format_at(self.dst, self.dst_index)} <- {self.map.name}({at}) "
+                f"box {box}, complete_tx {format_at(self.bar, self.bar_index)}")
+
 
 @dataclass(eq=False)
 class TmaStore(Stmt):
@@ -441,6 +504,11 @@ class TmaStore(Stmt):
                                info=self.access),),
                        group=GroupOp("bulk", "join"), instruction=TMA)
 
+    def line(self):
+        box = "x".join(str(b) for b in self.map.box)
+        at = ", ".join(format_expr(c) for c in self.coords)
+        return f"tma.store {self.map.name}({at}) box {box} <- {format_at(self.src, self.src_index)}"
+
 
 @dataclass(eq=False)
 class BulkCommit(Stmt):
@@ -451,6 +519,9 @@ class BulkCommit(Stmt):
 
     def effects(self):
         return Effects(group=GroupOp("bulk", "commit"), instruction=TMA)
+
+    def line(self):
+        return "cp.async.bulk.commit_group"
 
 
 @dataclass(eq=False)
@@ -468,6 +539,9 @@ class BulkWait(Stmt):
     def effects(self):
         return Effects(group=GroupOp("bulk", "wait", n=self.n, read_only=self.read),
                        instruction=TMA)
+
+    def line(self):
+        return f"cp.async.bulk.wait_group{'.read' if self.read else ''} {self.n}{sync_suffix(self)}"
 
 
 def uses_async_protocol(kernel):

@@ -13,7 +13,7 @@ from fuserir.dtypes import DataType
 from fuserir.instructions import CP_ASYNC, LDMATRIX, MMA_M16N8K16
 
 from .effects import NONE, Access, Effects, Group, GroupOp, Order
-from .expressions import Const, ScalarExpr, Select, Var, name_key
+from .expressions import Const, ScalarExpr, Select, Var, format_expr, name_key
 
 
 # ---------------------------------------------------------------------------------------
@@ -125,6 +125,14 @@ class SyncReason:
 _labels = itertools.count()
 
 
+def sync_suffix(s):
+    """What a sync's line ends with: the id drop_syncs names it by, the hazards it
+    orders."""
+    sid = f" [{s.sync_id}]" if s.sync_id else ""
+    why = "; ".join(str(r) for r in s.reasons)
+    return sid + (f"  // {why}" if why else "")
+
+
 class Stmt:
     """Every statement has a label (S<number>) that dumps and hazard reports cite, and
     declares its effects (lowering.kir.effects) in `effects()`: none, for a statement
@@ -148,6 +156,11 @@ class Stmt:
     def effects(self):
         return NONE
 
+    def line(self):
+        """Its line in kernel-IR dumps (lowering.kir.printer; loops and ifs: their
+        header)."""
+        raise NotImplementedError(type(self).__name__)
+
     def zero_filled_unless(self, inside, store_zeros, index_dtype):
         """The statement doing its work where `inside` holds and, where not, filling its
         destination with zeros instead, without reading: itself (changed in place) or
@@ -162,6 +175,11 @@ class Stmt:
 class Allocate(Stmt):
     buffer: Buffer
     label: str = None
+
+    def line(self):
+        b = self.buffer
+        where = f" @ byte {format_expr(b.byte_offset)}" if b.byte_offset is not None else ""
+        return f"alloc {b.memory.value} {b.dtype} {b.name}[{format_expr(b.size)}]{where}"
 
 
 @dataclass(eq=False)
@@ -195,6 +213,10 @@ class Store(Stmt):
         zeros = Store(self.buffer, self.index, zero, self.access, width=self.width)
         return IfThenElse(inside, [self], [zeros])         # C's ?: takes no vectors
 
+    def line(self):
+        vector = f" x{self.width}" if self.width > 1 else ""
+        return f"{self.buffer.name}[{format_expr(self.index)}{vector}] = {format_expr(self.value)}"
+
 
 @dataclass(eq=False)
 class ForLoop(Stmt):
@@ -209,6 +231,10 @@ class ForLoop(Stmt):
     def bodies(self):
         return (self.body,)
 
+    def line(self):
+        unroll = "unroll " if self.kind == "unroll" else ""
+        return f"{unroll}for {self.var.name} in 0..{format_expr(self.extent)}"
+
 
 @dataclass(eq=False)
 class IfThenElse(Stmt):
@@ -219,6 +245,9 @@ class IfThenElse(Stmt):
 
     def bodies(self):
         return (self.then_body, self.else_body)
+
+    def line(self):
+        return f"if {format_expr(self.cond)}"
 
 
 @dataclass(eq=False)
@@ -233,11 +262,17 @@ class Barrier(Stmt):
     def effects(self):
         return Effects(order=Order("barrier", "block", blocking=True))
 
+    def line(self):
+        return f"__syncthreads(){sync_suffix(self)}"
+
 
 @dataclass(eq=False)
 class Comment(Stmt):
     text: str = ""
     label: str = None
+
+    def line(self):
+        return f"// {self.text}"
 
 
 # -- tensor cores and asynchronous copies (sm_80+) -------------------------------------------
@@ -274,6 +309,11 @@ class LdMatrix(Stmt):
                         Access(self.dst, self.dst_index, 4 * self.num, True, "fragment")),
                        collective="warp", instruction=LDMATRIX)
 
+    def line(self):
+        trans = ".trans" if self.trans else ""
+        return (f"ldmatrix.x{self.num}{trans} {self.dst.name}[{format_expr(self.dst_index)}..] <- "
+                f"{self.src.name}[{format_expr(self.address)}]")
+
 
 @dataclass(eq=False)
 class Mma(Stmt):
@@ -301,6 +341,13 @@ class Mma(Stmt):
                         Access(self.c, self.c_index, 16, False, "fragment"),
                         Access(self.d, self.d_index, 16, True, "fragment")),
                        collective="warp", instruction=MMA_M16N8K16)
+
+    def line(self):
+        def frag(buf, index):
+            return f"{buf.name}[{format_expr(index)}..]"
+        return (f"{MMA_M16N8K16.label}.{self.dtype} {frag(self.d, self.d_index)} = "
+                f"{frag(self.a, self.a_index)} * {frag(self.b, self.b_index)} + "
+                f"{frag(self.c, self.c_index)}")
 
 
 @dataclass(eq=False)
@@ -334,6 +381,11 @@ class CpAsync(Stmt):
         self.src_size = Select(inside, self.src_size, Const(0, index_dtype), index_dtype)
         return self
 
+    def line(self):
+        return (f"cp.async.{self.cache} {self.dst.name}[{format_expr(self.dst_index)}] <- "
+                f"{self.src.name}[{format_expr(self.src_index)}], {self.nbytes} bytes, src-size "
+                f"{format_expr(self.src_size)}")
+
 
 @dataclass(eq=False)
 class CpAsyncCommit(Stmt):
@@ -344,6 +396,9 @@ class CpAsyncCommit(Stmt):
 
     def effects(self):
         return Effects(group=GroupOp("cp.async", "commit"), instruction=CP_ASYNC)
+
+    def line(self):
+        return "cp.async.commit_group"
 
 
 @dataclass(eq=False)
@@ -359,6 +414,9 @@ class CpAsyncWait(Stmt):
 
     def effects(self):
         return Effects(group=GroupOp("cp.async", "wait", n=self.n), instruction=CP_ASYNC)
+
+    def line(self):
+        return f"cp.async.wait_group {self.n}{sync_suffix(self)}"
 
 
 # -- grid synchronization: workspaces, fences and semaphores ---------------------------------
@@ -404,6 +462,9 @@ class Fence(Stmt):
     def effects(self):
         return Effects(order=Order("fence", "gpu", orders="global"))
 
+    def line(self):
+        return "__threadfence()"
+
 
 @dataclass(eq=False)
 class SemWait(Stmt):
@@ -420,6 +481,10 @@ class SemWait(Stmt):
     def effects(self):
         return Effects((Access(self.sem, self.index, 4, False, "semaphore"),),
                        order=Order("acquire", "gpu", orders="global", blocking=True))
+
+    def line(self):
+        return (f"sem_wait {self.sem.name}[{format_expr(self.index)}] == "
+                f"{format_expr(self.value)}  (acquire)")
 
 
 @dataclass(eq=False)
@@ -438,6 +503,10 @@ class SemRelease(Stmt):
         return Effects((Access(self.sem, self.index, 4, True, "semaphore"),),
                        order=Order("release", "gpu", orders="global"))
 
+    def line(self):
+        return (f"sem_release {self.sem.name}[{format_expr(self.index)}] = "
+                f"{format_expr(self.value)}  (release)")
+
 
 _OPAQUE = Effects(opaque=True)
 
@@ -455,6 +524,9 @@ class ExprStmt(Stmt):
 
     def effects(self):
         return _OPAQUE
+
+    def line(self):
+        return f"{self.role} {self.tv.definition}"
 
 
 # ---------------------------------------------------------------------------------------
