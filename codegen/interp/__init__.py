@@ -28,7 +28,8 @@ One module per part, each importing only modules listed above it:
                      TMA stores, wgmma registers in flight, wgmma.fence
   cross_cta.py       global memory between blocks: fences, semaphores, views
   execution.py       statements, control flow, lockstep active sets, loads, stores and
-                     shuffles; the statement tables (new statements register there)
+                     shuffles; the statement tables, merged from the rooms (a new statement
+                     registers in its room: LEAF_STATEMENTS, COMPOUND_STATEMENTS)
   machine.py         the machine state: arguments, global and shared memory layout, the
                      run over blocks, and _Block, one block's memories and shadows
 A block is one object, _Block, composed of one mixin per room (_Execution, _Roles,

@@ -184,3 +184,9 @@ class _AsyncCopies:
                        f"cp.async pending (no cp.async.wait_group retires it); it lands "
                        f"at the end of the block"))
         self._land_copies(end=True)
+
+    # the statements this room runs: leaves run to completion; compound ones are
+    # generators (they run bodies, yield a Wait, or offer a switch point)
+    LEAF_STATEMENTS = {kir.CpAsync: _cp_async, kir.CpAsyncCommit: _cp_commit,
+                       kir.CpAsyncWait: _cp_wait}
+    COMPOUND_STATEMENTS = {}

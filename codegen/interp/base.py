@@ -58,3 +58,12 @@ def _truth(v):
 
 def _to(v, dtype):
     return v if v.dtype == dtype.numpy else convert(v, dtype)
+
+
+def switch_point(handler):
+    """Leaf statement `handler` run after a switch point (a None yield, roles.py), as a
+    compound statement's handler."""
+    def run(self, s, act):
+        yield None
+        handler(self, s, act)
+    return run

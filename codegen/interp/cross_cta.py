@@ -243,3 +243,8 @@ class _CrossCta:
                 threads=(interp.coords(wtid[i]), interp.coords(act[sel[i]])),
                 iterations=(dict(witers), dict(self.iters)), block=reader,
                 detail=detail, extra={"blocks": (writer, reader)}))
+
+    # the statements this room runs: leaves run to completion; compound ones are
+    # generators (they run bodies, yield a Wait, or offer a switch point)
+    LEAF_STATEMENTS = {kir.Fence: _fence, kir.SemRelease: _sem_release}
+    COMPOUND_STATEMENTS = {kir.SemWait: _sem_wait}

@@ -11,7 +11,7 @@ collective instructions, and the statement tables that send each kir statement t
     wait on for another): its two sides run as interleaved coroutines (roles.py). Any
     other thread-dependent condition runs the then-branch for the threads that take it,
     then the else-branch for the others.
-  * Statements that wait are generators (_COMPOUND): SemWait, MbarrierWait and a
+  * Statements that wait are generators (COMPOUND_STATEMENTS): SemWait, MbarrierWait and a
     NamedBarrier yield a Wait when they block; they, MbarrierArrive and TmaLoad first
     yield None, a switch point where another role may run (roles.py).
 
@@ -382,37 +382,15 @@ class _Execution(_Evaluator):
                 return arr.itemsize
         return 1
 
-
-def _switch_point(handler):
-    """Leaf statement `handler` run after a switch point (a None yield, roles.py)."""
-    def run(self, s, act):
-        yield None
-        handler(self, s, act)
-    return run
+    # the statements this room runs: leaves run to completion; compound ones are
+    # generators (they run bodies, yield a Wait, or offer a switch point)
+    LEAF_STATEMENTS = {kir.Store: _store, kir.Barrier: _barrier, kir.Allocate: _allocate,
+                       kir.Comment: _comment}
+    COMPOUND_STATEMENTS = {kir.ForLoop: _for, kir.IfThenElse: _if}
 
 
-# Statement handlers. Leaf statements run to completion; compound ones are generators
-# (they run bodies, or, as SemWait, yield a Wait to the scheduler; or offer a switch
-# point). New statements register here.
-_LEAF = {
-    kir.Store: _Execution._store, kir.Barrier: _Execution._barrier,
-    kir.Allocate: _Execution._allocate, kir.Comment: _Execution._comment,
-    kir.LdMatrix: _TensorCores._ldmatrix, kir.Mma: _TensorCores._mma,
-    kir.CpAsync: _AsyncCopies._cp_async, kir.CpAsyncCommit: _AsyncCopies._cp_commit,
-    kir.CpAsyncWait: _AsyncCopies._cp_wait,
-    kir.Fence: _CrossCta._fence, kir.SemRelease: _CrossCta._sem_release,
-    kir.MbarrierInit: _Mbarriers._mbarrier_init,
-    kir.FenceMbarrierInit: _Mbarriers._fence_mbarrier_init,
-    kir.TmaStore: _Tma._tma_store,
-    kir.BulkCommit: _Tma._bulk_commit, kir.BulkWait: _Tma._bulk_wait,
-    kir.FenceProxyAsync: _Tma._fence_proxy_async,
-    kir.Wgmma: _Warpgroups._wgmma, kir.WgmmaFence: _Warpgroups._wgmma_fence,
-    kir.WgmmaCommit: _Warpgroups._wgmma_commit, kir.WgmmaWait: _Warpgroups._wgmma_wait,
-    kir.SetMaxNReg: _Warpgroups._setmaxnreg, kir.StMatrix: _Warpgroups._stmatrix,
-}
-_COMPOUND = {kir.ForLoop: _Execution._for, kir.IfThenElse: _Execution._if,
-             kir.SemWait: _CrossCta._sem_wait,
-             kir.MbarrierWait: _Mbarriers._mbarrier_wait,
-             kir.NamedBarrier: _Mbarriers._named_barrier,
-             kir.MbarrierArrive: _switch_point(_Mbarriers._mbarrier_arrive),
-             kir.TmaLoad: _switch_point(_Tma._tma_load)}
+# Statement handlers: each room (the mixins of _Block) declares the statements it runs; a
+# new statement registers in its room.
+_ROOMS = (_Execution, _TensorCores, _AsyncCopies, _CrossCta, _Mbarriers, _Tma, _Warpgroups)
+_LEAF = {k: v for room in _ROOMS for k, v in room.LEAF_STATEMENTS.items()}
+_COMPOUND = {k: v for room in _ROOMS for k, v in room.COMPOUND_STATEMENTS.items()}

@@ -47,7 +47,7 @@ state is made in _Block.__init__ (machine.py).
 import numpy as np
 
 from codegen.errors import Hazard
-from codegen.interp.base import InterpError, _point
+from codegen.interp.base import switch_point, InterpError, _point
 from codegen.interp.scheduler import Wait
 from fuserir.dtypes import DataType
 from fuserir.instructions import NAMED_BARRIER_IDS
@@ -323,3 +323,11 @@ class _Mbarriers:
             detail=f"barrier {s.id} expects {s.count} threads but {why}: on the GPU it "
                    f"never completes or completes with the wrong threads (the "
                    f"interpreter resets it)"))
+
+    # the statements this room runs: leaves run to completion; compound ones are
+    # generators (they run bodies, yield a Wait, or offer a switch point)
+    LEAF_STATEMENTS = {kir.MbarrierInit: _mbarrier_init,
+                       kir.FenceMbarrierInit: _fence_mbarrier_init}
+    COMPOUND_STATEMENTS = {kir.MbarrierWait: _mbarrier_wait,
+                           kir.NamedBarrier: _named_barrier,
+                           kir.MbarrierArrive: switch_point(_mbarrier_arrive)}

@@ -163,3 +163,8 @@ class _TensorCores:
         if ok is not None:
             rows_t, pos, vals = rows_t[ok], pos[ok], vals[ok]
         arr.view(_F32)[rows_t, pos] = vals
+
+    # the statements this room runs: leaves run to completion; compound ones are
+    # generators (they run bodies, yield a Wait, or offer a switch point)
+    LEAF_STATEMENTS = {kir.LdMatrix: _ldmatrix, kir.Mma: _mma}
+    COMPOUND_STATEMENTS = {}

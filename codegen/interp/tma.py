@@ -46,7 +46,7 @@ handlers in its statement tables, machine.py binds the maps and makes the queues
 import numpy as np
 
 from codegen.errors import Hazard
-from codegen.interp.base import _NONE, InterpError, _point
+from codegen.interp.base import switch_point, _NONE, InterpError, _point
 from fuserir.instructions import (SWIZZLE_BYTES, TMA_BOX_MAX, TMA_COORD_ALIGN, TMA_RANKS,
                                   TMA_SMEM_ALIGN, TMA_STRIDE_ALIGN, swizzle,
                                   tma_stride_ok)
@@ -323,3 +323,9 @@ class _Tma:
         self._land_loads()
         self._retire_stores(end=True)
         super().finish()
+
+    # the statements this room runs: leaves run to completion; compound ones are
+    # generators (they run bodies, yield a Wait, or offer a switch point)
+    LEAF_STATEMENTS = {kir.TmaStore: _tma_store, kir.BulkCommit: _bulk_commit,
+                       kir.BulkWait: _bulk_wait, kir.FenceProxyAsync: _fence_proxy_async}
+    COMPOUND_STATEMENTS = {kir.TmaLoad: switch_point(_tma_load)}

@@ -312,3 +312,10 @@ class _Warpgroups:
         if self.overlap:                          # a pending cp.async lands on top of it
             self._land_copies(events=self.overlap)
             self.overlap = None
+
+    # the statements this room runs: leaves run to completion; compound ones are
+    # generators (they run bodies, yield a Wait, or offer a switch point)
+    LEAF_STATEMENTS = {kir.Wgmma: _wgmma, kir.WgmmaFence: _wgmma_fence,
+                       kir.WgmmaCommit: _wgmma_commit, kir.WgmmaWait: _wgmma_wait,
+                       kir.SetMaxNReg: _setmaxnreg, kir.StMatrix: _stmatrix}
+    COMPOUND_STATEMENTS = {}
