@@ -6,6 +6,7 @@ math helpers), then the kernel as `extern "C" __global__`.
 
     emitter.py      emit_cuda; the ABI, the signature and one rule per statement
     hopper.py       the rules of the sm_90 statements (kir.hopper), a mixin of the emitter
+    tma.py          TMA's rules and spellings, one instruction family, a mixin too
     expressions.py  the emitter's state, C identifiers, one rule per expression
     preamble.py     the snippets a kernel's preamble is made of, by what it uses
     ptx.py          the inline-asm spellings (instructions from fuserir.instructions)

@@ -39,6 +39,7 @@ from lowering import kir
 
 from . import ptx
 from .hopper import HopperEmitter
+from .tma import TmaEmitter
 from .expressions import ExpressionEmitter, _bare, _where
 from .names import _HALF, _IDENT, _INT, _RESERVED, _VECTOR_WORDS, C_TYPES, entry_point
 from .preamble import _preamble
@@ -49,9 +50,9 @@ def emit_cuda(kernel):
     return _Emitter(kernel).run()
 
 
-class _Emitter(HopperEmitter, ExpressionEmitter):
+class _Emitter(HopperEmitter, TmaEmitter, ExpressionEmitter):
     """One kernel's CUDA text: its frame (run, signature) and a rule s_<Stmt> per kind of
-    kernel IR statement (the sm_90 ones HopperEmitter's)."""
+    kernel IR statement (the sm_90 ones HopperEmitter's and TmaEmitter's)."""
 
     # -- driver --------------------------------------------------------------------------
     def run(self):

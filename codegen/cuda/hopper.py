@@ -1,5 +1,6 @@
 """CUDA emission of the sm_90 statements (kir.hopper): HopperEmitter, a mixin of
-codegen.cuda.emitter's _Emitter, holds one rule s_<Stmt> per statement of kir.hopper, the
+codegen.cuda.emitter's _Emitter, holds one rule s_<Stmt> per statement of kir.hopper
+(TMA's are codegen.cuda.tma's), the
 tensor-map kernel parameters and the shared pool's declaration when the kernel needs it
 1024-byte aligned. It sits in its own module so that the emitter stays a readable frame
 for the sm_80 statements; the PTX text is codegen.cuda.ptx_sm90's.
@@ -18,15 +19,13 @@ refuses the rest with a CodegenError naming the statement:
     StMatrix        registers packed from consecutive pairs of the source fragment
     mbarriers       element `index` of an i64 shared buffer, at its shared address;
                     MbarrierWait spins in C on the preamble's mbar_try_wait
-    TMA             the map's parameter by generic address, coordinates as i32
     waits, fences   their reasons above them, as Barrier's
 """
 
 from fuserir.dtypes import DataType
 from fuserir.instructions import (NAMED_BARRIER_IDS, SETMAXNREG_COUNTS, STMATRIX,
-                                  SWIZZLE_ATOM_BYTES, SWIZZLE_BYTES, TMA_BOX_MAX,
-                                  TMA_COORD_ALIGN, TMA_RANKS, TMA_SMEM_ALIGN, WGMMA,
-                                  MatrixDescriptor)
+                                  SWIZZLE_ATOM_BYTES, SWIZZLE_BYTES, TMA_BOX_MAX, TMA_RANKS,
+                                  WGMMA, MatrixDescriptor)
 from lowering import kir
 
 from . import ptx_sm90
@@ -266,54 +265,3 @@ class HopperEmitter:
         self.need("mbar_wait")
         self.emit_synchronizing(depth, s, f"while (!mbar_try_wait({bar}, {parity})) {{}}",
                                 "wait")
-
-    # -- TMA --------------------------------------------------------------------------------
-    def tma_operands(self, s, what, buffer, index, role):
-        """The map's generic address, the coordinates (i32 C text) and the shared address
-        of the box of TmaLoad / TmaStore `s`, checked."""
-        m = s.map
-        if not any(m is x for x in self.kernel.tensor_maps):
-            raise self.error(f"{what} map {getattr(m, 'name', m)!r} is not one of the "
-                             "kernel's tensor maps")
-        coords = s.coords
-        if len(coords) != m.rank:
-            raise self.error(f"{what} gives {len(coords)} coordinates, map {m.name} has "
-                             f"rank {m.rank}")
-        if isinstance(coords[0], kir.Const) and \
-                int(coords[0].value) * m.dtype.itemsize % TMA_COORD_ALIGN:
-            raise self.error(f"{what} coordinate 0 = {coords[0].value} is "
-                             f"{int(coords[0].value) * m.dtype.itemsize} bytes into a row of "
-                             f"map {m.name}, not a multiple of {TMA_COORD_ALIGN} (the GPU "
-                             "faults)")
-        self.check_memory(buffer, kir.Memory.shared, f"{what} {role}")
-        if buffer.dtype is not m.dtype:
-            raise self.error(f"{what} {role} {buffer.name} is {buffer.dtype}, map {m.name} "
-                             f"is {m.dtype}")
-        align = TMA_SMEM_ALIGN if m.swizzle == "none" else 8 * SWIZZLE_BYTES[m.swizzle]
-        if isinstance(buffer.byte_offset, kir.Const) and isinstance(index, kir.Const):
-            byte = int(buffer.byte_offset.value) + int(index.value) * buffer.dtype.itemsize
-            if byte % align:
-                raise self.error(f"{what} {role} {buffer.name}[{index.value}] is at pool "
-                                 f"byte {byte}, not aligned to {align}")
-        address = self.shared_address(buffer, index, f"{what} {role}")
-        coords = [self.i32_operand(c, f"{what} coordinate {i}") for i, c in enumerate(coords)]
-        return f"reinterpret_cast<unsigned long long>(&{self.ident(m)})", coords, address
-
-    def s_TmaLoad(self, s, depth):
-        tensor_map, coords, dst = self.tma_operands(s, "tma load", s.dst, s.dst_index,
-                                                    "destination")
-        bar = self.mbarrier(s.bar, s.bar_index, "tma load")
-        self.emit_lines(depth, ptx_sm90.tma_load(dst, tensor_map, coords, bar),
-                        self.describe(s))
-
-    def s_TmaStore(self, s, depth):
-        tensor_map, coords, src = self.tma_operands(s, "tma store", s.src, s.src_index,
-                                                    "source")
-        self.emit_lines(depth, ptx_sm90.tma_store(tensor_map, coords, src), self.describe(s))
-
-    def s_BulkCommit(self, s, depth):
-        self.emit(depth, ptx_sm90.bulk_commit(), s.label)
-
-    def s_BulkWait(self, s, depth):
-        n = self.group_count(s.n, "cp.async.bulk")
-        self.emit_synchronizing(depth, s, ptx_sm90.bulk_wait(n, bool(s.read)), "wait")

@@ -1,10 +1,10 @@
 """PTX spellings of the sm_90 statements (kir.hopper): the text of every inline-asm
 statement codegen.cuda.hopper writes for warp-group MMA, stmatrix, register reallocation,
-named barriers, the async-proxy and mbarrier-init fences, mbarriers and TMA, and the
-preamble helpers they call. It sits beside codegen.cuda.ptx (the sm_80 spellings) so that
+named barriers, the async-proxy and mbarrier-init fences and mbarriers, and the preamble
+helpers they call (TMA's are codegen.cuda.tma's, beside its rules). It sits beside codegen.cuda.ptx (the sm_80 spellings) so that
 neither grows past a readable size; as there, the instructions' names come from their
 descriptors (fuserir.instructions: WGMMA, STMATRIX, SETMAXNREG, NAMED_BARRIER,
-PROXY_FENCE, MBARRIER, TMA), and the functions here only add the asm operands and
+PROXY_FENCE, MBARRIER), and the functions here only add the asm operands and
 constraints and return the statement's lines. The emitter checks a statement and builds
 its operands' C text.
 
@@ -15,18 +15,18 @@ the generic address of its `__grid_constant__` parameter (an "l" operand).
 """
 
 from fuserir.instructions import (MBARRIER, NAMED_BARRIER, PROXY_FENCE, SETMAXNREG,
-                                  STMATRIX, TMA, WGMMA)
+                                  STMATRIX, WGMMA)
 
 _PER_LINE = 8       # %operands per line of the asm string's long lists
 _WIDTH = 96         # columns an operand line of the statement fills before it wraps
 
 
-def _statement(op):
+def statement(op):
     """An asm statement without outputs or inputs: one line."""
     return f'asm volatile("{op};" ::: "memory");'
 
 
-def _asm(text_lines, outputs, inputs):
+def asm(text_lines, outputs, inputs):
     """An asm statement: its PTX string literals (one per line), its outputs' and inputs'
     C operand text (wrapped at _WIDTH columns), then the "memory" clobber."""
     first, *rest = text_lines
@@ -82,23 +82,23 @@ def wgmma(n, dtype, accumulators, a, b_descriptor, scale_d, trans_a, trans_b):
             + [f'"{a_text}, %{at}, {immediates};\\n"', '"}"'])
     inputs = [f'"r"({x})' if registers else f'"l"({x})' for x in a_operands]
     inputs += [f'"l"({b_descriptor})', f'"r"({scale_d})']
-    return _asm(text, [f'"+f"({x})' for x in accumulators], inputs)
+    return asm(text, [f'"+f"({x})' for x in accumulators], inputs)
 
 
 def wgmma_fence():
     """`wgmma.fence.sync.aligned`: the warp group's register accesses before it are
     ordered before its next wgmma."""
-    return _statement(WGMMA.fence)
+    return statement(WGMMA.fence)
 
 
 def wgmma_commit():
     """`wgmma.commit_group.sync.aligned`: the wgmmas since the last commit form a group."""
-    return _statement(WGMMA.commit)
+    return statement(WGMMA.commit)
 
 
 def wgmma_wait(n):
     """`wgmma.wait_group.sync.aligned n`: at most n committed groups stay pending."""
-    return _statement(WGMMA.wait(n))
+    return statement(WGMMA.wait(n))
 
 
 # The preamble's matrix descriptor (codegen.cuda.preamble registers it as "wgmma_desc").
@@ -122,29 +122,29 @@ def stmatrix(num, trans, address, registers):
     address `address`."""
     regs = ", ".join(f"%{i + 1}" for i in range(num))
     inputs = [f'"r"({address})'] + [f'"r"({r})' for r in registers]
-    return _asm([f'"{STMATRIX.ptx(num, trans)} [%0], {{{regs}}};"'], [], inputs)
+    return asm([f'"{STMATRIX.ptx(num, trans)} [%0], {{{regs}}};"'], [], inputs)
 
 
 def setmaxnreg(increase, count):
     """`setmaxnreg.{inc|dec}.sync.aligned.u32 count`."""
-    return _statement(SETMAXNREG.ptx["set"].format(direction="inc" if increase else "dec",
+    return statement(SETMAXNREG.ptx["set"].format(direction="inc" if increase else "dec",
                                                    count=count))
 
 
 def named_barrier(barrier_id, count, arrive_only):
     """`bar.sync id, count` (or `bar.arrive id, count`)."""
     role = "arrive" if arrive_only else "sync"
-    return _statement(NAMED_BARRIER.ptx[role].format(id=barrier_id, count=count))
+    return statement(NAMED_BARRIER.ptx[role].format(id=barrier_id, count=count))
 
 
 def fence_proxy_async():
     """`fence.proxy.async.shared::cta`."""
-    return _statement(PROXY_FENCE.ptx["fence"])
+    return statement(PROXY_FENCE.ptx["fence"])
 
 
 def fence_mbarrier_init():
     """`fence.mbarrier_init.release.cluster`."""
-    return _statement(MBARRIER.ptx["init_fence"])
+    return statement(MBARRIER.ptx["init_fence"])
 
 
 # -- mbarriers ----------------------------------------------------------------------------
@@ -152,7 +152,7 @@ def fence_mbarrier_init():
 def mbarrier_init(address, count):
     """`mbarrier.init.shared::cta.b64 [address], count` (C text: a shared address, an
     i32)."""
-    return _asm([f'"{MBARRIER.ptx["init"]} [%0], %1;"'], [],
+    return asm([f'"{MBARRIER.ptx["init"]} [%0], %1;"'], [],
                 [f'"r"({address})', f'"r"({count})'])
 
 
@@ -161,8 +161,8 @@ def mbarrier_arrive(address, tx_bytes=None):
     i32) `mbarrier.arrive.expect_tx.shared::cta.b64 _, [address], tx_bytes`; the state
     goes to the sink `_`."""
     if tx_bytes is None:
-        return _asm([f'"{MBARRIER.ptx["arrive"]} _, [%0];"'], [], [f'"r"({address})'])
-    return _asm([f'"{MBARRIER.ptx["arrive_tx"]} _, [%0], %1;"'], [],
+        return asm([f'"{MBARRIER.ptx["arrive"]} _, [%0];"'], [], [f'"r"({address})'])
+    return asm([f'"{MBARRIER.ptx["arrive_tx"]} _, [%0], %1;"'], [],
                 [f'"r"({address})', f'"r"({tx_bytes})'])
 
 
@@ -182,39 +182,3 @@ __device__ __forceinline__ bool mbar_try_wait(unsigned int bar, unsigned int par
   return done != 0;
 }}
 """
-
-
-# -- TMA ------------------------------------------------------------------------------------
-
-def _box(first, count):
-    return "{" + ", ".join(f"%{first + i}" for i in range(count)) + "}"
-
-
-def tma_load(dst, tensor_map, coords, bar):
-    """TMA's load of the box at `coords` (C text of i32s) of the tensor map at generic
-    address `tensor_map` into the shared address `dst`, completing its bytes on the
-    mbarrier at shared address `bar`."""
-    rank = len(coords)
-    op = TMA.ptx["load"].format(rank=rank)
-    return _asm([f'"{op} [%0], [%1, {_box(2, rank)}], [%{2 + rank}];"'], [],
-                [f'"r"({dst})', f'"l"({tensor_map})'] + [f'"r"({c})' for c in coords]
-                + [f'"r"({bar})'])
-
-
-def tma_store(tensor_map, coords, src):
-    """TMA's store of the box at `coords` of the tensor map at generic address
-    `tensor_map` from the shared address `src`, in the thread's open bulk group."""
-    rank = len(coords)
-    op = TMA.ptx["store"].format(rank=rank)
-    return _asm([f'"{op} [%0, {_box(2, rank)}], [%1];"'], [],
-                [f'"l"({tensor_map})', f'"r"({src})'] + [f'"r"({c})' for c in coords])
-
-
-def bulk_commit():
-    """`cp.async.bulk.commit_group`."""
-    return _statement(TMA.ptx["commit"])
-
-
-def bulk_wait(n, read):
-    """`cp.async.bulk.wait_group{.read} n`."""
-    return _statement(TMA.ptx["wait"].format(read=".read" if read else "", n=n))
