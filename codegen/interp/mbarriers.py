@@ -236,7 +236,7 @@ class _Mbarriers:
         tx = bar.tx
         for cp in self.tma_loads:
             if cp.bar == off:
-                tx -= cp.bmap.box_bytes
+                tx -= cp.nbytes
                 if tx == 0:
                     return True
         return False

@@ -120,13 +120,12 @@ def bind_tensor_maps(kernel, globals_, uniform):
 
 class _TmaCopy:
     """A TMA load or store issued by one thread: its statement and loop iterations, the
-    map, the shared layout and start byte, the coordinates, and (a load) the access
-    event, destination elements, physical bytes, data and mbarrier byte offset, or (a
-    store) its bulk group number."""
+    issuing thread, the shared layout, and more: a box's map, start byte and coordinates;
+    a load's access event, destination elements, physical bytes, data, mbarrier byte
+    offset and transaction bytes; a store's bulk group number."""
 
-    def __init__(self, stmt, iters, bmap, tid, lay, start, coords, **more):
-        self.stmt, self.iters, self.bmap, self.tid = stmt, iters, bmap, tid
-        self.lay, self.start, self.coords = lay, start, coords
+    def __init__(self, stmt, iters, tid, lay, **more):
+        self.stmt, self.iters, self.tid, self.lay = stmt, iters, tid, lay
         self.__dict__.update(more)
 
 
@@ -181,8 +180,7 @@ class _Tma:
         return bmap, lay, act, start, coords
 
     def _tma_load(self, s, act):
-        bact, bidx, boff, blay = self._mbarrier_refs(s.bar, s.bar_index, act, "TMA load")
-        bars = dict(zip(bact.tolist(), zip(boff.tolist(), bidx.tolist())))
+        bars, blay = self._load_barriers(s, act, "TMA load")
         bmap, lay, act, start, coords = self._box_sites(s, s.dst, s.dst_index, act,
                                                         "TMA load")
         g = bmap.g
@@ -190,30 +188,52 @@ class _Tma:
         for t, st, xs in zip(act.tolist(), start.tolist(), coords.tolist()):
             if t not in bars:           # its mbarrier is out of bounds: reported
                 continue
-            o, bi = bars[t]
-            if o not in self.mbarriers:
-                self._mbarrier_hazard("mbarrier", blay, t, (
-                    f"thread {self.interp.coords(t)} issues a TMA load completing on "
-                    f"{blay.name}[{bi}], which no mbarrier.init has initialised"))
-            else:
-                self._init_visible(self.mbarriers[o], blay, [t],
-                                   "issue a TMA load completing on", async_proxy=True)
             off, inside = bmap.elements(xs)
             vals = np.zeros(len(off), g.dtype)
             sel = np.flatnonzero(inside)
-            pos, okp = g.positions(off[sel])
-            tids = np.full(len(sel), t, np.int64)
-            okc = self._check(g.name, off[sel], okp, tids, lambda: self._global_oob(g))
-            if okc is not None:
-                sel, pos, tids = sel[okc], pos[okc], tids[okc]
-            self._global_access(g, tids, pos)
-            vals[sel] = g.flat[pos]
+            vals[sel] = self._global_read(g, off[sel], t)
             idx = (st - lay.offset) // lay.itemsize + np.arange(ne)
-            ev = self._shared_write(lay, np.full(ne, t, np.int64), idx, pending=True)
             phys = bmap.physical(st, np.arange(len(off))).ravel()
-            self.tma_loads.append(_TmaCopy(
-                s, self.iters, bmap, t, lay, st, xs, ev=ev, idx=idx, phys=phys,
-                data=vals.view(np.uint8).ravel(), bar=o))
+            self._queue_load(s, t, bars[t], blay, lay, idx, phys, vals, bmap.box_bytes,
+                             "a TMA load", bmap=bmap, start=st, coords=xs)
+
+    def _load_barriers(self, s, act, what):
+        """({thread: (its mbarrier's pool byte, index)} of the active threads whose
+        mbarrier is in bounds (the others are reported), the mbarriers' layout)."""
+        bact, bidx, boff, blay = self._mbarrier_refs(s.bar, s.bar_index, act, what)
+        return dict(zip(bact.tolist(), zip(boff.tolist(), bidx.tolist()))), blay
+
+    def _global_read(self, g, off, t):
+        """Thread t's reads of global `g`'s elements `off` through the global access
+        path (zeros where out of bounds, reported)."""
+        vals = np.zeros(len(off), g.dtype)
+        sel = np.arange(len(off))
+        pos, okp = g.positions(off)
+        tids = np.full(len(off), t, np.int64)
+        okc = self._check(g.name, off, okp, tids, lambda: self._global_oob(g))
+        if okc is not None:
+            sel, pos, tids = sel[okc], pos[okc], tids[okc]
+        self._global_access(g, tids, pos)
+        vals[sel] = g.flat[pos]
+        return vals
+
+    def _queue_load(self, s, t, bar, blay, lay, idx, phys, vals, nbytes, what, **more):
+        """Thread t's load of `vals` into elements `idx` of `lay` (pool bytes `phys`),
+        completing `nbytes` on the mbarrier `bar` = (pool byte, index) of layout `blay`:
+        its init must be visible and fenced; the destination is checked like a write and
+        marked pending until the load lands (_land_loads)."""
+        o, bi = bar
+        if o not in self.mbarriers:
+            self._mbarrier_hazard("mbarrier", blay, t, (
+                f"thread {self.interp.coords(t)} issues {what} completing on "
+                f"{blay.name}[{bi}], which no mbarrier.init has initialised"))
+        else:
+            self._init_visible(self.mbarriers[o], blay, [t],
+                               f"issue {what} completing on", async_proxy=True)
+        ev = self._shared_write(lay, np.full(len(idx), t, np.int64), idx, pending=True)
+        self.tma_loads.append(_TmaCopy(s, self.iters, t, lay, ev=ev, idx=idx, phys=phys,
+                                       data=vals.view(np.uint8).ravel(), bar=o,
+                                       nbytes=nbytes, **more))
 
     def _land_loads(self, bar=None, done=None):
         """Land the queued loads on the mbarrier at pool byte `bar` in issue order until
@@ -233,7 +253,7 @@ class _Tma:
             self.w_ev[g] = cp.ev
             self.w_epoch[g] = self.epoch       # ordered by the phase's waits (ordering.py)
             self.w_buf[g] = cp.lay.bufid
-            self._complete_tx(cp.bar, cp.bmap.box_bytes, cp.tid, cp.ev)
+            self._complete_tx(cp.bar, cp.nbytes, cp.tid, cp.ev)
         self.tma_loads = keep
 
     def _tma_store(self, s, act):
@@ -249,7 +269,8 @@ class _Tma:
             tid = np.full(len(idx), t, np.int64)
             self._check_proxy_fenced(lay, tid, idx, "the TMA store")
             self.bulk_stores.append(_TmaCopy(
-                s, self.iters, bmap, t, lay, st, xs, gid=int(self.bulk_committed[t]),
+                s, self.iters, t, lay, bmap=bmap, start=st, coords=xs,
+                nbytes=bmap.box_bytes, gid=int(self.bulk_committed[t]),
                 off=off[sel], phys=phys, idx=idx, held=self._hold(lay, tid, idx)))
 
     def _bulk_commit(self, s, act):
@@ -313,8 +334,7 @@ class _Tma:
                        "no cp.async.bulk.wait_group retired its bulk group")
                 self.interp.add(("async-pending", cp.stmt.label, "end"), lambda: Hazard(
                     kind="async-pending", buffer=lay.name, first=_point(cp.stmt),
-                    second="end of the block", byte_range=(cp.start,
-                                                           cp.start + cp.bmap.box_bytes),
+                    second="end of the block", byte_range=(cp.start, cp.start + cp.nbytes),
                     threads=(self.interp.coords(cp.tid), self.interp.coords(cp.tid)),
                     iterations=(dict(cp.iters), {}), block=self.bidx,
                     detail=f"TMA {what} never waited for: {why}; it "
