@@ -324,6 +324,7 @@ TMA = AsyncProxyInstruction(
         "load": "cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier"
                 "::complete_tx::bytes",
         "store": "cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group",
+        "bulk_load": "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes",
         "commit": "cp.async.bulk.commit_group",
         "wait": "cp.async.bulk.wait_group{read} {n}"})
 
@@ -342,6 +343,9 @@ TMA_SMEM_ALIGN = 128
 # The box's dimension-0 coordinate, in bytes, is a multiple of this (checked on the H200:
 # a box of 24 f16 at column 60 faults with an illegal instruction, at column 56 it loads)
 TMA_COORD_ALIGN = 16
+# A one-dimensional bulk copy (no tensor map): both addresses and the size are multiples
+# of this many bytes
+BULK_COPY_ALIGN = 16
 
 
 def tma_stride_ok(nbytes):

@@ -1,5 +1,5 @@
 """CUDA emission of TMA, the tensor memory accelerator's bulk copies (kir.hopper's TmaLoad,
-TmaStore, BulkCommit, BulkWait): TmaEmitter, a mixin of codegen.cuda.emitter's _Emitter,
+TmaStore, BulkLoad, BulkCommit, BulkWait): TmaEmitter, a mixin of codegen.cuda.emitter's _Emitter,
 with one rule s_<Stmt> per statement, and the PTX spelling of each beside its rule. One
 instruction family's emission is one module, as its interpretation is one room of the
 interpreter (codegen.interp.tma): a new bulk copy is a rule and a spelling here.
@@ -7,13 +7,15 @@ interpreter (codegen.interp.tma): a new bulk copy is a rule and a spelling here.
 Each rule checks what it can see before it spells (the tensor map is the kernel's, the
 coordinates' count, the dimension-0 coordinate's alignment where constant, the shared
 box's memory, dtype and alignment) and refuses the rest with a CodegenError naming the
-statement. A tensor map is passed by the generic address of its `__grid_constant__`
-parameter (an "l" operand), coordinates as i32, shared addresses as 32-bit
-shared-state-space addresses; every statement carries a "memory" clobber
-(codegen.cuda.ptx_sm90.asm).
+statement; a BulkLoad's size and constant offsets are checked against BULK_COPY_ALIGN,
+its global source is passed by global address. A tensor map is passed by the generic
+address of its `__grid_constant__` parameter (an "l" operand), coordinates as i32,
+shared addresses as 32-bit shared-state-space addresses; every statement carries a
+"memory" clobber (codegen.cuda.ptx_sm90.asm).
 """
 
-from fuserir.instructions import (SWIZZLE_BYTES, TMA, TMA_COORD_ALIGN, TMA_SMEM_ALIGN)
+from fuserir.instructions import (BULK_COPY_ALIGN, SWIZZLE_BYTES, TMA, TMA_COORD_ALIGN,
+                                  TMA_SMEM_ALIGN)
 from lowering import kir
 
 from . import ptx_sm90
@@ -67,6 +69,30 @@ class TmaEmitter:
                                                     "source")
         self.emit_lines(depth, tma_store(tensor_map, coords, src), self.describe(s))
 
+    def s_BulkLoad(self, s, depth):
+        self.check_memory(s.dst, kir.Memory.shared, "bulk load destination")
+        self.check_memory(s.src, kir.Memory.global_, "bulk load source")
+        if s.src.dtype is not s.dst.dtype:
+            raise self.error(f"bulk load from {s.src.dtype} {s.src.name} into {s.dst.dtype} "
+                             f"{s.dst.name} (a copy does not convert)")
+        nbytes, size = s.nbytes, s.dst.dtype.itemsize
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0 \
+                or nbytes % BULK_COPY_ALIGN or nbytes % size:
+            raise self.error(f"a bulk load copies a positive multiple of {BULK_COPY_ALIGN} "
+                             f"bytes (whole {s.dst.dtype} elements), got {nbytes!r}")
+        off = s.dst.byte_offset
+        if isinstance(off, kir.Const) and int(off.value) % BULK_COPY_ALIGN:
+            raise self.error(f"shared buffer {s.dst.name} at byte {off.value} is not aligned "
+                             f"to {BULK_COPY_ALIGN} bytes (a bulk load's destination)")
+        for role, index in (("destination", s.dst_index), ("source", s.src_index)):
+            if isinstance(index, kir.Const) and int(index.value) * size % BULK_COPY_ALIGN:
+                raise self.error(f"bulk load {role} element {index.value} is not aligned to "
+                                 f"{BULK_COPY_ALIGN} bytes")
+        dst = self.shared_address(s.dst, s.dst_index, "bulk load destination")
+        src = f"gmem_addr(&{self.subscript(s.src, s.src_index)})"
+        bar = self.mbarrier(s.bar, s.bar_index, "bulk load")
+        self.emit_lines(depth, bulk_load(dst, src, nbytes, bar), self.describe(s))
+
     def s_BulkCommit(self, s, depth):
         self.emit(depth, bulk_commit(), s.label)
 
@@ -99,6 +125,13 @@ def tma_store(tensor_map, coords, src):
     op = TMA.ptx["store"].format(rank=rank)
     return ptx_sm90.asm([f'"{op} [%0, {_box(2, rank)}], [%1];"'], [],
                 [f'"l"({tensor_map})', f'"r"({src})'] + [f'"r"({c})' for c in coords])
+
+
+def bulk_load(dst, src, nbytes, bar):
+    """TMA's one-dimensional copy of `nbytes` bytes from the global address `src` into the
+    shared address `dst`, completing its bytes on the mbarrier at shared address `bar`."""
+    return ptx_sm90.asm([f'"{TMA.ptx["bulk_load"]} [%0], [%1], %2, [%3];"'], [],
+                        [f'"r"({dst})', f'"l"({src})', f'"r"({nbytes})', f'"r"({bar})'])
 
 
 def bulk_commit():

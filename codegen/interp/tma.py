@@ -1,4 +1,5 @@
-"""TMA: tensor maps, TmaLoad onto mbarriers, TmaStore in bulk groups, the proxy fence.
+"""TMA: tensor maps, TmaLoad and BulkLoad onto mbarriers, TmaStore in bulk groups, the proxy
+fence.
 
   * Tensor maps (bind_tensor_maps, called by _Interp once the arguments are bound): each
     kernel.tensor_maps entry's sizes and strides are evaluated (uniform) and checked
@@ -24,6 +25,10 @@
     before the threads that wait on the phase its bytes complete (the wait makes it
     visible, not a barrier); then the barrier's transaction bytes drop by the box's
     bytes.
+  * BulkLoad, per active thread: nbytes consecutive bytes of the global source (read at
+    issue through the global access path; out of bounds is reported, as the GPU
+    faults), both addresses and the size multiples of BULK_COPY_ALIGN; then as a
+    TmaLoad: pending destination, queued on its mbarrier, landing there.
   * TmaStore, per active thread: its source bytes must be proxy-fenced by their writers
     ("proxy-fence") and are held until its group retires (a write to them is
     "async-pending"; async_proxy.py); it joins the thread's open bulk group
@@ -47,9 +52,9 @@ import numpy as np
 
 from codegen.errors import Hazard
 from codegen.interp.base import switch_point, _NONE, InterpError, _point
-from fuserir.instructions import (SWIZZLE_BYTES, TMA_BOX_MAX, TMA_COORD_ALIGN, TMA_RANKS,
-                                  TMA_SMEM_ALIGN, TMA_STRIDE_ALIGN, swizzle,
-                                  tma_stride_ok)
+from fuserir.instructions import (BULK_COPY_ALIGN, SWIZZLE_BYTES, TMA_BOX_MAX,
+                                  TMA_COORD_ALIGN, TMA_RANKS, TMA_SMEM_ALIGN,
+                                  TMA_STRIDE_ALIGN, swizzle, tma_stride_ok)
 from lowering import kir
 
 
@@ -196,6 +201,46 @@ class _Tma:
             phys = bmap.physical(st, np.arange(len(off))).ravel()
             self._queue_load(s, t, bars[t], blay, lay, idx, phys, vals, bmap.box_bytes,
                              "a TMA load", bmap=bmap, start=st, coords=xs)
+
+    def _bulk_load(self, s, act):
+        nb = s.nbytes
+        if isinstance(nb, bool) or not isinstance(nb, int) or nb <= 0 or nb % BULK_COPY_ALIGN:
+            raise InterpError(f"a bulk load copies a positive multiple of {BULK_COPY_ALIGN} "
+                              f"bytes, not {nb!r}{self.where()}")
+        if s.dst is None or s.dst.memory is not kir.Memory.shared or s.src is None \
+                or s.src.memory is not kir.Memory.global_ or s.src.dtype is not s.dst.dtype:
+            raise InterpError(f"a bulk load copies a global buffer into a shared one of its "
+                              f"dtype, not {getattr(s.src, 'name', None)} into "
+                              f"{getattr(s.dst, 'name', None)}{self.where()}")
+        bars, blay = self._load_barriers(s, act, "bulk load")
+        lay = self._layout(s.dst)
+        if nb % lay.itemsize:
+            raise InterpError(f"a bulk load of {nb} bytes into {lay.name} ({lay.itemsize}-byte "
+                              f"elements){self.where()}")
+        ne, n = nb // lay.itemsize, len(act)
+        di = self._index(self.ev(s.dst_index, act), n)
+        si = self._index(self.ev(s.src_index, act), n)
+        start = lay.offset + di * lay.itemsize
+        for where, byte, index in (("destination", start, di),
+                                   ("source", si * lay.itemsize, si)):
+            mis = byte % BULK_COPY_ALIGN != 0
+            if mis.any():
+                i = int(np.flatnonzero(mis)[0])
+                raise InterpError(f"bulk load {where} element {int(index[i])} of thread "
+                                  f"{self.interp.coords(act[i])} is not {BULK_COPY_ALIGN}-byte "
+                                  f"aligned{self.where()}")
+        ok = self._check(lay.name, di, (di >= 0) & (di + ne <= lay.size), act,
+                         lambda: f"outside {lay.name}[0, {lay.size}) (a {nb}-byte bulk load)",
+                         lay)
+        if ok is not None:
+            act, di, si, start = act[ok], di[ok], si[ok], start[ok]
+        g = self._global(s.src)
+        for t, d, src, st in zip(act.tolist(), di.tolist(), si.tolist(), start.tolist()):
+            if t not in bars:           # its mbarrier is out of bounds: reported
+                continue
+            vals = self._global_read(g, src + np.arange(ne), t)
+            self._queue_load(s, t, bars[t], blay, lay, d + np.arange(ne), st + np.arange(nb),
+                             vals, nb, "a bulk load", start=st)
 
     def _load_barriers(self, s, act, what):
         """({thread: (its mbarrier's pool byte, index)} of the active threads whose
@@ -348,4 +393,5 @@ class _Tma:
     # generators (they run bodies, yield a Wait, or offer a switch point)
     LEAF_STATEMENTS = {kir.TmaStore: _tma_store, kir.BulkCommit: _bulk_commit,
                        kir.BulkWait: _bulk_wait, kir.FenceProxyAsync: _fence_proxy_async}
-    COMPOUND_STATEMENTS = {kir.TmaLoad: switch_point(_tma_load)}
+    COMPOUND_STATEMENTS = {kir.TmaLoad: switch_point(_tma_load),
+                           kir.BulkLoad: switch_point(_bulk_load)}

@@ -44,7 +44,7 @@ from .traversal import walk
 __all__ = ["SWIZZLES", "TensorMap", "MatrixLayout", "WgmmaFence", "Wgmma", "WgmmaCommit",
            "WgmmaWait", "StMatrix", "SetMaxNReg", "NamedBarrier", "FenceProxyAsync",
            "MbarrierInit", "FenceMbarrierInit", "MbarrierArrive", "MbarrierWait", "TmaLoad",
-           "TmaStore", "BulkCommit", "BulkWait", "uses_async_protocol"]
+           "TmaStore", "BulkLoad", "BulkCommit", "BulkWait", "uses_async_protocol"]
 
 SWIZZLES = ("none", "32B", "64B", "128B")
 
@@ -508,6 +508,45 @@ class TmaStore(Stmt):
         box = "x".join(str(b) for b in self.map.box)
         at = ", ".join(format_expr(c) for c in self.coords)
         return f"tma.store {self.map.name}({at}) box {box} <- {format_at(self.src, self.src_index)}"
+
+
+@dataclass(eq=False)
+class BulkLoad(Stmt):
+    """cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes, by each active
+    thread: TMA's one-dimensional copy of `nbytes` consecutive bytes (a multiple of
+    fuserir.instructions.BULK_COPY_ALIGN) from element `src_index` of global `src` into
+    shared `dst` from element `dst_index` (both addresses aligned to it), completing
+    nbytes transaction bytes on mbarrier bar[bar_index] when they land. No tensor map, no
+    bounds and no zero fill: every byte lies inside `src`."""
+
+    dst: Buffer = None
+    dst_index: ScalarExpr = None
+    src: Buffer = None
+    src_index: ScalarExpr = None
+    nbytes: int = 16
+    bar: Buffer = None
+    bar_index: ScalarExpr = None
+    access: AccessInfo = None
+    label: str = None
+
+    def effects(self):
+        return Effects((Access(self.src, self.src_index, self.nbytes, False, "tma-load",
+                               proxy="async"),
+                        Access(self.dst, self.dst_index, self.nbytes, True, "tma-load",
+                               proxy="async", until=Phase(self.bar, self.bar_index),
+                               info=self.access)),
+                       mbarrier=MbarrierOp("complete_tx", self.bar, self.bar_index,
+                                           self.nbytes),
+                       instruction=TMA)
+
+    def complete_on(self, bar, index):
+        """Complete the transaction bytes on mbarrier bar[index]."""
+        self.bar, self.bar_index = bar, index
+
+    def line(self):
+        return (f"bulk.load {format_at(self.dst, self.dst_index)} <- "
+                f"{format_at(self.src, self.src_index)}, {self.nbytes} bytes, complete_tx "
+                f"{format_at(self.bar, self.bar_index)}")
 
 
 @dataclass(eq=False)
