@@ -56,7 +56,7 @@ def parse_blocks(text, grids):
 
 
 def cmd_check(args):
-    import codegen
+    from codegen.errors import RaceError
     from codegen.launch import launch_config
 
     fusion = one_fusion(args.file, args.fusion)
@@ -89,7 +89,7 @@ def cmd_check(args):
     interp, outputs = [], None
     try:
         outputs = exe.run({**inputs, **named_scalars(fusion, sizes)}, blocks=blocks)
-    except codegen.RaceError as race:
+    except RaceError as race:
         interp = race.hazards
     comparison = _compare(fusion, inputs, sizes, outputs, blocks) if outputs else None
 

@@ -310,17 +310,18 @@ def with_plan_scalars(exe, sizes):
 
 
 def build(fusion, options, backend="interp", sizes=None):
-    """(executable, [Unit], HazardError or None). Compiles as codegen.compile does (an
+    """(executable, [Unit], HazardError or None). Compiles as codegen.compile (the driver's compile) does (an
     unscheduled fusion gets automatic schedules, perhaps several kernels, chosen for
     `sizes` as run() would choose them); a kernel the verifier refuses is built again with
     verify=False, and the refusal returned, so that the tools can still show it."""
-    import codegen
+    import driver
+    from codegen.errors import HazardError
     refused = None
     try:
-        exe = codegen.compile(fusion, backend=backend, verify=True, **options)
-    except codegen.HazardError as error:
+        exe = driver.compile(fusion, backend=backend, verify=True, **options)
+    except HazardError as error:
         refused = error
-        exe = codegen.compile(fusion, backend=backend, verify=False, **options)
+        exe = driver.compile(fusion, backend=backend, verify=False, **options)
     steps = getattr(exe, "steps", None)
     if sizes is not None and getattr(exe, "automatic", False):
         steps = exe.plan_for(sizes)[2]

@@ -54,7 +54,7 @@ def cublas_baseline(fusion, inputs, sizes):
 
 
 def cmd_run(args):
-    import codegen
+    import driver
 
     if args.repeat < 1:
         raise UsageError(f"--repeat: must be >= 1, got {args.repeat}")
@@ -69,7 +69,7 @@ def cmd_run(args):
     inputs = random_inputs(fusion, sizes, rng, integer_valued=True)
     scalars = named_scalars(fusion, sizes)
 
-    exe = codegen.compile(fusion, backend=backend)
+    exe = driver.compile(fusion, backend=backend)
     # Poison outputs first (NaN or a sentinel), so an element the kernel never writes shows.
     poison = {"poison": True} if "poison" in inspect.signature(exe.run).parameters else {}
     started = time.perf_counter()
