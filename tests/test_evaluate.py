@@ -218,13 +218,19 @@ FLOATS = [
     (kir.Cast(c(3.9e9, F64), I32), MAX32),                  # saturates
     (kir.Cast(c(-2.5, F32), I32), -2),
     (kir.Cast(A, F32), np.float32(-3.0)),
+    # rounded once to nearest even (fuserir.numerics.convert): just above the halfway
+    # point between two bf16 values, so rounding through f32 first would land on the tie
+    # and round down to 1.0
+    (kir.Cast(c(1 + 2 ** -8 + 2 ** -30, F64), DataType.bf16), 1 + 2 ** -7),
+    (c(1 + 2 ** -8 + 2 ** -30, DataType.bf16), 1 + 2 ** -7),
+    (kir.Cast(N, DataType.f16), np.float16(65504.0)),
 ]
 
 
 @pytest.mark.parametrize("expr, want", FLOATS, ids=[kir.format_expr(e) for e, _ in FLOATS])
 def test_the_interpreter_and_launch_time_evaluation_agree_on_floats(expr, want):
-    scalar = kir.evaluate_scalar(expr, {"a": -3})
-    lanes = _interp({"a": -3}).ev(expr, None)
+    scalar = kir.evaluate_scalar(expr, {"a": -3, "n": 65519})
+    lanes = _interp({"a": -3, "n": 65519}).ev(expr, None)
     assert scalar == want and lanes == want
     assert np.asarray(lanes).dtype == expr.dtype.numpy
 

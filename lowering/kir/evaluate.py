@@ -23,7 +23,7 @@ verifiers), codegen (the launcher, the interpreter).
 
 import numpy as np
 
-from fuserir import numerics, op_table
+from fuserir import op_table
 from fuserir.dtypes import DataType
 from fuserir.numerics import convert
 
@@ -58,7 +58,8 @@ def evaluate_scalar(expr, env=None):
     it: / and % truncate toward zero, ceildiv is (a + b - 1) / b, results wrap to 32 or 64
     bits; where C leaves a result undefined, fuserir.numerics defines it (a / 0 = 0,
     a % 0 = a; a cast float -> integer saturates, NaN -> 0), as every backend does. Float
-    nodes compute in their numpy type (f16/bf16 have no arithmetic). Returns a
+    nodes compute in their numpy type, constants and casts rounded once
+    (numerics.convert), as LaneEvaluator and the emitted CUDA do. Returns a
     Python int, bool or numpy float. Thread indices, loads and shuffles have no launch-time
     value: they raise TypeError; a variable missing from `env` raises KeyError.
     """
@@ -68,14 +69,16 @@ def evaluate_scalar(expr, env=None):
             return bool(expr.value)
         if expr.dtype.is_int:
             return _wrap_int(expr.value, expr.dtype)
-        return expr.dtype.numpy.type(expr.value)
+        return convert(np.float64(expr.value), expr.dtype)
     if isinstance(expr, Var):
         if expr.name not in env:
             raise KeyError(f"no value for scalar {expr.name!r} (have: {sorted(env)})")
         value = env[expr.name]
         if expr.dtype.is_int:
             return _wrap_int(value, expr.dtype)
-        return bool(value) if expr.dtype is DataType.bool else expr.dtype.numpy.type(value)
+        if expr.dtype is DataType.bool:
+            return bool(value)
+        return convert(np.float64(value), expr.dtype)
     if isinstance(expr, Select):
         chosen = expr.a if evaluate_scalar(expr.cond, env) else expr.b
         return evaluate_scalar(chosen, env)
@@ -99,9 +102,9 @@ def _eval_cast(value, src, dst):
         return bool(value != 0)
     if dst.is_int:
         if src.is_float:
-            return int(numerics.convert(src.numpy.type(value), dst))   # saturating
+            return int(convert(src.numpy.type(value), dst))   # saturating
         return _wrap_int(value, dst)
-    return dst.numpy.type(value)
+    return convert(src.numpy.type(value), dst)          # rounded once
 
 
 def _eval_unop(op, a, dtype):
