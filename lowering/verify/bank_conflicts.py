@@ -26,17 +26,17 @@ Hardware model (NVIDIA sm_80 / sm_90)
     vector copy); CpAsync is `nbytes` wide; an ldmatrix row 16 bytes.
 
 Evaluation
-  Addresses are evaluated per thread with numpy over the whole block at once (C integer
-  rules in the node's dtype: / and % truncate toward zero, results wrap to 32/64 bits;
-  Select, && and || evaluate lazily, as the emitted C does). Lanes are active where every
-  enclosing IfThenElse (and every Select arm / && / || operand around a Load) lets them
-  through; threads beyond the block size do not exist. blockIdx is `block` (default
-  0, 0, 0), or for an access no lane of that block makes, the grid's last block (where
-  a serial split-K's last split runs the epilogue). Every warp of the block is
-  examined, at every combination of the enclosing loops' first `max_iterations` values
-  plus their last value (an extent is evaluated with the outer loops' values and must be
-  the same for every active thread), at most `max_combinations` combinations (a note
-  says when that cut the search).
+  Addresses are evaluated per thread with numpy over the whole block at once, by
+  kir.LaneEvaluator (C integer rules in the node's dtype: / and % truncate toward zero,
+  results wrap to 32/64 bits; Select, && and || evaluate lazily, as the emitted C does).
+  Lanes are active where every enclosing IfThenElse (and every Select arm / && / ||
+  operand around a Load) lets them through; threads beyond the block size do not exist.
+  blockIdx is `block` (default 0, 0, 0), or for an access no lane of that block makes, the
+  grid's last block (where a serial split-K's last split runs the epilogue). Every warp of
+  the block is examined, at every combination of the enclosing loops' first
+  `max_iterations` values plus their last value (an extent is evaluated with the outer
+  loops' values and must be the same for every active thread), at most `max_combinations`
+  combinations (a note says when that cut the search).
   What cannot be evaluated makes the entry unknown (worst None) with a note: an address
   that depends on a load (or a shuffle), a scalar missing from `scalars` (the report needs
   sizes), a thread-dependent loop extent, float arithmetic, an operator this evaluator
