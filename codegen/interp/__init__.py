@@ -13,7 +13,8 @@ One module per part, each importing only modules listed above it:
   scheduler.py       blocks as coroutines in launch order: Wait, schedule (deadlocks)
   roles.py           role branches (warp-group-uniform ifs) as interleaved coroutines;
                      the interleavings (then-first, else-first, seeded random)
-  expressions.py     scalar expressions over the active threads (meaning: fuserir.op_table)
+  expressions.py     scalar expressions over the active threads: the interpreter's leaves
+                     of lowering.kir.LaneEvaluator, which evaluates the operators
   tensor_cores.py    ldmatrix and mma.sync by their descriptors (fuserir.instructions)
   async_copies.py    cp.async: issue, commit and wait groups, landing
   mbarriers.py       mbarriers (init, arrive, expect_tx, parity waits that block a role)

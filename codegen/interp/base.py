@@ -13,6 +13,7 @@ from fuserir.dtypes import DataType
 from fuserir.errors import FuserirError
 from fuserir.numerics import convert
 from lowering import kir
+from lowering.kir.evaluate import as_dtype, truth
 
 
 class InterpError(FuserirError):
@@ -49,15 +50,9 @@ def _const(value, dtype):
     return convert(np.float64(value), dtype)
 
 
-def _truth(v):
-    a = np.asarray(v)
-    if a.dtype != _BOOL:
-        v = convert(v, DataType.bool)
-    return v
-
-
-def _to(v, dtype):
-    return v if v.dtype == dtype.numpy else convert(v, dtype)
+# a value as bool, and in a dtype: the lane evaluator's (lowering.kir.evaluate)
+_truth = truth
+_to = as_dtype
 
 
 def switch_point(handler):

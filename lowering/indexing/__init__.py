@@ -1,5 +1,6 @@
 """Index arithmetic: what lowering knows about the integer expressions it builds.
 
+    intervals        how each integer operator acts on intervals (both analyses below)
     arith            value ranges and the simplifications they allow (Ranges, simplify)
     index_bounds     how far a kernel's indices reach at a run's sizes: 32 or 64 bits
     fragments        per-lane indices of tensor-core tiles (the descriptors' fragment maps)

@@ -5,8 +5,9 @@ Index expressions come from replaying splits and merges, so they are full of
 only simplify when the operands are known non-negative, which index terms are: thread and
 block indices, loop variables and sizes are >= 0. `Ranges` computes an interval per
 expression (None where unbounded) from what lowering knows (loop extents, block
-dimensions), and `simplify_binop` applies the identities that hold for non-negative
-operands and a positive constant divisor c:
+dimensions), with the interval arithmetic of lowering.indexing.intervals, and
+`simplify_binop` applies the identities that hold for non-negative operands and a
+positive constant divisor c:
 
     (c*q + r) / c  ->  q + r / c          (c*q + r) % c  ->  r % c
     r / c -> 0 and r % c -> r  when 0 <= r < c
@@ -26,13 +27,13 @@ these folds on signed integers itself.
 
 import math
 
-from fuserir.numerics import ceil_div
-
 from .. import kir
+from . import intervals
 
 
 class Ranges:
-    """Intervals of integer index expressions: (lo, hi), either end None if unknown."""
+    """Intervals of integer index expressions: (lo, hi), either end None if unknown (how
+    each operator acts on them: lowering.indexing.intervals)."""
 
     def __init__(self):
         self.vars = {}        # id(Var) -> (lo, hi)
@@ -47,29 +48,10 @@ class Ranges:
             return self.specials.get((e.kind, e.axis), (0, None))
         if not isinstance(e, kir.BinOp) or not e.dtype.is_int:
             return (None, None)
-        (alo, ahi), (blo, bhi) = self.of(e.a), self.of(e.b)
-        if e.op == "add":
-            return (_add(alo, blo), _add(ahi, bhi))
-        if e.op == "sub":
-            return (_sub(alo, bhi), _sub(ahi, blo))
-        if e.op == "mul" and _nonneg(alo) and _nonneg(blo):
-            return (alo * blo, _mul(ahi, bhi))
-        if e.op in ("div", "ceildiv") and _nonneg(alo) and blo is not None and blo > 0:
-            up = ceil_div if e.op == "ceildiv" else (lambda x, y: x // y)
-            return (up(alo, bhi) if bhi is not None else 0,
-                    up(ahi, blo) if ahi is not None else None)
-        if e.op in ("div", "ceildiv") and _nonneg(alo) and _nonneg(blo):
-            return (0, ahi)           # a size divided by a size (0 would be undefined)
-        if e.op == "mod" and _nonneg(alo) and blo is not None and blo > 0:
-            hi = bhi - 1 if bhi is not None else None
-            return (0, ahi if hi is None else (hi if ahi is None else min(hi, ahi)))
-        if e.op == "xor" and _nonneg(alo) and _nonneg(blo) and ahi is not None \
-                and bhi is not None:
-            return (0, (1 << max(ahi, bhi).bit_length()) - 1)
-        if e.op in ("min", "max") and None not in (alo, blo):
-            f = min if e.op == "min" else max
-            return (f(alo, blo), None if None in (ahi, bhi) else f(ahi, bhi))
-        return (None, None)
+        a, b = self.of(e.a), self.of(e.b)
+        if not _answered(e.op, a, b):
+            return (None, None)
+        return intervals.BINARY[e.op](a, b)
 
     def nonneg(self, e):
         return _nonneg(self.of(e)[0])
@@ -79,16 +61,19 @@ def _nonneg(x):
     return x is not None and x >= 0
 
 
-def _add(a, b):
-    return None if a is None or b is None else a + b
-
-
-def _sub(a, b):
-    return None if a is None or b is None else a - b
-
-
-def _mul(a, b):
-    return None if a is None or b is None else a * b
+def _answered(op, a, b):
+    """Whether Ranges answers `a op b` (else it is unknown): sums and differences; a
+    product, quotient or xor of non-negative terms, a remainder of one by a positive
+    term, a min or max of terms with known lower bounds. That is all the folds need
+    (they apply to non-negative index terms only), and where these give up, no fold is
+    made."""
+    if op in ("add", "sub"):
+        return True
+    if op in ("min", "max"):
+        return a[0] is not None and b[0] is not None
+    if op == "mod":
+        return _nonneg(a[0]) and b[0] is not None and b[0] > 0
+    return op in ("mul", "div", "ceildiv", "xor") and _nonneg(a[0]) and _nonneg(b[0])
 
 
 def addends(e):

@@ -12,14 +12,15 @@ tensors and a scalar K that no i32 holds.
 arithmetic over intervals, exactly (Python integers do not wrap): the scalar parameters
 and the tensors' strides at the run's values, loop variables over [0, extent), thread and
 block indices over the launch configuration, a load of an integer over its type's range.
-Every subexpression counts, as C computes it (ceildiv's `a + b - 1` too). Index
-arithmetic is every expression in an index position: launch extents, tensor sizes and
-strides, buffer and workspace sizes and offsets, loop extents, guards, element indices
-of loads and stores (inside stored values too), copy sizes, fragment and semaphore
-indices; the values a kernel computes and stores are data, not indices. Guards are not
-used to narrow the intervals (an index under `i < N` is bounded by i's own range), so the
-answer is an upper bound: a run near the boundary may take 64 bits it does not strictly
-need, never the other way round.
+Every subexpression counts, as C computes it (ceildiv's `a + b - 1` too); how each
+operator acts on intervals is lowering.indexing.intervals' (an end it leaves unknown is
+the end of the expression's type). Index arithmetic is every expression in an index
+position: launch extents, tensor sizes and strides, buffer and workspace sizes and
+offsets, loop extents, guards, element indices of loads and stores (inside stored values
+too), copy sizes, fragment and semaphore indices; the values a kernel computes and
+stores are data, not indices. Guards are not used to narrow the intervals (an index
+under `i < N` is bounded by i's own range), so the answer is an upper bound: a run near
+the boundary may take 64 bits it does not strictly need, never the other way round.
 """
 
 from dataclasses import fields
@@ -27,6 +28,7 @@ from dataclasses import fields
 from fuserir.dtypes import DataType
 
 from .. import kir
+from . import intervals
 
 __all__ = ["reach", "index_dtype_for", "IndexRangeError"]
 
@@ -162,16 +164,15 @@ class _Reach:
             return a if e.a.dtype.is_int or e.a.dtype is DataType.bool else _full(e.dtype)
         if isinstance(e, kir.Select):
             self.index(e.cond)
-            (alo, ahi), (blo, bhi) = self.index(e.a), self.index(e.b)
-            return (min(alo, blo), max(ahi, bhi))
+            return intervals.hull(self.index(e.a), self.index(e.b))
         if isinstance(e, kir.UnOp):
-            lo, hi = self.index(e.a)
+            a = self.index(e.a)
             if e.op == "neg":
-                return (-hi, -lo)
+                return intervals.neg(a)
             if e.op == "abs":
-                return (0 if lo <= 0 <= hi else min(abs(lo), abs(hi)), max(abs(lo), abs(hi)))
+                return intervals.absolute(a)
             if e.op == "not":
-                return (0, 1)
+                return intervals.BOOL
             return _full(e.dtype) if e.dtype.is_int else (0, 0)
         if isinstance(e, kir.BinOp):
             return self.binop(e)
@@ -181,44 +182,15 @@ class _Reach:
         a, b = self.index(e.a), self.index(e.b)
         op = e.op
         if op in kir.COMPARISONS or op in ("and", "or"):
-            return (0, 1)
-        if op == "add":
-            return (a[0] + b[0], a[1] + b[1])
-        if op == "sub":
-            return (a[0] - b[1], a[1] - b[0])
-        if op == "mul":
-            corners = [x * y for x in a for y in b]
-            return (min(corners), max(corners))
-        if op == "ceildiv":               # C computes (a + b - 1) / b
-            a = self.note((a[0] + b[0] - 1, a[1] + b[1] - 1))
-            return _divide(a, b)
-        if op == "div":
-            return _divide(a, b)
-        if op == "mod":                   # |r| < |b| and |r| <= |a|, the dividend's sign
-            m = min(max(abs(a[0]), abs(a[1])), max(abs(b[0]), abs(b[1])))
-            return (-m if a[0] < 0 else 0, m if a[1] > 0 else 0)
-        if op in ("min", "max"):
-            f = min if op == "min" else max
-            return (f(a[0], b[0]), f(a[1], b[1]))
-        if op == "xor" and a[0] >= 0 and b[0] >= 0:
-            return (0, (1 << max(a[1], b[1]).bit_length()) - 1)
-        return _full(e.dtype)
+            return intervals.BOOL
+        if op == "ceildiv":               # as C computes it: (a + b - 1) / b
+            a = self.note(intervals.sub(intervals.add(a, b), (1, 1)))
+            op = "div"
+        known = intervals.BINARY.get(op)
+        lo, hi = known(a, b) if known is not None else (None, None)
+        full = _full(e.dtype)
+        return (full[0] if lo is None else lo, full[1] if hi is None else hi)
 
 
 def _full(dtype):
     return _LIMITS.get(dtype, _LIMITS[DataType.i64]) if dtype.is_int else (0, 1)
-
-
-def _divide(a, b):
-    """Interval of C's a / b (truncation; a / 0 = 0): |q| <= |a|, and where b keeps off
-    zero, the corners."""
-    if b[0] <= 0 <= b[1]:
-        m = max(abs(a[0]), abs(a[1]))
-        return (-m, m)
-    corners = [_trunc(x, y) for x in a for y in b]
-    return (min(corners), max(corners))
-
-
-def _trunc(x, y):
-    q = abs(x) // abs(y)
-    return -q if (x < 0) != (y < 0) else q

@@ -20,7 +20,8 @@ The package, one module per part, each name available as `kir.<name>`:
     traversal     walk, expressions, walk_expr, relabel, substitute, copy_stmt,
                   retag_accesses, names and argument keys
     printer       the text `fuserir dump --stage kernel` shows
-    evaluate      launch-time values of scalar expressions, shared-memory bytes
+    evaluate      values of scalar expressions: one thread (launch time), many lanes
+                  (LaneEvaluator: the interpreter, the verifiers); shared-memory bytes
     effects       what a statement does to memory and to other threads (Stmt.effects()
                   returns these records) and the questions the checkers ask of them
     visit         the visitors and mutators the passes subclass (imported as
@@ -41,4 +42,5 @@ from .traversal import (arg_name, scalar_args, walk, expressions, relabel, subst
                         copy_stmt, retag_accesses, walk_expr)
 from .expressions import format_expr
 from .printer import format_stmt, format_stmts, format_kernel
-from .evaluate import (evaluate_lanes, evaluate_scalar, shared_bytes)
+from .evaluate import (LaneEvaluator, evaluate_lanes, evaluate_scalar, lane_constant,
+                       shared_bytes)

@@ -26,17 +26,17 @@ Hardware model (NVIDIA sm_80 / sm_90)
     vector copy); CpAsync is `nbytes` wide; an ldmatrix row 16 bytes.
 
 Evaluation
-  Addresses are evaluated per thread with numpy over the whole block at once (C integer
-  rules in the node's dtype: / and % truncate toward zero, results wrap to 32/64 bits;
-  Select, && and || evaluate lazily, as the emitted C does). Lanes are active where every
-  enclosing IfThenElse (and every Select arm / && / || operand around a Load) lets them
-  through; threads beyond the block size do not exist. blockIdx is `block` (default
-  0, 0, 0), or for an access no lane of that block makes, the grid's last block (where
-  a serial split-K's last split runs the epilogue). Every warp of the block is
-  examined, at every combination of the enclosing loops' first `max_iterations` values
-  plus their last value (an extent is evaluated with the outer loops' values and must be
-  the same for every active thread), at most `max_combinations` combinations (a note
-  says when that cut the search).
+  Addresses are evaluated per thread with numpy over the whole block at once, by
+  kir.LaneEvaluator (C integer rules in the node's dtype: / and % truncate toward zero,
+  results wrap to 32/64 bits; Select, && and || evaluate lazily, as the emitted C does).
+  Lanes are active where every enclosing IfThenElse (and every Select arm / && / ||
+  operand around a Load) lets them through; threads beyond the block size do not exist.
+  blockIdx is `block` (default 0, 0, 0), or for an access no lane of that block makes, the
+  grid's last block (where a serial split-K's last split runs the epilogue). Every warp of
+  the block is examined, at every combination of the enclosing loops' first
+  `max_iterations` values plus their last value (an extent is evaluated with the outer
+  loops' values and must be the same for every active thread), at most `max_combinations`
+  combinations (a note says when that cut the search).
   What cannot be evaluated makes the entry unknown (worst None) with a note: an address
   that depends on a load (or a shuffle), a scalar missing from `scalars` (the report needs
   sizes), a thread-dependent loop extent, float arithmetic, an operator this evaluator
@@ -49,8 +49,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fuserir import op_table
-from fuserir.dtypes import DataType
 from fuserir.numerics import ceil_div, round_up
 from .. import kir
 from .accesses import shared_accesses
@@ -125,122 +123,75 @@ class AccessReport:
 # Integer evaluation per thread
 # ---------------------------------------------------------------------------------------
 
-_BITS = {DataType.i32: 32, DataType.i64: 64}
-
-
-def _wrap(x, dtype):
-    bits = _BITS.get(dtype)
-    if bits is None or bits == 64:
-        return x.astype(np.int64)
-    half = 1 << (bits - 1)
-    return ((x.astype(np.int64) + half) & ((1 << bits) - 1)) - half
-
-
-class _Evaluator:
+class _Evaluator(kir.LaneEvaluator):
     """Values of kir scalar expressions for an array of linear thread ids `tids` (x
-    fastest), with uniform loop values in `env`; results are numpy arrays over tids."""
+    fastest), with uniform loop values in `env`: kir.LaneEvaluator (lazy, integers only)
+    with the block's thread and block indices, the report's scalars, and Unknown for
+    what has no value (a load, a shuffle, a float, a division by zero)."""
+
+    indices_only = True
 
     def __init__(self, scalars, block_dims, block, grid):
         self.scalars = dict(scalars)
         self.block_dims = block_dims
         self.block = block
         self.grid = grid
+        self.loops = {}
 
     def coords(self, tids):
         bx, by, _ = self.block_dims
         return {"x": tids % bx, "y": (tids // bx) % by, "z": tids // (bx * by)}
 
     def value(self, e, tids, env):
-        n = len(tids)
-        if isinstance(e, kir.Const):
-            if e.dtype is DataType.bool:
-                return np.full(n, bool(e.value))
-            if not e.dtype.is_int:
-                raise Unknown(f"float constant {kir.format_expr(e)} in an index")
-            return _wrap(np.full(n, int(e.value), np.int64), e.dtype)
-        if isinstance(e, kir.Var):
-            if not e.user and e.name in env:        # a loop index (a user's size is not)
-                v = env[e.name]
-            elif e.name in self.scalars:
-                v = self.scalars[e.name]
-            else:
-                raise Unknown(f"no value for scalar {e.name} (the report needs sizes)")
-            if e.dtype is DataType.bool:
-                return np.full(n, bool(v))
-            if not e.dtype.is_int:
-                raise Unknown(f"float scalar {e.name} in an index")
-            return _wrap(np.full(n, int(v), np.int64), e.dtype)
-        if isinstance(e, kir.Special):
-            axis = "xyz".index(e.axis)
-            if e.kind is kir.SpecialKind.threadIdx:
-                return self.coords(tids)[e.axis].astype(np.int64)
-            if e.kind is kir.SpecialKind.blockIdx:
-                return np.full(n, self.block[axis], np.int64)
-            if e.kind is kir.SpecialKind.blockDim:
-                return np.full(n, self.block_dims[axis], np.int64)
-            if self.grid is None:
-                raise Unknown("gridDim has no value (the launch grid needs sizes)")
-            return np.full(n, self.grid[axis], np.int64)
-        if isinstance(e, kir.Load):
-            raise Unknown(f"the address depends on a load ({kir.format_expr(e)})")
-        if isinstance(e, kir.ShuffleXor):
-            raise Unknown(f"the address depends on a shuffle ({kir.format_expr(e)})")
-        if isinstance(e, kir.Cast):
-            a = self.value(e.a, tids, env)
-            if e.dtype is DataType.bool:
-                return a != 0
-            if e.dtype.is_int and (e.a.dtype.is_int or e.a.dtype is DataType.bool):
-                return _wrap(a.astype(np.int64), e.dtype)
-            raise Unknown(f"cast {e.a.dtype} -> {e.dtype} in an index")
-        if isinstance(e, kir.Select):
-            cond = self.value(e.cond, tids, env) != 0
-            out = np.zeros(n, np.bool_ if e.dtype is DataType.bool else np.int64)
-            if cond.any():
-                out[cond] = self.value(e.a, tids[cond], env)
-            if (~cond).any():
-                out[~cond] = self.value(e.b, tids[~cond], env)
-            return out
-        if isinstance(e, kir.UnOp):
-            a = self.value(e.a, tids, env)
-            entry = op_table.UNARY[e.op]
-            if entry.kind == "logical":
-                return entry.meaning(a != 0)
-            if e.dtype.is_int and entry.kind == "exact":
-                return _in_type(entry.meaning, e.dtype, a)
-            raise Unknown(f"unary {e.op} on {e.dtype} in an index")
-        if isinstance(e, kir.BinOp):
-            return self._binop(e, tids, env)
-        raise Unknown(f"{type(e).__name__} in an index")
+        """e's value per thread of `tids` (an array of their length)."""
+        self.loops = env
+        return np.broadcast_to(self.ev(e, tids), tids.shape)
 
-    def _binop(self, e, tids, env):
-        if e.op in ("and", "or"):                     # C short-circuits
-            a = self.value(e.a, tids, env) != 0
-            out = a.copy()
-            rest = ~a if e.op == "and" else a         # lanes whose result is settled
-            todo = ~rest
-            if todo.any():
-                out[todo] = self.value(e.b, tids[todo], env) != 0
-            return out
-        a = self.value(e.a, tids, env)
-        b = self.value(e.b, tids, env)
-        entry = op_table.BINARY[e.op]
-        if entry.kind == "compare":
-            return entry.meaning(a, b)
-        if not e.dtype.is_int:
-            raise Unknown(f"{e.dtype} arithmetic ({kir.format_expr(e)}) in an index")
-        if entry.integer is None:
-            raise Unknown(f"operator {e.op} in an index")
-        if e.op in ("div", "mod", "ceildiv") and np.any(b == 0):
+    def _var(self, e, tids):
+        if not e.user and e.name in self.loops:   # a loop index (a user's size is not)
+            v = self.loops[e.name]
+        elif e.name in self.scalars:
+            v = self.scalars[e.name]
+        else:
+            raise Unknown(f"no value for scalar {e.name} (the report needs sizes)")
+        if e.dtype.is_float:
+            raise Unknown(f"float scalar {e.name} in an index")
+        return kir.lane_constant(v, e.dtype)
+
+    def _special(self, e, tids):
+        axis = "xyz".index(e.axis)
+        if e.kind is kir.SpecialKind.threadIdx:
+            return self.coords(tids)[e.axis].astype(e.dtype.numpy)
+        if e.kind is kir.SpecialKind.blockIdx:
+            return kir.lane_constant(self.block[axis], e.dtype)
+        if e.kind is kir.SpecialKind.blockDim:
+            return kir.lane_constant(self.block_dims[axis], e.dtype)
+        if self.grid is None:
+            raise Unknown("gridDim has no value (the launch grid needs sizes)")
+        return kir.lane_constant(self.grid[axis], e.dtype)
+
+    def _load(self, e, tids):
+        raise Unknown(f"the address depends on a load ({kir.format_expr(e)})")
+
+    def _shuffle(self, e, tids):
+        raise Unknown(f"the address depends on a shuffle ({kir.format_expr(e)})")
+
+    def _divisor(self, e, b):
+        if np.any(b == 0):
             raise Unknown(f"integer division by zero in {kir.format_expr(e)}")
-        return _in_type(entry.integer, e.dtype, a, b)
 
-
-def _in_type(meaning, dtype, *operands):
-    """An op's meaning (fuserir.op_table) computed in `dtype`, as the GPU computes it (so
-    it wraps there), returned as int64 like every value of this evaluator."""
-    typed = [_wrap(np.asarray(x).astype(np.int64), dtype).astype(dtype.numpy) for x in operands]
-    with np.errstate(over="ignore"):
-        return np.asarray(meaning(*typed)).astype(np.int64)
+    def _refuse(self, e, why):
+        if isinstance(e, kir.Const):
+            raise Unknown(f"float constant {kir.format_expr(e)} in an index")
+        if isinstance(e, kir.Cast):
+            raise Unknown(f"cast {e.a.dtype} -> {e.dtype} in an index")
+        if isinstance(e, kir.UnOp):
+            raise Unknown(f"unary {e.op} on {e.dtype} in an index")
+        if isinstance(e, kir.BinOp) and not e.dtype.is_int:
+            raise Unknown(f"{e.dtype} arithmetic ({kir.format_expr(e)}) in an index")
+        if isinstance(e, kir.BinOp):
+            raise Unknown(f"operator {e.op} in an index")
+        raise Unknown(f"{type(e).__name__} in an index")
 
 
 # ---------------------------------------------------------------------------------------
@@ -459,7 +410,7 @@ def _examine(r, acc, ev, base, dims, max_iterations, max_combinations):
             active = active[active % WARP < acc.lanes]
         if len(active) == 0:
             continue
-        index = ev.value(acc.index, active, env)
+        index = ev.value(acc.index, active, env).astype(np.int64)
         addr = base + index * itemsize
         if np.any(addr % min(acc.width, 16) != 0):
             misaligned = True
