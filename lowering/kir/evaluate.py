@@ -27,8 +27,8 @@ from fuserir import op_table
 from fuserir.dtypes import DataType
 from fuserir.numerics import convert
 
-from .expressions import BinOp, Cast, Const, Load, Select, ShuffleXor, Special, UnOp, Var
-from .printer import format_expr
+from .expressions import (BinOp, Cast, Const, Load, Select, ShuffleXor, Special, UnOp, Var,
+                          format_expr)
 from .statements import Allocate, Memory
 from .traversal import walk
 
