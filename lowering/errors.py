@@ -17,7 +17,8 @@ class Hazard:
     kind: str                 # RAW, WAR, WAW, async-pending, stale-read, uninitialized-read,
                               # cannot-prove (lowering.verify.async_protocol refuses the kernel),
                               # barrier-divergence, deadlock, cross-cta, mbarrier,
-                              # mbarrier-init, proxy-fence, wgmma-registers, wgmma-fence
+                              # mbarrier-init, proxy-fence, wgmma-registers, wgmma-fence,
+                              # workspace (a zeroed workspace left non-zero)
     buffer: str
     first: str                # the earlier access: "S12: xs[threadIdx.x] = ..."
     second: str               # the later access

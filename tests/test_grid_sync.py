@@ -228,15 +228,26 @@ def test_without_the_release_every_later_split_deadlocks(rng):
     assert "wait forever" in h.detail
 
 
-def test_without_the_reset_the_next_launch_deadlocks(rng):
+def test_without_the_reset_the_launch_leaves_its_semaphores_set_and_the_next_deadlocks(rng):
     x = data(rng, splits=3)
     kernel = turnstile(reset=False)
-    kept = {}
-    y = run(kernel, x, workspaces=kept)     # the first launch is right ...
+    kept, y = {}, np.full(x.shape[1], np.nan, np.float32)
+    err = hazards(kernel, x, workspaces=kept, y=y)  # the first launch sums right, but ...
     assert y.tobytes() == split_order_sum(x).tobytes()
-    np.testing.assert_array_equal(kept["sem"], 2)   # ... but leaves the semaphores set
+    (h,) = err.hazards                               # ... leaves the semaphores set
+    assert (h.kind, h.buffer, h.byte_range) == ("workspace", "sem", (0, 4))
+    assert "leaves 3 element(s) of zeroed workspace sem non-zero (first: element 0 = 2)" \
+        in h.detail
+    np.testing.assert_array_equal(kept["sem"], 2)
     err = hazards(kernel, x, workspaces=kept)
     assert any(h.kind == "deadlock" and h.buffer == "sem" for h in err.hazards), err
+
+
+def test_a_launch_of_some_blocks_only_is_not_held_to_the_workspace_rule(rng):
+    x = data(rng, splits=3)
+    kept = {}
+    run(turnstile(), x, blocks=[(0, 0, 0)], workspaces=kept)   # the first split alone
+    np.testing.assert_array_equal(kept["sem"][:1], 1)        # its turn passed on, no report
 
 
 def test_without_the_producer_barrier_other_threads_fences_do_not_count(rng):

@@ -346,6 +346,30 @@ class _Interp:
                 second=_point(wait.stmt), block=block,
                 detail=f"blocks {others} wait forever: every block left is waiting"
                        + (f"; block {block}: {wait.describe()}" if wait.why else "")))
+        if blocks is None and not stuck:
+            self._check_zeroed_workspaces()
+
+    def _check_zeroed_workspaces(self):
+        """A workspace handed in zeroed (kir.Workspace.zeroed: the executor zeroes it once
+        and keeps it across launches) must be left zero by a whole launch, or the next
+        launch starts from what this one left (a semaphore never reset: the next
+        turnstile waits forever, or lets a block through early)."""
+        for w in self.kernel.workspaces:
+            if not w.zeroed:
+                continue
+            data = self.globals[w.buffer].array
+            left = np.flatnonzero(data != 0)
+            if not len(left):
+                continue
+            at = int(left[0])
+            self.add(("workspace", w.buffer.name, "end"), lambda: Hazard(
+                kind="workspace", buffer=w.buffer.name, first="the end of the launch",
+                second="the next launch", byte_range=(at * data.itemsize,
+                                                      (at + 1) * data.itemsize),
+                detail=f"the launch leaves {len(left)} element(s) of zeroed workspace "
+                       f"{w.buffer.name} non-zero (first: element {at} = {data[at]}); "
+                       "the executor zeroes it once and keeps it across launches, so the "
+                       "next launch starts from them"))
 
     def _block(self, bidx):
         blk = _Block(self, bidx)
