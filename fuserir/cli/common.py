@@ -310,9 +310,9 @@ def with_plan_scalars(exe, sizes):
 
 
 def build(fusion, options, backend="interp", sizes=None):
-    """(executable, [Unit], HazardError or None). Compiles as codegen.compile (the driver's compile) does (an
-    unscheduled fusion gets automatic schedules, perhaps several kernels, chosen for
-    `sizes` as run() would choose them); a kernel the verifier refuses is built again with
+    """(executable, [Unit], HazardError or None). Compiles as codegen.compile (the
+    driver's compile) does (an unscheduled fusion gets automatic schedules, perhaps
+    several kernels, chosen for `sizes` as run() would choose them); a kernel the verifier refuses is built again with
     verify=False, and the refusal returned, so that the tools can still show it."""
     import driver
     from codegen.errors import HazardError
