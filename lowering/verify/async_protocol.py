@@ -202,20 +202,25 @@ class _Protocol(Ordering):
         different statement executions that touch common bytes, one of them a write (what
         every rule asks about)."""
         if self._found_pairs is None:
-            self._found_pairs, meets = [], self.trace.meets
+            found, meets = [], self.trace.meets
             accesses = self._accesses()
+            n = len(accesses)
             for i, a in enumerate(accesses):
-                for b in accesses[i + 1:]:
-                    if b.lo >= a.hi:
+                hi, write, step = a.hi, a.is_write, a.event.step
+                for j in range(i + 1, n):
+                    b = accesses[j]
+                    if b.lo >= hi:
                         break
-                    if (a.is_write or b.is_write) and a.event.step != b.event.step:
+                    if (write or b.is_write) and step != b.event.step:
                         key = (id(a.spans), id(b.spans))
-                        if key not in meets:
-                            meets[key] = a.threads_meet(b)
-                        if meets[key]:
-                            self._found_pairs.append(
-                                ((a, b) if a.event.step < b.event.step else (b, a))
-                                + (meets[key],))
+                        if key in meets:
+                            meet = meets[key]
+                        else:
+                            meet = meets[key] = a.threads_meet(b)
+                        if meet:
+                            found.append((a, b, meet) if step < b.event.step
+                                         else (b, a, meet))
+            self._found_pairs = found
         return self._found_pairs
 
     def _ordered(self, first, second, meet="other"):
@@ -228,13 +233,23 @@ class _Protocol(Ordering):
                 return False
             if second.proxy != "generic" and g.reaches(phase.node, e.enter):
                 return True
-            return any(m >= phase.number and g.reaches(w.leave, e.enter)
-                       for w, m in phase.bar.matched.get(e.role, ()))
+            return self._waited(phase, e)
         if first.end is None:
             return False
         if meet == "same" or (first.proxy == "wgmma" and first.end.role is e.role):
             return g.reaches(first.end.leave, e.enter)
         return g.before(first.end, e)
+
+    def _waited(self, phase, e):
+        """Does a wait of e's role matched to `phase` or a later one happen before e? Its
+        waits on the barrier are in program order and matched to consecutive phases, so
+        the first one matched to `phase` or later is the one to ask (any later one comes
+        after it)."""
+        matched = phase.bar.matched.get(e.role)
+        if not matched:
+            return False
+        i = max(phase.number - matched[0][1], 0)
+        return i < len(matched) and self.graph.reaches(matched[i][0].leave, e.enter)
 
     def _conflicts(self):
         for a, b, meet in self._pairs():
