@@ -126,28 +126,27 @@ class Role:
         return ("thread " if self.size == 1 else "threads ") + text
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Event:
     """One execution of `stmt` by the threads of `role`. `step` numbers the walk's
-    executions (program order); `env` binds the loop variables; `enter` and `leave` are
-    its graph nodes (different for a wait: `leave` is after what it waits for)."""
+    executions (program order); `env` binds the loop variables, `iterations` are the
+    Iterations among them (outermost first); `effects` are the statement's (kir.effects,
+    made once per trace); `enter` and `leave` are its graph nodes (different for a wait:
+    `leave` is after what it waits for)."""
 
     stmt: kir.Stmt
     role: Role
     step: int
     env: dict
     trace: "Trace" = None
+    effects: kir.effects.Effects = None
+    iterations: tuple = ()
     accesses: list = field(default_factory=list)
     enter: int = None
     leave: int = None
 
     def value(self, expr, what):
         return self.trace.value(expr, self.env, self.stmt, what)
-
-    @property
-    def effects(self):
-        """The statement's effects (kir.effects), made once per trace."""
-        return self.trace.effects_of(self.stmt)
 
 
 @dataclass(eq=False)
@@ -219,6 +218,7 @@ class Trace:
         self.trips, self.outcomes = dict(trips or {}), dict(outcomes or {})
         self.periods = {}
         self.settled = {}            # trip-count key -> the iteration its conditions settle
+        self._periodic = set()       # (expression, variable, loop, settling) checked here
         # how two accesses' spans (lists `known` keeps) meet: (id, id) -> threads_meet
         self.meets = self._known.setdefault("meets", {})
         self.block = _block_extents(kernel)
@@ -233,10 +233,11 @@ class Trace:
         self._walk(kernel.body, full, {}, steps)
         self.roles = _roles((mask for _, mask, _ in steps), full)
         self.events = []
-        for number, stmt, mask, env, found in self._store_runs(steps):
+        for number, stmt, mask, env, its, found in self._store_runs(steps):
+            effects = self.effects_of(stmt)
             for role in self.roles:
                 if role.mask & mask:
-                    e = Event(stmt, role, number, env, self)
+                    e = Event(stmt, role, number, env, self, effects, its)
                     for buffer, spans, is_write, proxy, info, exact, _ in found:
                         mine = self._role_spans(spans, role)
                         if mine:
@@ -246,27 +247,29 @@ class Trace:
                     self.events.append(e)
 
     def _store_runs(self, steps):
-        """(number, stmt, mask, env, accesses) of each step, a run of shared stores made
-        one (see the module header: Store runs)."""
-        runs = []
+        """(number, stmt, mask, env, its Iterations, accesses) of each step, a run of
+        shared stores made one (see the module header: Store runs)."""
+        runs, env_of = [], None
         for number, (stmt, mask, env) in enumerate(steps):
             found = self._step_accesses(stmt, mask, env)
             plain = len(found) == 1 and found[0][6] == "store" and found[0][2] \
                 and found[0][5]
-            when = tuple((v.key, v.instance, int(v)) for v in iterations(env))
+            if env is not env_of:            # the steps of one loop body share its env
+                env_of, its = env, tuple(iterations(env))
+                when = tuple((v.key, v.instance, int(v)) for v in its)
             last = runs[-1] if runs else None
             if plain and last and last[5] and last[2] == mask and last[6] == when:
-                last[4].append(found)
+                last[4].append((found, its))
             else:
-                runs.append([number, stmt, mask, env, [found], plain, when])
+                runs.append([number, stmt, mask, env, [(found, its)], plain, when])
         for number, stmt, mask, env, parts, _, _ in runs:
-            merged = self._merged(parts) if len(parts) > 1 else None
+            merged = self._merged([found for found, _ in parts]) if len(parts) > 1 else None
             if merged is not None:
-                yield number, stmt, mask, env, merged
+                yield number, stmt, mask, env, parts[0][1], merged
             else:                              # one step, or stores that meet: each alone
-                for i, found in enumerate(parts):
+                for i, (found, its) in enumerate(parts):
                     yield number + i, stmt if i == 0 else steps[number + i][0], mask, \
-                        steps[number + i][2], found
+                        steps[number + i][2], its, found
 
     def _merged(self, parts):
         """The accesses of a run of shared stores as one per buffer, or None where two of
@@ -312,6 +315,16 @@ class Trace:
         key = ("effects", id(stmt))
         if key not in self._known:
             self._known[key] = stmt.effects()
+        return self._known[key]
+
+    def register_effects(self, stmt):
+        """(kir.effects.register_writes, kir.effects.async_register_uses) of `stmt`'s
+        effects, kept as effects_of keeps those."""
+        key = ("registers", id(stmt))
+        if key not in self._known:
+            effects = self.effects_of(stmt)
+            self._known[key] = (kir.effects.register_writes(effects),
+                                kir.effects.async_register_uses(effects))
         return self._known[key]
 
     def _walk(self, stmts, mask, env, steps):
@@ -405,6 +418,9 @@ class Trace:
         for name, v in env.items():
             if not isinstance(v, Iteration):
                 continue
+            checked = (id(expr), name, id(v.loop), settling)
+            if checked in self._periodic:        # checked and recorded in this trace
+                continue
             key = ("period", id(expr), name)
             if key not in self._known:
                 self._known[key] = eventual_period(self._bound(expr), name,
@@ -419,6 +435,7 @@ class Trace:
                                     f"through {name} % m or ({name} / d) % m")
             self.periods.setdefault(v.key, {})[id(expr)] = found[0]
             self.settled[v.key] = max(self.settled.get(v.key, 0), found[1])
+            self._periodic.add(checked)
 
     def _bound(self, expr):
         if id(expr) not in self._bindings:
