@@ -106,6 +106,9 @@ class Role:
     index: int
     mask: int
 
+    def __hash__(self):                  # its mask names it (roles key the graph's tables)
+        return hash(self.mask)
+
     @property
     def size(self):
         return bin(self.mask).count("1")
