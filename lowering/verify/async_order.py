@@ -209,7 +209,7 @@ class Ordering:
         for e in self.trace.events:
             effects, st, before = e.effects, state[e.role], last.get(e.role)
             order, group = effects.order, effects.group
-            if tracked and (before is None or before.env is not e.env
+            if tracked and (before is None or before.iterations is not e.iterations
                             and _point(before) != _point(e)):
                 self.role_states.append((e.role, e, st.snapshot()))
             e.enter = e.leave = node()

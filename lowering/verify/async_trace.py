@@ -94,11 +94,6 @@ class Iteration(int):
         return self
 
 
-def iterations(env):
-    """The Iterations bound in `env`, outermost first."""
-    return [v for v in env.values() if isinstance(v, Iteration)]
-
-
 @dataclass(frozen=True)
 class Role:
     """Threads (a bit mask over linear thread ids) that execute the same statements."""
@@ -152,7 +147,7 @@ class Event:
         return self.trace.value(expr, self.env, self.stmt, what)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Access:
     """Bytes read or written by `event`: `spans`, [(lo, hi, threads)] in pool bytes, each
     touched by the threads of its mask (`exact`: exactly these; else at most these);
@@ -171,11 +166,13 @@ class Access:
     end: object = None
 
     extent: tuple = None            # (lo, hi) of the spans, where the caller knows it
+    lo: int = field(init=False)
+    hi: int = field(init=False)
+    _index: tuple = field(init=False, default=None)
 
     def __post_init__(self):
         self.lo, self.hi = self.extent or (min(lo for lo, _, _ in self.spans),
                                            max(hi for _, hi, _ in self.spans))
-        self._index = None
 
     def overlap(self, other):
         lo, hi = max(self.lo, other.lo), min(self.hi, other.hi)
@@ -233,7 +230,7 @@ class Trace:
         full = (1 << self.threads) - 1
         self._bindings = {}                      # id(expression) -> _bind_thread of it
         steps = []
-        self._walk(kernel.body, full, {}, steps)
+        self._walk(kernel.body, full, _Env(), steps)
         self.roles = _roles((mask for _, mask, _ in steps), full)
         self.events = []
         for number, stmt, mask, env, its, found in self._store_runs(steps):
@@ -252,13 +249,13 @@ class Trace:
     def _store_runs(self, steps):
         """(number, stmt, mask, env, its Iterations, accesses) of each step, a run of
         shared stores made one (see the module header: Store runs)."""
-        runs, env_of = [], None
+        runs, its = [], None
         for number, (stmt, mask, env) in enumerate(steps):
             found = self._step_accesses(stmt, mask, env)
             plain = len(found) == 1 and found[0][6] == "store" and found[0][2] \
                 and found[0][5]
-            if env is not env_of:            # the steps of one loop body share its env
-                env_of, its = env, tuple(iterations(env))
+            if env.iterations is not its:     # one tuple for one run-time iteration
+                its = env.iterations
                 when = tuple((v.key, v.instance, int(v)) for v in its)
             last = runs[-1] if runs else None
             if plain and last and last[5] and last[2] == mask and last[6] == when:
@@ -336,7 +333,7 @@ class Trace:
                 return
             if isinstance(s, kir.ForLoop):
                 for v in self._iterations(s, env):
-                    self._walk(s.body, mask, {**env, s.var.name: v}, steps)
+                    self._walk(s.body, mask, env.bind(s.var.name, v), steps)
             elif isinstance(s, kir.IfThenElse):
                 how = self.skeleton.condition(s)
                 if how.kind == "refused":
@@ -453,9 +450,16 @@ class Trace:
         self._check_periodic(index, env, stmt, f"the index into {buffer.name}")
         key = (id(index), id(buffer), nbytes, mask, lanes, _env_key(env))
         if key not in self._known:
-            self._known[key] = self._compute_spans(buffer, index, nbytes, mask, env, stmt,
-                                                   lanes)
+            spans, exact = self._compute_spans(buffer, index, nbytes, mask, env, stmt, lanes)
+            self._known[key] = self._one_list(spans), exact
         return self._known[key]
+
+    def _one_list(self, spans):
+        """One list object for equal span lists (the identity what `known` keeps about
+        spans goes by: how two lists meet, a role's part): the bytes a stage's accesses
+        touch recur at every iteration that uses the stage."""
+        key = ("spans", tuple(spans))
+        return self._known.setdefault(key, spans)
 
     def _compute_spans(self, buffer, index, nbytes, mask, env, stmt, lanes):
         lo, hi = _buffer_bytes(buffer, stmt)
@@ -501,8 +505,8 @@ class Trace:
             key = ("operand", id(a.index), id(a.buffer), id(layout), trans, rows, mask,
                    _env_key(env))
             if key not in self._known:
-                self._known[key] = self._operand_spans(a.buffer, a.index, layout, trans,
-                                                       rows, mask, env, stmt)
+                self._known[key] = self._one_list(self._operand_spans(
+                    a.buffer, a.index, layout, trans, rows, mask, env, stmt))
             found.append((a.buffer, self._known[key], False, a.via, a.info, False, a.via))
         return found
 
@@ -531,8 +535,34 @@ def _threads_overlap(spans):
     return False
 
 
+class _Env(dict):
+    """The loop variables bound at a point of the walk, never changed once made: with
+    the Iterations among them (`iterations`, outermost first: one tuple for the envs of a
+    constant loop's iterations inside one iteration of the run-time loops) and their
+    sorted items (`key`, how the values kept in `known` name them; made at the first
+    question)."""
+
+    __slots__ = ("key", "iterations")
+
+    def __init__(self, items=(), iterations=None):
+        super().__init__(items)
+        self.key = None
+        self.iterations = tuple(v for v in self.values() if isinstance(v, Iteration)) \
+            if iterations is None else iterations
+
+    def bind(self, name, value):
+        """A new env with `name` bound to `value`."""
+        if name in self or isinstance(value, Iteration):
+            return _Env({**self, name: value})
+        return _Env({**self, name: value}, self.iterations)
+
+
 def _env_key(env):
-    return tuple(sorted(env.items()))
+    if type(env) is not _Env:
+        return tuple(sorted(env.items()))
+    if env.key is None:
+        env.key = tuple(sorted(env.items()))
+    return env.key
 
 
 def _block_extents(kernel):
