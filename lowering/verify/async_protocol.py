@@ -202,19 +202,32 @@ class _Protocol(Ordering):
         different statement executions that touch common bytes, one of them a write (what
         every rule asks about)."""
         if self._found_pairs is None:
-            found, meets = [], self.trace.meets
             accesses = self._accesses()
-            for i, j in _overlapping(accesses):
-                a, b = accesses[i], accesses[j]
+            i, j = _overlapping(accesses)
+            # how their threads meet: asked once per pair of span lists (many accesses
+            # share one: Trace keeps one list for equal spans), kept in the trace's
+            # `meets` across traces
+            lists, first = {}, {}
+            code = np.fromiter((lists.setdefault(id(a.spans), len(lists)) for a in accesses),
+                               np.int64, len(accesses))
+            for c, a in zip(code.tolist(), accesses):
+                first.setdefault(c, a)
+            pairs, inverse = np.unique(code[i] * len(lists) + code[j], return_inverse=True)
+            meets, answers = self.trace.meets, []
+            for p in pairs.tolist():
+                a, b = first[p // len(lists)], first[p % len(lists)]
                 key = (id(a.spans), id(b.spans))
-                if key in meets:
-                    meet = meets[key]
-                else:
-                    meet = meets[key] = a.threads_meet(b)
-                if meet:
-                    found.append((a, b, meet) if a.event.step < b.event.step
-                                 else (b, a, meet))
-            self._found_pairs = found
+                if key not in meets:
+                    meets[key] = a.threads_meet(b)
+                answers.append(_MEETS.index(meets[key]))
+            meet = np.array(answers, dtype=np.int64)[inverse]
+            i, j, meet = i[meet > 0], j[meet > 0], meet[meet > 0]
+            step = np.fromiter((a.event.step for a in accesses), np.int64, len(accesses))
+            later = step[i] > step[j]                  # earlier statement execution first
+            self._found_pairs = [
+                (accesses[x], accesses[y], _MEETS[m]) for x, y, m in
+                zip(np.where(later, j, i).tolist(), np.where(later, i, j).tolist(),
+                    meet.tolist())]
         return self._found_pairs
 
     def _ordered(self, first, second, meet="other"):
@@ -329,12 +342,15 @@ class _Protocol(Ordering):
                                   f"thread waits for {bar.name} phase {phase.number}")
 
 
+_MEETS = (None, "same", "other")          # Access.threads_meet's answers, numbered
+
+
 def _overlapping(accesses):
-    """(i, j), i < j, in order, of the accesses (sorted by first byte) whose byte ranges
-    overlap, of different steps, one of them a write."""
+    """Arrays i, j (i < j, in order) of the pairs of accesses (sorted by first byte) whose
+    byte ranges overlap, of different steps, one of them a write."""
     n = len(accesses)
     if n < 2:
-        return []
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     lo = np.fromiter((a.lo for a in accesses), np.int64, n)
     hi = np.fromiter((a.hi for a in accesses), np.int64, n)
     write = np.fromiter((a.is_write for a in accesses), bool, n)
@@ -344,7 +360,7 @@ def _overlapping(accesses):
     i = np.repeat(first, counts)              # each access, once per later one it meets
     j = np.arange(len(i)) - np.repeat(np.cumsum(counts) - counts, counts) + i + 1
     keep = (write[i] | write[j]) & (step[i] != step[j])
-    return zip(i[keep].tolist(), j[keep].tolist())
+    return i[keep], j[keep]
 
 
 class _Covering:
