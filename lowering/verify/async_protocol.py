@@ -270,7 +270,11 @@ class _Protocol(Ordering):
             if (a.event.role is b.event.role and a.buffer is b.buffer and a.info is not None
                     and b.info is not None and a.info.same_thread_as(b.info)):
                 meet = "same"
-            if not (self._ordered(a, b, meet) or self._ordered(b, a, meet)):
+            # both questions are pure: a TMA load not landed before the later access is
+            # most often the next stage's load after an earlier read, so that one first
+            if not (self._ordered(b, a, meet) or self._ordered(a, b, meet)
+                    if a.proxy == "tma-load" else
+                    self._ordered(a, b, meet) or self._ordered(b, a, meet)):
                 self._conflict(a, b)
 
     def _conflict(self, a, b):

@@ -415,12 +415,13 @@ class Trace:
         """Refuse `expr` unless periodic in each run-time loop variable of `env` (a
         condition, `settling`, from some iteration on); record the periods and where a
         condition settles."""
-        for name, v in env.items():
-            if not isinstance(v, Iteration):
-                continue
-            checked = (id(expr), name, id(v.loop), settling)
+        bound = env.iterations if type(env) is _Env else \
+            [v for v in env.values() if isinstance(v, Iteration)]
+        for v in bound:
+            checked = (id(expr), id(v.loop), settling)
             if checked in self._periodic:        # checked and recorded in this trace
                 continue
+            name = v.loop.var.name               # the walk binds a loop's variable
             key = ("period", id(expr), name)
             if key not in self._known:
                 self._known[key] = eventual_period(self._bound(expr), name,
