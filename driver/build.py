@@ -1,7 +1,8 @@
-"""One kernel built: a scheduled fusion lowered (lowering.pipeline), refused if the device
-cannot launch it whatever the sizes (codegen.launch.check_launch_limits), emitted as CUDA
-(codegen.cuda) and, for the GPU, compiled to a cubin (codegen.nvrtc). The driver's
-compile() and the run-time variants (64-bit indices, narrower copies) both build here.
+"""One kernel built: a scheduled fusion lowered (lowering.pipeline, with driver.proofs'
+cache of the async verifier's proofs), refused if the device cannot launch it whatever the
+sizes (codegen.launch.check_launch_limits), emitted as CUDA (codegen.cuda) and, for the
+GPU, compiled to a cubin (codegen.nvrtc). The driver's compile() and the run-time variants
+(64-bit indices, narrower copies) both build here.
 """
 
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from lowering import kir
 from lowering.pipeline import PASS_NAMES, lower
 
 from . import stages
+from .proofs import PROOFS
 
 
 @dataclass
@@ -39,7 +41,7 @@ def build_kernel(fusion, backend, index_dtype=DataType.i32, vector_caps=None, de
     """Lower, emit and (for the GPU) compile one kernel, refusing what `device` (the
     device model; the default where None) cannot launch whatever the sizes."""
     kernel, _ = lower(fusion, index_dtype=index_dtype, vector_caps=vector_caps,
-                      instrument=stages.env_instrument(PASS_NAMES), **options)
+                      instrument=stages.env_instrument(PASS_NAMES), proofs=PROOFS, **options)
     check_launch_limits(kernel, device or devices.DEFAULT)
     source = emit_cuda(kernel)
     compiled = CompiledKernel(kernel.name, kernel, source, caps=dict(vector_caps or {}))

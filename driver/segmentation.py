@@ -27,6 +27,8 @@ from lowering.support.analysis import live_tensors
 from lowering.errors import HazardError
 from lowering.pipeline import lower
 
+from .proofs import PROOFS
+
 
 @dataclass
 class Segment:
@@ -62,7 +64,7 @@ def _schedulable(fusion, exprs, name, persistent, sizes, device):
         segment = extract(fusion, exprs, name)
         schedule_auto(segment.fusion, persistent, sizes, device)
         for part in cut(segment.fusion):   # a schedule may make several kernels
-            lower(part.fusion)             # a trial: no instrument, no dumps
+            lower(part.fusion, proofs=PROOFS)   # a trial: no instrument, no dumps
         return segment
     except (ScheduleError, HazardError):
         return None

@@ -55,9 +55,8 @@ role.
 
 import copy
 import hashlib
-import os
 import re
-from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -79,66 +78,51 @@ _SYNC_ID = re.compile(r" \[sync\d+\]")   # the names insert_syncs gives the sync
                                          # for drop_syncs: not part of what is proved
 
 
-def verifier_sources():
-    """The modules a proof depends on: every module of lowering (the verifier, the kernel
-    IR and its effects, the index arithmetic it evaluates with)."""
-    return sorted(Path(__file__).resolve().parents[1].rglob("*.py"))
+class ProofMemo(Protocol):
+    """Proofs remembered beyond this process, by the kernel's text as verified (sync ids
+    left out). The caller of lowering supplies one (driver.proofs keeps them on disk, by
+    the verifier's version too); lowering itself reads and writes no files."""
+
+    def proved(self, text: str) -> bool:
+        """Was a kernel of this text proved before?"""
+
+    def remember(self, text: str) -> None:
+        """A kernel of this text is proved."""
 
 
-def _verifier_version():
-    """A hash of verifier_sources(), so that a proof kept on disk is never reused by
-    another version of the verifier."""
-    digest = hashlib.sha256()
-    for path in verifier_sources():
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def _proofs_dir():
-    """Where proved kernels are remembered across processes: $FUSERIR_CACHE_DIR/proofs
-    (else ~/.cache/fuserir/proofs), one empty file per proved kernel text and verifier
-    version (only proofs are kept: findings are recomputed)."""
-    root = os.environ.get("FUSERIR_CACHE_DIR")
-    return (Path(root) if root else Path.home() / ".cache" / "fuserir") / "proofs"
-
-
-_VERSION = _verifier_version()
-
-
-def check_async_protocol(kernel, known=None):
+def check_async_protocol(kernel, known=None, memo=None):
     """Every finding (lowering.errors.Hazard) of the kernel's async protocol, for every
     trip count and block-uniform outcome; [] when it is proved. `known`: see
     async_trace.Trace (a caller asking again and again). A kernel whose text was verified
     before in this process gets the same verdict at once (sync insertion's last check is
     the verify pass's question; tests and benchmarks lower one schedule many times), and
-    one proved before by this version of the verifier in any process is proved
-    (_proofs_dir)."""
+    one that `memo` (a ProofMemo) says was proved is proved; a proof made here is
+    remembered there."""
     text = _SYNC_ID.sub("", kir.format_kernel(kernel))
-    key = hashlib.sha256((_VERSION + text).encode()).hexdigest()
-    proof = _proofs_dir() / key
-    if key not in _VERDICTS and proof.exists():
-        _VERDICTS[key] = []
-    if key not in _VERDICTS:
+    key = hashlib.sha256(text.encode()).hexdigest()
+    verdict = _VERDICTS.get(key)
+    kept = memo is not None and not verdict and memo.proved(text)
+    if verdict is None:
         if len(_VERDICTS) >= _VERDICTS_KEPT:
             _VERDICTS.pop(next(iter(_VERDICTS)))
-        known = {} if known is None else known       # shared by every unrolling checked
-        try:
-            _VERDICTS[key] = check_every_case(kernel, Skeleton(kernel), known, _check)
-        except Refusal as r:
-            _VERDICTS[key] = [Hazard("cannot-prove", "-", point(r.stmt), point(r.stmt),
-                                     detail=r.why)]
-        if not _VERDICTS[key]:
-            try:
-                proof.parent.mkdir(parents=True, exist_ok=True)
-                proof.touch()
-            except OSError:                  # a read-only cache: prove again next time
-                pass
-    return [copy.copy(h) for h in _VERDICTS[key]]
+        verdict = _VERDICTS[key] = [] if kept else _verdict(kernel, known)
+    if memo is not None and not verdict and not kept:
+        memo.remember(text)
+    return [copy.copy(h) for h in verdict]
 
 
-def verify_async_protocol(kernel):
-    """Raise HazardError listing the findings, unless the protocol is proved."""
-    findings = check_async_protocol(kernel)
+def _verdict(kernel, known):
+    known = {} if known is None else known       # shared by every unrolling checked
+    try:
+        return check_every_case(kernel, Skeleton(kernel), known, _check)
+    except Refusal as r:
+        return [Hazard("cannot-prove", "-", point(r.stmt), point(r.stmt), detail=r.why)]
+
+
+def verify_async_protocol(kernel, memo=None):
+    """Raise HazardError listing the findings, unless the protocol is proved (`memo`: see
+    check_async_protocol)."""
+    findings = check_async_protocol(kernel, memo=memo)
     if findings:
         raise HazardError(findings, kernel.name)
 
