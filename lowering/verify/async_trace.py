@@ -218,7 +218,7 @@ class Trace:
         self.trips, self.outcomes = dict(trips or {}), dict(outcomes or {})
         self.periods = {}
         self.settled = {}            # trip-count key -> the iteration its conditions settle
-        self._periodic = set()       # (expression, variable, loop, settling) checked here
+        self._periodic = set()       # (expression, loop, settling) checked in this trace
         # how two accesses' spans (lists `known` keeps) meet: (id, id) -> threads_meet
         self.meets = self._known.setdefault("meets", {})
         self.block = _block_extents(kernel)
