@@ -484,13 +484,26 @@ class Trace:
         """(buffer, spans, is_write, proxy, info, exact, via) of each shared access of one
         execution by the threads of `mask`: the generic ones (lowering.verify.accesses),
         then the async-proxy ones its effects declare (TMA boxes, wgmma operands), whose
-        proxy is their kind ("tma-load", "tma-store", "wgmma")."""
-        found = []
+        proxy is their kind ("tma-load", "tma-store", "wgmma"). Kept in `known` by the
+        statement, threads and loop values; where kept, only the periodicity of its
+        indices is recorded again (it held when they were found: it holds now)."""
         key = ("shared accesses", id(stmt))
         if key not in self._known:
-            self._known[key] = (shared_accesses(stmt),
-                                kir.effects.async_shared(stmt.effects()))
-        generic, asynchronous = self._known[key]
+            generic = shared_accesses(stmt)
+            asynchronous = kir.effects.async_shared(stmt.effects())
+            self._known[key] = (generic, asynchronous,
+                                [a.index for a in generic] + [a.index for a in asynchronous])
+        step = ("step accesses", id(stmt), mask, _env_key(env))
+        if step in self._known:
+            for index in self._known[key][2]:
+                self._check_periodic(index, env, stmt, "an index")
+            return self._known[step]
+        found = self._known[step] = self._found_accesses(stmt, mask, env,
+                                                         *self._known[key][:2])
+        return found
+
+    def _found_accesses(self, stmt, mask, env, generic, asynchronous):
+        found = []
         for a in generic:
             spans, exact = self._spans(a.buffer, a.index, a.nbytes, mask, env, stmt,
                                        a.lanes or 32)
