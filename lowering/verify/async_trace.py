@@ -33,6 +33,13 @@ graph and every finding are the same, with fewer pairs to compare. A run in whic
 stores touch common bytes by different threads is not merged, so that conflict is found
 between its own statements.
 
+Repeats. Consecutive executions of one statement by a role, at one iteration of the
+run-time loops, that touch no shared memory and neither synchronize nor use registers
+asynchronously (an unrolled epilogue's register copies and global stores) are one event,
+the first: such an event's only edges are its role's program order, so the graph
+orders the others alike, and the one rule that reads it, the wgmma fence's, cites the
+first register store after a fence, which is that event.
+
 Accesses. Each event's shared-memory accesses, in pool bytes: the generic ones from
 lowering.verify.accesses (a shared Store, shared Loads in its expressions, stmatrix, ldmatrix),
 a TMA load's box (written by the async proxy), a TMA store's box and a wgmma's shared
@@ -232,12 +239,17 @@ class Trace:
         steps = []
         self._walk(kernel.body, full, _Env(), steps)
         self.roles = _roles((mask for _, mask, _ in steps), full)
-        self.events = []
+        self.events, last = [], {}            # role -> its latest event
         for number, stmt, mask, env, its, found in self._store_runs(steps):
             effects = self.effects_of(stmt)
+            repeats = not found and self._inert(stmt)
             for role in self.roles:
                 if role.mask & mask:
-                    e = Event(stmt, role, number, env, self, effects, its)
+                    before = last.get(role)
+                    if repeats and before is not None and before.stmt is stmt \
+                            and before.iterations is its:
+                        continue                  # see the module header: Repeats
+                    e = last[role] = Event(stmt, role, number, env, self, effects, its)
                     for buffer, spans, is_write, proxy, info, exact, _ in found:
                         mine = self._role_spans(spans, role)
                         if mine:
@@ -326,6 +338,13 @@ class Trace:
             self._known[key] = (kir.effects.register_writes(effects),
                                 kir.effects.async_register_uses(effects))
         return self._known[key]
+
+    def _inert(self, stmt):
+        """Does `stmt` neither synchronize (barrier, fence, group or mbarrier operation)
+        nor use registers asynchronously (see the module header: Repeats)?"""
+        effects = self.effects_of(stmt)
+        return effects.order is None and effects.group is None and \
+            effects.mbarrier is None and not self.register_effects(stmt)[1]
 
     def _walk(self, stmts, mask, env, steps):
         for s in stmts:
