@@ -46,10 +46,12 @@ def fusion(params):
 
 def _prove(job):
     """(In a worker process.) Lower one copies variant with its narrowed copies, so that
-    its proof is on disk before the timed run compiles it."""
+    its proof is on disk (driver.proofs) before the timed run compiles it."""
     (m, n, k), stages = job
+    from driver.proofs import PROOFS
     from lowering.pipeline import lower
-    lower(fusion(copies_params(m, n, k, stages)), vector_caps={"A": 8 if k % 4 == 0 else 2})
+    lower(fusion(copies_params(m, n, k, stages)), vector_caps={"A": 8 if k % 4 == 0 else 2},
+          proofs=PROOFS)
     return job
 
 

@@ -108,10 +108,16 @@ def normalize_arch(arch):
     return f"sm_{m.group(1)}{m.group(2)}"
 
 
-def cache_dir():
-    """Where cubins are cached: $FUSERIR_CACHE_DIR/cubin, else ~/.cache/fuserir/cubin."""
+def cache_root():
+    """The root of fuserir's caches on disk: $FUSERIR_CACHE_DIR, else ~/.cache/fuserir
+    (cubins in cubin/ here, the driver's proofs in proofs/)."""
     root = os.environ.get("FUSERIR_CACHE_DIR")
-    return (Path(root) if root else Path.home() / ".cache" / "fuserir") / "cubin"
+    return Path(root) if root else Path.home() / ".cache" / "fuserir"
+
+
+def cache_dir():
+    """Where cubins are cached: cache_root()/cubin."""
+    return cache_root() / "cubin"
 
 
 def cache_key(source, name, arch, options):

@@ -1,7 +1,9 @@
-"""One kernel built: a scheduled fusion lowered (lowering.pipeline), refused if the device
-cannot launch it whatever the sizes (codegen.launch.check_launch_limits), emitted as CUDA
-(codegen.cuda) and, for the GPU, compiled to a cubin (codegen.nvrtc). The driver's
-compile() and the run-time variants (64-bit indices, narrower copies) both build here.
+"""One kernel built: a scheduled fusion lowered (lowering.pipeline, with driver.proofs'
+cache of the async verifier's proofs), refused if the device cannot launch it whatever the
+sizes (codegen.launch.check_launch_limits), emitted as CUDA (codegen.cuda) and, for the
+GPU, compiled to a cubin (codegen.nvrtc). The driver's compile() and the run-time variants
+(64-bit indices, narrower copies) both build here; an automatic plan's kernels are the
+ones segmentation's trials lowered, where the build would lower them alike.
 """
 
 from dataclasses import dataclass, field
@@ -16,6 +18,7 @@ from lowering import kir
 from lowering.pipeline import PASS_NAMES, lower
 
 from . import stages
+from .proofs import PROOFS
 
 
 @dataclass
@@ -35,11 +38,19 @@ class CompiledKernel:
 
 
 def build_kernel(fusion, backend, index_dtype=DataType.i32, vector_caps=None, device=None,
-           **options):
+                 trial=None, **options):
     """Lower, emit and (for the GPU) compile one kernel, refusing what `device` (the
-    device model; the default where None) cannot launch whatever the sizes."""
-    kernel, _ = lower(fusion, index_dtype=index_dtype, vector_caps=vector_caps,
-                      instrument=stages.env_instrument(PASS_NAMES), **options)
+    device model; the default where None) cannot launch whatever the sizes. `trial`: the
+    kernel segmentation's trial lowered from this fusion with lowering's defaults, taken
+    instead of lowering again where this lowering is the same (the defaults, no dumps)."""
+    instrument = stages.env_instrument(PASS_NAMES)
+    same = (instrument is None and index_dtype is DataType.i32 and vector_caps is None
+            and options == _DEFAULTS)
+    if trial is not None and same:
+        kernel = trial
+    else:
+        kernel, _ = lower(fusion, index_dtype=index_dtype, vector_caps=vector_caps,
+                          instrument=instrument, proofs=PROOFS, **options)
     check_launch_limits(kernel, device or devices.DEFAULT)
     source = emit_cuda(kernel)
     compiled = CompiledKernel(kernel.name, kernel, source, caps=dict(vector_caps or {}))
@@ -47,6 +58,9 @@ def build_kernel(fusion, backend, index_dtype=DataType.i32, vector_caps=None, de
         arch = kernel_arch(kernel, nvrtc.default_arch())
         compiled.cubin = nvrtc.compile_to_cubin(source, kernel.name, arch)
     return compiled
+
+
+_DEFAULTS = dict(disable_passes=(), drop_syncs=(), verify=True)   # compile()'s options
 
 
 def kernel_arch(kernel, arch):

@@ -54,8 +54,10 @@ def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=Tru
         # each segment's schedule may put intermediates in global memory (a two-kernel
         # split-K's partial sums): it is cut into its kernels as an explicit schedule is
         return [Step(part.fusion, part.inputs, part.outputs,
-                     build_kernel(part.fusion, backend, device=device, **options))
-                for s in plan(fusion, persistent, sizes, device) for part in cut(s.fusion)]
+                     build_kernel(part.fusion, backend, device=device, trial=trial,
+                                  **options))
+                for s in plan(fusion, persistent, sizes, device)
+                for part, trial in zip(cut(s.fusion), s.kernels)]
 
     exe = Executable(fusion, backend, options, explicit if fusion.trace else automatic,
                      automatic=not fusion.trace)

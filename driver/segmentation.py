@@ -27,12 +27,15 @@ from lowering.support.analysis import live_tensors
 from lowering.errors import HazardError
 from lowering.pipeline import lower
 
+from .proofs import PROOFS
+
 
 @dataclass
 class Segment:
     fusion: Fusion          # scheduled
     inputs: list            # names of the tensors it reads (fusion inputs or intermediates)
     outputs: list           # names of the tensors it writes
+    kernels: list = None    # plan(): the trial lowering's kernel of each of cut(fusion)
 
 
 def extract(fusion, exprs, name):
@@ -61,8 +64,10 @@ def _schedulable(fusion, exprs, name, persistent, sizes, device):
     try:
         segment = extract(fusion, exprs, name)
         schedule_auto(segment.fusion, persistent, sizes, device)
-        for part in cut(segment.fusion):   # a schedule may make several kernels
-            lower(part.fusion)             # a trial: no instrument, no dumps
+        # a trial (a schedule may make several kernels): no instrument, no dumps; the
+        # kernels serve the build where it would lower them the same way
+        segment.kernels = [lower(part.fusion, proofs=PROOFS)[0]
+                           for part in cut(segment.fusion)]
         return segment
     except (ScheduleError, HazardError):
         return None

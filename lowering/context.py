@@ -4,7 +4,9 @@ Three kinds of state, kept apart:
 
 * Facts, given when lowering starts and never rebound (FACTS): lowering's private copy of
   the fusion (which narrow_vectors and inline_defaults transform before validate analyses
-  it; no later pass changes it), the index dtype, the vector caps, the barrier ids to drop.
+  it; no later pass changes it), the index dtype, the vector caps, the barrier ids to drop,
+  and the memo of proofs the caller keeps (lowering.verify.async_protocol.ProofMemo: the
+  driver's on disk; lowering reads and writes no files).
 * Pass products (PRODUCTS): what a pass leaves for later ones, each provided by exactly one
   pass (its PASS record says which; lowering.contract checks that the pipeline's order
   provides each before every pass that reads it). A product is written only by its pass
@@ -38,7 +40,7 @@ from .support.analysis import (BLOCK_TYPES, LOOP_TYPES, MMA, THREAD_TYPES, build
 from .indexing.arith import Ranges, simplify_binop
 from .errors import LoweringError
 
-FACTS = ("fusion", "index_dtype", "vector_caps", "dropped_syncs")
+FACTS = ("fusion", "index_dtype", "vector_caps", "dropped_syncs", "proofs")
 
 PRODUCTS = {
     "live": "the tensors some output depends on (the others are dead code)",
@@ -88,13 +90,14 @@ class LoweringContext:
     products (attributes once their pass has run) and the index arithmetic's tables."""
 
     def __init__(self, fusion, index_dtype=DataType.i32, vector_caps=None, dropped_syncs=(),
-                 providers=None):
+                 providers=None, proofs=None):
         object.__setattr__(self, "_providers", dict(providers or {}))   # product -> pass
         object.__setattr__(self, "_running", None)                      # the pass running
         self.fusion = fusion
         self.index_dtype = index_dtype
         self.vector_caps = vector_caps    # {global tensor name: most bytes per access}
         self.dropped_syncs = tuple(dropped_syncs)   # barrier ids drop_syncs removes
+        self.proofs = proofs         # the async verifier's memo beyond this process, or None
         self.loop_vars = {}          # concrete axis -> kir.Var
         self.scalar_vars = {}        # symbol name -> kir.Var
         self.ranges = Ranges()       # value ranges of index variables (lowering.indexing.arith)

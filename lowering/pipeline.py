@@ -60,7 +60,8 @@ def check_pass(name, optional=False, verb="disabled"):
 
 
 def lower(fusion, disable_passes=(), drop_syncs=(), verify=True, dump_after=(),
-          stop_after=None, index_dtype=DataType.i32, vector_caps=None, instrument=None):
+          stop_after=None, index_dtype=DataType.i32, vector_caps=None, instrument=None,
+          proofs=None):
     """Lower a scheduled fusion to one kernel. Returns (kernel, dumps) where dumps maps
     each pass named in dump_after to the kernel IR text after it. `stop_after` ends the
     pipeline after the named pass (the kernel is then as that pass left it). Index
@@ -70,7 +71,9 @@ def lower(fusion, disable_passes=(), drop_syncs=(), verify=True, dump_after=(),
     variant of the kernel for arrays too short, strided or unaligned for the scheduled
     vectors. `drop_syncs` names inserted barriers to remove (step drop_syncs) and
     `verify=False` leaves out verify_hazards, so that the interpreter or the GPU shows
-    what a barrier prevents.
+    what a barrier prevents. `proofs` (a lowering.verify.async_protocol.ProofMemo) is
+    where the async verifier finds and leaves proofs beyond this process (the driver's
+    cache on disk); without it they are kept in this process only.
 
     `instrument(pass_name, kernel, fusion)`, when given, is called after every pass that
     ran, in order (kernel is None before loop_nests builds one; fusion is lowering's copy
@@ -86,7 +89,7 @@ def lower(fusion, disable_passes=(), drop_syncs=(), verify=True, dump_after=(),
         skipped.add(drop_step.PASS.name)       # a step runs only when asked
     check_skipped(PIPELINE, skipped, stop_after)
     ctx = LoweringContext(copy.deepcopy(fusion), index_dtype, vector_caps, drop_syncs,
-                          providers=PROVIDERS)
+                          providers=PROVIDERS, proofs=proofs)
     kernel, dumps = None, {}
     for p in PIPELINE:
         if p.name in skipped:

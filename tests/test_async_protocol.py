@@ -5,8 +5,6 @@ anchor bug (one sync dropped) is reported under the interpreter's kind for it
 (tests/test_async_proxy_regressions.py), the lockstep probes of tests/hopper_probes.py
 are proved, and what it cannot bound is refused, never passed."""
 
-import pathlib
-
 import pytest
 
 import hopper_pipelines as hp
@@ -159,15 +157,3 @@ def test_a_thread_dependent_loop_extent_is_refused_by_name():
     assert h.kind == "cannot-prove"
     assert h.detail == "cannot prove: loop extent (of loop i) threadIdx.x is not a constant"
     assert h.first.startswith(f"{kernel.body[1].label}: for i in 0..threadIdx.x")
-
-
-def test_a_kept_proof_depends_on_every_module_of_lowering():
-    """A proof on disk is keyed by the hash of the verifier's sources: the kernel IR and its
-    effects, the checks, the index arithmetic, wherever in lowering/ they live."""
-    import lowering
-    from lowering.verify import async_protocol
-    root = pathlib.Path(lowering.__file__).resolve().parents[1]
-    names = {p.relative_to(root).as_posix() for p in async_protocol.verifier_sources()}
-    assert {"lowering/kir/effects.py", "lowering/kir/statements.py",
-            "lowering/verify/async_order.py", "lowering/verify/async_protocol.py",
-            "lowering/indexing/arith.py"} <= names

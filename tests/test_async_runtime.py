@@ -45,8 +45,7 @@ def test_the_scheduler_kernel_is_proved_for_every_trip_count(shape):
 
 
 @pytest.mark.parametrize("stages", (2, 3, 4))
-def test_the_base_cases_are_every_trip_count_up_to_the_derived_bound(stages, monkeypatch,
-                                                                    tmp_path):
+def test_the_base_cases_are_every_trip_count_up_to_the_derived_bound(stages, monkeypatch):
     """With P = W = m1 = m2 = stages (stage period; the producer waits a stage's phase
     from `stages` iterations back; its first `stages` waits pass on fresh barriers; the
     consumers' last `stages` releases are never waited for), B = m1 + m2 + 2W + 3P - 1."""
@@ -57,8 +56,7 @@ def test_the_base_cases_are_every_trip_count_up_to_the_derived_bound(stages, mon
         unrolled.append(tuple(trips.values()))
         return real(kernel, known, skeleton, trips, outcomes)
     monkeypatch.setattr(async_runtime, "Trace", recording)
-    monkeypatch.setattr(async_protocol, "_VERDICTS", {})    # no verdict kept from before,
-    monkeypatch.setenv("FUSERIR_CACHE_DIR", str(tmp_path))  # in memory or on disk
+    monkeypatch.setattr(async_protocol, "_VERDICTS", {})    # no verdict kept from before
     assert check_async_protocol(hp.sched_matmul(stages=stages)) == []
     bound = 7 * stages - 1
     assert sorted(set(unrolled)) == [(t,) for t in range(bound + 1)]
@@ -340,20 +338,3 @@ def test_the_interpreter_computes_the_product(shape, sizes):
     args = hp.sched_inputs(*sizes, splitk=splitk)
     run_kernel(hp.sched_matmul(**shape), args)
     np.testing.assert_array_equal(args["C"], _expected(args))
-
-
-def test_a_proof_is_kept_on_disk_for_this_verifier_version(tmp_path, monkeypatch):
-    """A proved kernel is remembered across processes (an empty file named by the
-    kernel's text and the verifier's source); a kernel with findings is not."""
-    monkeypatch.setenv("FUSERIR_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(async_protocol, "_VERDICTS", {})
-    assert check_async_protocol(hp.sched_matmul(stages=2)) == []
-    assert len(list((tmp_path / "proofs").iterdir())) == 1
-    monkeypatch.setattr(async_protocol, "_VERDICTS", {})
-    monkeypatch.setattr(async_runtime, "Trace", None)        # no unrolling: from disk
-    assert check_async_protocol(hp.sched_matmul(stages=2)) == []
-    monkeypatch.undo()
-    monkeypatch.setenv("FUSERIR_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(async_protocol, "_VERDICTS", {})
-    assert check_async_protocol(hp.sched_matmul(stages=2, drop=("init_barrier",)))
-    assert len(list((tmp_path / "proofs").iterdir())) == 1

@@ -4,6 +4,7 @@ import json
 import sys
 
 from driver import stages
+from driver.proofs import PROOFS
 from .common import (UsageError, add_sync_arguments, build, normalize_arch, one_fusion,
                      sync_options)
 
@@ -116,7 +117,7 @@ def _unit_text(unit, stage, after, options, arch):
     if after in ("inline_defaults", "validate"):
         return _before_kernel(unit.fusion, after)
     _, dumps = lower(unit.fusion, dump_after=[after], stop_after=after, verify=False,
-                     instrument=stages.env_instrument(PASS_NAMES), **options)
+                     instrument=stages.env_instrument(PASS_NAMES), proofs=PROOFS, **options)
     return dumps[after]
 
 

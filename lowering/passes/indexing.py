@@ -394,9 +394,9 @@ def tma_load(ctx, tv):
 def _operand_table(ctx, expr, operand, row_axis, k_axis, rows):
     """(start, offsets): the element index in `operand`'s tile of the instruction
     tile's element (0, 0), and the logical byte offset from it of every element (row, k)
-    of the operand (rows x 16), evaluated with every other index at 0 (the tile's layout
-    is linear in the instruction tile's indices: lowering.indexing.hopper_operands checks it
-    against a descriptor's)."""
+    of the operand (rows x 16, evaluated at once: kir.evaluate_lanes), with every other
+    index at 0 (the tile's layout is linear in the instruction tile's indices:
+    lowering.indexing.hopper_operands checks it against a descriptor's)."""
     tv = expr.output
     r = kir.Var(f"r{len(ctx.loop_vars)}", ctx.index_dtype)
     k = kir.Var(f"k{len(ctx.loop_vars)}", ctx.index_dtype)
@@ -416,8 +416,8 @@ def _operand_table(ctx, expr, operand, row_axis, k_axis, rows):
     zero = _AtZero({r.name, k.name})
     at = zero.mutate(symbolic)
     size = operand.dtype.itemsize
-    table = np.array([[kir.evaluate_scalar(at, {r.name: i, k.name: j}) for j in range(16)]
-                      for i in range(rows)], dtype=np.int64)
+    lanes = {r.name: np.arange(rows)[:, None], k.name: np.arange(16)[None, :]}
+    table = np.broadcast_to(kir.evaluate_lanes(at, lanes), (rows, 16)).astype(np.int64)
     return start, (table - table[0, 0]) * size
 
 

@@ -122,9 +122,9 @@ def _reasons(found):
     return list(reasons.values())
 
 
-def _name_async_syncs(kernel):
+def _name_async_syncs(kernel, memo):
     """insert_async_syncs, then an id for each statement it placed (program order)."""
-    placed = {id(s) for s in insert_async_syncs(kernel)}
+    placed = {id(s) for s in insert_async_syncs(kernel, memo)}
     syncs = [s for s in kir.walk(kernel.body) if id(s) in placed]
     for n, sync in enumerate(syncs, 1):
         sync.sync_id = f"sync{n}"
@@ -133,7 +133,7 @@ def _name_async_syncs(kernel):
 
 def run(ctx, kernel):
     if kir.uses_async_protocol(kernel):
-        return _name_async_syncs(kernel)
+        return _name_async_syncs(kernel, ctx.proofs)
     analysis = HazardAnalysis()
     inserted = []
     while True:

@@ -38,7 +38,7 @@ def to_hazards(found):
 
 def run(ctx, kernel):
     if kir.uses_async_protocol(kernel):
-        verify_async_protocol(kernel)
+        verify_async_protocol(kernel, ctx.proofs)
         return kernel
     hazards = to_hazards(find_hazards(kernel.body))
     for barrier in divergent_barriers(kernel.body):

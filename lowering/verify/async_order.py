@@ -29,7 +29,7 @@ threads, a wgmma issued over registers not wgmma.fenced since they were stored.
 from dataclasses import dataclass, field
 
 from .. import kir
-from .async_trace import Refusal, iterations
+from .async_trace import Refusal
 from ..errors import Hazard
 from .hazards import END
 
@@ -146,9 +146,9 @@ class _RoleState:
                 frozenset(b.name for b in self.stored), self.fenced)
 
 
-def _point(env):
-    """Which iteration of which run-time loops `env` is in."""
-    return tuple((id(v.loop), v.instance, int(v)) for v in iterations(env))
+def _point(event):
+    """Which iteration of which run-time loops `event` is in."""
+    return tuple((id(v.loop), v.instance, int(v)) for v in event.iterations)
 
 
 def _finding_key(kind, first, second):
@@ -204,19 +204,20 @@ class Ordering:
     def _program_order(self):
         last, state = {}, {r: _RoleState() for r in self.trace.roles}
         tracked = bool(self.trace.trips)
+        registers = self.trace.register_effects
+        node, edge = self.graph.node, self.graph.edge
         for e in self.trace.events:
-            effects, st = e.effects, state[e.role]
+            effects, st, before = e.effects, state[e.role], last.get(e.role)
             order, group = effects.order, effects.group
-            if tracked and (e.role not in last
-                            or _point(last[e.role].env) != _point(e.env)):
+            if tracked and (before is None or before.iterations is not e.iterations
+                            and _point(before) != _point(e)):
                 self.role_states.append((e.role, e, st.snapshot()))
-            e.enter = self.graph.node()
-            e.leave = e.enter
+            e.enter = e.leave = node()
             if order is not None and order.blocking and order.scope != "gpu":
-                e.leave = self.graph.node()
-                self.graph.edge(e.enter, e.leave)
-            if e.role in last:
-                self.graph.edge(last[e.role].leave, e.enter)
+                e.leave = node()
+                edge(e.enter, e.leave)
+            if before is not None:
+                edge(before.leave, e.enter)
             last[e.role] = e
             for a in e.accesses:
                 if a.proxy == "generic":
@@ -240,9 +241,9 @@ class Ordering:
                     self.init_fences[e.role].append(e)
                 elif order.orders == "registers":
                     st.fenced, st.stored = True, {}
-            for a in kir.effects.register_writes(effects):
+            writes, used = registers(e.stmt)
+            for a in writes:
                 st.stored.setdefault(a.buffer, e)
-            used = kir.effects.async_register_uses(effects)
             if used:
                 self._register_fence(e, st, used)
         if tracked:

@@ -55,9 +55,8 @@ role.
 
 import copy
 import hashlib
-import os
 import re
-from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -79,66 +78,51 @@ _SYNC_ID = re.compile(r" \[sync\d+\]")   # the names insert_syncs gives the sync
                                          # for drop_syncs: not part of what is proved
 
 
-def verifier_sources():
-    """The modules a proof depends on: every module of lowering (the verifier, the kernel
-    IR and its effects, the index arithmetic it evaluates with)."""
-    return sorted(Path(__file__).resolve().parents[1].rglob("*.py"))
+class ProofMemo(Protocol):
+    """Proofs remembered beyond this process, by the kernel's text as verified (sync ids
+    left out). The caller of lowering supplies one (driver.proofs keeps them on disk, by
+    the verifier's version too); lowering itself reads and writes no files."""
+
+    def proved(self, text: str) -> bool:
+        """Was a kernel of this text proved before?"""
+
+    def remember(self, text: str) -> None:
+        """A kernel of this text is proved."""
 
 
-def _verifier_version():
-    """A hash of verifier_sources(), so that a proof kept on disk is never reused by
-    another version of the verifier."""
-    digest = hashlib.sha256()
-    for path in verifier_sources():
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def _proofs_dir():
-    """Where proved kernels are remembered across processes: $FUSERIR_CACHE_DIR/proofs
-    (else ~/.cache/fuserir/proofs), one empty file per proved kernel text and verifier
-    version (only proofs are kept: findings are recomputed)."""
-    root = os.environ.get("FUSERIR_CACHE_DIR")
-    return (Path(root) if root else Path.home() / ".cache" / "fuserir") / "proofs"
-
-
-_VERSION = _verifier_version()
-
-
-def check_async_protocol(kernel, known=None):
+def check_async_protocol(kernel, known=None, memo=None):
     """Every finding (lowering.errors.Hazard) of the kernel's async protocol, for every
     trip count and block-uniform outcome; [] when it is proved. `known`: see
     async_trace.Trace (a caller asking again and again). A kernel whose text was verified
     before in this process gets the same verdict at once (sync insertion's last check is
     the verify pass's question; tests and benchmarks lower one schedule many times), and
-    one proved before by this version of the verifier in any process is proved
-    (_proofs_dir)."""
+    one that `memo` (a ProofMemo) says was proved is proved; a proof made here is
+    remembered there."""
     text = _SYNC_ID.sub("", kir.format_kernel(kernel))
-    key = hashlib.sha256((_VERSION + text).encode()).hexdigest()
-    proof = _proofs_dir() / key
-    if key not in _VERDICTS and proof.exists():
-        _VERDICTS[key] = []
-    if key not in _VERDICTS:
+    key = hashlib.sha256(text.encode()).hexdigest()
+    verdict = _VERDICTS.get(key)
+    kept = memo is not None and not verdict and memo.proved(text)
+    if verdict is None:
         if len(_VERDICTS) >= _VERDICTS_KEPT:
             _VERDICTS.pop(next(iter(_VERDICTS)))
-        known = {} if known is None else known       # shared by every unrolling checked
-        try:
-            _VERDICTS[key] = check_every_case(kernel, Skeleton(kernel), known, _check)
-        except Refusal as r:
-            _VERDICTS[key] = [Hazard("cannot-prove", "-", point(r.stmt), point(r.stmt),
-                                     detail=r.why)]
-        if not _VERDICTS[key]:
-            try:
-                proof.parent.mkdir(parents=True, exist_ok=True)
-                proof.touch()
-            except OSError:                  # a read-only cache: prove again next time
-                pass
-    return [copy.copy(h) for h in _VERDICTS[key]]
+        verdict = _VERDICTS[key] = [] if kept else _verdict(kernel, known)
+    if memo is not None and not verdict and not kept:
+        memo.remember(text)
+    return [copy.copy(h) for h in verdict]
 
 
-def verify_async_protocol(kernel):
-    """Raise HazardError listing the findings, unless the protocol is proved."""
-    findings = check_async_protocol(kernel)
+def _verdict(kernel, known):
+    known = {} if known is None else known       # shared by every unrolling checked
+    try:
+        return check_every_case(kernel, Skeleton(kernel), known, _check)
+    except Refusal as r:
+        return [Hazard("cannot-prove", "-", point(r.stmt), point(r.stmt), detail=r.why)]
+
+
+def verify_async_protocol(kernel, memo=None):
+    """Raise HazardError listing the findings, unless the protocol is proved (`memo`: see
+    check_async_protocol)."""
+    findings = check_async_protocol(kernel, memo=memo)
     if findings:
         raise HazardError(findings, kernel.name)
 
@@ -202,20 +186,32 @@ class _Protocol(Ordering):
         different statement executions that touch common bytes, one of them a write (what
         every rule asks about)."""
         if self._found_pairs is None:
-            self._found_pairs, meets = [], self.trace.meets
             accesses = self._accesses()
-            for i, a in enumerate(accesses):
-                for b in accesses[i + 1:]:
-                    if b.lo >= a.hi:
-                        break
-                    if (a.is_write or b.is_write) and a.event.step != b.event.step:
-                        key = (id(a.spans), id(b.spans))
-                        if key not in meets:
-                            meets[key] = a.threads_meet(b)
-                        if meets[key]:
-                            self._found_pairs.append(
-                                ((a, b) if a.event.step < b.event.step else (b, a))
-                                + (meets[key],))
+            i, j = _overlapping(accesses)
+            # how their threads meet: asked once per pair of span lists (many accesses
+            # share one: Trace keeps one list for equal spans), kept in the trace's
+            # `meets` across traces
+            lists, first = {}, {}
+            code = np.fromiter((lists.setdefault(id(a.spans), len(lists)) for a in accesses),
+                               np.int64, len(accesses))
+            for c, a in zip(code.tolist(), accesses):
+                first.setdefault(c, a)
+            pairs, inverse = np.unique(code[i] * len(lists) + code[j], return_inverse=True)
+            meets, answers = self.trace.meets, []
+            for p in pairs.tolist():
+                a, b = first[p // len(lists)], first[p % len(lists)]
+                key = (id(a.spans), id(b.spans))
+                if key not in meets:
+                    meets[key] = a.threads_meet(b)
+                answers.append(_MEETS.index(meets[key]))
+            meet = np.array(answers, dtype=np.int64)[inverse]
+            i, j, meet = i[meet > 0], j[meet > 0], meet[meet > 0]
+            step = np.fromiter((a.event.step for a in accesses), np.int64, len(accesses))
+            later = step[i] > step[j]                  # earlier statement execution first
+            self._found_pairs = [
+                (accesses[x], accesses[y], _MEETS[m]) for x, y, m in
+                zip(np.where(later, j, i).tolist(), np.where(later, i, j).tolist(),
+                    meet.tolist())]
         return self._found_pairs
 
     def _ordered(self, first, second, meet="other"):
@@ -228,22 +224,41 @@ class _Protocol(Ordering):
                 return False
             if second.proxy != "generic" and g.reaches(phase.node, e.enter):
                 return True
-            return any(m >= phase.number and g.reaches(w.leave, e.enter)
-                       for w, m in phase.bar.matched.get(e.role, ()))
+            return self._waited(phase, e)
         if first.end is None:
             return False
         if meet == "same" or (first.proxy == "wgmma" and first.end.role is e.role):
             return g.reaches(first.end.leave, e.enter)
         return g.before(first.end, e)
 
+    def _waited(self, phase, e):
+        """Does a wait of e's role matched to `phase` or a later one happen before e? Its
+        waits on the barrier are in program order and matched to consecutive phases, so
+        the first one matched to `phase` or later is the one to ask (any later one comes
+        after it)."""
+        matched = phase.bar.matched.get(e.role)
+        if not matched:
+            return False
+        i = max(phase.number - matched[0][1], 0)
+        return i < len(matched) and self.graph.reaches(matched[i][0].leave, e.enter)
+
     def _conflicts(self):
+        reach = self.graph.reach
         for a, b, meet in self._pairs():
-            if not (a.is_write or b.is_write):
-                continue
+            phase = a.end
+            if a.proxy == "tma-load" and b.proxy != "generic" and phase is not None \
+                    and phase.node is not None and phase.landed \
+                    and reach[phase.node] >> b.event.enter & 1:
+                continue       # _ordered(a, b)'s first case, asked inline: the most
+                               # pairs, a TMA load and a later wgmma reading its bytes
             if (a.event.role is b.event.role and a.buffer is b.buffer and a.info is not None
                     and b.info is not None and a.info.same_thread_as(b.info)):
                 meet = "same"
-            if not (self._ordered(a, b, meet) or self._ordered(b, a, meet)):
+            # both questions are pure: a TMA load not landed before the later access is
+            # most often the next stage's load after an earlier read, so that one first
+            if not (self._ordered(b, a, meet) or self._ordered(a, b, meet)
+                    if a.proxy == "tma-load" else
+                    self._ordered(a, b, meet) or self._ordered(b, a, meet)):
                 self._conflict(a, b)
 
     def _conflict(self, a, b):
@@ -313,6 +328,27 @@ class _Protocol(Ordering):
                     self._finding("async-pending", e.stmt.dst.name, e, None,
                                   f"a TMA load has not landed when the kernel ends: no "
                                   f"thread waits for {bar.name} phase {phase.number}")
+
+
+_MEETS = (None, "same", "other")          # Access.threads_meet's answers, numbered
+
+
+def _overlapping(accesses):
+    """Arrays i, j (i < j, in order) of the pairs of accesses (sorted by first byte) whose
+    byte ranges overlap, of different steps, one of them a write."""
+    n = len(accesses)
+    if n < 2:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    lo = np.fromiter((a.lo for a in accesses), np.int64, n)
+    hi = np.fromiter((a.hi for a in accesses), np.int64, n)
+    write = np.fromiter((a.is_write for a in accesses), bool, n)
+    step = np.fromiter((a.event.step for a in accesses), np.int64, n)
+    first = np.arange(n)
+    counts = np.maximum(np.searchsorted(lo, hi, side="left") - first - 1, 0)
+    i = np.repeat(first, counts)              # each access, once per later one it meets
+    j = np.arange(len(i)) - np.repeat(np.cumsum(counts) - counts, counts) + i + 1
+    keep = (write[i] | write[j]) & (step[i] != step[j])
+    return i[keep], j[keep]
 
 
 class _Covering:

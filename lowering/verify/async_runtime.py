@@ -73,7 +73,7 @@ from itertools import product
 from math import lcm
 
 from .. import kir
-from .async_trace import Iteration, Refusal, Trace, iterations
+from .async_trace import Iteration, Refusal, Trace
 
 MAX_UNIFORM = 3                  # block-uniform conditions (2^3 outcome choices)
 MAX_ITERATIONS = 20000           # unrolled iterations over all base cases of one choice
@@ -232,14 +232,14 @@ class _Depths:
 
     def at(self, event):
         """(instance, time) of `event` in this trip count's loops, or None outside."""
-        for v in iterations(event.env):
+        for v in event.iterations:
             if v.key == self.key:
                 return (v.instance, int(v))
         return None
 
     def place(self, event):
         """(loop, instance, time) of `event` in this trip count's loops, or None."""
-        for v in iterations(event.env):
+        for v in event.iterations:
             if v.key == self.key:
                 return (v.loop.label, v.instance, int(v))
         return None
@@ -289,7 +289,7 @@ class _Depths:
                     here = self.at(e)
                     there = self.phase_at(phase) if phase is not None else None
                     if here is None:
-                        if there is not None and iterations(e.env):
+                        if there is not None and e.iterations:
                             self.refuse(e.stmt, f"{role} waits on {bar.name} in a loop of "
                                                 f"another trip count than the one "
                                                 f"completing the phase it waits for: the "

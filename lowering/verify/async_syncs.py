@@ -52,14 +52,15 @@ _KINDS = {"proxy-fence": kir.HazardKind.PROXY, "wgmma-fence": kir.HazardKind.WGM
 _ROUNDS = 16
 
 
-def insert_async_syncs(kernel):
+def insert_async_syncs(kernel, memo=None):
     """Place what the kernel's async protocol needs (see the module header); returns the
-    statements inserted, in the order placed. Raises HazardError where it cannot."""
+    statements inserted, in the order placed. Raises HazardError where it cannot. `memo`:
+    proofs remembered beyond this process (async_protocol.ProofMemo)."""
     inserted, known = [], {}
     for _ in range(_ROUNDS):
-        findings = check_async_protocol(kernel, known)
+        findings = check_async_protocol(kernel, known, memo)
         if not findings:
-            return _prune(kernel, inserted, known)
+            return _prune(kernel, inserted, known, memo)
         placements = _Placer(kernel, findings, known).placements()
         if not placements:
             raise HazardError(findings, kernel.name)
@@ -67,10 +68,10 @@ def insert_async_syncs(kernel):
             stmts.insert(index, stmt)
             inserted.append(stmt)
         kir.relabel(kernel.body)
-    raise HazardError(check_async_protocol(kernel, known), kernel.name)
+    raise HazardError(check_async_protocol(kernel, known, memo), kernel.name)
 
 
-def _prune(kernel, inserted, known):
+def _prune(kernel, inserted, known, memo):
     """Drop, newest first, each placed statement that a later placement made redundant
     (the kernel stays proved without it), so each one kept is needed."""
     kept = list(inserted)
@@ -78,7 +79,7 @@ def _prune(kernel, inserted, known):
         stmts, index, _ = path_to(kernel.body, stmt)[-1]
         del stmts[index]
         kir.relabel(kernel.body)
-        if check_async_protocol(kernel, known):
+        if check_async_protocol(kernel, known, memo):
             stmts.insert(index, stmt)
             kir.relabel(kernel.body)
         else:

@@ -33,6 +33,13 @@ graph and every finding are the same, with fewer pairs to compare. A run in whic
 stores touch common bytes by different threads is not merged, so that conflict is found
 between its own statements.
 
+Repeats. Consecutive executions of one statement by a role, at one iteration of the
+run-time loops, that touch no shared memory and neither synchronize nor use registers
+asynchronously (an unrolled epilogue's register copies and global stores) are one event,
+the first: such an event's only edges are its role's program order, so the graph
+orders the others alike, and the one rule that reads it, the wgmma fence's, cites the
+first register store after a fence, which is that event.
+
 Accesses. Each event's shared-memory accesses, in pool bytes: the generic ones from
 lowering.verify.accesses (a shared Store, shared Loads in its expressions, stmatrix, ldmatrix),
 a TMA load's box (written by the async proxy), a TMA store's box and a wgmma's shared
@@ -94,17 +101,15 @@ class Iteration(int):
         return self
 
 
-def iterations(env):
-    """The Iterations bound in `env`, outermost first."""
-    return [v for v in env.values() if isinstance(v, Iteration)]
-
-
 @dataclass(frozen=True)
 class Role:
     """Threads (a bit mask over linear thread ids) that execute the same statements."""
 
     index: int
     mask: int
+
+    def __hash__(self):                  # its mask names it (roles key the graph's tables)
+        return hash(self.mask)
 
     @property
     def size(self):
@@ -126,17 +131,21 @@ class Role:
         return ("thread " if self.size == 1 else "threads ") + text
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Event:
     """One execution of `stmt` by the threads of `role`. `step` numbers the walk's
-    executions (program order); `env` binds the loop variables; `enter` and `leave` are
-    its graph nodes (different for a wait: `leave` is after what it waits for)."""
+    executions (program order); `env` binds the loop variables, `iterations` are the
+    Iterations among them (outermost first); `effects` are the statement's (kir.effects,
+    made once per trace); `enter` and `leave` are its graph nodes (different for a wait:
+    `leave` is after what it waits for)."""
 
     stmt: kir.Stmt
     role: Role
     step: int
     env: dict
     trace: "Trace" = None
+    effects: kir.effects.Effects = None
+    iterations: tuple = ()
     accesses: list = field(default_factory=list)
     enter: int = None
     leave: int = None
@@ -144,13 +153,8 @@ class Event:
     def value(self, expr, what):
         return self.trace.value(expr, self.env, self.stmt, what)
 
-    @property
-    def effects(self):
-        """The statement's effects (kir.effects), made once per trace."""
-        return self.trace.effects_of(self.stmt)
 
-
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Access:
     """Bytes read or written by `event`: `spans`, [(lo, hi, threads)] in pool bytes, each
     touched by the threads of its mask (`exact`: exactly these; else at most these);
@@ -169,11 +173,13 @@ class Access:
     end: object = None
 
     extent: tuple = None            # (lo, hi) of the spans, where the caller knows it
+    lo: int = field(init=False)
+    hi: int = field(init=False)
+    _index: tuple = field(init=False, default=None)
 
     def __post_init__(self):
         self.lo, self.hi = self.extent or (min(lo for lo, _, _ in self.spans),
                                            max(hi for _, hi, _ in self.spans))
-        self._index = None
 
     def overlap(self, other):
         lo, hi = max(self.lo, other.lo), min(self.hi, other.hi)
@@ -219,6 +225,7 @@ class Trace:
         self.trips, self.outcomes = dict(trips or {}), dict(outcomes or {})
         self.periods = {}
         self.settled = {}            # trip-count key -> the iteration its conditions settle
+        self._periodic = set()       # (expression, loop, settling) checked in this trace
         # how two accesses' spans (lists `known` keeps) meet: (id, id) -> threads_meet
         self.meets = self._known.setdefault("meets", {})
         self.block = _block_extents(kernel)
@@ -230,13 +237,19 @@ class Trace:
         full = (1 << self.threads) - 1
         self._bindings = {}                      # id(expression) -> _bind_thread of it
         steps = []
-        self._walk(kernel.body, full, {}, steps)
+        self._walk(kernel.body, full, _Env(), steps)
         self.roles = _roles((mask for _, mask, _ in steps), full)
-        self.events = []
-        for number, stmt, mask, env, found in self._store_runs(steps):
+        self.events, last = [], {}            # role -> its latest event
+        for number, stmt, mask, env, its, found in self._store_runs(steps):
+            effects = self.effects_of(stmt)
+            repeats = not found and self._inert(stmt)
             for role in self.roles:
                 if role.mask & mask:
-                    e = Event(stmt, role, number, env, self)
+                    before = last.get(role)
+                    if repeats and before is not None and before.stmt is stmt \
+                            and before.iterations is its:
+                        continue                  # see the module header: Repeats
+                    e = last[role] = Event(stmt, role, number, env, self, effects, its)
                     for buffer, spans, is_write, proxy, info, exact, _ in found:
                         mine = self._role_spans(spans, role)
                         if mine:
@@ -246,27 +259,29 @@ class Trace:
                     self.events.append(e)
 
     def _store_runs(self, steps):
-        """(number, stmt, mask, env, accesses) of each step, a run of shared stores made
-        one (see the module header: Store runs)."""
-        runs = []
+        """(number, stmt, mask, env, its Iterations, accesses) of each step, a run of
+        shared stores made one (see the module header: Store runs)."""
+        runs, its = [], None
         for number, (stmt, mask, env) in enumerate(steps):
             found = self._step_accesses(stmt, mask, env)
             plain = len(found) == 1 and found[0][6] == "store" and found[0][2] \
                 and found[0][5]
-            when = tuple((v.key, v.instance, int(v)) for v in iterations(env))
+            if env.iterations is not its:     # one tuple for one run-time iteration
+                its = env.iterations
+                when = tuple((v.key, v.instance, int(v)) for v in its)
             last = runs[-1] if runs else None
             if plain and last and last[5] and last[2] == mask and last[6] == when:
-                last[4].append(found)
+                last[4].append((found, its))
             else:
-                runs.append([number, stmt, mask, env, [found], plain, when])
+                runs.append([number, stmt, mask, env, [(found, its)], plain, when])
         for number, stmt, mask, env, parts, _, _ in runs:
-            merged = self._merged(parts) if len(parts) > 1 else None
+            merged = self._merged([found for found, _ in parts]) if len(parts) > 1 else None
             if merged is not None:
-                yield number, stmt, mask, env, merged
+                yield number, stmt, mask, env, parts[0][1], merged
             else:                              # one step, or stores that meet: each alone
-                for i, found in enumerate(parts):
+                for i, (found, its) in enumerate(parts):
                     yield number + i, stmt if i == 0 else steps[number + i][0], mask, \
-                        steps[number + i][2], found
+                        steps[number + i][2], its, found
 
     def _merged(self, parts):
         """The accesses of a run of shared stores as one per buffer, or None where two of
@@ -314,13 +329,30 @@ class Trace:
             self._known[key] = stmt.effects()
         return self._known[key]
 
+    def register_effects(self, stmt):
+        """(kir.effects.register_writes, kir.effects.async_register_uses) of `stmt`'s
+        effects, kept as effects_of keeps those."""
+        key = ("registers", id(stmt))
+        if key not in self._known:
+            effects = self.effects_of(stmt)
+            self._known[key] = (kir.effects.register_writes(effects),
+                                kir.effects.async_register_uses(effects))
+        return self._known[key]
+
+    def _inert(self, stmt):
+        """Does `stmt` neither synchronize (barrier, fence, group or mbarrier operation)
+        nor use registers asynchronously (see the module header: Repeats)?"""
+        effects = self.effects_of(stmt)
+        return effects.order is None and effects.group is None and \
+            effects.mbarrier is None and not self.register_effects(stmt)[1]
+
     def _walk(self, stmts, mask, env, steps):
         for s in stmts:
             if not mask:
                 return
             if isinstance(s, kir.ForLoop):
                 for v in self._iterations(s, env):
-                    self._walk(s.body, mask, {**env, s.var.name: v}, steps)
+                    self._walk(s.body, mask, env.bind(s.var.name, v), steps)
             elif isinstance(s, kir.IfThenElse):
                 how = self.skeleton.condition(s)
                 if how.kind == "refused":
@@ -402,9 +434,13 @@ class Trace:
         """Refuse `expr` unless periodic in each run-time loop variable of `env` (a
         condition, `settling`, from some iteration on); record the periods and where a
         condition settles."""
-        for name, v in env.items():
-            if not isinstance(v, Iteration):
+        bound = env.iterations if type(env) is _Env else \
+            [v for v in env.values() if isinstance(v, Iteration)]
+        for v in bound:
+            checked = (id(expr), id(v.loop), settling)
+            if checked in self._periodic:        # checked and recorded in this trace
                 continue
+            name = v.loop.var.name               # the walk binds a loop's variable
             key = ("period", id(expr), name)
             if key not in self._known:
                 self._known[key] = eventual_period(self._bound(expr), name,
@@ -419,6 +455,7 @@ class Trace:
                                     f"through {name} % m or ({name} / d) % m")
             self.periods.setdefault(v.key, {})[id(expr)] = found[0]
             self.settled[v.key] = max(self.settled.get(v.key, 0), found[1])
+            self._periodic.add(checked)
 
     def _bound(self, expr):
         if id(expr) not in self._bindings:
@@ -433,9 +470,16 @@ class Trace:
         self._check_periodic(index, env, stmt, f"the index into {buffer.name}")
         key = (id(index), id(buffer), nbytes, mask, lanes, _env_key(env))
         if key not in self._known:
-            self._known[key] = self._compute_spans(buffer, index, nbytes, mask, env, stmt,
-                                                   lanes)
+            spans, exact = self._compute_spans(buffer, index, nbytes, mask, env, stmt, lanes)
+            self._known[key] = self._one_list(spans), exact
         return self._known[key]
+
+    def _one_list(self, spans):
+        """One list object for equal span lists (the identity what `known` keeps about
+        spans goes by: how two lists meet, a role's part): the bytes a stage's accesses
+        touch recur at every iteration that uses the stage."""
+        key = ("spans", tuple(spans))
+        return self._known.setdefault(key, spans)
 
     def _compute_spans(self, buffer, index, nbytes, mask, env, stmt, lanes):
         lo, hi = _buffer_bytes(buffer, stmt)
@@ -459,13 +503,26 @@ class Trace:
         """(buffer, spans, is_write, proxy, info, exact, via) of each shared access of one
         execution by the threads of `mask`: the generic ones (lowering.verify.accesses),
         then the async-proxy ones its effects declare (TMA boxes, wgmma operands), whose
-        proxy is their kind ("tma-load", "tma-store", "wgmma")."""
-        found = []
+        proxy is their kind ("tma-load", "tma-store", "wgmma"). Kept in `known` by the
+        statement, threads and loop values; where kept, only the periodicity of its
+        indices is recorded again (it held when they were found: it holds now)."""
         key = ("shared accesses", id(stmt))
         if key not in self._known:
-            self._known[key] = (shared_accesses(stmt),
-                                kir.effects.async_shared(stmt.effects()))
-        generic, asynchronous = self._known[key]
+            generic = shared_accesses(stmt)
+            asynchronous = kir.effects.async_shared(stmt.effects())
+            self._known[key] = (generic, asynchronous,
+                                [a.index for a in generic] + [a.index for a in asynchronous])
+        step = ("step accesses", id(stmt), mask, _env_key(env))
+        if step in self._known:
+            for index in self._known[key][2]:
+                self._check_periodic(index, env, stmt, "an index")
+            return self._known[step]
+        found = self._known[step] = self._found_accesses(stmt, mask, env,
+                                                         *self._known[key][:2])
+        return found
+
+    def _found_accesses(self, stmt, mask, env, generic, asynchronous):
+        found = []
         for a in generic:
             spans, exact = self._spans(a.buffer, a.index, a.nbytes, mask, env, stmt,
                                        a.lanes or 32)
@@ -481,8 +538,8 @@ class Trace:
             key = ("operand", id(a.index), id(a.buffer), id(layout), trans, rows, mask,
                    _env_key(env))
             if key not in self._known:
-                self._known[key] = self._operand_spans(a.buffer, a.index, layout, trans,
-                                                       rows, mask, env, stmt)
+                self._known[key] = self._one_list(self._operand_spans(
+                    a.buffer, a.index, layout, trans, rows, mask, env, stmt))
             found.append((a.buffer, self._known[key], False, a.via, a.info, False, a.via))
         return found
 
@@ -511,8 +568,34 @@ def _threads_overlap(spans):
     return False
 
 
+class _Env(dict):
+    """The loop variables bound at a point of the walk, never changed once made: with
+    the Iterations among them (`iterations`, outermost first: one tuple for the envs of a
+    constant loop's iterations inside one iteration of the run-time loops) and their
+    sorted items (`key`, how the values kept in `known` name them; made at the first
+    question)."""
+
+    __slots__ = ("key", "iterations")
+
+    def __init__(self, items=(), iterations=None):
+        super().__init__(items)
+        self.key = None
+        self.iterations = tuple(v for v in self.values() if isinstance(v, Iteration)) \
+            if iterations is None else iterations
+
+    def bind(self, name, value):
+        """A new env with `name` bound to `value`."""
+        if name in self or isinstance(value, Iteration):
+            return _Env({**self, name: value})
+        return _Env({**self, name: value}, self.iterations)
+
+
 def _env_key(env):
-    return tuple(sorted(env.items()))
+    if type(env) is not _Env:
+        return tuple(sorted(env.items()))
+    if env.key is None:
+        env.key = tuple(sorted(env.items()))
+    return env.key
 
 
 def _block_extents(kernel):

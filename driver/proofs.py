@@ -1,0 +1,61 @@
+"""The proof cache: Hopper kernels the async verifier proved, remembered across processes
+beside NVRTC's cubins (codegen.nvrtc.cache_root()/proofs: $FUSERIR_CACHE_DIR/proofs, else
+~/.cache/fuserir/proofs). One empty file per proved kernel, named by the sha256 of the
+verifier's version and the kernel's text as verified; only proofs are kept (a kernel with
+findings is checked again).
+
+It sits in the driver, which owns fuserir's caches on disk: lowering's verifier is a
+function of the kernel alone (lowering.verify.async_protocol), and asks the ProofMemo the
+driver hands lowering (lowering.pipeline.lower(..., proofs=PROOFS)) whether a text was
+proved. The verifier's version is the hash of every module of lowering (the checks, the
+kernel IR and its effects, the index arithmetic they evaluate with), so a proof made by
+another version is never reused. The cache is an optimisation only: where the directory
+cannot be written, kernels are proved again next time.
+"""
+
+import functools
+import hashlib
+from pathlib import Path
+
+import lowering
+from codegen.nvrtc import cache_root
+
+
+def verifier_sources():
+    """The modules a proof depends on: every module of lowering."""
+    return sorted(Path(lowering.__file__).resolve().parent.rglob("*.py"))
+
+
+@functools.cache
+def verifier_version():
+    """A hash of verifier_sources() (read once per process)."""
+    digest = hashlib.sha256()
+    for path in verifier_sources():
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+class DiskProofs:
+    """A lowering.verify.async_protocol.ProofMemo on disk, for one verifier version (the
+    running one where None)."""
+
+    def __init__(self, version=None):
+        self.version = version
+
+    def _path(self, text):
+        version = self.version or verifier_version()
+        return cache_root() / "proofs" / hashlib.sha256((version + text).encode()).hexdigest()
+
+    def proved(self, text):
+        return self._path(text).exists()
+
+    def remember(self, text):
+        path = self._path(text)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        except OSError:                  # a read-only cache: prove again next time
+            pass
+
+
+PROOFS = DiskProofs()
