@@ -8,8 +8,9 @@ It sits in the driver, which owns fuserir's caches on disk: lowering's verifier 
 function of the kernel alone (lowering.verify.async_protocol), and asks the ProofMemo the
 driver hands lowering (lowering.pipeline.lower(..., proofs=PROOFS)) whether a text was
 proved. The verifier's version is the hash of every module of lowering (the checks, the
-kernel IR and its effects, the index arithmetic they evaluate with), so a proof made by
-another version is never reused. The cache is an optimisation only: where the directory
+kernel IR and its effects, the index arithmetic they evaluate with) and of fuserir (the
+instruction descriptors, the op table, dtypes and numerics the checks read), so a proof
+made by another version is never reused. The cache is an optimisation only: where the directory
 cannot be written, kernels are proved again next time.
 """
 
@@ -17,13 +18,15 @@ import functools
 import hashlib
 from pathlib import Path
 
+import fuserir
 import lowering
 from codegen.nvrtc import cache_root
 
 
 def verifier_sources():
-    """The modules a proof depends on: every module of lowering."""
-    return sorted(Path(lowering.__file__).resolve().parent.rglob("*.py"))
+    """The modules a proof depends on: every module of lowering and of fuserir below it."""
+    return sorted(path for package in (lowering, fuserir)
+                  for path in Path(package.__file__).resolve().parent.rglob("*.py"))
 
 
 @functools.cache

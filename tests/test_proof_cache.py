@@ -101,10 +101,12 @@ def test_a_second_compile_proves_nothing_it_proved_before(tmp_path, monkeypatch)
 
 def test_a_kept_proof_depends_on_every_module_of_lowering():
     """A proof on disk is keyed by the hash of the verifier's sources: the kernel IR and its
-    effects, the checks, the index arithmetic, wherever in lowering/ they live."""
+    effects, the checks, the index arithmetic, wherever in lowering/ they live, and the
+    instruction descriptors and operator table they read."""
     import lowering
     root = pathlib.Path(lowering.__file__).resolve().parents[1]
     names = {p.relative_to(root).as_posix() for p in proofs.verifier_sources()}
     assert {"lowering/kir/effects.py", "lowering/kir/statements.py",
             "lowering/verify/async_order.py", "lowering/verify/async_protocol.py",
-            "lowering/indexing/arith.py"} <= names
+            "lowering/indexing/arith.py", "fuserir/instructions.py",
+            "fuserir/op_table.py"} <= names
