@@ -381,6 +381,9 @@ command("check-without", "check", TILED, "--size", SMALL, "--without", "insert_s
 command("check-blocks", "check", TILED, "--size", "M=160,N=160,K=64,splitk=2",
         "--blocks", "0,0,0;9,9")
 
+command("check-auto-drop", "check", EXAMPLES / "bias_relu_matmul.fz", "--size",
+        "M=136,N=72,K=200", "--drop", "sync1", "--json")
+
 
 def test_check_plain_finds_no_hazards(ran):
     out = ok(ran["check"])
@@ -388,6 +391,18 @@ def test_check_plain_finds_no_hazards(ran):
     assert "interpreter (all 4 block(s), integer-valued inputs, seed 0): no hazards" in out
     assert "output out: 360 element(s) compared, equal to the reference" in out
     assert out.splitlines()[-1] == "no hazards"
+
+
+def test_check_verifies_the_kernel_it_interprets(ran):
+    """An automatic schedule at the given sizes: the verifier's refusal and the
+    interpreter's report are on the one kernel those sizes plan (not, for the verifier,
+    the kernel compile() builds for unknown large sizes, whose sync1 is another sync)."""
+    result = ran["check-auto-drop"]
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    verified = {h[k] for h in report["verifier"]["hazards"] for k in ("first", "second")}
+    seen = {h[k] for h in report["interpreter"]["hazards"] for k in ("first", "second")}
+    assert seen and seen <= verified, (seen, verified)
 
 
 def test_check_drop_sync1_reports_the_raw_race_on_as(ran):

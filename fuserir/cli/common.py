@@ -312,10 +312,15 @@ def with_plan_scalars(exe, sizes):
 def build(fusion, options, backend="interp", sizes=None):
     """(executable, [Unit], HazardError or None). Compiles as codegen.compile (the
     driver's compile) does (an unscheduled fusion gets automatic schedules, perhaps
-    several kernels, chosen for `sizes` as run() would choose them); a kernel the verifier refuses is built again with
-    verify=False, and the refusal returned, so that the tools can still show it."""
+    several kernels, chosen for `sizes` as run() would choose them); a kernel the verifier
+    refuses is built again with verify=False, and the refusal returned, so that the tools
+    can still show it. With `sizes`, an automatic schedule's kernels are those the sizes
+    plan, and the verifier's verdict is on them: the kernels the tools show, interpret
+    and drop syncs from are the kernels verified."""
     import driver
     from codegen.errors import HazardError
+    if sizes is not None and not fusion.trace:
+        return _build_planned(fusion, options, backend, sizes)
     refused = None
     try:
         exe = driver.compile(fusion, backend=backend, verify=True, **options)
@@ -323,12 +328,34 @@ def build(fusion, options, backend="interp", sizes=None):
         refused = error
         exe = driver.compile(fusion, backend=backend, verify=False, **options)
     steps = getattr(exe, "steps", None)
-    if sizes is not None and getattr(exe, "automatic", False):
-        steps = exe.plan_for(sizes)[2]
     if steps:
         parts = [(s.fusion, s.kernel, s.inputs, s.outputs) for s in steps]
     else:
         parts = [(fusion, k, [t.name for t in fusion.inputs], [t.name for t in fusion.outputs])
                  for k in exe.kernels]
-    units = [Unit(i, len(parts), *p) for i, p in enumerate(parts, 1)]
-    return exe, units, refused
+    return exe, _units(parts), refused
+
+
+def _build_planned(fusion, options, backend, sizes):
+    """build() of an automatic schedule at `sizes`: its kernels built as planned (syncs
+    dropped as asked), then each verified (the proofs the driver keeps serve here too);
+    the first refusal is returned."""
+    import driver
+    from codegen.errors import HazardError
+    from driver.proofs import PROOFS
+    from lowering.passes.verify_hazards import verify
+    exe = driver.compile(fusion, backend=backend, verify=False, **options)
+    steps = exe.plan_for(sizes)[2]
+    refused = None
+    if "verify_hazards" not in options.get("disable_passes", ()):
+        for step in steps:
+            try:
+                verify(step.kernel.kir, PROOFS)
+            except HazardError as error:
+                refused = refused or error
+    parts = [(s.fusion, s.kernel, s.inputs, s.outputs) for s in steps]
+    return exe, _units(parts), refused
+
+
+def _units(parts):
+    return [Unit(i, len(parts), *p) for i, p in enumerate(parts, 1)]

@@ -36,16 +36,23 @@ def to_hazards(found):
     return hazards
 
 
-def run(ctx, kernel):
+def verify(kernel, proofs=None):
+    """Raise HazardError listing what the hazard analysis (or, for a kernel of the async
+    protocol, its proof) finds in `kernel`; `proofs` as lowering.pipeline.lower's. The
+    pass's check, for tools that verify a kernel lowered without it."""
     if kir.uses_async_protocol(kernel):
-        verify_async_protocol(kernel, ctx.proofs)
-        return kernel
+        verify_async_protocol(kernel, proofs)
+        return
     hazards = to_hazards(find_hazards(kernel.body))
     for barrier in divergent_barriers(kernel.body):
         hazards.append(Hazard("barrier-divergence", "-", _point(barrier), _point(barrier),
                               detail="a barrier under thread-dependent control flow"))
     if hazards:
         raise HazardError(hazards, kernel.name)
+
+
+def run(ctx, kernel):
+    verify(kernel, ctx.proofs)
     return kernel
 
 
