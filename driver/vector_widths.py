@@ -63,15 +63,17 @@ def address_of(array):
 
 
 def _vector_accesses(kernel):
-    """{global buffer name: (bytes, how)} of every multi-element access of a kernel:
-    cp.async sources and vector copies (kir Store/Load of width > 1) of global memory."""
+    """{global buffer name: (bytes, how)} of every access of a kernel whose global address
+    must be aligned to more than an element: cp.async and bulk copy sources (their
+    effects' alignment) and vector copies (kir Store/Load of width > 1)."""
     found = {}
     for s in kir.walk(kernel.body):
         for a in s.effects().accesses:        # the statement's own: cp.async, stores
-            if a.memory is kir.Memory.global_ and a.nbytes > a.buffer.dtype.itemsize:
-                found[a.buffer.name] = ((a.nbytes, "stores it", "in a vectorized copy")
+            align = a.align or a.nbytes
+            if a.memory is kir.Memory.global_ and align > a.buffer.dtype.itemsize:
+                found[a.buffer.name] = ((align, "stores it", "in a vectorized copy")
                                         if a.write else
-                                        (a.nbytes, "copies it", f"with {a.via}"))
+                                        (align, "copies it", f"with {a.via}"))
         for load in _vector_loads(s):
             nbytes = load.width * load.buffer.dtype.itemsize
             found[load.buffer.name] = (nbytes, "loads it", "in a vectorized copy")

@@ -106,11 +106,23 @@ def test_its_effects_are_a_tma_load_of_consecutive_bytes():
     effects = load.effects()
     read, write = effects.accesses
     assert (read.buffer.name, read.write, read.proxy, read.nbytes) == ("x", False, "async", 256)
+    assert read.align == write.align == 16        # whatever the size: what arrays must meet
     assert (write.buffer.name, write.write, write.proxy) == ("sm", True, "async")
     assert write.until == kir.effects.Phase(load.bar, load.bar_index)
     assert effects.mbarrier.value == 256 and effects.instruction is TMA
     assert kir.format_stmt(load) == ("bulk.load sm[0] <- x[((r * 128) + 0)], 256 bytes, "
                                      "complete_tx bar[0]")
+
+
+def test_the_driver_asks_the_source_array_for_16_bytes_of_alignment_not_the_size():
+    from driver.vector_widths import _vector_accesses
+    assert _vector_accesses(bulk_kernel())["x"] == (16, "copies it", "with bulk-load")
+
+
+def test_the_protocol_knows_its_bytes_by_what_completes_them():
+    from lowering.verify.async_trace import async_kind
+    (_, write) = first_load(bulk_kernel()).effects().accesses
+    assert write.via == "bulk-load" and async_kind(write) == "tma-load"
 
 
 def test_its_cuda_is_the_bulk_copy_onto_the_mbarrier_and_compiles():

@@ -67,6 +67,8 @@ class Access:
     matrices: int = 0         # ldmatrix / stmatrix: how many 8x8 matrices
     info: object = None       # the kir.AccessInfo lowering attached (owner, stage)
     layout: object = None     # "operand": (MatrixLayout, trans, rows)
+    align: int = None         # the alignment its address needs, in bytes (None: nbytes,
+                              # as a vector access's; a bulk copy's: 16 whatever its size)
 
     @property
     def memory(self):

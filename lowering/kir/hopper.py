@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fuserir.dtypes import DataType
-from fuserir.instructions import (MBARRIER, NAMED_BARRIER, PROXY_FENCE, SETMAXNREG, STMATRIX,
-                                  SWIZZLE_BYTES, TMA, WGMMA)
+from fuserir.instructions import (BULK_COPY_ALIGN, MBARRIER, NAMED_BARRIER, PROXY_FENCE,
+                                  SETMAXNREG, STMATRIX, SWIZZLE_BYTES, TMA, WGMMA)
 
 from .effects import (Access, Effects, Group, GroupOp, MbarrierOp, Order, Phase,
                       joins_async_protocol)
@@ -530,11 +530,11 @@ class BulkLoad(Stmt):
     label: str = None
 
     def effects(self):
-        return Effects((Access(self.src, self.src_index, self.nbytes, False, "tma-load",
-                               proxy="async"),
-                        Access(self.dst, self.dst_index, self.nbytes, True, "tma-load",
+        return Effects((Access(self.src, self.src_index, self.nbytes, False, "bulk-load",
+                               proxy="async", align=BULK_COPY_ALIGN),
+                        Access(self.dst, self.dst_index, self.nbytes, True, "bulk-load",
                                proxy="async", until=Phase(self.bar, self.bar_index),
-                               info=self.access)),
+                               info=self.access, align=BULK_COPY_ALIGN)),
                        mbarrier=MbarrierOp("complete_tx", self.bar, self.bar_index,
                                            self.nbytes),
                        instruction=TMA)

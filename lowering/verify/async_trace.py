@@ -502,10 +502,10 @@ class Trace:
     def _step_accesses(self, stmt, mask, env):
         """(buffer, spans, is_write, proxy, info, exact, via) of each shared access of one
         execution by the threads of `mask`: the generic ones (lowering.verify.accesses),
-        then the async-proxy ones its effects declare (TMA boxes, wgmma operands), whose
-        proxy is their kind ("tma-load", "tma-store", "wgmma"). Kept in `known` by the
-        statement, threads and loop values; where kept, only the periodicity of its
-        indices is recorded again (it held when they were found: it holds now)."""
+        then the async-proxy ones its effects declare (TMA boxes, bulk copies, wgmma
+        operands), whose proxy is their kind by what completes them (async_kind). Kept in
+        `known` by the statement, threads and loop values; where kept, only the periodicity
+        of its indices is recorded again (it held when they were found: it holds now)."""
         key = ("shared accesses", id(stmt))
         if key not in self._known:
             generic = shared_accesses(stmt)
@@ -528,9 +528,10 @@ class Trace:
                                        a.lanes or 32)
             found.append((a.buffer, spans, a.is_write, "generic", a.info, exact, a.via))
         for a in asynchronous:
-            if a.layout is None:                         # a TMA box
+            if a.layout is None:                         # a TMA box or bulk copy's bytes
                 spans, exact = self._spans(a.buffer, a.index, a.nbytes, mask, env, stmt)
-                found.append((a.buffer, spans, a.write, a.via, a.info, exact, a.via))
+                found.append((a.buffer, spans, a.write, async_kind(a), a.info, exact,
+                              a.via))
                 continue
             layout, trans, rows = a.layout                # a wgmma operand
             self._check_periodic(a.index, env, stmt, f"the wgmma operand index into "
@@ -540,8 +541,10 @@ class Trace:
             if key not in self._known:
                 self._known[key] = self._one_list(self._operand_spans(
                     a.buffer, a.index, layout, trans, rows, mask, env, stmt))
-            found.append((a.buffer, self._known[key], False, a.via, a.info, False, a.via))
+            found.append((a.buffer, self._known[key], False, async_kind(a), a.info, False,
+                          a.via))
         return found
+
 
 
     def _operand_spans(self, buffer, index, layout, trans, rows, mask, env, stmt):
@@ -648,3 +651,14 @@ def _operand_bytes(buffer, index, layout, trans, rows, stmt):
     start = _element_byte(buffer, index, stmt)
     physical = swizzle(start + layout.offsets(trans, rows), layout.swizzle)
     return int(physical.min()), int(physical.max()) + buffer.dtype.itemsize
+
+
+def async_kind(access):
+    """An async-proxy access's kind for the protocol's rules, by what completes it (its
+    effects' `until`), whatever instruction makes it: "tma-load" (a write that lands with
+    an mbarrier phase: a TMA box, a bulk copy), "wgmma" (a read retired by
+    wgmma.wait_group), "tma-store" (a read retired by cp.async.bulk.wait_group.read)."""
+    until = access.until
+    if isinstance(until, kir.effects.Phase):
+        return "tma-load"
+    return {"wgmma": "wgmma", "bulk": "tma-store"}[until.kind]
