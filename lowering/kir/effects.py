@@ -60,7 +60,8 @@ class Access:
     nbytes: int
     write: bool
     via: str                  # "store", "ldmatrix", "stmatrix", "cp.async", "tma-load",
-                              # "tma-store", "wgmma", "fragment", "semaphore", "mbarrier"
+                              # "bulk-load", "tma-store", "wgmma", "fragment", "semaphore",
+                              # "mbarrier"
     proxy: str = "generic"    # "generic" or "async" (TMA, wgmma operands)
     until: object = None      # None: complete at issue; Group or Phase
     lanes: int = None         # only the first `lanes` lanes of each warp (None: all)
