@@ -113,12 +113,17 @@ class _Placer:
     def placements(self):
         out = []
         readers = {}
+        fenced_after_writes = {id(self.stmt(h.second)) for h in self.findings
+                               if h.kind == "wgmma-fence" and h.first != h.second}
         for h in self.findings:
             first, second = self.stmt(h.first), self.stmt(h.second)
             if first is not None and second is None and h.second.startswith("END"):
                 second = first                # still pending when the kernel ends
             if first is None or second is None:
                 continue
+            if h.kind == "wgmma-fence" and first is second and \
+                    id(second) in fenced_after_writes:
+                continue    # the fence after its register writes is a fence before it too
             if h.kind == "proxy-fence":
                 readers.setdefault(second, []).append((h, first))
                 continue
