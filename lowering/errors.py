@@ -53,7 +53,7 @@ class RaceError(FuserirError):
         self.kernel_name = kernel_name
         what = f" in kernel {kernel_name}" if kernel_name else ""
         body = "\n".join(f"  {i + 1}. {h}" for i, h in enumerate(self.hazards))
-        grid = any(h.kind in ("cross-cta", "deadlock") for h in self.hazards)
+        grid = any(h.kind in ("cross-cta", "deadlock", "workspace") for h in self.hazards)
         memory = "" if grid else "shared-memory "
         super().__init__(f"{len(self.hazards)} {memory}hazard(s){what}:\n{body}")
 

@@ -6,4 +6,5 @@
     fragments        per-lane indices of tensor-core tiles (the descriptors' fragment maps)
     hopper_operands  a TMA copy's box and a wgmma operand's matrix layout, read off a
                      scheduled shared tile's indices
+    separation       which block indices an index keeps apart, for every grid size
 """

@@ -5,12 +5,16 @@ insertion and after any barrier the caller dropped (`drop_syncs`), and raises
 codegen.HazardError listing every unordered conflict and every barrier under
 thread-dependent control flow. A kernel of Hopper's async protocol is proved by
 lowering.verify.async_protocol instead (mbarrier phases, TMA and wgmma in flight, the async
-proxy's fences, and the generic accesses between them). `verify=False` skips it, so that the interpreter (or the
-GPU) can show what a missing barrier does.
+proxy's fences, and the generic accesses between them). A kernel with a workspace or a
+semaphore also has its protocol between blocks proved (lowering.verify.grid_protocol: the
+split-K turnstile, for every split factor and grid size), and its findings join the
+others. `verify=False` skips it, so that the interpreter (or the GPU) can show what a
+missing barrier does.
 """
 
 from .. import kir
 from ..verify.async_protocol import verify_async_protocol
+from ..verify.grid_protocol import check_grid_protocol
 from ..contract import Pass
 from ..errors import Hazard, HazardError
 from ..verify.hazards import divergent_barriers, find_hazards
@@ -40,15 +44,20 @@ def verify(kernel, proofs=None):
     """Raise HazardError listing what the hazard analysis (or, for a kernel of the async
     protocol, its proof) finds in `kernel`; `proofs` as lowering.pipeline.lower's. The
     pass's check, for tools that verify a kernel lowered without it."""
+    across = check_grid_protocol(kernel)
     if kir.uses_async_protocol(kernel):
-        verify_async_protocol(kernel, proofs)
-        return
-    hazards = to_hazards(find_hazards(kernel.body))
-    for barrier in divergent_barriers(kernel.body):
-        hazards.append(Hazard("barrier-divergence", "-", _point(barrier), _point(barrier),
-                              detail="a barrier under thread-dependent control flow"))
-    if hazards:
-        raise HazardError(hazards, kernel.name)
+        try:
+            verify_async_protocol(kernel, proofs)
+        except HazardError as e:
+            raise HazardError(e.hazards + across, kernel.name) from None
+        hazards = []
+    else:
+        hazards = to_hazards(find_hazards(kernel.body))
+        for barrier in divergent_barriers(kernel.body):
+            hazards.append(Hazard("barrier-divergence", "-", _point(barrier), _point(barrier),
+                                  detail="a barrier under thread-dependent control flow"))
+    if hazards + across:
+        raise HazardError(hazards + across, kernel.name)
 
 
 def run(ctx, kernel):

@@ -47,7 +47,7 @@ the argument does not cover (lowering.verify.async_runtime says which); cp.async
 buffer with no constant place; one statement's arrivals split across two phases; a TMA
 load issued before its thread arrives on its barrier. What it does not check: that the
 threads of one statement execution touch distinct bytes (lowering.verify.hazards' owner maps and
-the interpreter do), global memory, registers read while a wgmma is pending. A whole
+the interpreter do), global memory (lowering.verify.grid_protocol does), registers read while a wgmma is pending. A whole
 wgmma is retired for its role at that role's wait (the instruction is warp-group
 collective); a TMA load's bytes are visible to a thread only through a wait of its own
 role.

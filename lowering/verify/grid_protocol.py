@@ -1,0 +1,614 @@
+"""Static proof of what orders global memory between the blocks of a grid: the semaphores,
+fences and barriers of a cross-CTA protocol (the serial split-K turnstile of
+lowering.passes.grid_reductions), for every split factor and every grid size; or the
+findings that say what is missing (lowering.errors.Hazard, with the interpreter's kinds).
+
+Which kernels: those with a grid protocol, i.e. a global workspace or a statement that
+orders global memory between blocks (a fence, a semaphore wait or release: effects with
+gpu scope). What it proves about them:
+  * separation: two blocks of different tiles never touch the same element of a
+    workspace, and a semaphore's cell belongs to one tile (a tile: the blocks that differ
+    only in blockIdx.z, the turn; without semaphores every block is its own tile), for
+    every grid: the index's blockIdx terms nest as mixed-radix digits above the range of
+    the rest, taken over the threads and iterations that compute it
+    (lowering.indexing.separation);
+  * deadlock: every semaphore wait is satisfied in every interleaving of a tile's blocks,
+    only by a release of a block launched before it (so blocks dispatched in launch
+    order make progress whatever number of them is resident);
+  * workspace: a zeroed semaphore workspace is zero again once every block has finished
+    (the executor zeroes it once and keeps it across launches);
+  * cross-cta: conflicting accesses (at least one a write) of two blocks of one tile to a
+    workspace or an output are ordered by happens-before: the earlier block's access,
+    fenced by its thread (__threadfence) and handed by a barrier to the releasing thread
+    (or made by the releasing thread itself, whose release fences), is published by a
+    SemRelease; a SemWait that can only be satisfied by that release acquires it for the
+    waiting thread, a barrier after the wait for the threads that pass it; what a block
+    acquired it publishes again with its own release.
+
+How: each block of a tile is walked in program order for each split factor g (gridDim.z
+and the scalar that sets it) and each of its g values of blockIdx.z; block-uniform
+conditions are decided from those two, thread conditions give the executing threads.
+Loops without protocol statements are skipped (they order nothing here) and their
+accesses, in constant-extent loops, are one region. The semaphore operations of the
+tile's blocks are then explored in every interleaving, and the publications computed
+over the matched release-acquire pairs. Every split factor: a condition or a semaphore
+value relates blockIdx.z to constants and to gridDim.z, so the blocks farther than the
+largest such constant C from both ends of the turn all behave alike, as blockIdx.z + c;
+factors 1 to 2C + 4 contain every arrangement of those behaviours, and a longer turn only
+repeats its middle.
+
+Refused as cannot-prove: a semaphore operation inside a loop, under a condition neither
+block-uniform in the turn nor a function of the thread, or in a cell that depends on the
+turn; an index whose blocks this cannot separate. Assumed: sizes are at least 1 (a zero
+size launches nothing); an output element belongs to one tile by construction of the loop
+nest (blocks of different tiles are not compared on outputs; the interpreter checks
+them); the caller's outputs do not overlap each other or the workspaces. Not covered: TMA
+stores' global writes (their statements declare no global access).
+
+It sits beside the in-CTA verifiers (lowering.verify.hazards, async_protocol) and below the
+pass that runs it on every kernel (lowering.passes.verify_hazards).
+"""
+
+import itertools
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from .. import kir
+from ..errors import Hazard
+from ..indexing import separation
+
+_TURN = "z"
+_AXES = separation.AXES
+_LARGEST_CONSTANT = 6      # split factors up to 16 blocks a turn
+_STATES = 200_000          # interleavings of a turn's semaphore operations explored at most
+
+
+def has_grid_protocol(kernel):
+    """Does the kernel order global memory between blocks (a workspace, a gpu-scope
+    fence, a semaphore)?"""
+    if kernel.workspaces:
+        return True
+    for s in kir.walk(kernel.body):
+        order = s.effects().order
+        if order is not None and order.scope == "gpu":
+            return True
+    return False
+
+
+def check_grid_protocol(kernel):
+    """The findings (lowering.errors.Hazard) of the cross-CTA proof; [] when proved."""
+    if not has_grid_protocol(kernel):
+        return []
+    return _Proof(kernel).findings()
+
+
+def _point(stmt):
+    return f"{stmt.label}: {kir.format_stmt(stmt)}"
+
+
+# ---------------------------------------------------------------------------------------
+# One block, one case: its events in program order
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Event:
+    kind: str                 # "access", "fence", "barrier", "wait", "release"
+    stmt: object
+    lo: int                   # program-order position (a region of a loop: lo < hi)
+    hi: int
+    threads: np.ndarray       # bool per thread: who executes it (an access: who may)
+    buffer: object = None
+    index: object = None      # the element index (an access), the cell (wait, release)
+    write: bool = False
+    value: int = None         # wait, release: the semaphore value
+    loops: tuple = ()         # an access in a region: ((var, extent), ...) around it
+    nbytes: int = 0
+
+
+class _Refused(Exception):
+    def __init__(self, stmt, why):
+        super().__init__(why)
+        self.stmt, self.why = stmt, why
+
+
+def _is_sem_op(effects):
+    """Is it a semaphore wait or release between blocks (gpu scope)?"""
+    order = effects.order
+    return order is not None and order.scope == "gpu" and order.kind in ("acquire", "release")
+
+
+def _bind(expr, names):
+    """`expr` with the thread indices, blockDim, blockIdx.z and gridDim.z as variables of
+    `names` (the others stay: evaluating them fails, so a condition on them is undecided)."""
+    if isinstance(expr, kir.Special):
+        key = (expr.kind, expr.axis)
+        return kir.Var(names[key], expr.dtype) if key in names else expr
+    if not expr.children():
+        return expr
+    changes = {f.name: _bind(getattr(expr, f.name), names) for f in fields(expr)
+               if isinstance(getattr(expr, f.name), kir.ScalarExpr)}
+    return replace(expr, **changes)
+
+
+class _Threads:
+    """The block's threads, by linear id, and the environment that evaluates thread- and
+    turn-dependent expressions for all of them at once."""
+
+    def __init__(self, kernel):
+        dims = []
+        for e in kernel.launch.block:
+            try:
+                dims.append(int(kir.evaluate_scalar(e, {})))
+            except (KeyError, TypeError):
+                raise _Refused(None, "cannot prove: the block extent is not a constant")
+        dims += [1] * (3 - len(dims))
+        self.dims, self.count = dims, dims[0] * dims[1] * dims[2]
+        t = np.arange(self.count)
+        self.tid = {"x": t % dims[0], "y": (t // dims[0]) % dims[1],
+                    "z": t // (dims[0] * dims[1])}
+        S = kir.SpecialKind
+        self.names = {(S.threadIdx, a): f"%tid.{a}" for a in _AXES}
+        self.names.update({(S.blockIdx, _TURN): "%ctaid.z", (S.gridDim, _TURN): "%nctaid.z"})
+        self.consts = {f"%ntid.{a}": d for a, d in zip(_AXES, dims)}
+        self.names.update({(S.blockDim, a): f"%ntid.{a}" for a in _AXES})
+
+    def env(self, z, g, grid_param):
+        env = {f"%tid.{a}": self.tid[a] for a in _AXES}
+        env.update(self.consts)
+        env.update({"%ctaid.z": z, "%nctaid.z": g})
+        if grid_param is not None:
+            env[grid_param] = g
+        return env
+
+
+def _values(expr, names, env):
+    """expr's value per thread (an array or a scalar), or None where it is undecided (it
+    reads data, another block index, a size or a loop variable)."""
+    try:
+        return kir.evaluate_lanes(_bind(expr, names), env)
+    except (KeyError, TypeError):
+        return None
+
+
+class _BlockWalk:
+    """The events of one block (blockIdx.z = z) when gridDim.z = g."""
+
+    def __init__(self, kernel, threads, z, g, grid_param, relevant):
+        self.threads, self.relevant = threads, relevant
+        self.env = threads.env(z, g, grid_param)
+        self.events, self.pos = [], 0
+        self.walk(kernel.body, np.ones(threads.count, bool), definite=True, loops=())
+
+    def value(self, expr, stmt, what):
+        v = _values(expr, self.threads.names, self.env)
+        if v is None or np.ndim(v) != 0:
+            raise _Refused(stmt, f"cannot prove: {what} {kir.format_expr(expr)} is not "
+                                 "decided by blockIdx.z and gridDim.z")
+        return int(v)
+
+    def walk(self, stmts, mask, definite, loops):
+        for s in stmts:
+            if not mask.any() or id(s) not in self.relevant:
+                continue
+            if isinstance(s, kir.ForLoop):
+                self.loop(s, mask, definite, loops)
+            elif isinstance(s, kir.IfThenElse):
+                self.branch(s, mask, definite, loops)
+            else:
+                self.statement(s, mask, definite, loops)
+
+    def loop(self, s, mask, definite, loops):
+        extent = _values(s.extent, self.threads.names, self.env)
+        if extent is None or np.ndim(extent) != 0:
+            extent = None
+        lo = self.pos
+        first = len(self.events)
+        inner = loops + ((s.var, int(extent)),) if extent is not None else None
+        self.walk(s.body, mask, definite and extent is not None and extent > 0, inner or loops)
+        self.pos += 1
+        for e in self.events[first:]:           # a region: one place in program order
+            e.lo, e.hi = lo, self.pos
+            if inner is None:
+                e.loops = None                  # iterations not enumerable
+        # syncs inside a loop order nothing here (counted neither way)
+        self.events[first:] = [e for e in self.events[first:] if e.kind == "access"]
+
+    def branch(self, s, mask, definite, loops):
+        v = _values(s.cond, self.threads.names, self.env)
+        if v is None:
+            self.walk(s.then_body, mask, False, loops)
+            self.walk(s.else_body, mask, False, loops)
+            return
+        taken = np.broadcast_to(np.asarray(v, bool), mask.shape)
+        self.walk(s.then_body, mask & taken, definite, loops)
+        self.walk(s.else_body, mask & ~taken, definite, loops)
+
+    def add(self, kind, s, mask, **kw):
+        self.pos += 1
+        self.events.append(_Event(kind, s, self.pos, self.pos, mask.copy(), **kw))
+
+    def statement(self, s, mask, definite, loops):
+        effects = s.effects()
+        for buffer, index, nbytes, write in _global_accesses(s, effects):
+            self.add("access", s, mask, buffer=buffer, index=index, write=write,
+                     loops=loops, nbytes=nbytes)
+        order = effects.order
+        if _is_sem_op(effects):
+            if not definite or loops:
+                raise _Refused(s, "cannot prove: a semaphore operation inside a loop or "
+                                  "under a condition not decided by the turn and the thread")
+            (sem,) = [a for a in effects.accesses if a.via == "semaphore"]
+            kind = "wait" if order.kind == "acquire" else "release"
+            self.add(kind, s, mask, buffer=sem.buffer, index=sem.index,
+                     value=self.value(s.value, s, "the semaphore value"))
+        elif order is not None and order.kind == "fence" and order.scope == "gpu":
+            if definite:
+                self.add("fence", s, mask)
+        elif order is not None and order.kind == "barrier":
+            if definite and (order.count is None or order.count == mask.sum()):
+                self.add("barrier", s, mask)
+
+
+def _global_accesses(stmt, effects):
+    """(buffer, index, bytes, write) of the global memory `stmt` touches itself: the loads
+    in its expressions, then its instruction's own accesses (semaphores apart)."""
+    out = []
+    for e in kir.expressions(stmt):
+        for x in kir.walk_expr(e):
+            if isinstance(x, kir.Load) and x.buffer.memory is kir.Memory.global_:
+                out.append((x.buffer, x.index, x.width * x.buffer.dtype.itemsize, False))
+    out += [(a.buffer, a.index, a.nbytes, a.write) for a in effects.accesses
+            if a.memory is kir.Memory.global_ and a.via != "semaphore"]
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Separation: which blocks can never touch the same element (lowering.indexing.separation)
+# ---------------------------------------------------------------------------------------
+
+
+class _Separation:
+    """Which block axes keep two accesses' elements apart, for every grid."""
+
+    def __init__(self, kernel, threads):
+        self.threads, self.grid = threads, separation.Grid(kernel)
+        self.spans, self.atoms = {}, {}
+
+    def span(self, event, mask):
+        key = (id(event.stmt), id(event.index))
+        if key not in self.spans:
+            self.spans[key] = self._span(event, mask)
+        return self.spans[key]
+
+    def _span(self, event, mask):
+        linear = separation.linear_in_blocks(event.index)
+        if linear is None or event.loops is None:
+            return None
+        values = self._rest_values(linear.rest, linear.atoms, mask, event.loops)
+        if values is None:
+            return None
+        self.atoms.update(linear.atoms)
+        width = max(1, event.nbytes // event.buffer.dtype.itemsize)
+        return separation.Span(linear.coeffs, int(values.min()), int(values.max()) + width - 1)
+
+    def _rest_values(self, rest, atoms, mask, loops):
+        n = len(loops)
+        shape = (int(mask.sum()),) + (1,) * n
+        env = {f"%tid.{a}": self.threads.tid[a][mask].reshape(shape) for a in _AXES}
+        env.update(self.threads.consts)
+        for i, (var, extent) in enumerate(loops):
+            axes = [1] * (n + 1)
+            axes[i + 1] = extent
+            env[var.name] = np.arange(extent).reshape(axes)
+        total = np.zeros((1,) * (n + 1), np.int64)
+        for m, c in rest.items():
+            term = np.int64(c)
+            for a in m:
+                v = _values(atoms[a], self.threads.names, env)
+                if v is None:
+                    return None
+                term = term * np.asarray(v, np.int64)
+            total = total + term
+        return total
+
+    def axes(self, a, b):
+        """The block axes that separate two accesses (their spans), or ()."""
+        return self.grid.separated(a, b, self.atoms)
+
+
+# ---------------------------------------------------------------------------------------
+# The proof: every split factor, every block of a tile
+# ---------------------------------------------------------------------------------------
+
+
+def _mentions_turn(expr, grid_param):
+    for x in kir.walk_expr(expr):
+        if isinstance(x, kir.Special) and x.axis == _TURN and \
+                x.kind in (kir.SpecialKind.blockIdx, kir.SpecialKind.gridDim):
+            return True
+        if isinstance(x, kir.Var) and x.name == grid_param:
+            return True
+    return False
+
+
+def _subset(a, b):
+    """Is every thread of mask `a` in mask `b`?"""
+    return not (a & ~b).any()
+
+
+class _Proof:
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.out = []
+        self.seen = set()
+
+    def report(self, kind, buffer, first, second, detail):
+        key = (kind, buffer, first, second)
+        if key not in self.seen:
+            self.seen.add(key)
+            self.out.append(Hazard(kind, buffer, first, second, detail=detail))
+
+    def findings(self):
+        try:
+            self.prove()
+        except _Refused as r:
+            at = _point(r.stmt) if r.stmt is not None else "-"
+            self.report("cannot-prove", "-", at, at, r.why)
+        return self.out
+
+    # -- what the kernel has ----------------------------------------------------------
+    def survey(self):
+        k = self.kernel
+        self.workspaces = {id(w.buffer): w for w in k.workspaces}
+        self.written, self.sems, self.relevant = set(), {}, set()
+        for s in kir.walk(k.body):
+            effects = s.effects()
+            if _is_sem_op(effects):
+                (sem,) = [a for a in effects.accesses if a.via == "semaphore"]
+                self.sems.setdefault(id(sem.buffer), set()).add(kir.format_expr(sem.index))
+                w = self.workspaces.get(id(sem.buffer))
+                if w is None or not w.zeroed:
+                    raise _Refused(s, f"cannot prove: semaphore {sem.buffer.name} is not a "
+                                      "workspace handed in zeroed")
+            self.written |= {id(b) for b, _, _, write in _global_accesses(s, effects)
+                             if write}
+        for sem, cells in self.sems.items():
+            if len(cells) > 1:
+                raise _Refused(None, "cannot prove: a semaphore used at two cells of a "
+                                     f"tile ({', '.join(sorted(cells))})")
+        self.relevant = self._relevant(k.body)
+
+    def _relevant(self, stmts):
+        """ids of the statements to walk: those with a protocol statement (a semaphore
+        operation, a gpu fence, a tracked access) under them, and the leaves."""
+        keep = set()
+
+        def visit(s):
+            inside = False
+            for body in s.bodies():
+                for c in body:
+                    inside |= visit(c)
+            if not s.bodies():
+                keep.add(id(s))
+                effects = s.effects()
+                order = effects.order
+                return bool(_is_sem_op(effects) or (order is not None and order.scope == "gpu")
+                            or any(id(b) in self.written
+                                   for b, _, _, _ in _global_accesses(s, effects)))
+            if inside:
+                keep.add(id(s))
+            return inside
+
+        for s in stmts:
+            visit(s)
+        return keep
+
+    def split_factors(self):
+        grid_z = self.kernel.launch.grid[2]
+        if isinstance(grid_z, kir.Const):
+            return None, [int(grid_z.value)]
+        param = grid_z.name if isinstance(grid_z, kir.Var) else None
+        largest = 0
+        for s in kir.walk(self.kernel.body):
+            if id(s) not in self.relevant:
+                continue                      # no protocol statement under it
+            exprs = [s.cond] if isinstance(s, kir.IfThenElse) else []
+            if _is_sem_op(s.effects()):
+                exprs.append(s.value)
+            for e in exprs:
+                if e is s.value if _is_sem_op(s.effects()) else _mentions_turn(e, param):
+                    largest = max([largest] + [abs(int(c.value)) for c in kir.walk_expr(e)
+                                               if isinstance(c, kir.Const) and c.dtype.is_int])
+        if largest > _LARGEST_CONSTANT:
+            raise _Refused(None, f"cannot prove: the turn's conditions compare blockIdx.z "
+                                 f"with {largest}, past the {_LARGEST_CONSTANT} this "
+                                 "enumerates split factors for")
+        return param, list(range(1, 2 * largest + 5))
+
+    # -- the proof --------------------------------------------------------------------
+    def prove(self):
+        self.survey()
+        threads = _Threads(self.kernel)
+        param, factors = self.split_factors()
+        walks = {g: [_BlockWalk(self.kernel, threads, z, g, param, self.relevant)
+                     for z in range(g)] for g in factors}
+        masks, first_event = {}, {}
+        for blocks in walks.values():
+            for w in blocks:
+                for e in w.events:
+                    key = (id(e.stmt), id(e.index))
+                    masks[key] = masks.get(key, False) | e.threads
+                    first_event.setdefault(key, e)
+        self.separation = _Separation(self.kernel, threads)
+        self.shape = lambda e: self.separation.span(
+            first_event[(id(e.stmt), id(e.index))], masks[(id(e.stmt), id(e.index))])
+        self.group_axes = [a for a, ext in zip(_AXES, self.kernel.launch.grid)
+                           if not (isinstance(ext, kir.Const) and ext.value == 1)
+                           and (a != _TURN or not self.sems)]
+        self.separate(first_event.values())
+        for g, blocks in walks.items():
+            _Turn(self, g, blocks).check()
+
+    def separate(self, events):
+        """Blocks of different tiles: a semaphore cell and a workspace element each
+        belong to one tile."""
+        need = set(self.group_axes)
+        events = [e for e in events if e.kind != "barrier" and e.kind != "fence"]
+        cells = [e for e in events if e.kind in ("wait", "release")]
+        data = [e for e in events if e.kind == "access" and id(e.buffer) in self.workspaces
+                and id(e.buffer) in self.written]
+        for a in cells:
+            shape = self.shape(a)
+            if shape is not None and _TURN in shape.coeffs:
+                self.report("cannot-prove", a.buffer.name, _point(a.stmt), _point(a.stmt),
+                            "the semaphore's cell depends on blockIdx.z, the turn")
+            elif not need <= set(self.separation.axes(shape, shape)):
+                self.report("cannot-prove", a.buffer.name, _point(a.stmt), _point(a.stmt),
+                            "cannot show that each tile has a cell of its own (blockIdx "
+                            f"{', '.join(sorted(need))} do not separate its index)")
+        for a, b in itertools.combinations_with_replacement(data, 2):
+            if a.buffer is not b.buffer or not (a.write or b.write):
+                continue
+            if not need <= set(self.separation.axes(self.shape(a), self.shape(b))):
+                self.report("cannot-prove", a.buffer.name, _point(a.stmt), _point(b.stmt),
+                            "cannot show that blocks of different tiles touch different "
+                            f"elements (blockIdx {', '.join(sorted(need))} do not separate "
+                            "the indices)")
+
+    def conflict(self, a, b):
+        """May accesses a and b of two blocks of one tile touch the same element?"""
+        if a.buffer is not b.buffer or not (a.write or b.write) or \
+                id(a.buffer) not in self.written:
+            return False
+        return _TURN not in self.separation.axes(self.shape(a), self.shape(b))
+
+
+class _Turn:
+    """The blocks of one tile for split factor g: their semaphore operations in every
+    interleaving, then what each block's accesses see of the others'."""
+
+    def __init__(self, proof, g, blocks):
+        self.proof, self.g, self.blocks = proof, g, blocks
+        self.ops = [[(i, e) for i, e in enumerate(w.events) if e.kind in ("wait", "release")]
+                    for w in blocks]
+
+    def check(self):
+        matches = self.explore()
+        self.publish(matches)
+
+    def explore(self):
+        """Every interleaving of the blocks' semaphore operations: deadlocks, the values
+        left behind, and which release each wait can read."""
+        proof, g = self.proof, self.g
+        start = (tuple([0] * g), (), ())
+        todo, visited, matches = [start], {start}, {}
+        while todo:
+            pcs, values, last = todo.pop()
+            values, last = dict(values), dict(last)
+            moved = False
+            for z in range(g):
+                if pcs[z] == len(self.ops[z]):
+                    continue
+                i, op = self.ops[z][pcs[z]]
+                cell = id(op.buffer)
+                if op.kind == "wait" and values.get(cell, 0) != op.value:
+                    continue
+                moved = True
+                v2, l2 = dict(values), dict(last)
+                if op.kind == "wait":
+                    matches.setdefault((z, i), set()).add(last.get(cell))
+                else:
+                    v2[cell], l2[cell] = op.value, (z, i)
+                nxt = (pcs[:z] + (pcs[z] + 1,) + pcs[z + 1:], tuple(sorted(v2.items())),
+                       tuple(sorted(l2.items())))
+                if nxt not in visited:
+                    visited.add(nxt)
+                    todo.append(nxt)
+            if len(visited) > _STATES:
+                raise _Refused(None, f"cannot prove: more than {_STATES} interleavings of "
+                                     f"the semaphore operations at split factor {g}")
+            if moved:
+                continue
+            stuck = [(z, self.ops[z][pcs[z]][1]) for z in range(g)
+                     if pcs[z] < len(self.ops[z])]
+            for z, op in stuck:
+                proof.report("deadlock", op.buffer.name, _point(op.stmt), _point(op.stmt),
+                             f"split factor {g}: block z={z} waits for "
+                             f"{op.buffer.name} == {op.value} and no block stores it")
+            if not stuck:
+                for cell, value in values.items():
+                    if value:
+                        sem = next(e for ops in self.ops for _, e in ops
+                                   if id(e.buffer) == cell)
+                        releases = [e for ops in self.ops for _, e in ops
+                                    if id(e.buffer) == cell and e.kind == "release"]
+                        proof.report("workspace", sem.buffer.name, _point(releases[-1].stmt),
+                                     "END", f"split factor {g}: semaphore "
+                                     f"{sem.buffer.name} is left {value} after the launch "
+                                     "(it must be left zero for the next one)")
+        for (z, i), sources in matches.items():
+            later = [s for s in sources if s is not None and s[0] > z]
+            if later:
+                e = self.blocks[z].events[i]
+                proof.report("deadlock", e.buffer.name, _point(e.stmt),
+                             _point(self.blocks[later[0][0]].events[later[0][1]].stmt),
+                             f"split factor {g}: block z={z} waits for a release of block "
+                             f"z={later[0][0]}, launched after it (progress would need "
+                             "both resident)")
+        return {k: next(iter(v)) for k, v in matches.items()
+                if len(v) == 1 and None not in v}
+
+    def publish(self, matches):
+        """What each block's accesses see of other blocks' (a fixpoint over the turn), then
+        every conflicting pair of accesses of two blocks checked for an order."""
+        g, proof = self.g, self.proof
+        published, seen = {}, {}
+        for _ in range(g + 1):
+            changed = False
+            for z, w in enumerate(self.blocks):
+                visible, own = {}, {}
+                for i, e in enumerate(w.events):
+                    if e.kind == "access":
+                        seen[(z, i)] = {k: m.copy() for k, m in visible.items()}
+                        own[(z, i)] = [e.threads, np.zeros_like(e.threads),
+                                       np.zeros_like(e.threads)]
+                    elif e.kind == "fence":
+                        for o in own.values():
+                            o[1] = o[1] | (e.threads & o[0])
+                    elif e.kind == "barrier":
+                        for o in own.values():
+                            if _subset(o[0], o[1]) and _subset(o[0], e.threads):
+                                o[2] = o[2] | e.threads
+                        for k, m in visible.items():
+                            if (m & e.threads).any():
+                                visible[k] = m | e.threads
+                    elif e.kind == "wait" and (z, i) in matches:
+                        for k in published.get(matches[(z, i)], ()):
+                            visible[k] = visible.get(k, False) | e.threads
+                    elif e.kind == "release":
+                        pub = {k for k, o in own.items()
+                               if _subset(o[0], e.threads) or _subset(e.threads, o[2])}
+                        pub |= {k for k, m in visible.items() if _subset(e.threads, m)}
+                        if published.get((z, i)) != pub:
+                            published[(z, i)], changed = pub, True
+            if not changed:
+                break
+        accesses = [(z, i, e) for z, w in enumerate(self.blocks)
+                    for i, e in enumerate(w.events) if e.kind == "access"]
+        for (za, ia, a), (zb, ib, b) in itertools.combinations(accesses, 2):
+            if za == zb or not proof.conflict(a, b):
+                continue
+            if _subset(b.threads, seen[(zb, ib)].get((za, ia), np.zeros_like(b.threads))) or \
+                    _subset(a.threads, seen[(za, ia)].get((zb, ib), np.zeros_like(a.threads))):
+                continue
+            (za, a), (zb, b) = sorted(((za, a), (zb, b)), key=lambda p: p[0])
+            kind = "RAW" if a.write and not b.write else "WAR" if b.write and not a.write \
+                else "WAW"
+            verb = lambda e: "write" if e.write else "read"        # noqa: E731
+            proof.report("cross-cta", a.buffer.name, _point(a.stmt), _point(b.stmt),
+                         f"{kind}, split factor {g}: the {verb(b)} of {b.buffer.name} by "
+                         f"block z={zb} is not ordered after the {verb(a)} by block z={za} "
+                         "(no release publishing it, fenced and handed to the releasing "
+                         "thread, that the later block acquires before it)")

@@ -1,0 +1,202 @@
+"""The static proof across CTAs (lowering.verify.grid_protocol): the split-K turnstile's
+semaphores, fences and barriers, proved for every split factor and grid size, and each of
+them, dropped alone, refused by name; separation of tiles refused where it cannot be shown.
+
+The hand-built turnstile of tests/test_grid_sync.py (whose interpreter runs catch the same
+drops) and the kernels the matmul scheduler lowers for both instruction sets.
+"""
+
+import copy
+
+import pytest
+
+import kir_examples as ex
+from codegen.errors import HazardError
+from fuserir.dsl.parser import parse_file
+from lowering import kir
+from lowering.passes.verify_hazards import verify
+from lowering.pipeline import lower
+from lowering.verify.grid_protocol import check_grid_protocol, has_grid_protocol
+from test_grid_sync import _relay, turnstile
+from test_hopper_matmul import HOPPER, scheduled
+
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def kinds(findings):
+    return sorted({h.kind for h in findings})
+
+
+# -- the hand-built turnstile --------------------------------------------------------------
+
+def test_the_turnstile_is_proved_for_every_split_factor():
+    assert check_grid_protocol(turnstile()) == []
+
+
+@pytest.mark.parametrize("piece", ["fence", "wait", "producer_barrier", "consumer_barrier"])
+def test_a_turnstile_without_a_piece_of_its_handshake_races_across_ctas(piece):
+    findings = check_grid_protocol(turnstile(**{piece: False}))
+    races = [h for h in findings if h.kind == "cross-cta"]
+    assert races and all(h.buffer == "ws" for h in races), findings
+    (raw,) = [h for h in races if h.detail.startswith("RAW")]
+    assert raw.first.endswith("= acc[0]") and "ws[" in raw.first     # the partials' write
+    assert "ws[" in raw.second and "acc[0] = " in raw.second          # read by the next split
+    assert "split factor 2" in raw.detail and "block z=1" in raw.detail \
+        and "block z=0" in raw.detail
+
+
+def test_a_turnstile_without_its_release_deadlocks_the_next_split():
+    findings = check_grid_protocol(turnstile(release=False))
+    (stuck,) = [h for h in findings if h.kind == "deadlock"]
+    assert stuck.buffer == "sem" and "sem_wait" in stuck.first
+    assert "block z=1 waits for sem == 1 and no block stores it" in stuck.detail
+
+
+def test_a_turnstile_without_its_reset_leaves_the_semaphore_set():
+    (left,) = check_grid_protocol(turnstile(reset=False))
+    assert left.kind == "workspace" and left.buffer == "sem" and left.second == "END"
+    assert "semaphore sem is left 1 after the launch" in left.detail
+
+
+def test_a_turnstile_whose_first_launched_block_waits_for_later_ones_is_refused():
+    # the interpreter runs it (every block resident); a GPU that dispatches in launch
+    # order with fewer blocks resident than the turn would hang
+    (h,) = check_grid_protocol(turnstile(reverse=True))
+    assert h.kind == "deadlock" and h.buffer == "sem"
+    assert "block z=0 waits for a release of block z=1, launched after it" in h.detail
+
+
+def test_acquire_is_transitive_through_a_re_release():
+    assert check_grid_protocol(_relay(second_waits=True)) == []
+    findings = check_grid_protocol(_relay(second_waits=False))
+    (h,) = [h for h in findings if h.kind == "cross-cta"]
+    assert h.buffer == "ws" and "block z=2" in h.detail and "block z=0" in h.detail
+    # and split 1's release, no longer after split 0's, can be overwritten by it: split 2
+    # then waits forever, or the last value stays
+    assert kinds(findings) == ["cross-cta", "deadlock", "workspace"]
+
+
+# -- separation of tiles ---------------------------------------------------------------
+
+def _rewrite(kernel, buffer, index):
+    """`kernel` with every access of `buffer` at index(old index)."""
+    kernel = copy.deepcopy(kernel)
+    for s in kir.walk(kernel.body):
+        for f in ("index", "value"):
+            e = getattr(s, f, None)
+            if isinstance(e, kir.ScalarExpr):
+                setattr(s, f, _rewrite_expr(e, buffer, index))
+        if getattr(s, "buffer", None) is not None and s.buffer.name == buffer:
+            s.index = index(s.index)
+        if getattr(s, "sem", None) is not None and s.sem.name == buffer:
+            s.index = index(s.index)
+    return kernel
+
+
+def _rewrite_expr(e, buffer, index):
+    if isinstance(e, kir.Load) and e.buffer.name == buffer:
+        return kir.Load(e.buffer, index(e.index), e.access, e.width)
+    from dataclasses import fields, replace
+    changes = {f.name: _rewrite_expr(getattr(e, f.name), buffer, index) for f in fields(e)
+               if isinstance(getattr(e, f.name), kir.ScalarExpr)}
+    return replace(e, **changes) if changes else e
+
+
+def test_a_workspace_shared_by_the_tiles_cannot_be_proved():
+    # the partials indexed by thread only: every tile's blocks would meet there
+    kernel = _rewrite(turnstile(), "ws", lambda i: ex.add(ex.mul(ex.tid("y"), ex.const(32)),
+                                                          ex.tid("x")))
+    findings = check_grid_protocol(kernel)
+    assert any(h.kind == "cannot-prove" and h.buffer == "ws" and
+               "blocks of different tiles touch different elements" in h.detail
+               for h in findings), findings
+
+
+def test_a_semaphore_cell_that_depends_on_the_turn_cannot_be_proved():
+    kernel = _rewrite(turnstile(), "sem", lambda i: ex.add(i, ex.bid("z")))
+    findings = check_grid_protocol(kernel)
+    assert any(h.kind == "cannot-prove" and h.buffer == "sem" and
+               "depends on blockIdx.z" in h.detail for h in findings), findings
+
+
+def test_a_semaphore_operation_in_a_loop_cannot_be_proved():
+    kernel = turnstile()
+    wait = next(s for s in kernel.body if isinstance(s, kir.IfThenElse))
+    loop = kir.ForLoop(kir.Var("i", ex.I32), ex.const(2), [wait])
+    kernel.body[kernel.body.index(wait)] = loop
+    kir.relabel(kernel.body)
+    (h,) = check_grid_protocol(kernel)
+    assert h.kind == "cannot-prove" and "sem_wait" in h.first
+    assert "a semaphore operation inside a loop" in h.detail
+
+
+def test_kernels_without_workspaces_or_grid_synchronization_have_no_grid_protocol():
+    kernel, _ = lower(parse_file(EXAMPLES / "bias_relu_matmul.fz"))
+    assert not has_grid_protocol(kernel) and check_grid_protocol(kernel) == []
+
+
+# -- the kernels the matmul scheduler lowers -------------------------------------------
+
+def _seed():
+    return lower(parse_file(EXAMPLES / "seed_matmul.fz"))[0]
+
+
+def _hopper_seed():
+    return lower(scheduled(dict(HOPPER, splitk_factor=2), layout="NT", epilogue=True))[0]
+
+
+def _turnstile_syncs(kernel):
+    """The statements after the serial grid reduction's comment that order memory
+    between blocks or hand it between the block's threads (the turnstile's syncs)."""
+    body = list(kir.walk(kernel.body))
+    start = next(i for i, s in enumerate(body) if isinstance(s, kir.Comment)
+                 and "serial grid reduction" in s.line())
+    syncs = []
+    for s in body[start:]:
+        order = s.effects().order
+        if order is not None and (order.scope == "gpu" or (
+                order.kind == "barrier" and not any(r for r in getattr(s, "reasons", ())))):
+            syncs.append(s)
+    return syncs
+
+
+def _without(kernel, stmt):
+    kernel = copy.deepcopy(kernel)
+    label = stmt.label
+    for s in [None] + list(kir.walk(kernel.body)):
+        for body in ([kernel.body] if s is None else s.bodies()):
+            for i, c in enumerate(body):
+                if c.label == label:
+                    del body[i]
+                    return kernel
+    raise AssertionError(label)
+
+
+def _expected(stmt):
+    """What dropping a turnstile sync breaks: the handoff of the partials, the next
+    split's wait (the forward release), or the semaphore left for the next launch."""
+    line = stmt.line()
+    if "sem_release" in line:
+        return "workspace" if line.endswith("= 0  (release)") else "deadlock"
+    return "cross-cta"
+
+
+@pytest.mark.parametrize("build", [_seed, _hopper_seed], ids=["sm80 seed", "hopper seed"])
+def test_the_seed_turnstile_is_proved_and_each_of_its_syncs_dropped_alone_is_refused(build):
+    kernel = build()
+    assert has_grid_protocol(kernel) and check_grid_protocol(kernel) == []
+    syncs = _turnstile_syncs(kernel)
+    lines = [s.line() for s in syncs]
+    assert sum("sem_wait" in x for x in lines) == 1 and sum("sem_release" in x
+                                                             for x in lines) == 2
+    assert sum("__threadfence" in x for x in lines) == 1
+    assert sum(x.startswith(("__syncthreads", "bar.sync")) for x in lines) == 2
+    for s in syncs:
+        dropped = _without(kernel, s)
+        with pytest.raises(HazardError) as info:
+            verify(dropped)
+        found = {h.kind for h in info.value.hazards}
+        assert _expected(s) in found, (s.line(), info.value)
+        assert all(h.kind in ("cross-cta", "deadlock", "workspace") for h in info.value.hazards)
