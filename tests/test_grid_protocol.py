@@ -18,7 +18,7 @@ from lowering.passes.verify_hazards import verify
 from lowering.pipeline import lower
 from lowering.verify.grid_protocol import check_grid_protocol, has_grid_protocol
 from test_grid_sync import _relay, turnstile
-from test_hopper_matmul import HOPPER, scheduled
+from test_hopper_matmul import HOPPER, SEED, scheduled
 
 from pathlib import Path
 
@@ -144,6 +144,10 @@ def _seed():
 
 
 def _hopper_seed():
+    return lower(scheduled(SEED))[0]
+
+
+def _hopper_epilogue():
     return lower(scheduled(dict(HOPPER, splitk_factor=2), layout="NT", epilogue=True))[0]
 
 
@@ -183,7 +187,8 @@ def _expected(stmt):
     return "cross-cta"
 
 
-@pytest.mark.parametrize("build", [_seed, _hopper_seed], ids=["sm80 seed", "hopper seed"])
+@pytest.mark.parametrize("build", [_seed, _hopper_seed, _hopper_epilogue],
+                         ids=["sm80 seed", "hopper seed", "hopper bias relu"])
 def test_the_seed_turnstile_is_proved_and_each_of_its_syncs_dropped_alone_is_refused(build):
     kernel = build()
     assert has_grid_protocol(kernel) and check_grid_protocol(kernel) == []
@@ -198,5 +203,6 @@ def test_the_seed_turnstile_is_proved_and_each_of_its_syncs_dropped_alone_is_ref
         with pytest.raises(HazardError) as info:
             verify(dropped)
         found = {h.kind for h in info.value.hazards}
+        # (a barrier of the turnstile may order shared memory too: in the Hopper seed the
+        # one after the wait also orders the epilogue's writes over the operand stages)
         assert _expected(s) in found, (s.line(), info.value)
-        assert all(h.kind in ("cross-cta", "deadlock", "workspace") for h in info.value.hazards)

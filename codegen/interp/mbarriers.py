@@ -15,7 +15,10 @@ bar.arrive id, count).
     init (the init's statement and thread are the report's first side).
   * MbarrierArrive: the active threads arrive one by one in thread order, each first
     adding its tx_bytes (expect_tx); the phase completes when no arrival and no byte is
-    pending (then the arrivals reset to the count and the phase number advances).
+    pending (then the arrivals reset to the count and the phase number advances). The
+    arrivals of one statement execution that complete a phase and go on into the next
+    are an "mbarrier" hazard (the count is not the number of threads arriving per phase:
+    the phases drift, and one completes before its arrivals).
     Arriving on a barrier never initialised, or when no arrival is pending (the phase
     waits only for bytes), is an "mbarrier" hazard naming buffer[index] and the phase.
   * MbarrierWait(parity P) passes once the phase of parity P has completed: the current
@@ -186,6 +189,7 @@ class _Mbarriers:
                 self._init_visible(self.mbarriers[o], lay, act[off == o].tolist(),
                                    "arrive on")
         arrived = {}                  # mbarrier -> threads arrived in its current phase
+        first_phase = {}              # mbarrier -> the phase this statement first arrived in
         for i, (t, o) in enumerate(zip(act.tolist(), off.tolist())):
             bar = self.mbarriers.get(o)
             if bar is None:
@@ -201,6 +205,15 @@ class _Mbarriers:
                     f"{bar.phase} when no arrival is pending (more arrivals than its count "
                     f"{bar.count}; the phase waits for {bar.tx} transaction bytes)"))
                 continue
+            start = first_phase.setdefault(bar, bar.phase)
+            if start is not None and bar.phase != start:
+                first_phase[bar] = None       # reported once per statement execution
+                self._mbarrier_hazard("mbarrier", lay, t, (
+                    f"the arrivals of one execution of {s.label} on {bar.name} are split "
+                    f"across phases {start} and {bar.phase}: thread "
+                    f"{self.interp.coords(t)} arrives after the phase its statement began "
+                    f"in completed (the count {bar.count} is not the number of threads "
+                    "that arrive in a phase)"))
             bar.pending -= 1
             arrived.setdefault(bar, []).append(t)
             self._advance(bar, arrived)

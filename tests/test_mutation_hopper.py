@@ -1,0 +1,54 @@
+"""The mutation test of the checkers on the Hopper kernels the matmul heuristics build
+(TMA, wgmma and mbarrier pipelines: serial split-K with an epilogue, two-kernel split-K,
+the producer-copies path): every mutant of their synchronization refused by the static
+verifier and caught by the interpreter, or argued harmless (tests/mutation.py)."""
+
+import codegen
+import pytest
+
+import mutation
+import test_hopper_matmul as hopper
+
+# name: (fusion builder, K per split at K tiles = stages, K of one tile, M)
+CONFIGS = {
+    "NT, serial split-K, bias relu": (lambda: hopper.scheduled(
+        dict(hopper.HOPPER, splitk_factor=2), layout="NT", epilogue=True), 64 * 4, 64, 128),
+    "TT": (lambda: hopper.scheduled(dict(hopper.HOPPER), layout="TT"), 64 * 4, 64, 128),
+    "TN, two kernels": (lambda: hopper.scheduled(
+        dict(hopper.HOPPER, splitk_mode="two_kernel", splitk_factor=3), layout="TN"),
+        64 * 4, 64, 128),
+    "NT, producer copies": (lambda: hopper.scheduled(
+        dict(hopper.COPIES, splitk_factor=2), layout="NT"), 64 * 4, 64, 128),
+}
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_every_mutant_is_refused_and_caught_or_argued_harmless(config):
+    build, k_stages, k_tile, m = CONFIGS[config]
+    missed = mutation.missed(build(), k_stages, k_tile, m)
+    assert not missed, "\n".join(missed)
+
+
+def test_the_operators_reach_every_kind_of_synchronization():
+    """The mutants of the serial split-K kernel include each operator, on each kind of
+    statement it applies to (a test of the mutation generator itself)."""
+    build = CONFIGS["NT, serial split-K, bias relu"][0]
+    kernel = codegen.compile(build(), backend="interp").kernels[0].kir
+    names = [m.name for m in mutation.mutants(kernel)]
+    for what in ("delete", "wait-down", "fence-up", "parity", "count +1", "count -1",
+                 "expect-tx +16", "expect-tx -16", "wait-group +1"):
+        assert any(n.startswith(what + " ") for n in names), what
+    for line in ("sem_wait", "sem_release", "__threadfence", "mbarrier.wait",
+                 "mbarrier.arrive", "wgmma.fence", "wgmma.wait_group", "bar.sync"):
+        assert any(n.startswith("delete ") and line in n for n in names), line
+
+
+def test_a_mutant_the_checkers_miss_is_reported():
+    """The harness can fail: a "mutant" that changes nothing passes the verifier and the
+    interpreter, and no harmless rule argues for it, so it is reported as missed."""
+    kernel = codegen.compile(hopper.scheduled(dict(hopper.HOPPER), layout="TT"),
+                             backend="interp").kernels[0].kir
+    sizes = mutation.sizes_for(64 * 4, 64, 128)[:1]
+    unchanged = mutation.Mutant("delete nothing", kernel, "delete", "S1")
+    verdict = mutation.judge(kernel, unchanged, sizes, mutation.clean_outputs(kernel, sizes))
+    assert verdict.missed == f"{kernel.name}: delete nothing: verifier None, interpreter None"

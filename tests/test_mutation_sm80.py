@@ -1,0 +1,22 @@
+"""The mutation test of the checkers on the sm_80 kernels the matmul heuristics build (the
+seed configuration, serial and two-kernel split-K): every mutant of their synchronization
+refused by the static verifier and caught by the interpreter, or argued harmless
+(tests/mutation.py; the Hopper kernels: tests/test_mutation_hopper.py)."""
+
+import pytest
+
+import mutation
+import test_matmul as sm80
+
+# name: (fusion builder, K per split at K tiles = stages, K of one tile, M)
+CONFIGS = {
+    "seed, serial split-K": (lambda: sm80.seed_fusion(), 32 * 3, 32, 256),
+    "seed, two kernels": (lambda: sm80.seed_fusion(splitk_mode="two_kernel"), 32 * 3, 32, 256),
+}
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_every_mutant_is_refused_and_caught_or_argued_harmless(config):
+    build, k_stages, k_tile, m = CONFIGS[config]
+    missed = mutation.missed(build(), k_stages, k_tile, m)
+    assert not missed, "\n".join(missed)
