@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from codegen.interp import run_kernel
+from codegen.interp import run_interleavings, run_kernel
+from codegen.interp.ordering import needs_ordering
 from codegen.launch import (bind, check_launch_limits, cupy_module, current_device,
                             device_model, device_shared_limit, launch_config,
                             new_workspaces, remember, workspace_sizes)
@@ -202,16 +203,21 @@ class Executable:
             convert=lambda a: a if isinstance(a, _ShapeOnly) else np.asarray(a))
         return {t.name: inputs[t.name] for t in arrays}, env
 
-    def run(self, inputs, blocks=None, poison=None):
+    def run(self, inputs, blocks=None, poison=None, interleavings=None):
         """Run on `inputs` ({name: array} plus {name: int} for named scalars); returns
         {output name: array}: numpy for interp; on the GPU torch tensors for torch inputs,
         else CuPy arrays (bf16 as its uint16 bits). `blocks` (interp only) runs just those
         blocks (x, y, z) of every kernel; the other blocks' outputs stay poisoned. `poison`
         fills outputs with NaN (or an integer sentinel) first, so that an unwritten element
         shows: always in the interpreter; on the GPU it costs a write of every output, so
-        ask for it. On the GPU this is a call (see __call__) by name."""
-        if blocks is not None and self.backend != "interp":
-            raise FuserirError("run(blocks=...) selects blocks in the interpreter only")
+        ask for it. `interleavings` (interp only): seeds of random interleavings to run
+        each warp-specialized kernel under as well, besides both fixed orders of its roles
+        (codegen.interp.run_interleavings); a hazard names the interleavings that showed
+        it, and the outputs are the first run's. On the GPU this is a call (see __call__)
+        by name."""
+        if (blocks is not None or interleavings is not None) and self.backend != "interp":
+            raise FuserirError("run(blocks=..., interleavings=...) are the interpreter's "
+                               "options only")
         if type(inputs) is not dict and not isinstance(inputs, collections.abc.Mapping):
             raise FuserirError(f"run() takes a dict of inputs by name ({{name: array}} "
                                f"and {{name: int}}), got a {type(inputs).__name__}")
@@ -226,7 +232,7 @@ class Executable:
             if planned.kernel is None:      # the plan's first run
                 self._prepare(planned, bound, values)
             values.update((name, allocation.new()) for name, allocation in planned.outputs)
-            self._interpret(planned, values, blocks)
+            self._interpret(planned, values, blocks, interleavings)
         return {t.name: values[t.name] for t in self.fusion.outputs}
 
     def __call__(self, *arrays, out=None, **named):
@@ -490,10 +496,24 @@ class Executable:
         check_launch_limits(kernel.kir, bound.device, planned.scalars)
         planned.kernel = kernel
 
-    def _interpret(self, planned, values, blocks):
+    def _interpret(self, planned, values, blocks, interleavings):
         """Run one step in the interpreter on `values` (which hold its inputs and its fresh
-        outputs); its workspaces are fresh zeros (the interpreter makes them)."""
-        run_kernel(planned.kernel.kir, _step_args(planned, values, {}), blocks=blocks)
+        outputs); its workspaces are fresh zeros (the interpreter makes them). A kernel
+        whose threads order each other beyond barriers (warp-specialized roles) runs under
+        both role orders and each seed of `interleavings`, when given, each run on fresh
+        copies of the outputs; `values` keeps the first run's."""
+        kernel = planned.kernel.kir
+        if interleavings is None or not needs_ordering(kir.walk(kernel.body)):
+            run_kernel(kernel, _step_args(planned, values, {}), blocks=blocks)
+            return
+        outputs = [name for name, _ in planned.outputs]
+
+        def fresh():
+            return _step_args(planned, {**values, **{n: values[n].copy() for n in outputs}},
+                              {})
+
+        first = run_interleavings(kernel, fresh, seeds=tuple(interleavings), blocks=blocks)
+        values.update((n, first[n]) for n in outputs)
 
     def _fits_shared_memory(self, steps, env):
         limit = device_shared_limit()

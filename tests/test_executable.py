@@ -110,3 +110,38 @@ def test_fusions_differing_only_in_an_output_name_do_not_share_an_executable():
     assert list(first.run({"x": x})) == ["t0"]
     assert list(second.run({"x": x})) == ["t1"]
     np.testing.assert_array_equal(second.run({"x": x})["t1"], x + 1)
+
+
+def test_interleavings_run_a_warp_specialized_kernel_under_each_role_order(monkeypatch, rng):
+    """run(interleavings=seeds): a kernel whose roles order each other by mbarriers runs
+    under both role orders and each seed, each on fresh outputs, and gives the first run's
+    outputs; a kernel without roles runs once (its orders are all the same)."""
+    import codegen.interp as interp
+    from test_hopper_matmul import HOPPER, integer_inputs, reference, scheduled
+    calls = []
+    real = interp.run_kernel
+
+    def counted(kernel, args, blocks=None, workspaces=None, interleaving="then-first"):
+        calls.append(interleaving)
+        return real(kernel, args, blocks, workspaces, interleaving)
+
+    monkeypatch.setattr(interp, "run_kernel", counted)
+    monkeypatch.setattr(executable, "run_kernel", counted)
+    exe = codegen.compile(scheduled(dict(HOPPER), layout="TT"), backend="interp")
+    data = integer_inputs(rng, "TT", 128, 128, 128)
+    out = exe.run(data, interleavings=(7,))["out"]
+    assert calls == ["then-first", "else-first", 7]
+    assert np.array_equal(out, reference("TT", data).astype(np.float16))
+    calls.clear()
+    exe.run(data)
+    assert calls == ["then-first"]
+    calls.clear()
+    plain = codegen.compile(fuserir.parse(BIAS_RELU), backend="interp")
+    plain.run(inputs(), interleavings=(7,))
+    assert calls == ["then-first"]
+
+
+def test_interleavings_are_for_the_interpreter(fusion):
+    exe = codegen.compile(fusion, backend="cuda")
+    with pytest.raises(FuserirError, match="the interpreter's options only"):
+        exe.run({}, interleavings=(0,))

@@ -402,8 +402,8 @@ def test_cuda_run_checks_each_signature_once_and_allocates_each_call(gpu, binds)
     assert len({id(out) for out in outputs}) == 3 and len(binds) == 2 and gpu.loads == 2
     with pytest.raises(EvaluationError, match="input x: expected f32, got float16"):
         exe.run({"x": gpu.array((5, 130), np.float16), "b": gpu.array((130,))})
-    with pytest.raises(FuserirError, match=r"run\(blocks=...\) selects blocks in the "
-                                           "interpreter only"):
+    with pytest.raises(FuserirError, match=r"run\(blocks=\.\.\., interleavings=\.\.\.\) are "
+                                           "the interpreter's options only"):
         exe.run({"x": gpu.array((5, 130)), "b": gpu.array((130,))}, blocks=[(0,)])
 
 

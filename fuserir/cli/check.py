@@ -22,13 +22,16 @@ from .common import (UsageError, add_file_arguments, add_sync_arguments, build, 
 def add_parser(sub):
     p = sub.add_parser("check", help="run the hazard verifier and the interpreter's race "
                                      "detector; exit 1 on any hazard",
-                       description="Report every shared-memory hazard the static verifier "
-                                   "and the interpreter's race detector find.")
+                       description="Report every hazard the static verifier and the "
+                                   "interpreter's race detector find: shared memory, the "
+                                   "async protocol, global memory between blocks.")
     add_file_arguments(p)
     add_sync_arguments(p)
     p.add_argument("--blocks", metavar="X,Y,Z;...",
                    help="interpret only these blocks, e.g. '0,0,0;1,0,0' (default: all)")
-    p.add_argument("--seed", type=int, default=0, help="random seed for the inputs")
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed for the inputs and for the random interleaving of a "
+                        "warp-specialized kernel's roles")
     p.set_defaults(run=cmd_check)
 
 
@@ -88,7 +91,8 @@ def cmd_check(args):
     inputs = random_inputs(fusion, sizes, rng, integer_valued=True)
     interp, outputs = [], None
     try:
-        outputs = exe.run({**inputs, **named_scalars(fusion, sizes)}, blocks=blocks)
+        outputs = exe.run({**inputs, **named_scalars(fusion, sizes)}, blocks=blocks,
+                          interleavings=(args.seed,))
     except RaceError as race:
         interp = race.hazards
     comparison = _compare(fusion, inputs, sizes, outputs, blocks) if outputs else None
