@@ -96,8 +96,6 @@ def _point(stmt):
 class _Event:
     kind: str                 # "access", "fence", "barrier", "wait", "release"
     stmt: object
-    lo: int                   # program-order position (a region of a loop: lo < hi)
-    hi: int
     threads: np.ndarray       # bool per thread: who executes it (an access: who may)
     buffer: object = None
     index: object = None      # the element index (an access), the cell (wait, release)
@@ -178,7 +176,7 @@ class _BlockWalk:
     def __init__(self, kernel, threads, z, g, grid_param, relevant):
         self.threads, self.relevant = threads, relevant
         self.env = threads.env(z, g, grid_param)
-        self.events, self.pos = [], 0
+        self.events = []            # in program order; a loop's accesses are one region
         self.walk(kernel.body, np.ones(threads.count, bool), definite=True, loops=())
 
     def value(self, expr, stmt, what):
@@ -200,20 +198,18 @@ class _BlockWalk:
                 self.statement(s, mask, definite, loops)
 
     def loop(self, s, mask, definite, loops):
+        """Its accesses, one region in program order (iterated over `loops` where every
+        extent is known); the fences and barriers inside it order nothing here."""
         extent = _values(s.extent, self.threads.names, self.env)
-        if extent is None or np.ndim(extent) != 0:
-            extent = None
-        lo = self.pos
+        known = extent is not None and np.ndim(extent) == 0
         first = len(self.events)
-        inner = loops + ((s.var, int(extent)),) if extent is not None else None
-        self.walk(s.body, mask, definite and extent is not None and extent > 0, inner or loops)
-        self.pos += 1
-        for e in self.events[first:]:           # a region: one place in program order
-            e.lo, e.hi = lo, self.pos
-            if inner is None:
+        inner = loops + ((s.var, int(extent)),) if known else loops
+        self.walk(s.body, mask, definite and known and extent > 0, inner)
+        region = [e for e in self.events[first:] if e.kind == "access"]
+        for e in region:
+            if not known:
                 e.loops = None                  # iterations not enumerable
-        # syncs inside a loop order nothing here (counted neither way)
-        self.events[first:] = [e for e in self.events[first:] if e.kind == "access"]
+        self.events[first:] = region
 
     def branch(self, s, mask, definite, loops):
         v = _values(s.cond, self.threads.names, self.env)
@@ -226,8 +222,7 @@ class _BlockWalk:
         self.walk(s.else_body, mask & ~taken, definite, loops)
 
     def add(self, kind, s, mask, **kw):
-        self.pos += 1
-        self.events.append(_Event(kind, s, self.pos, self.pos, mask.copy(), **kw))
+        self.events.append(_Event(kind, s, mask.copy(), **kw))
 
     def statement(self, s, mask, definite, loops):
         effects = s.effects()
@@ -324,6 +319,7 @@ class _Separation:
 
 
 def _mentions_turn(expr, grid_param):
+    """Does expr read blockIdx.z, gridDim.z or the scalar that sets it?"""
     for x in kir.walk_expr(expr):
         if isinstance(x, kir.Special) and x.axis == _TURN and \
                 x.kind in (kir.SpecialKind.blockIdx, kir.SpecialKind.gridDim):
@@ -339,6 +335,9 @@ def _subset(a, b):
 
 
 class _Proof:
+    """The proof of one kernel: what it has (survey), the split factors to walk, the
+    separation of tiles, then each factor's turn; findings collected in `out`."""
+
     def __init__(self, kernel):
         self.kernel = kernel
         self.out = []
@@ -410,17 +409,18 @@ class _Proof:
         if isinstance(grid_z, kir.Const):
             return None, [int(grid_z.value)]
         param = grid_z.name if isinstance(grid_z, kir.Var) else None
-        largest = 0
+        largest = 0                           # the largest constant the turn meets
         for s in kir.walk(self.kernel.body):
             if id(s) not in self.relevant:
                 continue                      # no protocol statement under it
-            exprs = [s.cond] if isinstance(s, kir.IfThenElse) else []
             if _is_sem_op(s.effects()):
-                exprs.append(s.value)
-            for e in exprs:
-                if e is s.value if _is_sem_op(s.effects()) else _mentions_turn(e, param):
-                    largest = max([largest] + [abs(int(c.value)) for c in kir.walk_expr(e)
-                                               if isinstance(c, kir.Const) and c.dtype.is_int])
+                e = s.value
+            elif isinstance(s, kir.IfThenElse) and _mentions_turn(s.cond, param):
+                e = s.cond
+            else:
+                continue
+            largest = max([largest] + [abs(int(c.value)) for c in kir.walk_expr(e)
+                                       if isinstance(c, kir.Const) and c.dtype.is_int])
         if largest > _LARGEST_CONSTANT:
             raise _Refused(None, f"cannot prove: the turn's conditions compare blockIdx.z "
                                  f"with {largest}, past the {_LARGEST_CONSTANT} this "
