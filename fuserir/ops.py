@@ -35,11 +35,7 @@ def _fusion_of(op, operands):
 
 
 def _new_tensor(fusion, dtype, root):
-    names = {n.name for n in fusion.graph.nodes if isinstance(n, TensorView)}  # no sort
-    serial = len(names)
-    while f"t{serial}" in names:
-        serial += 1
-    tv = TensorView(fusion, f"t{serial}", dtype, root, named=False)
+    tv = TensorView(fusion, fusion.temp_name(), dtype, root, named=False)
     fusion.add_tensor(tv)
     return tv
 

@@ -160,3 +160,16 @@ def test_issue_sizes(case):
     np.testing.assert_array_equal(evaluated(fusion), expected())
     print(f"{operations} operations: parse, print, parse again in "
           f"{time.perf_counter() - start:.1f} s")
+
+
+def test_a_fusion_grows_in_time_linear_in_its_tensors():
+    """Naming each new intermediate, and checking a name is free, is a lookup, not a scan
+    of the graph: 5,000 nested negations parse in well under a second (7 s when both
+    scanned every tensor)."""
+    text = HEAD + "  z = " + "-" * 5000 + "x\n  output z\n}\n"
+    started = time.perf_counter()
+    f = fuserir.parse(text)
+    assert time.perf_counter() - started < 2.0
+    names = [t.name for t in f.tensors]
+    assert len(names) == len(set(names)) == 5001       # x, 4,999 intermediates, z
+    assert names[:3] == ["x", "t1", "t2"] and names[-1] == "z"

@@ -46,6 +46,7 @@ class Fusion:
         self.scalars = {}           # declared run-time scalars: name -> default (None: none)
         self.definition_exprs = []  # copies of the expressions as defined, in creation order
         self._next_serial = 0  # creation order of graph nodes (an int: fusions deep-copy)
+        self._by_name = {}     # tensor name -> TensorView, for every tensor in the graph
         self._recording_depth = 0
         self._order = None     # the topological order, until the graph changes
 
@@ -73,10 +74,21 @@ class Fusion:
             self.graph.add_node(node, serial=self._next_serial)
             self._next_serial += 1
             self._order = None
+            if isinstance(node, TensorView):
+                self._by_name[node.name] = node
 
     def _named(self, name):
-        """Is `name` the name of a tensor of the fusion? (No sort: fusions can be long.)"""
-        return any(isinstance(n, TensorView) and n.name == name for n in self.graph.nodes)
+        """Is `name` the name of a tensor of the fusion? (A lookup: a fusion of n tensors
+        is built in time linear in n, however long.)"""
+        return name in self._by_name
+
+    def temp_name(self):
+        """A name for a new unnamed intermediate: t<n>, n the number of tensors so far (or
+        the next number whose name is free)."""
+        serial = len(self._by_name)
+        while f"t{serial}" in self._by_name:
+            serial += 1
+        return f"t{serial}"
 
     def add_tensor(self, tv):
         if self._named(tv.name):
@@ -112,6 +124,9 @@ class Fusion:
         """
         if name != tv.name and self._named(name):
             raise FusionError(f"tensor name '{name}' is already used in fusion {self.name}")
+        if self._by_name.get(tv.name) is tv:
+            del self._by_name[tv.name]
+            self._by_name[name] = tv
         tv.name = name
         tv.is_named = named
         return tv
@@ -157,6 +172,8 @@ class Fusion:
     def remove_node(self, node):
         """Take an expression or tensor (and its edges) out of the graph."""
         self.graph.remove_node(node)
+        if isinstance(node, TensorView) and self._by_name.get(node.name) is node:
+            del self._by_name[node.name]
         self._order = None
 
     def replace_input(self, expr, old, new):
@@ -169,7 +186,7 @@ class Fusion:
 
     def fresh_name(self, base):
         """`base` if no tensor has that name yet, else base_1, base_2, ..."""
-        names = {t.name for t in self.tensors}
+        names = self._by_name
         if base not in names:
             return base
         for i in itertools.count(1):
@@ -248,9 +265,8 @@ class Fusion:
         return [n for n in self._topological() if isinstance(n, TensorView)]
 
     def tensor(self, name):
-        for t in self.graph.nodes:
-            if isinstance(t, TensorView) and t.name == name:
-                return t
+        if name in self._by_name:
+            return self._by_name[name]
         raise FusionError(f"fusion {self.name} has no tensor named '{name}'")
 
     def uses(self, tv):
