@@ -108,7 +108,8 @@ class Order:
     the barrier's `id` and thread `count`), "fence", "release" or "acquire"; `orders`
     what: "memory" (shared and global), "global", "proxy" (generic before async),
     "mbarrier-init" or "registers" (a warp group's, before its next wgmma); `scope` of a
-    fence: "thread", "warpgroup" or "gpu"; `blocking`: the thread waits here."""
+    fence: "thread", "warpgroup" or "gpu"; `blocking`: the thread waits here; `value`, of
+    a semaphore's release or acquire: the value it stores or waits for."""
 
     kind: str
     scope: str
@@ -116,6 +117,7 @@ class Order:
     blocking: bool = False
     id: int = None
     count: int = None
+    value: object = None
 
 
 @dataclass(frozen=True)

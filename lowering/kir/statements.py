@@ -480,7 +480,8 @@ class SemWait(Stmt):
 
     def effects(self):
         return Effects((Access(self.sem, self.index, 4, False, "semaphore"),),
-                       order=Order("acquire", "gpu", orders="global", blocking=True))
+                       order=Order("acquire", "gpu", orders="global", blocking=True,
+                                   value=self.value))
 
     def line(self):
         return (f"sem_wait {self.sem.name}[{format_expr(self.index)}] == "
@@ -501,7 +502,7 @@ class SemRelease(Stmt):
 
     def effects(self):
         return Effects((Access(self.sem, self.index, 4, True, "semaphore"),),
-                       order=Order("release", "gpu", orders="global"))
+                       order=Order("release", "gpu", orders="global", value=self.value))
 
     def line(self):
         return (f"sem_release {self.sem.name}[{format_expr(self.index)}] = "

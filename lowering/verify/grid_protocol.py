@@ -237,7 +237,7 @@ class _BlockWalk:
             (sem,) = [a for a in effects.accesses if a.via == "semaphore"]
             kind = "wait" if order.kind == "acquire" else "release"
             self.add(kind, s, mask, buffer=sem.buffer, index=sem.index,
-                     value=self.value(s.value, s, "the semaphore value"))
+                     value=self.value(order.value, s, "the semaphore value"))
         elif order is not None and order.kind == "fence" and order.scope == "gpu":
             if definite:
                 self.add("fence", s, mask)
@@ -414,7 +414,7 @@ class _Proof:
             if id(s) not in self.relevant:
                 continue                      # no protocol statement under it
             if _is_sem_op(s.effects()):
-                e = s.value
+                e = s.effects().order.value
             elif isinstance(s, kir.IfThenElse) and _mentions_turn(s.cond, param):
                 e = s.cond
             else:
