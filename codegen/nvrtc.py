@@ -15,29 +15,23 @@ FAILING_WARNINGS (setmaxnreg ignored, wgmma serialized) fail that kernel's build
 ptxas's own lines; such a cubin is never cached.
 
 Cache. A compile is keyed by sha256 of (source, program name, options, arch, NVRTC version,
-fuserir version, cache format). Hits come from a per-process dict, then from
-`$FUSERIR_CACHE_DIR/cubin/` (default `~/.cache/fuserir/cubin/`), one file per key. A file
-is a header (magic, the key, the kernel's name, payload length, payload sha256) and the
-cubin; it is written to a temporary file in the same directory and renamed into place
-(os.replace), so readers never see half a file and concurrent writers of one key are
-harmless. An entry whose header does not name this key and kernel (a file copied or
-renamed from another entry), or whose length or hash does not check out, is recompiled
-and rewritten, never trusted. The disk
-cache is an optimisation only: where the directory cannot be written, compiles still work.
+fuserir version, cache format). Hits come from a per-process dict, then from the disk:
+cache_root()/cubin/ (codegen.disk_cache: $FUSERIR_CACHE_DIR, else
+$XDG_CACHE_HOME/fuserir, else ~/.cache/fuserir), one checked entry per key, written
+atomically; an entry that does not check out is recompiled and rewritten, never trusted.
+The disk cache is an optimisation only: where the directory cannot be written, compiles
+still work.
 """
 
 import functools
 import hashlib
 import json
-import os
 import re
-import struct
-import tempfile
 import threading
-from pathlib import Path
 
 import fuserir
 
+from .disk_cache import Entries, cache_root
 from .errors import CompileError
 
 __all__ = ["compile_to_cubin", "ptx", "ptxas_info", "nvrtc_version", "default_arch",
@@ -48,9 +42,7 @@ BASE_OPTIONS = ("--std=c++17", "-lineinfo")
 ELF_MAGIC = b"\x7fELF"
 
 _MAGIC = b"fuserir-cubin\x02"          # file magic; the last byte is the format version
-# magic, the entry's key (sha256), the kernel name (padded), payload length, payload sha256
-_NAME_BYTES = 128
-_HEADER = struct.Struct(f"<{len(_MAGIC)}s32s{_NAME_BYTES}sQ32s")
+_ENTRIES = Entries(_MAGIC)
 
 _memory = {}
 _lock = threading.Lock()
@@ -106,13 +98,6 @@ def normalize_arch(arch):
         raise ValueError(f"arch {arch!r}: NVRTC {'.'.join(map(str, nvrtc_version()))} "
                          f"supports sm_{', sm_'.join(map(str, supported_archs()))}")
     return f"sm_{m.group(1)}{m.group(2)}"
-
-
-def cache_root():
-    """The root of fuserir's caches on disk: $FUSERIR_CACHE_DIR, else ~/.cache/fuserir
-    (cubins in cubin/ here, the driver's proofs in proofs/)."""
-    root = os.environ.get("FUSERIR_CACHE_DIR")
-    return Path(root) if root else Path.home() / ".cache" / "fuserir"
 
 
 def cache_dir():
@@ -171,15 +156,17 @@ def compile_to_cubin(source, name, arch=None, options=(), cache=True):
             stats["memory_hits"] += 1
             return hit
     path = cache_dir() / f"{key}.cubin" if cache else None
-    cubin = _read_entry(path, key, name) if path is not None else None
+    cubin, rejected = (_ENTRIES.read(path, key, name, check=lambda c: c.startswith(ELF_MAGIC))
+                       if path is not None else (None, False))
+    stats["disk_rejects"] += rejected
     if cubin is not None:
         stats["disk_hits"] += 1
     else:
         cubin, log = _compile(source, name, opts, want="cubin")
         check_warnings(log, name, opts, source)
         stats["compiles"] += 1
-        if path is not None:
-            _write_entry(path, key, name, cubin)
+        if path is not None and not _ENTRIES.write(path, key, name, cubin):
+            stats["disk_write_errors"] += 1
     with _lock:
         _memory[key] = cubin
     return cubin
@@ -315,55 +302,3 @@ def _cuda_line_of_ptx(ptx_lines, n):
         if m:
             return int(m.group(1))
     return None
-
-
-# ---------------------------------------------------------------------------------------
-# Disk cache entries
-# ---------------------------------------------------------------------------------------
-
-def _name_field(name):
-    return hashlib.sha256(name.encode()).hexdigest().encode() + \
-        name.encode()[:_NAME_BYTES - 64].ljust(_NAME_BYTES - 64, b"\0")
-
-
-def _read_entry(path, key, name):
-    """The cubin of the entry at `path` if its header names this key and kernel and its
-    payload checks out (length, sha256, ELF); else None (counted as a reject)."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    ok = len(data) >= _HEADER.size
-    if ok:
-        magic, entry_key, entry_name, length, digest = _HEADER.unpack_from(data)
-        payload = data[_HEADER.size:]
-        ok = (magic == _MAGIC and entry_key == bytes.fromhex(key)
-              and entry_name == _name_field(name) and length == len(payload)
-              and hashlib.sha256(payload).digest() == digest
-              and payload.startswith(ELF_MAGIC))
-    if not ok:
-        stats["disk_rejects"] += 1
-        return None
-    return payload
-
-
-def _write_entry(path, key, name, cubin):
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem[:16]}.",
-                                   suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(_HEADER.pack(_MAGIC, bytes.fromhex(key), _name_field(name), len(cubin),
-                                 hashlib.sha256(cubin).digest()))
-            f.write(cubin)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError:
-        stats["disk_write_errors"] += 1
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass

@@ -6,6 +6,8 @@ GPU, compiled to a cubin (codegen.nvrtc). The driver's compile() and the run-tim
 ones segmentation's trials lowered, where the build would lower them alike.
 """
 
+import contextlib
+import gc
 from dataclasses import dataclass, field
 
 from codegen.cuda import emit_cuda
@@ -61,6 +63,22 @@ def build_kernel(fusion, backend, index_dtype=DataType.i32, vector_caps=None, de
 
 
 _DEFAULTS = dict(disable_passes=(), drop_syncs=(), verify=True)   # compile()'s options
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector paused while kernels are planned and built:
+    lowering and its proofs allocate millions of small objects that live until the build
+    ends, and the collections they would trigger walk every one of them again and again
+    (a third of a Hopper kernel's proof). What becomes garbage meanwhile is collected
+    after it resumes."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 def kernel_arch(kernel, arch):

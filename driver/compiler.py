@@ -3,45 +3,59 @@
 A fusion with a schedule is cut into its kernels (driver.segmentation.cut: one per
 intermediate it put in global memory, then one for the outputs) and each is built
 (driver.build) at compile(); one without a schedule gets its plan per size class at the
-first run() (driver.segmentation.plan with fuserir.scheduler.auto's schedules). A fusion
-compiled before (the same structure, schedule and names, backend, options and GPU
-architecture) reuses its kernels: an in-memory cache of the last COMPILE_CACHE_SIZE
-compiles (a cache hit prints no FUSERIR_DUMP_AFTER dumps: nothing is lowered).
+first call of its sizes, or at exe.precompile(...) (driver.segmentation.plan with
+fuserir.scheduler.auto's schedules). A fusion compiled before (the same structure,
+schedule and names, backend, options and GPU architecture) reuses its kernels: an
+in-memory cache of the last COMPILE_CACHE_SIZE compiles (a cache hit prints no
+FUSERIR_DUMP_AFTER dumps: nothing is lowered). A plan built before by any process is
+loaded from the plan cache on disk (driver.plans).
 FUSERIR_DUMP's stages are printed here (driver.stages).
 """
 
 import collections
 
 from codegen import nvrtc
+from fuserir import device as devices
 from fuserir.errors import FuserirError
 from fuserir.ir.equality import fusion_signature
+
+from lowering.pipeline import PASS_NAMES
 
 from . import stages
 from .build import build_kernel
 from .executable import Executable, Step
+from .plans import PLANS, plan_key
 from .segmentation import cut, plan
 
 BACKENDS = ("cuda", "interp")
 
 
-def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=True):
+def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=True,
+            device=None):
     """Lower `fusion` and build it for `backend` (see module docstring). A fusion with a
     schedule becomes one kernel; one without gets automatic schedules
-    (fuserir.scheduler.auto), segmented into several kernels where one cannot do it."""
+    (fuserir.scheduler.auto), segmented into several kernels where one cannot do it.
+    `device` (a fuserir.device.Device): the device model schedules are chosen and launch
+    limits checked for; by default the GPU present (the H200's where there is none) for
+    "cuda", and for "interp" fuserir.device.INTERPRETER, tiles fitted to the sizes of
+    each call (pass fuserir.device.H200 to interpret the H200's kernels)."""
     if backend not in BACKENDS:
         raise FuserirError(f"unknown backend {backend!r}; expected one of "
                            f"{', '.join(BACKENDS)}")
+    if device is not None and not isinstance(device, devices.Device):
+        raise FuserirError(f"device must be a fuserir.device.Device (e.g. "
+                           f"fuserir.device.H200), got {type(device).__name__}")
     options = dict(disable_passes=tuple(disable_passes), drop_syncs=tuple(drop_syncs),
                    verify=verify)
     stages.env_before_compile(fusion)      # FUSERIR_DUMP (driver/stages.py)
-    key = _cache_key(fusion, backend, options)
+    key = _cache_key(fusion, backend, options) + (device,)
     cached = _compiled.get(key)
     if cached is not None:
         # the same fusion (structurally: definition, schedule, names) compiled before:
         # its kernels serve this one too
         _compiled.move_to_end(key)
         exe = Executable(fusion, backend, options, cached._plan, automatic=cached.automatic,
-                         built=cached._steps)
+                         built=cached._steps, device=device)
         stages.env_after_compile(exe)
         return exe
 
@@ -59,8 +73,10 @@ def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=Tru
                 for s in plan(fusion, persistent, sizes, device)
                 for part, trial in zip(cut(s.fusion), s.kernels)]
 
-    exe = Executable(fusion, backend, options, explicit if fusion.trace else automatic,
-                     automatic=not fusion.trace)
+    exe = Executable(fusion, backend, options,
+                     _cached(explicit if fusion.trace else automatic,
+                             repr((key, fusion.name, _nvrtc_version(backend)))),
+                     automatic=not fusion.trace, device=device)
     _compiled[key] = exe
     while len(_compiled) > COMPILE_CACHE_SIZE:
         _compiled.popitem(last=False)
@@ -70,6 +86,28 @@ def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=Tru
 
 COMPILE_CACHE_SIZE = 64
 _compiled = collections.OrderedDict()     # cache key -> Executable (least recent first)
+
+
+def _cached(build, base):
+    """`build(persistent, sizes, device) -> [Step]` as a plan function of the Executable
+    (`plan(persistent, schedule, sizes, device)`) that loads the plan from the plan cache
+    (driver.plans) where it was built before, in any process, and stores what it builds.
+    `base` names the compile (its key, as text). Bypassed while FUSERIR_DUMP_AFTER asks
+    for lowering's dumps, which a loaded plan would not print."""
+    def plan(persistent, schedule, sizes, device):
+        if stages.env_dump_after(PASS_NAMES):
+            return build(persistent, sizes, device)
+        key = plan_key(base, persistent, schedule, device)
+        steps = PLANS.load(key)
+        if steps is None:
+            steps = build(persistent, sizes, device)
+            PLANS.store(key, steps)
+        return steps
+    return plan
+
+
+def _nvrtc_version(backend):
+    return nvrtc.nvrtc_version() if backend == "cuda" else None
 
 
 def _cache_key(fusion, backend, options):

@@ -55,7 +55,7 @@ from fuserir.scheduler.auto import schedule_key
 from lowering import kir
 from lowering.indexing.index_bounds import index_dtype_for
 
-from .build import CompiledKernel, build_kernel
+from .build import CompiledKernel, build_kernel, collector_paused
 from .calls import (CallPlan, CuPyArrays, TorchArrays, as_cupy, call_key, describer, is_torch,
                     one_device, pointer_of, scratch_layout,
                     torch_dtype_name)
@@ -146,11 +146,12 @@ class _Allocation:
 
 
 class Executable:
-    def __init__(self, fusion, backend, options, plan, automatic=False, built=None):
+    def __init__(self, fusion, backend, options, plan, automatic=False, built=None,
+                 device=None):
         self.fusion = fusion
         self.backend = backend
         self._options = options
-        self._plan = plan            # (persistent, sizes, device) -> [Step]; see compile()
+        self._plan = plan            # (persistent, schedule, sizes, device) -> [Step]
         self._steps = {} if built is None else built   # (persistent, schedule) -> [Step]
         self._bound_inputs = {}      # (device, poison, input signature) -> _BoundInputs
         self._calls = ({}, {})       # [poisoned] call_key -> driver.calls.CallPlan
@@ -158,11 +159,19 @@ class Executable:
         self._input_names = tuple(t.name for t in fusion.inputs)
         self._output_names = tuple(t.name for t in fusion.outputs)
         self.automatic = automatic   # scheduled by fuserir.scheduler.auto (several plans)
+        self._model = device         # the device model asked for (None: the default)
         self._operands = _matmul_operands(fusion)   # what TMA would read
-        # the kernels compile() shows (an automatic schedule's for unknown, large sizes)
+        if not automatic:            # an explicit schedule's kernels are built now
+            self._steps_for(True, None, {}, self._device())
+
+    @property
+    def steps(self):
+        """The steps compile() shows: an explicit schedule's, built by compile(); an
+        automatic schedule's for unknown, large sizes, planned when first asked for (a
+        call plans for its own sizes and does not need them)."""
         device = self._device()
-        schedule = schedule_key(fusion, {}, device)[0] if automatic else None
-        self.steps = self._steps_for(True, schedule, {}, device)
+        schedule = schedule_key(self.fusion, {}, device)[0] if self.automatic else None
+        return self._steps_for(True, schedule, {}, device)
 
     @property
     def kernels(self):
@@ -175,12 +184,16 @@ class Executable:
         whose sizes choose the same schedule share its kernels."""
         key = (persistent, schedule)
         if key not in self._steps:
-            self._steps[key] = self._plan(persistent, sizes, device)
+            with collector_paused():
+                self._steps[key] = self._plan(persistent, schedule, sizes, device)
         return self._steps[key]
 
     def _device(self):
-        """The device model schedules are chosen for (the GPU, or the default H200)."""
-        return device_model() if self.backend == "cuda" else devices.DEFAULT
+        """The device model schedules are chosen for: the one compile() was told, else
+        the GPU's (the default H200 where there is none), or the interpreter's."""
+        if self._model is not None:
+            return self._model
+        return device_model() if self.backend == "cuda" else devices.INTERPRETER
 
     def plan_for(self, sizes, device=None):
         """(schedule key, run-time scalars, steps) an automatic schedule takes at `sizes`
@@ -191,6 +204,34 @@ class Executable:
             return None, {}, self.steps
         schedule, scalars = schedule_key(self.fusion, sizes, device)
         return schedule, scalars, self._steps_for(True, schedule, sizes, device)
+
+    def precompile(self, *sizes, device=None):
+        """Build, ahead of the first calls, the plans that calls at each of `sizes` ({symbol:
+        int}, every size symbol of the fusion) take on `device` (this executable's when
+        None), as a call would: the automatic schedule for those sizes, segmented where a
+        row does not fit the GPU's shared memory; lowered, proved and compiled, and kept in
+        the plan cache for later processes. An explicit schedule's kernels were built by
+        compile(). Returns the kernels of each, in order. Kernels a call builds for
+        particular arrays (64-bit indices past 2^31 elements, narrower copies for
+        misaligned or strided arrays, the cp.async plan for operands TMA cannot read) are
+        still built at that call."""
+        built = []
+        for given in sizes:
+            if not isinstance(given, collections.abc.Mapping):
+                raise FuserirError(f"precompile() takes sizes as dicts ({{symbol: int}}), "
+                                   f"got {type(given).__name__}")
+            env = dict(given)
+            missing = sorted(set(self.fusion.size_symbols()) - set(env))
+            if missing:
+                raise FuserirError(f"precompile({env}): fusion {self.fusion.name} also needs "
+                                   f"{', '.join(missing)}")
+            schedule, scalars, steps = self.plan_for(env, device)
+            env = {**{n: d for n, d in self.fusion.scalars.items() if d is not None},
+                   **scalars, **env}
+            if self.backend == "cuda" and not self._fits_shared_memory(steps, env):
+                steps = self._steps_for(False, schedule, env, device or self._device())
+            built.append([step.kernel for step in steps])
+        return built
 
     def _bind(self, inputs):
         """(input arrays by name, symbol values) checked against the fusion."""
@@ -449,9 +490,10 @@ class Executable:
         if bound is None:
             given, env = self._bind(inputs)
             schedule = None
-            steps = self.steps
             model = self._device()
-            if self.automatic:
+            if not self.automatic:
+                steps = self.steps
+            else:
                 # scheduled for these sizes on this device: the plan of its schedule key,
                 # with the run-time scalars it chose (a matmul's split-K factor)
                 # (for a run whose operand arrays TMA cannot read, as if the device had
@@ -539,9 +581,10 @@ class Executable:
             return step.kernel
         variant = (index, tuple(sorted(caps.items())))
         if variant not in step.variants:
-            step.variants[variant] = build_kernel(step.fusion, self.backend, index_dtype=index,
-                                                  vector_caps=caps or None,
-                                                  device=self._device(), **self._options)
+            with collector_paused():
+                step.variants[variant] = build_kernel(
+                    step.fusion, self.backend, index_dtype=index, vector_caps=caps or None,
+                    device=self._device(), **self._options)
         return step.variants[variant]
 
     def allocate(self, tv, env, poison, intermediate=False):

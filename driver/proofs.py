@@ -1,8 +1,8 @@
 """The proof cache: Hopper kernels the async verifier proved, remembered across processes
-beside NVRTC's cubins (codegen.nvrtc.cache_root()/proofs: $FUSERIR_CACHE_DIR/proofs, else
-~/.cache/fuserir/proofs). One empty file per proved kernel, named by the sha256 of the
-verifier's version and the kernel's text as verified; only proofs are kept (a kernel with
-findings is checked again).
+beside NVRTC's cubins and the plans, in codegen.disk_cache.cache_root()/proofs. One
+empty file per proved kernel, named by the sha256 of the verifier's version and the
+kernel's text as verified; only proofs are kept (a kernel with findings is checked
+again).
 
 It sits in the driver, which owns fuserir's caches on disk: lowering's verifier is a
 function of the kernel alone (lowering.verify.async_protocol), and asks the ProofMemo the
@@ -20,22 +20,32 @@ from pathlib import Path
 
 import fuserir
 import lowering
-from codegen.nvrtc import cache_root
+from codegen.disk_cache import cache_root
 
 
 def verifier_sources():
     """The modules a proof depends on: every module of lowering and of fuserir below it."""
-    return sorted(path for package in (lowering, fuserir)
+    return package_sources(lowering, fuserir)
+
+
+def package_sources(*packages):
+    """Every module of `packages`, sorted."""
+    return sorted(path for package in packages
                   for path in Path(package.__file__).resolve().parent.rglob("*.py"))
+
+
+def sources_hash(paths):
+    """A hash of the files at `paths` (their names and contents)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 @functools.cache
 def verifier_version():
     """A hash of verifier_sources() (read once per process)."""
-    digest = hashlib.sha256()
-    for path in verifier_sources():
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    return sources_hash(verifier_sources())
 
 
 class DiskProofs:

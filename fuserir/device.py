@@ -6,7 +6,8 @@ chosen for a run is chosen for the device it runs on, and the same heuristic tol
 same device gives the same answer. It sits in the front end (schedulers may not import
 codegen); codegen builds the record of the GPU it finds (codegen.launch.device_model) and
 falls back to DEFAULT, the H200 these kernels are tuned and checked on, where there is
-none (compiling needs no GPU).
+none (compiling needs no GPU). The interpreter plans for INTERPRETER unless told a device:
+tiles fitted to the sizes it is given, not an H200's.
 """
 
 from dataclasses import dataclass, replace
@@ -35,6 +36,9 @@ class Device:
     # (strides that are not multiples of 16 bytes; the executable says), so that the
     # schedules chosen for that run keep to cp.async
     tma: bool = True
+    # tiles no larger than the sizes need (the interpreter's model: its cost is every
+    # thread of a tile, used or not, and it has no SMs to fill)
+    fit_tiles: bool = False
 
     @property
     def arch(self):
@@ -55,6 +59,10 @@ class Device:
 H200 = Device("NVIDIA H200", (9, 0), sms=132, shared_limit=227 * 1024,
               l2_bytes=50 * 1024 * 1024)
 DEFAULT = H200     # what schedules are chosen for where no GPU answers
+# What the interpreter plans for unless told a device: the mma.sync path (sm_80's
+# instructions, no asynchronous proxy to interleave) on tiles fitted to the sizes.
+INTERPRETER = Device("CPU interpreter", (8, 0), sms=1, shared_limit=H200.shared_limit,
+                     l2_bytes=H200.l2_bytes, fit_tiles=True)
 
 # Shared memory per block after opt-in, by architecture (CUDA programming guide, table of
 # technical specifications): what a report says where no GPU answers the question.

@@ -493,7 +493,8 @@ def _executable(backend):
     if backend == "cuda":
         compiled.cubin = nvrtc.compile_to_cubin(compiled.source, kernel.name)
     step = executable.Step(fusion, ["x"], ["y"], compiled)
-    return executable.Executable(fusion, backend, {}, lambda persistent, sizes, device: [step])
+    return executable.Executable(fusion, backend, {},
+                                 lambda persistent, schedule, sizes, device: [step])
 
 
 def test_interp_executor_runs_each_call_on_fresh_workspaces(rng, monkeypatch):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import codegen
+from fuserir.device import H200
 import fuserir
 from codegen.errors import HazardError, RaceError
 from fuserir.errors import ScheduleError
@@ -176,7 +177,7 @@ def test_the_schedule_prints_and_parses_back():
 
 def test_the_automatic_schedule_takes_the_hopper_path_unless_tma_cannot_read(rng):
     f = matmul_fusion("TT")
-    exe = codegen.compile(f, backend="interp")
+    exe = codegen.compile(f, backend="interp", device=H200)
     data = integer_inputs(rng, "TT", 64, 48, 512)
     (kernel,) = exe.kernels_for(data)
     assert "wgmma" in kernel.kir_text and kernel.kir.tensor_maps

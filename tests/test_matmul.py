@@ -413,14 +413,16 @@ fusion mm(A: f16[M, K], B: f16[N, K], bias: f16[N]) {
 
 def test_a_matmul_without_a_schedule_uses_tensor_cores_and_the_heuristics_split(rng):
     f = fuserir.parse(AUTO)
-    exe = codegen.compile(f, backend="interp")
+    exe = codegen.compile(f, backend="interp", device=H200)
     assert "wgmma" in exe.kernels[0].kir_text       # the Hopper path, on the H200
     m, n, k = 64, 48, 512                           # 1 tile, 8 K tiles of 64: split 2
     data = {"A": rng.integers(-3, 4, (m, k)).astype(np.float16),
             "B": rng.integers(-3, 4, (n, k)).astype(np.float16),
             "bias": rng.integers(-3, 4, (n,)).astype(np.float16)}
     schedule, scalars, steps = exe.plan_for({"M": m, "N": n, "K": k})
-    assert scalars == {"splitk": 2} and steps[0].fusion.scalars == {"splitk": 2}
+    # the split factor is a run-time scalar of the kernel, passed by each run (the plan
+    # may have been built by another size class of the same schedule, another default)
+    assert scalars == {"splitk": 2} and set(steps[0].fusion.scalars) == {"splitk"}
     assert np.array_equal(exe.run(data)["out"], fuserir.evaluate(f, data)["out"])
 
 

@@ -148,19 +148,19 @@ SIZES = [(1024, 2048, 4096), (128, 128, 262144), (136, 184, 175704), (4096, 4096
 
 @pytest.mark.parametrize("m, n, k", SIZES)
 def test_an_unscheduled_matmul_takes_the_heuristics_schedule_for_its_sizes(m, n, k):
-    exe = codegen.compile(fuserir.parse(AUTO), backend="interp")
+    exe = codegen.compile(fuserir.parse(AUTO), backend="interp", device=H200)
     schedule, scalars, steps = exe.plan_for({"M": m, "N": n, "K": k})
     params = matmul_heuristic(m, n, k, layout="TN", dtypes=("f16", "f16", "f16"))
     assert scalars == {"splitk": params.splitk_factor}
     explicit = fuserir.parse(AUTO)
     schedule_matmul(explicit, params)
-    want = codegen.compile(explicit, backend="interp")
+    want = codegen.compile(explicit, backend="interp", device=H200)
     # the very kernels the heuristic's parameters give when told the sizes
     assert [s.kernel.source for s in steps] == [k.source for k in want.kernels]
 
 
 def test_size_classes_with_the_same_parameters_share_one_kernel():
-    exe = codegen.compile(fuserir.parse(AUTO), backend="interp")
+    exe = codegen.compile(fuserir.parse(AUTO), backend="interp", device=H200)
     a = exe.plan_for({"M": 1024, "N": 2048, "K": 4096})
     b = exe.plan_for({"M": 1000, "N": 2000, "K": 4000})     # the same tiles and stages
     c = exe.plan_for({"M": 128, "N": 128, "K": 262144})     # split-K in two kernels
@@ -169,7 +169,7 @@ def test_size_classes_with_the_same_parameters_share_one_kernel():
 
 
 def test_the_first_run_of_a_size_class_schedules_for_those_sizes(rng, monkeypatch):
-    exe = codegen.compile(fuserir.parse(AUTO), backend="interp")
+    exe = codegen.compile(fuserir.parse(AUTO), backend="interp", device=H200)
     asked = []
     monkeypatch.setattr(executable, "schedule_key",
                         lambda f, sizes, device: asked.append(dict(sizes)) or

@@ -10,6 +10,8 @@
     fuserir check FILE [--drop ID]           the verifier and the interpreter's race
                                              detector; exit 1 on any hazard
     fuserir run FILE [--backend B]           run, compare with the reference, time on a GPU
+    fuserir precompile FILE --size S ...     build the kernels of those sizes into the
+                                             plan cache, ahead of the first calls
 
 Every subcommand reads a DSL file; --size NAME=VALUE,... binds sizes (defaults exercise
 partial tiles), --fusion NAME picks one fusion of a file of several, --json prints
@@ -24,7 +26,7 @@ import os
 import sys
 
 from ..errors import FuserirError
-from . import basic, check, dump, graph, inspect_page, run
+from . import basic, check, dump, graph, inspect_page, precompile, run
 from .common import (DEFAULT_SCALAR, DEFAULT_SIZE, UsageError, default_sizes, parse_sizes,
                      random_inputs)
 
@@ -53,6 +55,7 @@ def build_parser():
     graph.add_parser(sub)
     check.add_parser(sub)
     run.add_parser(sub)
+    precompile.add_parser(sub)
     return parser
 
 

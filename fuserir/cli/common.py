@@ -323,10 +323,12 @@ def build(fusion, options, backend="interp", sizes=None):
         return _build_planned(fusion, options, backend, sizes)
     refused = None
     try:
-        exe = driver.compile(fusion, backend=backend, verify=True, **options)
+        exe = driver.compile(fusion, backend=backend, verify=True, device=gpu_model(),
+                             **options)
     except HazardError as error:
         refused = error
-        exe = driver.compile(fusion, backend=backend, verify=False, **options)
+        exe = driver.compile(fusion, backend=backend, verify=False, device=gpu_model(),
+                             **options)
     steps = getattr(exe, "steps", None)
     if steps:
         parts = [(s.fusion, s.kernel, s.inputs, s.outputs) for s in steps]
@@ -344,7 +346,8 @@ def _build_planned(fusion, options, backend, sizes):
     from codegen.errors import HazardError
     from driver.proofs import PROOFS
     from lowering.passes.verify_hazards import verify
-    exe = driver.compile(fusion, backend=backend, verify=False, **options)
+    exe = driver.compile(fusion, backend=backend, verify=False, device=gpu_model(),
+                         **options)
     steps = exe.plan_for(sizes)[2]
     refused = None
     if "verify_hazards" not in options.get("disable_passes", ()):
@@ -355,6 +358,14 @@ def _build_planned(fusion, options, backend, sizes):
                 refused = refused or error
     parts = [(s.fusion, s.kernel, s.inputs, s.outputs) for s in steps]
     return exe, _units(parts), refused
+
+
+def gpu_model():
+    """The device model the tools show, check and interpret kernels for: the GPU's, or
+    the H200's where there is none (not the interpreter's own fitted tiles: the tools are
+    about the kernels a GPU runs)."""
+    from codegen.launch import device_model
+    return device_model()
 
 
 def _units(parts):

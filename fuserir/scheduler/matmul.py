@@ -409,6 +409,23 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
 
 
 
+def _fitted_params(m, n, k, why, out_itemsize):
+    """The mma.sync path on the smallest tiles that cover the sizes (16 to 128 a side,
+    warps of at most 64x64), K tile 32 (16 for K <= 16), two stages, no split-K: for the
+    interpreter (fuserir.device.INTERPRETER), whose cost grows with every thread of a
+    tile, used or not."""
+    def side(size):
+        return next((t for t in (16, 32, 64) if size <= t), 128)
+    tm, tn, tk = side(m), side(n), 16 if k <= 16 else 32
+    smem_epilogue = tm * tn * out_itemsize <= 2 * (tm + tn) * tk * 2
+    why(f"{m}x{n}x{k} in the interpreter: CTA tile {tm}x{tn}x{tk}, the smallest that "
+        f"covers the sizes; 2 stages; no split-K")
+    return MatmulParams(cta_tile=(tm, tn, tk), warp_tile=(min(tm, 64), min(tn, 64), tk),
+                        stages=2, splitk_factor=1, splitk_mode="serial",
+                        use_smem_epilogue=smem_epilogue,
+                        promote_prologue_smem_reuse=smem_epilogue)
+
+
 def _k_tiles_per_split(k, tk, splitk):
     return ceil_div(ceil_div(k, tk), splitk)
 
@@ -452,7 +469,9 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
       device's shared memory for the CTAs that share an SM, and the output staged
       through shared memory that reuses the operand bytes.
 
-    `device`: a fuserir.device.Device (the H200 when None). `reasons`: a list to which
+    `device`: a fuserir.device.Device (the H200 when None; one with fit_tiles, as the
+    interpreter's, gets the mma.sync path on the smallest tiles that cover the sizes,
+    _fitted_params). `reasons`: a list to which
     each choice's reason is appended, in words (what `fuserir inspect` shows). A device
     with tma=False (a run whose operand arrays TMA cannot read) gets the mma.sync path.
     Raises
@@ -477,6 +496,8 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
     if out_itemsize is None:
         raise ScheduleError(f"matmul_heuristic: output {dtypes[2]}: tensor cores produce "
                             "f32, cast to f16, bf16 or f32")
+    if device.fit_tiles:
+        return _fitted_params(m, n, k, why, out_itemsize)
     if cc >= divmod(WGMMA.arch, 10):
         hopper = _hopper_params(m, n, k, layout, device, why, out_itemsize)
         if hopper is not None:

@@ -72,8 +72,9 @@ _ASYNC_READ = {"wgmma": ("a pending wgmma still reads", "the wgmma.wait_group re
                              "the cp.async.bulk.wait_group.read retiring it")}
 
 
-_VERDICTS = {}        # sha256 of a kernel's text -> its findings (the verdict is a function
-_VERDICTS_KEPT = 512  # of the text: statements, labels, buffers, offsets, launch, maps)
+_VERDICTS = {}        # sha256 of a kernel's text -> (its findings, whether all of them); the
+_VERDICTS_KEPT = 512  # verdict is a function of the text: statements, labels, buffers,
+                      # offsets, launch, maps
 _SYNC_ID = re.compile(r" \[sync\d+\]")   # the names insert_syncs gives the syncs it placed,
                                          # for drop_syncs: not part of what is proved
 
@@ -90,31 +91,36 @@ class ProofMemo(Protocol):
         """A kernel of this text is proved."""
 
 
-def check_async_protocol(kernel, known=None, memo=None):
+def check_async_protocol(kernel, known=None, memo=None, every=True):
     """Every finding (lowering.errors.Hazard) of the kernel's async protocol, for every
     trip count and block-uniform outcome; [] when it is proved. `known`: see
-    async_trace.Trace (a caller asking again and again). A kernel whose text was verified
-    before in this process gets the same verdict at once (sync insertion's last check is
-    the verify pass's question; tests and benchmarks lower one schedule many times), and
-    one that `memo` (a ProofMemo) says was proved is proved; a proof made here is
-    remembered there."""
+    async_trace.Trace (a caller asking again and again). `every=False`: some of the
+    findings, [] only when proved (async_runtime.check_every_case stops at the first
+    outcome choice with findings). A kernel whose text was verified before in this process
+    gets the same verdict at once (sync insertion's last check is the verify pass's
+    question; tests and benchmarks lower one schedule many times), and one that `memo` (a
+    ProofMemo) says was proved is proved; a proof made here is remembered there."""
     text = _SYNC_ID.sub("", kir.format_kernel(kernel))
     key = hashlib.sha256(text.encode()).hexdigest()
-    verdict = _VERDICTS.get(key)
-    kept = memo is not None and not verdict and memo.proved(text)
-    if verdict is None:
+    verdict, complete = _VERDICTS.get(key, (None, False))
+    if verdict is None or (every and not complete):
+        if memo is not None and memo.proved(text):
+            verdict, complete = [], True
+        else:
+            verdict = _verdict(kernel, known, every)
+            complete = every or not verdict
+            if not verdict and memo is not None:
+                memo.remember(text)
         if len(_VERDICTS) >= _VERDICTS_KEPT:
             _VERDICTS.pop(next(iter(_VERDICTS)))
-        verdict = _VERDICTS[key] = [] if kept else _verdict(kernel, known)
-    if memo is not None and not verdict and not kept:
-        memo.remember(text)
+        _VERDICTS[key] = (verdict, complete)
     return [copy.copy(h) for h in verdict]
 
 
-def _verdict(kernel, known):
+def _verdict(kernel, known, every):
     known = {} if known is None else known       # shared by every unrolling checked
     try:
-        return check_every_case(kernel, Skeleton(kernel), known, _check)
+        return check_every_case(kernel, Skeleton(kernel), known, _check, every)
     except Refusal as r:
         return [Hazard("cannot-prove", "-", point(r.stmt), point(r.stmt), detail=r.why)]
 

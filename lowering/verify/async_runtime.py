@@ -81,23 +81,54 @@ PROBE = 8                        # the trip counts of the first unrolling
 MAX_PROBES = 4                   # unrollings to measure the depths on
 
 
-def check_every_case(kernel, skeleton, known, check):
-    """The findings of the first unrolling that has some (each naming the trip counts and
-    outcomes it was found at), [] when every case is proved. `check(trace)` gives a
-    trace's (findings, closed lowering.verify.async_order.Ordering). Raises Refusal when the
-    argument does not apply."""
+def check_every_case(kernel, skeleton, known, check, every=True):
+    """For each choice of block-uniform outcomes, the findings of its first unrolling that
+    has some (each naming the trip counts and outcomes it was found at; a finding of the
+    same kind and statements as an earlier choice's is said once), [] when every case is
+    proved. `check(trace)` gives a trace's (findings, closed
+    lowering.verify.async_order.Ordering). Raises Refusal when the argument does not apply.
+
+    Every choice is asked, not only until the first with findings: sync insertion places
+    what all of them ask for in one round, instead of re-proving the choices found clean
+    once per round. Choices that had findings in an earlier call sharing `known` (a caller
+    asking again and again, as sync insertion's pruning does) are asked first: a kernel
+    still wrong is usually wrong where it was. `every=False`: stop at the first choice
+    with findings (whether there are any is all pruning asks)."""
     keys = list(skeleton.uniform)
     if len(keys) > MAX_UNIFORM:
         _, ifs = skeleton.uniform[keys[MAX_UNIFORM]]
         raise Refusal(ifs[0], f"cannot prove: more than {MAX_UNIFORM} block-uniform "
                               f"conditions (verified for each choice of their outcomes)")
     _refuse_nested_groups(skeleton)
-    for choice in product((True, False), repeat=len(keys)):
-        outcomes = dict(zip(keys, choice))
-        findings = _TripCounts(kernel, skeleton, known, check, outcomes).check()
-        if findings:
-            return findings
-    return []
+    failed = known.setdefault("outcome choices with findings", [])
+    choices = list(product((True, False), repeat=len(keys)))
+    choices.sort(key=lambda c: failed.index(c) if c in failed else len(failed))
+    cases = [(c, _TripCounts(kernel, skeleton, known, check, dict(zip(keys, c))).unrollings())
+             for c in choices]
+    findings, refusal, ended = {}, None, set()
+    # breadth first: each choice's first unrolling (where most findings show) before the
+    # others' base cases
+    for first in (True, False):
+        for choice, unrollings in cases:
+            if choice in ended:
+                continue
+            try:
+                found = next(unrollings, []) if first else next(
+                    (f for f in unrollings if f), [])
+            except Refusal as r:
+                refusal = refusal or r
+                found = None
+            if found is None or found:
+                ended.add(choice)
+            if found and choice not in failed:
+                failed.append(choice)
+            for h in found or ():
+                findings.setdefault((h.kind, h.buffer, h.first, h.second), h)
+            if findings and not every:
+                return list(findings.values())
+    if refusal is not None and not findings:
+        raise refusal
+    return list(findings.values())
 
 
 def covering_traces(kernel, skeleton, known):
@@ -150,14 +181,19 @@ class _TripCounts:
         self.parities = {id(op.value) for op in _mbarrier_ops(kernel.body)
                          if op.op == "wait"}
 
-    def check(self):
+    def unrollings(self):
+        """Run the unrollings of the argument one by one, yielding the findings of each
+        ([] where none); ends after the first with findings, or when every case is
+        proved."""
         if not self.keys:
-            return self._run({})[0]
+            yield self._run({})[0]
+            return
         bounds, done = {k: PROBE for k in self.keys}, set()
         for _ in range(MAX_PROBES):
             findings, order = self._run(bounds)
+            yield findings
             if findings:
-                return findings
+                return
             done.add(tuple(bounds.values()))
             self._certify(order)
             need = {k: _Depths(self, order, k).bound() for k in self.keys}
@@ -179,10 +215,10 @@ class _TripCounts:
             if counts in done:
                 continue
             findings, order = self._run(dict(zip(self.keys, counts)))
+            yield findings
             if findings:
-                return findings
+                return
             self._certify(order)
-        return []
 
     def _run(self, trips):
         try:

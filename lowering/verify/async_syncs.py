@@ -79,7 +79,7 @@ def _prune(kernel, inserted, known, memo):
         stmts, index, _ = path_to(kernel.body, stmt)[-1]
         del stmts[index]
         kir.relabel(kernel.body)
-        if check_async_protocol(kernel, known, memo):
+        if check_async_protocol(kernel, known, memo, every=False):
             stmts.insert(index, stmt)
             kir.relabel(kernel.body)
         else:
