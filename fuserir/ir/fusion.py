@@ -262,7 +262,12 @@ class Fusion:
     @property
     def tensors(self):
         """Tensors in a deterministic topological order (inputs first)."""
-        return [n for n in self._topological() if isinstance(n, TensorView)]
+        order = self._topological()
+        cached = self.__dict__.get("_tensors_of")
+        if cached is None or cached[0] is not order:   # kept with the order it filters
+            cached = (order, [n for n in order if isinstance(n, TensorView)])
+            self._tensors_of = cached
+        return list(cached[1])
 
     def tensor(self, name):
         if name in self._by_name:
