@@ -104,6 +104,14 @@ class LoweringContext:
         self.fragment_vars = []      # the loop variables of fragment-element loops
         self.lane_index = {}         # mma axis -> per-lane index, while lowering a fragment
         self.frag_offset = None      # element of the fragment being lowered (None: 0)
+        # Memos of the placed fusion's loop structure, kept from `analyze` on (the fusion no
+        # longer changes then): each walks a chain of compute-at consumers, which a long
+        # chain of inlined ops would walk again from every tensor (quadratic).
+        self._placed = False
+        self._concrete_memo = {}     # (tv, position) -> (tensor, position) owning its loop
+        self._inlined_memo = {}      # tv -> the consumer it is fully inlined into, or None
+        self._root_memo = {}         # (tv, ranges known) -> root_indices(tv)
+        self._inline_targets = {}    # tv -> inline_target(tv)
 
     # -- the contract -------------------------------------------------------------------
     def _reader(self):
@@ -153,6 +161,7 @@ class LoweringContext:
     def analyze(self):
         """The facts of the (now fully placed) fusion: live tensors, vector axes, exact map,
         parallel extents, serial grid reduction, circular-buffer loops."""
+        object.__setattr__(self, "_placed", True)
         self.live = live_tensors(self.fusion)
         vector_axes = {tv.loop[-1] for tv in self.live
                        if (is_async_copy(tv) and tv.loop and
@@ -178,8 +187,25 @@ class LoweringContext:
 
     # -- loops ---------------------------------------------------------------------------
     def concrete(self, tv, i):
-        """(tensor, position) owning the loop that tv.loop[i] runs in."""
-        return concrete_loop(tv, i)
+        """(tensor, position) owning the loop that tv.loop[i] runs in (memoized for every
+        tensor the walk passes, once the fusion is placed: linear in a long chain)."""
+        if not self._placed:
+            return concrete_loop(tv, i)
+        memo = self._concrete_memo
+        found = memo.get((tv, i))
+        if found is not None:
+            return found
+        passed = []
+        while tv.compute_at_pos and i < tv.compute_at_pos:
+            if (found := memo.get((tv, i))) is not None:
+                break
+            passed.append(tv)
+            tv = tv.compute_at_consumer
+        found = found or (tv, i)
+        for t in passed:
+            memo[t, i] = found
+        memo[tv, i] = found
+        return found
 
     def concrete_axis(self, tv, i):
         owner, j = self.concrete(tv, i)
@@ -256,9 +282,17 @@ class LoweringContext:
         dtype = DataType.bool if op in kir.COMPARISONS + ("and", "or") else self.index_dtype
         return kir.BinOp(op, a, b, dtype)
 
-    @staticmethod
-    def _inlined_into(tv):
+    def _inlined_into(self, tv):
         """The direct consumer tv is fully inlined into (every loop axis shared), or None."""
+        if self._placed:
+            memo = self._inlined_memo
+            if tv not in memo:
+                memo[tv] = self._direct_inline(tv)
+            return memo[tv]
+        return self._direct_inline(tv)
+
+    @staticmethod
+    def _direct_inline(tv):
         consumer = tv.compute_at_consumer
         if tv.compute_at_pos and tv.compute_at_pos == tv.ndim and \
                 any(v is tv for v in consumer.definition.inputs):
@@ -268,8 +302,15 @@ class LoweringContext:
     def inline_target(self, tv):
         """The tensor whose loops tv runs entirely inside (tv itself unless every loop axis
         of tv is shared through compute-at with a direct consumer)."""
+        passed = []
         while (consumer := self._inlined_into(tv)) is not None:
+            if self._placed and (target := self._inline_targets.get(tv)) is not None:
+                tv = target
+                break
+            passed.append(tv)
             tv = consumer
+        if self._placed:
+            self._inline_targets.update((t, tv) for t in passed)
         return tv
 
     def root_indices(self, tv):
@@ -279,18 +320,40 @@ class LoweringContext:
         merged into a larger loop never indexes past its own extent), down the chain of
         consumers it is inlined into (walked, not recursed: a chain can be long).
         Otherwise the loop indices are replayed backwards through tv's splits and merges.
-        Broadcast axes always have index 0."""
+        Broadcast axes always have index 0.
+
+        Once the fusion is placed, each tensor's indices are memoized (outside a fragment's
+        per-lane scope, and for the value ranges known when they were built): every tensor
+        of a chain of n inlined ops reuses its consumer's, instead of walking the chain
+        again (n^2 dictionary work). A copy is returned: callers may extend it."""
+        memo = self._root_memo if self._placed and not self.lane_index and \
+            self.frag_offset is None else None
+        known = (len(self.ranges.vars), tuple(self.ranges.specials.items()))
         chain = [tv]
-        while (consumer := self._inlined_into(chain[-1])) is not None:
+        index = None
+        while True:
+            if memo is not None and (chain[-1], known) in memo:
+                index = memo[chain.pop(), known]
+                break
+            consumer = self._inlined_into(chain[-1])
+            if consumer is None:
+                break
             chain.append(consumer)
-        index = self._loop_root_indices(chain[-1])
-        for producer, consumer in zip(reversed(chain[:-1]), reversed(chain[1:])):
+        if index is None:
+            index = self._loop_root_indices(chain[-1])
+            if memo is not None:
+                memo[chain[-1], known] = index
+            chain.pop()
+        for producer in reversed(chain):
+            consumer = self._inlined_into(producer)
             outer = index
             index = {p: outer[c] for c, p in consumer.definition.root_map(producer).items()}
             for a in producer.root + producer.logical:
                 if a.is_broadcast or a not in index:
                     index[a] = self.const(0)
-        return index
+            if memo is not None:
+                memo[producer, known] = index
+        return dict(index)
 
     def _loop_root_indices(self, tv):
         """root_indices of a tensor that runs its own loops."""

@@ -27,13 +27,15 @@ def test_1000_chained_ops_compile_and_run():
 
 def test_a_long_fusion_deep_copies_without_recursing():
     import copy
-    import sys
+    from conftest import shallow_stack
+    from fuserir.ir.fusion import MAX_EXPRESSION_DEPTH
     with FusionDefinition("chain") as fd:
         y = fd.define_tensor("x", "f32", ["N"])
-        for _ in range(3 * sys.getrecursionlimit()):
+        for _ in range(MAX_EXPRESSION_DEPTH):  # the deepest chain a fusion may hold
             y = fd.ops.mul(y, 1.0)
         fd.add_output(y, "y")
-    twin = copy.deepcopy(fd.fusion)
+    with shallow_stack(100):   # 100 frames: a copy recursing per op (1,000) fails here
+        twin = copy.deepcopy(fd.fusion)
     assert fuserir.ir.equality.structurally_equal(twin, fd.fusion)
     assert twin.tensor("y") is not fd.fusion.tensor("y")
     assert twin.tensor("y").definition.inputs[0].fusion is twin

@@ -6,7 +6,7 @@ import sys
 from driver import stages
 from driver.proofs import PROOFS
 from .common import (UsageError, add_sync_arguments, build, normalize_arch, one_fusion,
-                     sync_options)
+                     parse_sizes, sizes_for, sync_options)
 
 
 def add_parser(sub):
@@ -27,6 +27,10 @@ def add_parser(sub):
     p.add_argument("--arch", help="with --stage ptx: the target, e.g. sm_90 (default: this "
                    "machine's GPU, else sm_90)")
     p.add_argument("--json", action="store_true", help="with --list-passes: print JSON")
+    p.add_argument("--size", metavar="NAME=VALUE,...",
+                   help="show the kernels planned for these sizes, e.g. M=64,N=32 (an "
+                        "unscheduled fusion: the automatic schedule chosen at them; the "
+                        "sizes not given take check's defaults)")
     add_sync_arguments(p)
     p.set_defaults(run=cmd_dump)
 
@@ -85,7 +89,8 @@ def cmd_dump(args):
                   instrument=stages.env_instrument(PASS_NAMES))
         text = _before_kernel(fusion, args.after)
     else:
-        _, units, refused = build(fusion, options)
+        sizes = sizes_for(fusion, parse_sizes(args.size)) if args.size else None
+        _, units, refused = build(fusion, options, sizes=sizes)
         if refused is not None:
             print(f"fuserir: note: the verifier refuses kernel {refused.kernel_name} "
                   f"({len(refused.hazards)} hazard(s)); it is shown as lowered without "

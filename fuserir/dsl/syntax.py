@@ -9,6 +9,11 @@ form feeds, \\u2028 and the like, which would show the wrong line), with charact
 would not print as one column (controls, line separators) shown as spaces, so the caret
 stays under the column it names.
 
+Before lark sees the text, `check_nesting` scans it for nesting deeper than the IR's
+MAX_EXPRESSION_DEPTH (unary minus signs, calls, parentheses, nested lists: see there)
+and refuses it at the token where the limit is passed: a cheap linear scan, where lark
+would first spend seconds building the deep tree that the builder would then refuse.
+
 One case lark reports late: newlines are whitespace, so an expression left unfinished at
 the end of a line (`y = x +`) is only noticed at the next line's token (`output`, `}`, or
 the `=` of `z = ...` after `z` was taken as the operand). That is reported as an
@@ -16,12 +21,14 @@ unexpected end of expression just after the operator, on the operator's line.
 """
 
 import pathlib
+import re
 import unicodedata
 
 from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from ..errors import DslError
+from ..ir.fusion import MAX_EXPRESSION_DEPTH
 
 
 def _reserve_output(token):
@@ -78,6 +85,7 @@ def read_file(path):
 
 def syntax_tree(text, source):
     """lark's tree of `text`; a syntax error is a DslError located in `source`."""
+    check_nesting(text, source)
     try:
         return LARK.parse(text)
     except UnexpectedInput as error:
@@ -85,6 +93,64 @@ def syntax_tree(text, source):
         if late is not None:
             raise source.error(*late) from None
         raise source.error(_describe(error), *_position(error, source)) from None
+
+
+# -- nesting -------------------------------------------------------------------------------
+
+# What the scan tells apart: strings and comments (skipped: they may hold brackets), names
+# and numbers, brackets, operators (a minus after one, or after an opening bracket, is a
+# unary minus), and any other character. A number's exponent sign (1e-5) reads as a binary
+# minus after the name-like "1e", which nests nothing, as a binary minus should.
+_SCAN = re.compile(r'"[^"\n]*"|#[^\n]*|[A-Za-z0-9_.]+|[<>=!]=|[-+*/<>=,:]|[(\[{]|[)\]}]|\n|\S')
+_OPENING, _CLOSING = "([{", ")]}"
+_BEFORE_UNARY = frozenset("+-*/<>=,:([{") | {"<=", ">=", "==", "!="}
+
+
+def check_nesting(text, source, limit=None):
+    """Refuse `text` if an expression in it nests deeper than `limit` levels, as a DslError
+    at the token that passes the limit. A level is a unary minus, a call, a parenthesis
+    (one after a unary minus is the minus's own: `-(-(-x))`, as the printer writes it, is 3
+    deep) and a list or map inside a list or map (the outermost one is a call's argument,
+    a leaf); the braces of a fusion or schedule block are none. So printed text nests no
+    deeper than its fusion's operations. Brackets that do not match are left to lark."""
+    limit = MAX_EXPRESSION_DEPTH if limit is None else limit
+    depth, pending, outer, previous = 0, 0, [], None
+    line, line_start = 1, 0
+    for match in _SCAN.finditer(text):
+        token = match.group()
+        if token == "\n":
+            line, line_start = line + 1, match.end()
+            continue
+        first = token[0]
+        if first == '"' or first == "#":
+            continue
+        if token == "-" and (previous is None or previous in _BEFORE_UNARY):
+            pending += 1                            # a unary minus: one level more
+            if depth + pending > limit:
+                raise _too_deep(source, limit, line, match.start() - line_start + 1)
+        elif first in _OPENING:
+            enclosing = outer[-1][1] if outer else None
+            outer.append((depth, first))
+            if first == "(":
+                depth += max(pending, 1)
+            elif first == "[" or previous in _BEFORE_UNARY:     # not a block's brace
+                depth += pending + (enclosing in ("[", "{"))
+            pending = 0
+            if depth > limit:
+                raise _too_deep(source, limit, line, match.start() - line_start + 1)
+        elif first in _CLOSING:
+            depth = outer.pop()[0] if outer else depth
+            pending = 0
+        elif not (first.isalnum() or first in "_."):
+            pending = 0                             # an operator: the minus signs applied
+        previous = token if len(token) <= 2 else "name"
+    return depth
+
+
+def _too_deep(source, limit, line, column):
+    return source.error(f"expression nested deeper than {limit} levels (each call, "
+                        "parenthesis and unary minus nests one); fuserir supports "
+                        f"expressions up to {limit} deep", line, column)
 
 
 # -- describing what lark found ------------------------------------------------------------

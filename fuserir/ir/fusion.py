@@ -24,6 +24,12 @@ from ..errors import FusionError
 from .extent import Sym
 from .tensor import TensorView
 
+# The deepest expression a fusion may define: operations on the longest path from an input
+# to a tensor. Deeper ones are refused when built (here) and, in DSL text, by a scan of the
+# nesting before parsing (fuserir.dsl.syntax). Lowering at this depth takes about a second
+# (docs/decisions.md, "Expressions are at most 1,000 deep").
+MAX_EXPRESSION_DEPTH = 1000
+
 
 @dataclass
 class TraceEntry:
@@ -49,6 +55,7 @@ class Fusion:
         self._by_name = {}     # tensor name -> TensorView, for every tensor in the graph
         self._recording_depth = 0
         self._order = None     # the topological order, until the graph changes
+        self._depth = {}       # defined tensor -> operations from an input (inputs: absent)
 
     def __deepcopy__(self, memo):
         """A copy of the whole fusion whose depth does not grow with the graph's: every node
@@ -150,6 +157,8 @@ class Fusion:
         `definition_exprs`, which later graph rewrites (rfactor, caches) leave untouched.
         """
         fresh_output = expr.output not in self.graph or not self.graph.out_degree(expr.output)
+        if self._recording_depth == 0:
+            self._check_depth(expr)
         self._add_node(expr)
         for v in expr.tensor_inputs:
             self.graph.add_edge(v, expr)
@@ -165,6 +174,19 @@ class Fusion:
             as_defined.inputs = list(expr.inputs)
             self.definition_exprs.append(as_defined)
         return expr
+
+    def _check_depth(self, expr):
+        """Record the depth of the tensor `expr` defines; refuse one deeper than
+        MAX_EXPRESSION_DEPTH (before the graph changes)."""
+        deepest = max(expr.tensor_inputs, key=lambda t: self._depth.get(t, 0), default=None)
+        depth = 1 + (self._depth.get(deepest, 0) if deepest is not None else 0)
+        if depth > MAX_EXPRESSION_DEPTH:
+            raise FusionError(
+                f"{expr.output.name}: expression {depth} operations deep (its operand "
+                f"{deepest.name} is {depth - 1} deep), over the supported depth of "
+                f"{MAX_EXPRESSION_DEPTH} operations from an input; split the computation "
+                "into several fusions")
+        self._depth[expr.output] = depth
 
     def remove_expr(self, expr):
         self.remove_node(expr)
@@ -262,7 +284,12 @@ class Fusion:
     @property
     def tensors(self):
         """Tensors in a deterministic topological order (inputs first)."""
-        return [n for n in self._topological() if isinstance(n, TensorView)]
+        order = self._topological()
+        cached = self.__dict__.get("_tensors_of")
+        if cached is None or cached[0] is not order:   # kept with the order it filters
+            cached = (order, [n for n in order if isinstance(n, TensorView)])
+            self._tensors_of = cached
+        return list(cached[1])
 
     def tensor(self, name):
         if name in self._by_name:

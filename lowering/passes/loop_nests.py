@@ -79,9 +79,26 @@ def _items(ctx):
     return items
 
 
-def _depends(later, earlier):
-    return bool(later.reads & earlier.writes or later.writes & earlier.reads
-                or later.writes & earlier.writes)
+def _dependences(keys, groups):
+    """The edges (i, j) between groups: some part of group j depends on an earlier part of
+    group i (reads what it writes, or writes what it reads or writes). Found through who reads and writes each value, not by
+    comparing every pair of groups (quadratic in the parts of a long inlined chain)."""
+    group_of, readers, writers = {}, {}, {}
+    for g, key in enumerate(keys):
+        for item in groups[key]:
+            group_of[item.order] = g
+            for value in item.reads:
+                readers.setdefault(value, []).append(item)
+            for value in item.writes:
+                writers.setdefault(value, []).append(item)
+    edges = set()
+    for j, key in enumerate(keys):
+        for a in groups[key]:
+            earlier = [b for value in a.reads | a.writes for b in writers.get(value, ())]
+            earlier += [b for value in a.writes for b in readers.get(value, ())]
+            edges.update((group_of[b.order], j) for b in earlier
+                         if b.order < a.order and group_of[b.order] != j)
+    return sorted(edges)
 
 
 def _nest(ctx, items, depth):
@@ -97,11 +114,7 @@ def _nest(ctx, items, depth):
     keys = list(groups)
     graph = nx.DiGraph()
     graph.add_nodes_from(range(len(keys)))
-    for i, ki in enumerate(keys):
-        for j, kj in enumerate(keys):
-            if i != j and any(b.order < a.order and _depends(a, b)
-                              for a in groups[kj] for b in groups[ki]):
-                graph.add_edge(i, j)
+    graph.add_edges_from(_dependences(keys, groups))
     first = {i: min(it.order for it in groups[k]) for i, k in enumerate(keys)}
     try:
         order = list(nx.lexicographical_topological_sort(graph, key=lambda i: first[i]))
