@@ -28,6 +28,8 @@ HTML comments on the lines right above a fence say more about it:
   for minutes: `-m slow` on a GPU machine).
 * `<!-- skip: REASON -->`: not run, for the reason given (e.g. the block runs this whole
   test suite).
+* `<!-- figures: vary -->` (console): the transcript's numbers are one run's (timings);
+  each number matches any number, the rest of the line must match.
 
 The scratch directory of a document holds links to the repository's examples/ and
 benchmarks/, and a bin/ of `fuserir`, `python` and `python3` (and `.venv/bin/python`) that
@@ -39,6 +41,7 @@ import io
 import os
 import pathlib
 import re
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -200,16 +203,42 @@ def _without_installs(command):
 
 
 def _run(command, cwd, bin_dir):
+    """Run a shell command in cwd. A plain `fuserir ARGS` (no environment variables,
+    redirections or pipes) runs in this process, through fuserir.cli.main, which is what
+    the console script calls: the same output, without a new interpreter's start-up."""
+    if re.fullmatch(r"fuserir( [^|<>;&$`=\\]*)?", command) and not any(
+            os.environ.get(v) for v in ("FUSERIR_DUMP", "FUSERIR_DUMP_AFTER")):
+        from fuserir.cli import main
+        out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+        os.chdir(cwd)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    code = main(shlex.split(command)[1:])
+                except SystemExit as exit_:
+                    code = exit_.code
+        finally:
+            os.chdir(here)
+        return subprocess.CompletedProcess(command, code or 0, out.getvalue(),
+                                           err.getvalue())
     return subprocess.run(["bash", "-c", command], cwd=cwd, env=_environment(bin_dir),
                           capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
 
 
-def _line_matches(want, got):
-    pattern = ".*".join(re.escape(part) for part in want.rstrip().split("…"))
+NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?")
+
+
+def _line_matches(want, got, figures_vary=False):
+    def literal(text):
+        if not figures_vary:
+            return re.escape(text)
+        pieces = NUMBER.split(text)
+        return r"\d+(?:\.\d+)?(?:e[+-]?\d+)?".join(re.escape(p) for p in pieces)
+    pattern = ".*".join(literal(part) for part in want.rstrip().split("…"))
     return re.fullmatch(pattern, got.rstrip()) is not None
 
 
-def _transcript_matches(want, got):
+def _transcript_matches(want, got, figures_vary=False):
     """Whether the lines `want` (a transcript's output, with `...` lines) appear in `got`
     in order; returns the first line that does not, or None."""
     got = [g for g in got if g.strip()]
@@ -220,7 +249,7 @@ def _transcript_matches(want, got):
         if line.strip() == "...":
             anywhere = True
             continue
-        while position < len(got) and not _line_matches(line, got[position]):
+        while position < len(got) and not _line_matches(line, got[position], figures_vary):
             if not anywhere:
                 return line
             position += 1
@@ -287,6 +316,6 @@ def test_block(block, scratch):
                 assert result.returncode == 0 or (
                     result.returncode == 1 and any("hazard" in x or "differ" in x
                                                    for x in want)), f"{command}\n{shown}"
-            missing = _transcript_matches(want, output)
+            missing = _transcript_matches(want, output, "figures" in block.notes)
             assert missing is None, (f"{block.id}: `{command}` did not print\n  {missing}\n"
                                      f"in order; it printed:\n{shown}")
