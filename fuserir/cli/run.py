@@ -85,7 +85,7 @@ def cublas_baseline(fusion, sizes, repeat):
         kinds = {DataType.f16: cupy.float16}
 
         def operands(layout, dtype, a_shape, b_shape):
-            a, b = (cupy.random.randint(-4, 5, s).astype(kinds[dtype])
+            a, b = (cupy.random.randint(-4, 5, tuple(s)).astype(kinds[dtype])
                     for s in (a_shape, b_shape))
             a_mk = a if layout[0] == "T" else a.T
             b_kn = b if layout[1] == "T" else b.T
