@@ -13,7 +13,7 @@ and serial split-K (or --splitk-mode two_kernel). One compiled
 kernel serves every shape (sizes and the split factor are kernel arguments).
 
 * check: once per shape, fresh uniform(-1, 1) inputs, against a float64 reference on the
-  GPU: |out - ref| <= atol + rtol |ref| with rtol = 2^-10, atol = 1e-5 K (DESIGN.md 7).
+  GPU: |out - ref| <= atol + rtol |ref| with rtol = 2^-10, atol = 1e-5 K (docs/perf.md).
 * --stress N: N runs with fresh random inputs each, counting mismatching elements/runs.
 * --determinism N: N runs on fixed inputs, all bitwise equal to the first.
 * % of copy: the ideal traffic (A and B read once, the output written once) over the
@@ -140,7 +140,7 @@ def mismatches(cp, out, ref, k):
     return int(bad.sum())
 
 
-# -- the seed benchmark matrix (issue 7) -----------------------------------------------------
+# -- the seed benchmark matrix ---------------------------------------------------------------
 
 OPERANDS = {"TT": ("[M, K]", "[K, N]"), "TN": ("[M, K]", "[N, K]"),
             "NT": ("[K, M]", "[K, N]"), "NN": ("[K, M]", "[N, K]")}

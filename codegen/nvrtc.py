@@ -7,7 +7,7 @@
     default_arch() -> "sm_XY" of the current GPU, or sm_90 where there is none
 
 Every compile runs `-arch=sm_XY --std=c++17 -lineinfo` plus the caller's options; no GPU
-is needed (DESIGN.md section 10: NVRTC 13.x compiles sm_90 cubins on a CPU-only machine,
+is needed (NVRTC 13.x compiles sm_90 cubins on a CPU-only machine,
 and they load on the H200's driver). A failure raises codegen.errors.CompileError with
 NVRTC's log and the generated lines each error points at. So does a cubin that ptxas
 built but made slow in a way a schedule must not accept: the warnings of

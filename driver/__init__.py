@@ -8,7 +8,7 @@ cutting a fusion into kernels and planning unscheduled ones per size class
 lowering, CUDA emission and NVRTC (driver.build), the Executable that binds inputs, picks
 kernel variants (driver.vector_widths) and launches (driver.executable), and the stage
 texts and FUSERIR_DUMP hooks (driver.stages). `codegen.compile` is the public contract
-(DESIGN.md section 3); the codegen package re-exports these names from here.
+(docs/architecture.md, "The contract"); the codegen package re-exports these names from here.
 """
 
 from .build import CompiledKernel

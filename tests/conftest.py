@@ -24,7 +24,7 @@ HOST = {
     DataType.bool: np.bool_,
 }
 
-# Relative tolerance of a result rounded to each float dtype (DESIGN.md section 7).
+# Relative tolerance of a result rounded to each float dtype.
 RTOL = {DataType.f16: 2.0 ** -10, DataType.bf16: 2.0 ** -7, DataType.f32: 1e-6,
         DataType.f64: 1e-12}
 

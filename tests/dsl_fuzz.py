@@ -1,4 +1,4 @@
-"""Fuzz cases for the DSL front end (issue 14): mutated example programs and generated deep
+"""Fuzz cases for the DSL front end: mutated example programs and generated deep
 and long ones, and the check every case must pass.
 
 A case is (generator, seed) -> text; every generator is a function of a random.Random

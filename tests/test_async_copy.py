@@ -105,7 +105,7 @@ def test_without_sync_insertion_the_race_is_refused_and_seen():
 
 
 def test_two_byte_elements_without_a_vector_fall_back_to_ordinary_copies():
-    # no cp.async moves 2 bytes: an ordinary load and shared store (DESIGN.md section 5)
+    # no cp.async moves 2 bytes: an ordinary load and shared store
     fusion = fuserir.parse(F16_VECTORS.replace("  xs.vectorize(3)\n", ""))
     exe = codegen.compile(fusion, backend="interp")
     kernel = exe.kernels[0].kir

@@ -30,7 +30,7 @@ BAD = "fusion f(x: f32[N]) {\n  y = frobnicate(x)\n  output y\n}\n"
 TIDY_REDUCTION = ("fusion f(x: f32[M, N]) {\n  s = sum(x, axes=[1])\n  output s\n}\n"
                   "schedule f {\n  s.parallelize(0, BIDx)\n  s.parallelize(1, TIDz)\n}\n")
 ENV_VARS = ("FUSERIR_DUMP", "FUSERIR_DUMP_AFTER", "FUSERIR_TRACEBACK")
-# issue 14: a 300-term sum (the parser used to recurse per term) and a file in Latin-1
+# a 300-term sum (the parser used to recurse per term) and a file in Latin-1
 DEEP = "fusion deep(x: f32[N]) {\n  y = " + " + ".join(["x"] * 300) + "\n  output y\n}\n"
 LATIN1 = "fusion f(x: f32[N]) {\n  y = x + 1  # café\n  output y\n}\n".encode("latin-1")
 
@@ -453,11 +453,33 @@ def test_run_in_the_interpreter_compares_with_the_reference(ran):
     out = ok(ran["run"])
     assert out.startswith("run splitk_nt on the CPU interpreter at K=40, M=20, N=18, splitk=2")
     assert "out: f16[20, 18]  max abs error 0  max rel error 0  (rtol 2^-10)  ok" in out
-    assert ("cuBLAS ratio: not measured: the cuBLAS baseline arrives with the matmul issue"
-            in out)
+    assert ("cuBLAS ratio: not measured: the cuBLAS baseline needs the cuda backend on a GPU "
+            "(this run used the CPU interpreter)" in out)
     report = json.loads(ok(ran["run-json"]))
     assert report["ok"] and report["outputs"]["out"]["mismatches"] == 0
     assert report["outputs"]["out"]["compared"] == 260 and "cublas" not in report
+
+
+def test_run_json_without_a_gpu_says_why_there_is_no_cublas_figure(tmp_path):
+    result = fuserir("run", TILED, "--size", SMALL, "--backend", "interp", "--json")
+    report = json.loads(ok(result))
+    assert report["cublas"] == {"note": "not measured: the cuBLAS baseline needs the cuda "
+                                        "backend on a GPU (this run used the CPU interpreter)"}
+
+
+@pytest.mark.gpu
+def test_run_on_cuda_measures_the_cublas_baseline():
+    out = ok(fuserir("run", TILED, "--backend", "cuda", "--size", "M=512,N=256,K=1024,splitk=2",
+                     "--repeat", "5"))
+    line = next(x for x in out.splitlines() if x.startswith("  cuBLAS ratio: "))
+    ratio = float(line.split()[2].rstrip("x"))
+    assert ratio > 0 and "x cuBLAS's speed (cuBLAS median " in line
+    assert "matmul, timed the same way)" in line
+    report = json.loads(ok(fuserir("run", TILED, "--backend", "cuda", "--size",
+                                   "M=512,N=256,K=1024,splitk=2", "--repeat", "5", "--json")))
+    cublas = report["cublas"]
+    assert cublas["library"] in ("torch", "cupy") and cublas["time_us"] > 0
+    assert cublas["ratio"] == pytest.approx(cublas["time_us"] / report["timing"]["median_us"])
 
 
 def test_run_on_cuda(ran):

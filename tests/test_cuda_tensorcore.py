@@ -4,7 +4,7 @@ CpAsyncCommit, CpAsyncWait) as inline PTX.
 Without a GPU: every variant compiles to an sm_90 cubin with NVRTC, the text carries the
 PTX the kir docstrings promise (and NVRTC's PTX keeps it), and malformed statements are
 refused with a CodegenError naming the statement. On a GPU (marked `gpu`): probes compare
-every lane's registers with the fragment figures of DESIGN.md section 10 computed in numpy,
+every lane's registers with the PTX ISA's fragment figures computed in numpy,
 mma results with numpy's A @ B + C exactly, cp.async with zero fill; and the interpreter
 (codegen.interp.run_kernel) with the GPU bit for bit, where it runs these statements.
 """

@@ -1,10 +1,10 @@
-"""Deep and long DSL programs (issue 14, item 1): parse, print, read back and evaluate
+"""Deep and long DSL programs: parse, print, read back and evaluate
 without recursion, whatever the depth.
 
 A 160-term sum or 110 nested exp( used to raise RecursionError in the parser. The tests
 here run on a shallow stack (`shallow_stack`: only 100 frames more than the test has), so
 that a walk recursing once per level fails at depths of a few hundred as surely as one at
-a few thousand would with the default limit; the sizes of the issue's targets (1000-term
+a few thousand would with the default limit; the target sizes (1000-term
 sums, 1000 chained statements, 1000 nested calls and negations) run on the default stack,
 in about a second each.
 """
@@ -142,7 +142,7 @@ def test_a_python_built_deep_fusion_prints_and_reads_back():
     np.testing.assert_array_equal(evaluated(again), evaluated(fusion))
 
 
-ISSUE_SIZES = [  # the issue's targets at full size: (text, operations, expected output)
+TARGET_SIZES = [  # the target sizes in full: (text, operations, expected output)
     (long_sum(1000), 999, lambda: iterate(lambda v: v + X, 999)),
     (chain(1000), 1000, lambda: iterate(lambda v: v + 1.0, 1000)),
     (nested("exp", 1000), 1000, lambda: iterate(np.exp, 1000)),
@@ -150,12 +150,12 @@ ISSUE_SIZES = [  # the issue's targets at full size: (text, operations, expected
 ]
 
 
-@pytest.mark.parametrize("case", range(len(ISSUE_SIZES)), ids=["sum1000", "chain1000", "exp1000",
+@pytest.mark.parametrize("case", range(len(TARGET_SIZES)), ids=["sum1000", "chain1000", "exp1000",
                                                         "neg1000"])
 def test_issue_sizes(case):
     """On the default stack, in seconds: building a fusion no longer sorts its graph for
     every tensor it adds (it cost tens of seconds at these sizes)."""
-    text, operations, expected = ISSUE_SIZES[case]
+    text, operations, expected = TARGET_SIZES[case]
     start = time.perf_counter()
     fusion, _ = round_trip(text)
     assert len(fusion.exprs) == operations

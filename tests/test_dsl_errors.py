@@ -258,7 +258,7 @@ def test_ir_errors_are_located_at_the_offending_call(text, line, column, kind, m
     assert isinstance(error.__cause__, kind) and str(error.__cause__) == message
 
 
-# -- issue 14: line breaks, odd characters, unfinished expressions, files ------------------
+# -- line breaks, odd characters, unfinished expressions, files ---------------------------
 
 OUT = "\n  output y\n}\n"
 
@@ -345,7 +345,7 @@ def test_parse_file_reads_utf8_with_or_without_a_byte_order_mark(tmp_path):
         assert fuserir.dsl.parse_file(path).outputs[0].name == "y"
 
 
-# -- issue 14: a literal that overflows or underflows its dtype ----------------------------
+# -- a literal that overflows or underflows its dtype -------------------------------------
 
 F16 = "fusion f(x: f32[N], h: f16[N], g: bf16[N], c: bool[N]) {\n"
 TOO_BIG = "is out of range for every dtype (f64, the widest, holds at most 1.798e+308)"
@@ -415,7 +415,7 @@ def test_zero_and_subnormal_literals_are_accepted():
     assert expected > np.float32(ml_dtypes.bfloat16(1e-8))
 
 
-# -- issue 14: one parallel type per axis; matmul parameters of the right type -------------
+# -- one parallel type per axis; matmul parameters of the right type ----------------------
 
 MATMUL = ("fusion f(A: f16[M, K], B: f16[K, N]) {\n  acc = matmul(A, B)\n"
           "  out = cast(acc, f16)\n  output out\n}\nschedule f {\n  matmul(")

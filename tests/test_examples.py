@@ -90,6 +90,16 @@ def test_main_job_demo_runs_and_shows_every_barrier_with_its_reason():
     assert "mismatches vs float64 (rtol 2^-10, atol 1e-5*K): 0;" in out
     assert out.count("the verifier refuses the kernel") == 4
     assert out.count("the interpreter sees it") == 4
+    # the summary a newcomer reads at the end
+    summary = " ".join(out.split("== summary ==")[1].split())
+    assert summary.startswith("What ran: the split-K matmul of the original report")
+    assert "0 mismatches against a float64 matmul." in summary
+    assert ("The original kernel lacked sync2, the cp.async drain (cp.async.wait_group 0) "
+            "before the epilogue writes out_cache over the operand buffers' shared memory"
+            in summary)
+    assert ("With sync2 dropped, the static verifier refuses to emit the kernel (18 hazards, "
+            "async-pending on A_cache/out_cache), and the interpreter, run anyway, reports "
+            "async-pending on A_cache" in summary)
 
 
 @pytest.mark.parametrize("command", ["check", "inspect", "run"])

@@ -1,4 +1,4 @@
-"""codegen.compile and Executable.run: the contract of DESIGN.md section 3 on the CPU."""
+"""codegen.compile and Executable.run: the contract (docs/architecture.md) on the CPU."""
 
 import numpy as np
 import pytest

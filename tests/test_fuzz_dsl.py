@@ -1,4 +1,4 @@
-"""The DSL fuzz test (issue 14): 10,000 deterministic cases, mutated examples and generated
+"""The DSL fuzz test: 10,000 deterministic cases, mutated examples and generated
 deep and long programs (tests/dsl_fuzz.py), through parse, print and parse again. Zero
 exceptions other than located DslErrors, zero round-trip differences, zero hangs; a failure
 prints the generator, the seed and the text. A small sample also goes through the real CLI

@@ -3,7 +3,7 @@
 Every lowered case of the CPU suite (ported sync cases, pass-test fusions, examples, a
 batch of random schedules) runs on the GPU with fresh integer-valued inputs and must
 equal both the reference evaluator and the interpreter bit for bit: the GPU checks the
-generated code, and agreement checks the interpreter itself (DESIGN.md section 6).
+generated code, and agreement checks the interpreter itself.
 """
 
 import pathlib

@@ -1,6 +1,6 @@
 """64-bit indexing is chosen from the largest value any index or bound expression of a
 kernel reaches at the run's sizes and strides (lowering.indexing.index_bounds), not from the
-extents alone. Issue 14, item 5: extents from 2^31 - 127 to 2^31 - 1 kept 32-bit
+extents alone. A regression: extents from 2^31 - 127 to 2^31 - 1 kept 32-bit
 indexing while `(N + 127) / 128` wrapped (nothing written, or writes out of bounds); a
 reduction over more than 2^31 elements of a zero-stride input failed ("does not fit i32").
 Nothing here allocates more than a few kilobytes: large inputs are zero-stride views, and

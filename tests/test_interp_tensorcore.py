@@ -2,7 +2,7 @@
 
 Kernels are hand-built here (independent of tests/kir_examples.py and of the lowering
 passes); expected fragments are computed independently with numpy from the fragment
-figures of DESIGN.md section 10 (lane l, g = l >> 2, t = l & 3)."""
+figures of the PTX ISA (lane l, g = l >> 2, t = l & 3)."""
 
 import ml_dtypes
 import numpy as np
@@ -168,7 +168,7 @@ def test_ldmatrix_reads_feed_the_race_detector():
 
 
 def fragments(A, B, C):
-    """Per-lane fragments [32, 8] / [32, 4] / [32, 4] of one warp (DESIGN.md section 10)."""
+    """Per-lane fragments [32, 8] / [32, 4] / [32, 4] of one warp (the PTX ISA's figures)."""
     lane, g, t = lane_gt()
     a = np.stack([A[g, 2 * t], A[g, 2 * t + 1], A[g + 8, 2 * t], A[g + 8, 2 * t + 1],
                   A[g, 2 * t + 8], A[g, 2 * t + 9], A[g + 8, 2 * t + 8],
@@ -350,7 +350,7 @@ def test_retired_copy_needs_a_barrier_for_other_threads(rng):
     np.testing.assert_array_equal(out, xv.reshape(T, 4)[(np.arange(T) + 1) % T, 0])
 
 
-# -- the regression (DESIGN.md section 1) ------------------------------------------------
+# -- the regression (docs/story.md) ---------------------------------------------------------
 
 KT, STAGES, TH = 3, 3, 64
 STAGE = TH * 8                    # f16 elements per stage: 16 bytes per thread

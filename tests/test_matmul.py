@@ -1,5 +1,5 @@
-"""The tensor-core matmul of the seed report, end to end on the CPU (DESIGN.md sections 1, 5
-and 6): scheduled by fuserir.scheduler.schedule_matmul through the public transforms,
+"""The tensor-core matmul of the seed report, end to end on the CPU (docs/story.md,
+docs/hazards.md): scheduled by fuserir.scheduler.schedule_matmul through the public transforms,
 lowered with its pipeline, shared-memory reuse and serial split-K, and run in the
 interpreter with its race detector.
 

@@ -2,7 +2,7 @@
 
 Kernel IR keeps the user's names as written (dumps, messages) and tells them apart from
 lowering's by key (kir.name_key); the CUDA emitter mangles them (codegen.cuda.mangle) and
-the interpreter binds by key. Issue 14, item 4: a size named `i0` shadowed the loop index
+the interpreter binds by key. A regression: a size named `i0` shadowed the loop index
 `i0` (the interpreter left the output unwritten), and tensors, sizes or fusions named `M`,
 `x_stride1`, `NULL`, `int`, `main`, `printf`, `dim3`, `std`, or a size named like a tensor,
 failed late in NVRTC or codegen.

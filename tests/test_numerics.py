@@ -1,6 +1,6 @@
 """One numeric meaning (fuserir.numerics) in the reference evaluator, the interpreter, the
 launch-time evaluator and the emitted CUDA: casts float -> integer, integer division and
-remainder (by zero too), and reductions over no elements. Issue 14, items 6-8:
+remainder (by zero too), and reductions over no elements. Regressions:
 `cast(x, i32)` of nan/inf/3e9 was INT_MIN in the evaluator but saturated in the
 interpreter; `i / 0` was i in the evaluator, an error in the interpreter and `/ 0` in
 CUDA; `max` over an empty axis crashed the evaluator."""

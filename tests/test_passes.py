@@ -323,7 +323,9 @@ schedule rows {
      "s reads xc, which lives in local memory with axis 1 bound to TIDx, but s does not "
      "bind the same axis to TIDx"),
     ("xc = x.cache_after(global)\n  xc.compute_at(s, 0)",
-     "xc: global intermediates need a workspace"),
+     "xc: a global intermediate ends a kernel, and lower() builds one kernel; compile the "
+     "fusion with codegen.compile, which cuts it into a kernel per global intermediate, or "
+     "keep the tensor in local or shared memory"),
 ])
 def test_validate_refuses_unsupported_schedules(schedule, message):
     text = f"""
@@ -337,6 +339,24 @@ schedule f {{
     with pytest.raises(ScheduleError) as refused:
         lower(fuserir.parse(text))
     assert message in str(refused.value)
+
+
+def test_a_global_intermediate_lower_refuses_compiles_as_two_kernels():
+    """What the refusal above advises works: codegen.compile cuts at the global tensor."""
+    text = """
+fusion f(x: f32[4, 8]) {
+  s = sum(x, axes=[1])
+  output s
+}
+schedule f {
+  xc = x.cache_after(global)
+  xc.compute_at(s, 0)
+}"""
+    exe = codegen.compile(fuserir.parse(text), backend="interp")
+    assert len(exe.kernels) == 2
+    x = np.random.default_rng(5).integers(-20, 20, (4, 8)).astype(np.float32)
+    want = fuserir.evaluate(fuserir.parse(text), {"x": x})["s"]
+    np.testing.assert_array_equal(exe.run({"x": x})["s"], want)
 
 
 def test_local_buffer_with_a_symbolic_size_is_refused_with_advice():

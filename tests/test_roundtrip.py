@@ -395,7 +395,7 @@ def test_random_fusions_round_trip(fusion):
 
 @pytest.mark.parametrize("name", ["splitk_tiled.fz", "pointwise_chain.fz", "splitk_matmul.fz"])
 def test_reparsed_fusion_lowers_to_the_same_kernel(name):
-    """DESIGN.md section 3: parse(print_fusion(f)) lowers to the same kernels as f."""
+    """The contract: parse(print_fusion(f)) lowers to the same kernels as f."""
     import pathlib
 
     import codegen

@@ -269,7 +269,7 @@ def test_parallelize_sets_types():
 @pytest.mark.parametrize("first, second", [("TIDx", "BIDx"), ("BIDx", "serial"),
                                            ("unroll", "TIDy"), ("TIDx", "vectorize")])
 def test_parallelizing_an_axis_twice_is_an_error(first, second):
-    # issue 14: the second call used to override the first silently
+    # a regression: the second call used to override the first silently
     _, _, y = pointwise((8, 64, 4))
     y.parallelize(-1, first)
     with pytest.raises(ScheduleError) as caught:

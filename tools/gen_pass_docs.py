@@ -97,7 +97,7 @@ def list_passes(notes=True):
 
 def cli_region():
     lines = ["$ fuserir dump --list-passes"] + list_passes()
-    return "\n".join([BEGIN, "```"] + lines + ["```", END])
+    return "\n".join([BEGIN, "```console"] + lines + ["```", END])
 
 
 def _sub(pattern, replacement, text, where):

@@ -5,7 +5,7 @@ MMA_M16N8K16, CP_ASYNC); this module adds the asm operands and constraints. The 
 (codegen.cuda.emitter) checks a statement and builds its operands' C text (addresses,
 fragment elements); the functions here only spell, and return the statement's lines.
 
-Tensor cores and asynchronous copies are inline PTX (DESIGN.md sections 5 and 10):
+Tensor cores and asynchronous copies are inline PTX (fragment layouts as the PTX ISA gives them):
 LdMatrix is `ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16` at the 32-bit
 shared-state-space address of its source element (`__cvta_generic_to_shared`, an NVRTC
 builtin), each result register unpacked into two elements of the 16-bit fragment buffer,
@@ -17,7 +17,7 @@ where src_size is None: the whole copy); commit and wait are `cp.async.commit_gr
 waits and ldmatrix carry a "memory" clobber so that the compiler moves no ordinary shared
 access across them.
 
-Grid synchronization (split-K turnstiles, DESIGN.md section 5): Fence is
+Grid synchronization (split-K turnstiles, docs/hazards.md "Across blocks"): Fence is
 `__threadfence()`; SemWait spins on `ld.acquire.gpu.global.b32` of its i32 global cell
 until it reads the value; SemRelease is `__threadfence()` then
 `st.release.gpu.global.b32` (preamble helpers sem_wait / sem_release, both with a

@@ -4,7 +4,7 @@
 a kir.Kernel on numpy arrays, writing its outputs in place, and raises RaceError (after
 the run, outputs written) listing every hazard it saw. `run_interleavings(kernel,
 make_args, seeds=(0,))` runs it under several interleavings of its warp-specialized
-roles (roles.py) and reports the hazards of all of them. DESIGN.md sections 5 and 6 are
+roles (roles.py) and reports the hazards of all of them. The hazard model of docs/hazards.md is
 the specification; the header of each module of this package says how its part meets it.
 
 One module per part, each importing only modules listed above it:

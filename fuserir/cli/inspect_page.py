@@ -155,7 +155,7 @@ def _shared(kernel, scalars, total, arch):
 
 
 def _barriers(kernel):
-    """Every barrier (and, once they exist, every wait): id, label, enclosing loops, the
+    """Every barrier and inserted wait: id, label, enclosing loops, the
     statements around it, and its reasons."""
     from lowering import kir
     found = []

@@ -4,8 +4,9 @@ Inputs are random and integer-valued (floats are integers in [-4, 4]), so sums a
 are exact in every dtype and the kernel must match the reference up to the output's
 rounding (and transcendental functions' last bits). On the GPU the kernel is timed with
 CUDA events: one warm-up launch, then the median of --repeat launches, each after a
-write of twice the L2 size so that no launch finds its inputs in L2. The cuBLAS ratio for
-matmuls arrives with the matmul issue: `cublas_baseline` is the hook it fills in.
+write of twice the L2 size so that no launch finds its inputs in L2. A fusion with a matmul
+is also compared with cuBLAS: the same-shape matmuls through torch (or CuPy), timed the same
+way; on the interpreter there is no cuBLAS figure, and the report says why.
 """
 
 import inspect
@@ -20,14 +21,14 @@ from ..ir.exprs import MatmulOp
 from .common import (UsageError, add_file_arguments, format_sizes, gpu, named_scalars,
                      one_fusion, parse_sizes, random_inputs, sizes_for)
 
-# Relative tolerance per output dtype: its rounding (DESIGN.md section 7); f32 allows a
+# Relative tolerance per output dtype: its rounding; f32 allows a
 # few ulps for transcendental functions. Integer and bool outputs must be exact.
 RTOL = {DataType.f16: 2.0 ** -10, DataType.bf16: 2.0 ** -7, DataType.f32: 2.0 ** -20,
         DataType.f64: 2.0 ** -40}
 RTOL_TEXT = {DataType.f16: "2^-10", DataType.bf16: "2^-7", DataType.f32: "2^-20",
              DataType.f64: "2^-40"}
 INDEX_LIMIT = 2 ** 31 - 1
-CUBLAS_NOTE = "not measured: the cuBLAS baseline arrives with the matmul issue"
+CUBLAS_NEEDS_GPU = "not measured: the cuBLAS baseline needs the cuda backend on a GPU"
 
 
 def add_parser(sub):
@@ -45,12 +46,68 @@ def add_parser(sub):
     p.set_defaults(run=cmd_run)
 
 
-def cublas_baseline(fusion, inputs, sizes):
-    """The cuBLAS time (microseconds) of the matmul in `fusion` at these inputs, for the
-    ratio `run` reports. The matmul issue implements it (cupy/torch matmul with fp32
-    accumulation, same shapes and layout); until then it returns None and `run` says the
-    ratio is not measured."""
-    return None
+def cublas_baseline(fusion, sizes, repeat):
+    """cuBLAS's time for the matmuls of `fusion` at these sizes, for the ratio `run` reports:
+    {"time_us", "library"} or {"note": why not}. Each matmul runs as a same-shape, same-layout
+    product of f16/bf16 operands into an output of its dtype (cuBLAS accumulates in f32),
+    through torch.matmul, or cupy.matmul where torch is absent (f16 only: CuPy has no bf16),
+    timed as the fuserir kernel is (CUDA events, L2 flushed and the GPU kept busy before
+    each of `repeat` runs, the median)."""
+    from ..ir import extent as ext
+
+    shapes = []
+    for e in fusion.exprs:
+        if isinstance(e, MatmulOp):
+            a, b = e.inputs[0], e.inputs[1]
+            shapes.append((e.layout, a.dtype,
+                           [int(ext.evaluate(x, sizes)) for x in a.shape],
+                           [int(ext.evaluate(x, sizes)) for x in b.shape]))
+    try:
+        import torch
+        has_torch = torch.cuda.is_available()
+    except ImportError:
+        has_torch = False
+    if has_torch:
+        library = "torch"
+        kinds = {DataType.f16: torch.float16, DataType.bf16: torch.bfloat16}
+
+        def operands(layout, dtype, a_shape, b_shape):
+            a, b = (torch.randint(-4, 5, tuple(s), device="cuda").to(kinds[dtype])
+                    for s in (a_shape, b_shape))
+            a_mk = a if layout[0] == "T" else a.t()
+            b_kn = b if layout[1] == "T" else b.t()
+            out = torch.empty((a_mk.shape[0], b_kn.shape[1]), device="cuda",
+                              dtype=kinds[dtype])
+            return lambda: torch.matmul(a_mk, b_kn, out=out)
+    else:
+        import cupy
+        library = "cupy"
+        kinds = {DataType.f16: cupy.float16}
+
+        def operands(layout, dtype, a_shape, b_shape):
+            a, b = (cupy.random.randint(-4, 5, tuple(s)).astype(kinds[dtype])
+                    for s in (a_shape, b_shape))
+            a_mk = a if layout[0] == "T" else a.T
+            b_kn = b if layout[1] == "T" else b.T
+            out = cupy.empty((a_mk.shape[0], b_kn.shape[1]), dtype=kinds[dtype])
+            return lambda: cupy.matmul(a_mk, b_kn, out=out)
+    missing = sorted({str(dtype) for _, dtype, _, _ in shapes if dtype not in kinds})
+    if missing:
+        return {"note": f"not measured: {library} has no cuBLAS matmul of "
+                        f"{', '.join(missing)} operands here"
+                        + ("" if has_torch else " (install torch for bf16)")}
+    products = [operands(*shape) for shape in shapes]
+    import cupy
+
+    def once(marks):
+        for product in products:
+            product()
+        marks.append(_record_event())
+
+    once([])                                              # warm-up (cuBLAS picks its kernel)
+    runs = _time_runs(once, repeat)
+    totals = sorted(cupy.cuda.get_elapsed_time(m[0], m[-1]) * 1e3 for m in runs)
+    return {"time_us": float(np.median(totals)), "library": library}
 
 
 def cmd_run(args):
@@ -86,18 +143,28 @@ def cmd_run(args):
         report["timing"] = time_on_gpu(exe, fusion, inputs, sizes, args.repeat)
     else:
         report["timing"] = {"interpreter_wall_s": wall}
-    has_matmul = any(isinstance(e, MatmulOp) for e in fusion.exprs)
-    if has_matmul:
-        baseline = cublas_baseline(fusion, inputs, sizes) if backend == "cuda" else None
-        median = report["timing"].get("median_us")
-        report["cublas"] = ({"time_us": baseline, "ratio": median / baseline}
-                            if baseline and median else {"note": CUBLAS_NOTE})
+    if any(isinstance(e, MatmulOp) for e in fusion.exprs):
+        report["cublas"] = _cublas(fusion, sizes, args.repeat, backend, report["timing"])
     report["ok"] = not any(c["mismatches"] for c in comparison.values())
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print("\n".join(render(report)))
     return 0 if report["ok"] else 1
+
+
+def _cublas(fusion, sizes, repeat, backend, timing):
+    """The report's cuBLAS entry: the baseline and the ratio cuBLAS time / fuserir time (the
+    speed as a fraction of cuBLAS's), or a note that says why there is none."""
+    if backend != "cuda":
+        return {"note": CUBLAS_NEEDS_GPU + " (this run used the CPU interpreter)"}
+    median = timing.get("median_us")
+    if not median:
+        return {"note": "not measured: the fuserir kernel was not timed"}
+    baseline = cublas_baseline(fusion, sizes, repeat)
+    if "time_us" not in baseline:
+        return baseline
+    return {**baseline, "ratio": baseline["time_us"] / median}
 
 
 # ---------------------------------------------------------------------------------------
@@ -202,38 +269,18 @@ def time_on_gpu(exe, fusion, inputs, sizes, repeat):
     if recorded:
         names = [call[0].name for call, _ in recorded]
 
-        def once():
+        def once(marks):
             for call, options in recorded:
                 real(*call, **options)
-                marks.append(cupy.cuda.Event())
-                marks[-1].record()
+                marks.append(_record_event())
     else:                                                 # the executor launches otherwise
         names = ["(whole run, host overhead included)"]
 
-        def once():
+        def once(marks):
             exe.run({**args, **scalars})
-            marks.append(cupy.cuda.Event())
-            marks[-1].record()
+            marks.append(_record_event())
 
-    l2 = int(cupy.cuda.Device().attributes.get("L2CacheSize", 64 << 20))
-    scratch = cupy.empty(2 * l2, dtype=cupy.uint8)
-    # Enqueueing from Python takes longer than a small kernel runs: keep the GPU busy
-    # (spinning) for three times that after each flush, so that the start event is not
-    # reached before the launches are queued and host time stays out of the measurement.
-    marks = []
-    started = time.perf_counter()
-    once()
-    enqueue_ns = int((time.perf_counter() - started) * 1e9)
-    spin = _spin_kernel()
-    runs = []
-    for _ in range(repeat):
-        scratch.fill(0)                                   # flush L2
-        spin((1,), (1,), (np.uint64(3 * enqueue_ns + 20_000),))
-        marks = [cupy.cuda.Event()]
-        marks[0].record()
-        once()
-        runs.append(marks)
-    runs[-1][-1].synchronize()
+    runs = _time_runs(once, repeat)
     per_kernel = [[cupy.cuda.get_elapsed_time(m[i], m[i + 1]) * 1e3 for m in runs]
                   for i in range(len(names))]
     totals = sorted(cupy.cuda.get_elapsed_time(m[0], m[-1]) * 1e3 for m in runs)
@@ -243,6 +290,39 @@ def time_on_gpu(exe, fusion, inputs, sizes, repeat):
             "kernels": [{"name": n, "median_us": float(np.median(t))}
                         for n, t in zip(names, per_kernel)],
             "effective_gb_s": moved / (median * 1e-6) / 1e9 if median > 0 else None}
+
+
+def _record_event():
+    import cupy
+    event = cupy.cuda.Event()
+    event.record()
+    return event
+
+
+def _time_runs(once, repeat):
+    """`repeat` runs of once(marks), each after an L2 flush and a spin; once appends an
+    event recorded after each launch it makes. Returns each run's events, the first recorded
+    just before the run."""
+    import cupy
+
+    l2 = int(cupy.cuda.Device().attributes.get("L2CacheSize", 64 << 20))
+    scratch = cupy.empty(2 * l2, dtype=cupy.uint8)
+    # Enqueueing from Python takes longer than a small kernel runs: keep the GPU busy
+    # (spinning) for three times that after each flush, so that the start event is not
+    # reached before the launches are queued and host time stays out of the measurement.
+    started = time.perf_counter()
+    once([])
+    enqueue_ns = int((time.perf_counter() - started) * 1e9)
+    spin = _spin_kernel()
+    runs = []
+    for _ in range(repeat):
+        scratch.fill(0)                                   # flush L2
+        spin((1,), (1,), (np.uint64(3 * enqueue_ns + 20_000),))
+        marks = [_record_event()]
+        once(marks)
+        runs.append(marks)
+    runs[-1][-1].synchronize()
+    return runs
 
 
 _SPIN = r"""
@@ -303,6 +383,8 @@ def render(report):
     if "cublas" in report:
         c = report["cublas"]
         lines.append(f"  cuBLAS ratio: {c['note']}" if "note" in c else
-                     f"  cuBLAS ratio: {c['ratio']:.2f} (cuBLAS {c['time_us']:.2f} us)")
+                     f"  cuBLAS ratio: {c['ratio']:.2f}x cuBLAS's speed (cuBLAS median "
+                     f"{c['time_us']:.2f} us through {c['library']}.matmul, timed the same "
+                     "way)")
     lines.append("ok" if report["ok"] else "outputs differ from the reference")
     return lines

@@ -1,6 +1,6 @@
 """Scheduling transforms: the algorithms behind TensorView's scheduling methods.
 
-They follow nvFuser's meaning (DESIGN.md section 4). Transforms reshape a tensor's loop
+They follow nvFuser's meaning (docs/dsl.md). Transforms reshape a tensor's loop
 domain (split, merge, reorder), annotate it (parallelize, vectorize, circular_buffer,
 memory type), or rewrite the graph without changing what it computes (rfactor,
 cache_after, cache_before). compute_at makes a producer replay its consumer's transforms

@@ -3,7 +3,7 @@ descriptors or register A, TMA tensor copies through tensor maps, mbarriers, the
 proxy fence, stmatrix, named barriers and register reallocation.
 
 Each statement has fixed PTX semantics (the instructions' names and fragment maps are
-fuserir.instructions' WGMMA, STMATRIX; DESIGN.md section 5, "Hopper's async proxy"), which
+fuserir.instructions' WGMMA, STMATRIX; the rules are docs/hazards.md's "async proxy"), which
 the CUDA emitter spells and the interpreter executes lane by lane. Expressions are
 top-level fields (as in statements.py), so traversal, substitution and copies see them.
 

@@ -276,8 +276,8 @@ class Comment(Stmt):
 
 
 # -- tensor cores and asynchronous copies (sm_80+) -------------------------------------------
-# Warp-collective or per-thread instructions with fixed PTX semantics (DESIGN.md sections 5,
-# 6 and 10). Fragments live in local buffers: element `index + k` of a fragment buffer is the
+# Warp-collective or per-thread instructions with fixed PTX semantics (the PTX ISA's; the
+# hazard model is docs/hazards.md's). Fragments live in local buffers: element `index + k` of a fragment buffer is the
 # k-th 16-bit (or 32-bit for f32 accumulators) value the lane holds, registers packed low
 # half first.
 
@@ -420,8 +420,8 @@ class CpAsyncWait(Stmt):
 
 
 # -- grid synchronization: workspaces, fences and semaphores ---------------------------------
-# The building blocks of a serial split-K reduction across CTAs (a "turnstile"; DESIGN.md
-# section 5, "Between CTAs"). Split z of an output tile waits until the tile's semaphore
+# The building blocks of a serial split-K reduction across CTAs (a "turnstile"; docs/hazards.md,
+# "Across blocks"). Split z of an output tile waits until the tile's semaphore
 # holds z, adds its partial sums to the workspace, and releases z + 1; the last split
 # writes the output and resets the semaphore to 0 for the next launch:
 #

@@ -1,6 +1,6 @@
 """Pass `allocation`: a buffer for every intermediate tensor and reduction accumulator.
 
-DESIGN.md section 4: a local buffer drops thread and block axes and the axes left of the
+A local buffer drops thread and block axes and the axes left of the
 compute-at position (those loops enclose every use); a shared buffer keeps thread axes
 even left of the compute-at position (other threads read them) and drops block axes; a
 global tensor keeps all (inputs and outputs are kernel parameters). Broadcast and

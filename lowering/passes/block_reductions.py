@@ -4,9 +4,11 @@ After its serial loops every thread holds a partial in its accumulator. The bloc
 all-reduces along x, spelled out in kernel IR rather than hidden in a helper, so that sync
 insertion sees (and the interpreter checks) every shared-memory access:
 
-    acc = op(acc, shfl_xor(acc, 16)) ... op(acc, shfl_xor(acc, 1))   # within each warp
-    if (threadIdx.x % 32 == 0) scratch[warp] = acc                   # one partial per warp
-    acc = identity; for w: acc = op(acc, scratch[first warp of my row + w])
+```text
+acc = op(acc, shfl_xor(acc, 16)) ... op(acc, shfl_xor(acc, 1))   # within each warp
+if (threadIdx.x % 32 == 0) scratch[warp] = acc                   # one partial per warp
+acc = identity; for w: acc = op(acc, scratch[first warp of my row + w])
+```
 
 Every thread ends with the row's result. blockDim.x is a multiple of 32 (the loop-nest
 pass rounds it up) so warps never straddle rows; threads past the axis extent hold the

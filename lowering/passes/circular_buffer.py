@@ -5,11 +5,13 @@ an outermost stage position, indexed by `i % S` where i is the loop it rotates o
 innermost loop inside its compute-at position). Before this pass that loop copies tile i
 and then computes on it. This pass rewrites it into a pipeline, nvFuser-style:
 
-    prologue   for s in 0 .. S-2 (unrolled): copy tile s (zero-filled if s >= extent);
-               commit
-    main loop  for i: wait_group S-2             (tile i has landed for its own thread)
-                      copy tile i+S-1 (zero-filled past the end: no tail loop); commit
-                      compute on tile i
+```text
+prologue   for s in 0 .. S-2 (unrolled): copy tile s (zero-filled if s >= extent);
+           commit
+main loop  for i: wait_group S-2             (tile i has landed for its own thread)
+                  copy tile i+S-1 (zero-filled past the end: no tail loop); commit
+                  compute on tile i
+```
 
 The copies of tile i+S-1 are the loop's own copy statements with i replaced by i+S-1
 (so source indices, stage indices and bounds all follow); the commit is unconditional, so

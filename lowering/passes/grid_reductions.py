@@ -5,13 +5,15 @@ one output tile (same blockIdx.x, blockIdx.y) each reduce a slice, then combine 
 partials in launch order through a turnstile on a global semaphore (kir's grid
 synchronization section):
 
-    if z > 0:    if thread 0: SemWait(sem[tile] == z)     acquire split z-1's partials
-    Barrier
-    if z > 0:    acc[e] = op(acc[e], work[tile, e, thread])   (+ for sum, max for max)
-    if z < last: work[tile, e, thread] = acc[e]; Fence; Barrier
-                 if thread 0: SemRelease(sem[tile] = z + 1)
-    else:        if z > 0: if thread 0: SemRelease(sem[tile] = 0)   reset for the next launch
-                 <the rest of the kernel: only the last split computes the epilogue>
+```text
+if z > 0:    if thread 0: SemWait(sem[tile] == z)     acquire split z-1's partials
+Barrier
+if z > 0:    acc[e] = op(acc[e], work[tile, e, thread])   (+ for sum, max for max)
+if z < last: work[tile, e, thread] = acc[e]; Fence; Barrier
+             if thread 0: SemRelease(sem[tile] = z + 1)
+else:        if z > 0: if thread 0: SemRelease(sem[tile] = 0)   reset for the next launch
+             <the rest of the kernel: only the last split computes the epilogue>
+```
 
 Each thread keeps its own partials (work is laid out [tile, element, thread] so the
 accesses are coalesced), so no shared memory is involved and the barriers here belong to

@@ -220,7 +220,7 @@ def async_copy(ctx, tv, index):
     target = buffer_index(ctx, tv, {a: ctx.loop_index(tv, i) for i, a in enumerate(tv.loop)})
     nbytes = async_vector_bytes(tv)
     if nbytes not in (4, 8, 16):
-        # No cp.async moves this size (DESIGN.md section 5): an ordinary load and shared
+        # No cp.async moves this size (it moves 4, 8 or 16 bytes): an ordinary load and shared
         # store, one element at a time, under the same loops.
         if nbytes > tv.dtype.itemsize:
             raise ScheduleError(f"{tv.name}: an async copy moves 4, 8 or 16 bytes, but one "

@@ -1,6 +1,6 @@
 """Pass `inline_defaults`: place every tensor that no compute_at placed.
 
-DESIGN.md section 4: intermediates the schedule did not place are inlined as far as
+Intermediates the schedule did not place are inlined as far as
 legal (transforms.inline_most; docs/decisions.md says why the rule keys on placement, not
 on names). It works on lowering's private copy of the fusion, never on the user's.
 """

@@ -168,5 +168,5 @@ def run(ctx, kernel):
 
 PASS = Pass("insert_syncs", run, __doc__, reads=("kernel",), provides=("sync_ids",),
             optional=True,
-            why="runs on final control flow and physical buffers (DESIGN.md section 5: plan "
-                "syncs after allocation and aliasing, and after pipeline expansion)")
+            why="runs on final control flow and physical buffers: syncs are planned after "
+                "allocation and aliasing, and after pipeline expansion (docs/hazards.md)")

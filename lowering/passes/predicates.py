@@ -10,7 +10,7 @@ Three kinds of guard, none where provably unnecessary:
 * thread extents: an axis bound to a thread/block index whose extent is smaller than the
   launch dimension (one index type bound to different extents in different tensors, or
   blockDim.x rounded up to whole warps for a block reduction);
-* redundant writes (DESIGN.md section 4): a shared or global tensor that is not
+* redundant writes (as in nvFuser): a shared or global tensor that is not
   parallelized on a thread index the block uses is written by thread 0 along it, the
   other threads skip; a global tensor not parallelized on a block index used by the grid
   is written by block 0 along it. A warp-specialized copy has no guard along its

@@ -271,8 +271,10 @@ def check_supported(ctx):
                                 f"{' and '.join(map(str, bound))}; a block reduction combines "
                                 "one thread index (merge the axes first)")
         if not tv.is_output and tv.memory_type.value == "global":
-            raise ScheduleError(f"{tv.name}: global intermediates need a workspace, which "
-                                "arrives with segmentation; use local or shared memory")
+            raise ScheduleError(f"{tv.name}: a global intermediate ends a kernel, and "
+                                "lower() builds one kernel; compile the fusion with "
+                                "codegen.compile, which cuts it into a kernel per global "
+                                "intermediate, or keep the tensor in local or shared memory")
         _check_private_data(ctx, tv)
         pos = tv.compute_at_pos or 0
         for c in ctx.fusion.consumers(tv):

@@ -11,7 +11,7 @@ statements in its bodies), reads first, then its write, as the hardware orders t
                read one row of LDMATRIX.row_bytes at their address
     stmatrix   a kir.StMatrix: likewise STMATRIX's first lanes write one row each
     cp.async   a kir.CpAsync: an async write of nbytes per thread, pending until the wait
-               that retires its group (DESIGN.md section 5)
+               that retires its group (docs/hazards.md)
 
 The static hazard analysis (lowering.verify.hazards), the bank-conflict report
 (lowering.verify.bank_conflicts) and the interpreter's race detector (codegen.interp) read

@@ -12,7 +12,7 @@ are analysed separately and their states joined; a loop may also run zero times.
 Bytes may overlap when two accesses use the same buffer, or buffers whose constant byte
 ranges in the shared pool intersect (aliasing).
 
-Async copies (DESIGN.md section 5): a cp.async is a write by its thread that stays pending
+Async copies (docs/hazards.md): a cp.async is a write by its thread that stays pending
 until a cp.async.wait_group retires its group. The state also holds the thread's copies
 not yet committed and the committed groups, oldest first; a commit closes a group, a
 `wait_group n` retires all but the n newest (never the uncommitted), and a retired copy
