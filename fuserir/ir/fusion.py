@@ -3,7 +3,9 @@
 The graph is a networkx DiGraph whose nodes are tensors and expressions, with edges
 tensor -> expression (read) and expression -> tensor (write). networkx gives topological
 order, producers and consumers, paths and cycle checks for free; we keep a creation
-serial on each node so every order we hand out is deterministic.
+serial on each node so every order we hand out is deterministic. networkx is imported
+when the first fusion is built, not with this module: it takes a fifth of a second, and
+`import fuserir` should not pay for it.
 
 The schedule trace lists every outermost scheduling call made on the fusion's tensors
 (`y.split(1, 128)`, `xs = x.cache_after(shared)`, a scheduler call), so that printing a
@@ -18,11 +20,15 @@ import copy
 import itertools
 from dataclasses import dataclass, field
 
-import networkx as nx
-
 from ..errors import FusionError
 from .extent import Sym
 from .tensor import TensorView
+
+
+def _nx():
+    """networkx (imported by the first Fusion; see the module docstring)."""
+    import networkx
+    return networkx
 
 
 @dataclass
@@ -41,6 +47,7 @@ class Fusion:
         self.name = name
         self.inputs = []
         self.outputs = []
+        import networkx as nx   # here, not at import (see the module docstring)
         self.graph = nx.DiGraph()
         self.trace = []
         self.scalars = {}           # declared run-time scalars: name -> default (None: none)
@@ -158,7 +165,7 @@ class Fusion:
         self._order = None
         expr.output.definition = expr
         # an output tensor without consumers has no path back to an input: no cycle
-        if not fresh_output and not nx.is_directed_acyclic_graph(self.graph):
+        if not fresh_output and not _nx().is_directed_acyclic_graph(self.graph):
             raise FusionError(f"expression {expr} would create a cycle")
         if self._recording_depth == 0:
             as_defined = copy.copy(expr)
@@ -249,6 +256,7 @@ class Fusion:
         ready), kept until the graph changes: queries are many, changes few. Change the
         graph only through the methods above."""
         if self._order is None:
+            nx = _nx()
             serial = nx.get_node_attributes(self.graph, "serial")
             self._order = list(nx.lexicographical_topological_sort(
                 self.graph, key=lambda n: serial[n]))
@@ -281,7 +289,7 @@ class Fusion:
         return [] if tv.definition is None else tv.definition.tensor_inputs
 
     def depends_on(self, consumer, producer):
-        return consumer is not producer and nx.has_path(self.graph, producer, consumer)
+        return consumer is not producer and _nx().has_path(self.graph, producer, consumer)
 
     # -- schedule trace ------------------------------------------------------------------
     @contextlib.contextmanager
