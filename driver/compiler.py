@@ -10,9 +10,12 @@ compiles (a cache hit prints no FUSERIR_DUMP_AFTER dumps: nothing is lowered).
 FUSERIR_DUMP's stages are printed here (driver.stages).
 """
 
-import collections
+from __future__ import annotations
 
-from codegen import nvrtc
+import collections
+from typing import TYPE_CHECKING, Sequence
+
+from codegen import gpu_stack, nvrtc
 from fuserir.errors import FuserirError
 from fuserir.ir.equality import fusion_signature
 
@@ -21,16 +24,22 @@ from .build import build_kernel
 from .executable import Executable, Step
 from .segmentation import cut, plan
 
+if TYPE_CHECKING:
+    from fuserir.ir.fusion import Fusion
+
 BACKENDS = ("cuda", "interp")
 
 
-def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=True):
+def compile(fusion: Fusion, backend: str = "cuda", disable_passes: Sequence[str] = (),
+            drop_syncs: Sequence[str] = (), verify: bool = True) -> Executable:
     """Lower `fusion` and build it for `backend` (see module docstring). A fusion with a
     schedule becomes one kernel; one without gets automatic schedules
     (fuserir.scheduler.auto), segmented into several kernels where one cannot do it."""
     if backend not in BACKENDS:
         raise FuserirError(f"unknown backend {backend!r}; expected one of "
                            f"{', '.join(BACKENDS)}")
+    if backend == "cuda":
+        gpu_stack.nvrtc()   # no NVRTC: GpuUnavailableError now, saying what to install
     options = dict(disable_passes=tuple(disable_passes), drop_syncs=tuple(drop_syncs),
                    verify=verify)
     stages.env_before_compile(fusion)      # FUSERIR_DUMP (driver/stages.py)
@@ -69,7 +78,8 @@ def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=Tru
 
 
 COMPILE_CACHE_SIZE = 64
-_compiled = collections.OrderedDict()     # cache key -> Executable (least recent first)
+# cache key -> Executable (least recent first)
+_compiled: collections.OrderedDict[tuple, Executable] = collections.OrderedDict()
 
 
 def _cache_key(fusion, backend, options):

@@ -31,8 +31,11 @@ In the interpreter a call allocates poisoned outputs and intermediates and fresh
 workspaces, and raises RaceError for any hazard the interpreter observes.
 """
 
+from __future__ import annotations
+
 import collections
 import collections.abc
+from typing import TYPE_CHECKING, Any, Mapping
 import functools
 import math
 import threading
@@ -56,6 +59,9 @@ from lowering import kir
 from lowering.indexing.index_bounds import index_dtype_for
 
 from .build import CompiledKernel, build_kernel
+
+if TYPE_CHECKING:
+    from fuserir.ir.fusion import Fusion
 from .calls import (CallPlan, CuPyArrays, TorchArrays, as_cupy, call_key, describer, is_torch,
                     one_device, pointer_of, scratch_layout,
                     torch_dtype_name)
@@ -85,7 +91,7 @@ class Step:
     outputs: list
     kernel: CompiledKernel
     variants: dict = field(default_factory=dict)   # (index dtype, caps) -> CompiledKernel
-    vectors: dict = None         # globals accessed by vectors: {name: (bytes, ...)}
+    vectors: dict | None = None  # globals accessed by vectors: {name: (bytes, ...)}
 
 
 @dataclass
@@ -98,7 +104,7 @@ class _BoundInputs:
     env: dict
     arrays: tuple
     poison: bool
-    schedule: tuple = None   # an automatic schedule's key (fuserir.scheduler.auto)
+    schedule: tuple | None = None   # an automatic schedule's key (fuserir.scheduler.auto)
     device: object = None    # the fuserir.device.Device it is chosen for
     plans: dict = field(default_factory=dict)    # addresses mod 16 -> [_PlannedStep]
 
@@ -109,9 +115,9 @@ class _PlannedStep:
     indices), [(name, _Allocation)] of what it writes and its scalar arguments."""
 
     step: Step
-    kernel: CompiledKernel = None
-    outputs: list = None
-    scalars: dict = None
+    kernel: CompiledKernel | None = None
+    outputs: list | None = None
+    scalars: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -165,7 +171,7 @@ class Executable:
         self.steps = self._steps_for(True, schedule, {}, device)
 
     @property
-    def kernels(self):
+    def kernels(self) -> list[CompiledKernel]:
         """Every kernel, in launch order (several where the fusion was segmented)."""
         return [step.kernel for step in self.steps]
 
@@ -182,7 +188,8 @@ class Executable:
         """The device model schedules are chosen for (the GPU, or the default H200)."""
         return device_model() if self.backend == "cuda" else devices.DEFAULT
 
-    def plan_for(self, sizes, device=None):
+    def plan_for(self, sizes: Mapping[str, int], device: devices.Device | None = None
+                 ) -> tuple[Any, dict[str, int], list[Any]]:
         """(schedule key, run-time scalars, steps) an automatic schedule takes at `sizes`
         ({symbol: int}) on `device` (this executable's, when None); (None, {}, the steps)
         for an explicit schedule. What `fuserir inspect --size` shows."""
@@ -203,7 +210,8 @@ class Executable:
             convert=lambda a: a if isinstance(a, _ShapeOnly) else np.asarray(a))
         return {t.name: inputs[t.name] for t in arrays}, env
 
-    def run(self, inputs, blocks=None, poison=None, interleavings=None):
+    def run(self, inputs: Mapping[str, Any], blocks: Any = None, poison: bool | None = None,
+            interleavings: Any = None) -> dict[str, Any]:
         """Run on `inputs` ({name: array} plus {name: int} for named scalars); returns
         {output name: array}: numpy for interp; on the GPU torch tensors for torch inputs,
         else CuPy arrays (bf16 as its uint16 bits). `blocks` (interp only) runs just those
@@ -235,7 +243,7 @@ class Executable:
             self._interpret(planned, values, blocks, interleavings)
         return {t.name: values[t.name] for t in self.fusion.outputs}
 
-    def __call__(self, *arrays, out=None, **named):
+    def __call__(self, *arrays: Any, out: Any = None, **named: Any) -> Any:
         """Call the fusion: `exe(a, b)` takes its input tensors in the fusion's order (or by
         name, `exe(A=a, B=b)`), run-time scalars by name (`splitk=3`), and `out=` the
         output array (a tuple, or a dict by name, for several); returns the output (a
@@ -246,7 +254,8 @@ class Executable:
         signature seen before costs a key of cheap attributes, the allocations and one
         driver launch per kernel (driver.calls). The interpreter runs it as run() and
         copies the results into out= arrays."""
-        scalars = ()
+        scalars: Any = ()
+        results: Any
         if named or len(arrays) != len(self._input_names):
             arrays, scalars = self._arguments(arrays, named)
         if out is not None:
@@ -406,7 +415,7 @@ class Executable:
         return CallPlan(arrays_of, device, tuple(outputs), size, zeroed,
                         poisoned if poison else None, tuple(sources), switch, pointers)
 
-    def kernels_for(self, inputs):
+    def kernels_for(self, inputs: Mapping[str, Any]) -> list[CompiledKernel]:
         """The kernels run(inputs) launches, in order: each step's variant for these arrays
         (32- or 64-bit indices, copies as wide as the arrays allow). Plans and allocates as
         run() does, without launching."""
