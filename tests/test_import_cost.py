@@ -12,7 +12,7 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 NOT_AT_IMPORT = ("networkx", "lark", "cupy", "cupy_backends", "cuda", "nvidia", "lowering",
-                 "codegen", "driver", "tqdm")
+                 "codegen", "driver")
 
 
 def _loaded_by(code):

@@ -10,6 +10,7 @@
     fuserir check FILE [--drop ID]           the verifier and the interpreter's race
                                              detector; exit 1 on any hazard
     fuserir run FILE [--backend B]           run, compare with the reference, time on a GPU
+    fuserir --version                        print `fuserir VERSION`
 
 Every subcommand reads a DSL file; --size NAME=VALUE,... binds sizes (defaults exercise
 partial tiles), --fusion NAME picks one fusion of a file of several, --json prints
@@ -23,6 +24,7 @@ import argparse
 import os
 import sys
 
+from .. import __version__
 from ..errors import FuserirError
 from . import basic, check, dump, graph, inspect_page, run
 from .common import (DEFAULT_SCALAR, DEFAULT_SIZE, UsageError, default_sizes, parse_sizes,
@@ -45,6 +47,7 @@ def build_parser():
                      epilog="Environment: FUSERIR_DUMP=fusion,scheduled,kernel,cuda,ptx and "
                             "FUSERIR_DUMP_AFTER=PASS,... print dumps to stderr during any "
                             "compile. See docs/cli.md.")
+    parser.add_argument("--version", action="version", version=f"fuserir {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=_Parser)
     basic.add_parsers(sub)
