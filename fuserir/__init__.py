@@ -9,7 +9,7 @@ Lowering to kernel IR is in the `lowering` package, code generation in `codegen`
 same function as `codegen.compile`: it lives in the driver, above every layer, so it is
 re-exported lazily (PEP 562) and importing fuserir loads none of the layers above it
 (docs/decisions.md; tests/test_layers.py lets only this `__getattr__` import upward).
-So is GpuUnavailableError (codegen.errors), what the cuda backend raises where the GPU
+So is GpuUnavailableError (codegen.errors, through the driver), what the cuda backend raises where the GPU
 stack, the driver or a GPU is missing.
 """
 
@@ -25,8 +25,7 @@ from .reference import evaluate
 
 __version__ = "0.1.0"
 
-_FROM_DRIVER = ("compile",)
-_FROM_CODEGEN = ("GpuUnavailableError",)
+_FROM_DRIVER = ("compile", "GpuUnavailableError")
 
 __all__ = [
     "DataType", "DslError", "FusionDefinition", "dsl", "EvaluationError", "FuserirError", "Fusion", "FusionError",
@@ -39,7 +38,4 @@ def __getattr__(name: str) -> Any:
     if name in _FROM_DRIVER:
         import driver           # the contract sits above the driver (see the header)
         return getattr(driver, name)
-    if name in _FROM_CODEGEN:
-        from codegen import errors     # the same contract (see the header)
-        return getattr(errors, name)
     raise AttributeError(f"module 'fuserir' has no attribute {name!r}")
