@@ -10,11 +10,11 @@ so that importing a module of this package loads no driver; nothing inside the p
 imports it, only this package's modules.
 """
 
-from .errors import CompileError, Hazard, HazardError, RaceError
+from .errors import CompileError, GpuUnavailableError, Hazard, HazardError, RaceError
 
 _FROM_DRIVER = ("BACKENDS", "CompiledKernel", "Executable", "compile")
 
-__all__ = ["CompileError", "Hazard", "HazardError", "RaceError", *_FROM_DRIVER]
+__all__ = ["CompileError", "GpuUnavailableError", "Hazard", "HazardError", "RaceError", *_FROM_DRIVER]
 
 
 def __getattr__(name):

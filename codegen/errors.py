@@ -27,3 +27,18 @@ class CompileError(FuserirError):
         self.name = name
         self.options = tuple(options)
         super().__init__(message)
+
+
+class GpuUnavailableError(FuserirError):
+    """The cuda backend needs what this machine lacks: the CUDA packages (CuPy, NVRTC,
+    cuda.bindings: the `cuda13` or `cuda12` extra), an NVIDIA driver new enough for them,
+    or a GPU. The message says which, how to fix it, and that backend="interp" runs
+    without any of them (codegen.gpu_stack). Attributes: .missing (what is missing, in
+    words), .driver_version and .runtime_version ((major, minor) where CUDA told them,
+    else None)."""
+
+    def __init__(self, message, missing="", driver_version=None, runtime_version=None):
+        self.missing = missing
+        self.driver_version = driver_version
+        self.runtime_version = runtime_version
+        super().__init__(message)

@@ -59,7 +59,7 @@ from fuserir.dtypes import DataType
 from fuserir.errors import FuserirError
 from lowering import kir
 
-from . import tensor_maps
+from . import gpu_stack, tensor_maps
 from .cuda import entry_point
 from . import kernel_params
 from .kernel_params import KernelParameters
@@ -75,12 +75,12 @@ _opted_in = {}      # CUDA function handle -> dynamic shared bytes its opt-in li
 _launchers = {}     # (id(kernel), id(cubin)) -> _Launcher (which holds both)
 
 
-@functools.cache
 def cupy_module():
     """CuPy, imported when first needed (compiling and the interpreter need no GPU), once:
-    an import statement costs more than this call on a per-launch path."""
-    import cupy
-    return cupy
+    an import statement costs more than this call on a per-launch path. Where CuPy, the
+    driver or a device is missing it raises GpuUnavailableError saying what to do
+    (codegen.gpu_stack)."""
+    return gpu_stack.cupy_with_gpu()
 
 
 def current_device():

@@ -1,4 +1,6 @@
 """CUDA source -> cubin through CuPy's NVRTC binding, with an in-memory and a disk cache.
+NVRTC comes with the cuda13 or cuda12 extra (codegen.gpu_stack loads it on first use and
+says what to install where it is missing); emitting CUDA source needs none of it.
 
     compile_to_cubin(source, name, arch=None, options=()) -> bytes (an ELF cubin)
     ptx(source, name, arch=None, options=()) -> str          (for dumps)
@@ -7,8 +9,8 @@
     default_arch() -> "sm_XY" of the current GPU, or sm_90 where there is none
 
 Every compile runs `-arch=sm_XY --std=c++17 -lineinfo` plus the caller's options; no GPU
-is needed (NVRTC 13.x compiles sm_90 cubins on a CPU-only machine,
-and they load on the H200's driver). A failure raises codegen.errors.CompileError with
+is needed (NVRTC 13.x and 12.x compile sm_90 cubins on a CPU-only machine, and they
+load on the H200's driver). A failure raises codegen.errors.CompileError with
 NVRTC's log and the generated lines each error points at. So does a cubin that ptxas
 built but made slow in a way a schedule must not accept: the warnings of
 FAILING_WARNINGS (setmaxnreg ignored, wgmma serialized) fail that kernel's build, with
@@ -32,6 +34,7 @@ import threading
 import fuserir
 
 from .disk_cache import Entries, cache_root
+from . import gpu_stack
 from .errors import CompileError
 
 __all__ = ["compile_to_cubin", "ptx", "ptxas_info", "nvrtc_version", "default_arch",
@@ -52,8 +55,7 @@ stats = {"compiles": 0, "memory_hits": 0, "disk_hits": 0, "disk_rejects": 0,
 
 
 def _nvrtc():
-    from cupy.cuda import nvrtc
-    return nvrtc
+    return gpu_stack.nvrtc()        # GpuUnavailableError, saying what to install, if absent
 
 
 @functools.cache

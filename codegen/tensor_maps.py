@@ -37,6 +37,8 @@ from fuserir.instructions import (SWIZZLE_BYTES, TMA_ADDRESS_ALIGN, TMA_BOX_MAX,
                                   tma_stride_ok)
 from lowering import kir
 
+from . import gpu_stack
+
 __all__ = ["TensorMapFields", "tensor_map_fields", "at_address", "encode_tensor_map",
            "TENSOR_MAP_BYTES"]
 
@@ -168,7 +170,7 @@ def at_address(fields, address):
 def encode_tensor_map(fields):
     """The map `fields` describes, encoded by the driver (cuTensorMapEncodeTiled), as a
     kernel parameter CuPy passes by value (numpy V128). Needs the CUDA driver."""
-    from cuda.bindings import driver
+    driver = gpu_stack.cuda_driver_bindings()
 
     u64, u32 = driver.cuuint64_t, driver.cuuint32_t
     status, tmap = driver.cuTensorMapEncodeTiled(

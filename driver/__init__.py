@@ -11,8 +11,10 @@ texts and FUSERIR_DUMP hooks (driver.stages). `codegen.compile` is the public co
 (docs/architecture.md, "The contract"); the codegen package re-exports these names from here.
 """
 
+from codegen.errors import GpuUnavailableError
+
 from .build import CompiledKernel
 from .compiler import BACKENDS, compile
 from .executable import Executable
 
-__all__ = ["BACKENDS", "CompiledKernel", "Executable", "compile"]
+__all__ = ["BACKENDS", "CompiledKernel", "Executable", "GpuUnavailableError", "compile"]

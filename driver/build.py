@@ -31,11 +31,11 @@ class CompiledKernel:
     name: str
     kir: kir.Kernel
     source: str
-    cubin: bytes = None
+    cubin: bytes | None = None
     caps: dict = field(default_factory=dict)
 
     @property
-    def kir_text(self):
+    def kir_text(self) -> str:
         return kir.format_kernel(self.kir)
 
 

@@ -12,9 +12,12 @@ loaded from the plan cache on disk (driver.plans).
 FUSERIR_DUMP's stages are printed here (driver.stages).
 """
 
-import collections
+from __future__ import annotations
 
-from codegen import nvrtc
+import collections
+from typing import TYPE_CHECKING, Sequence
+
+from codegen import gpu_stack, nvrtc
 from fuserir import device as devices
 from fuserir.errors import FuserirError
 from fuserir.ir.equality import fusion_signature
@@ -27,11 +30,15 @@ from .executable import Executable, Step
 from .plans import PLANS, plan_key
 from .segmentation import cut, plan
 
+if TYPE_CHECKING:
+    from fuserir.ir.fusion import Fusion
+
 BACKENDS = ("cuda", "interp")
 
 
-def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=True,
-            device=None):
+def compile(fusion: Fusion, backend: str = "cuda", disable_passes: Sequence[str] = (),
+            drop_syncs: Sequence[str] = (), verify: bool = True,
+            device: "devices.Device | None" = None) -> Executable:
     """Lower `fusion` and build it for `backend` (see module docstring). A fusion with a
     schedule becomes one kernel; one without gets automatic schedules
     (fuserir.scheduler.auto), segmented into several kernels where one cannot do it.
@@ -45,6 +52,8 @@ def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=Tru
     if device is not None and not isinstance(device, devices.Device):
         raise FuserirError(f"device must be a fuserir.device.Device (e.g. "
                            f"fuserir.device.H200), got {type(device).__name__}")
+    if backend == "cuda":
+        gpu_stack.nvrtc()   # no NVRTC: GpuUnavailableError now, saying what to install
     options = dict(disable_passes=tuple(disable_passes), drop_syncs=tuple(drop_syncs),
                    verify=verify)
     stages.env_before_compile(fusion)      # FUSERIR_DUMP (driver/stages.py)
@@ -85,7 +94,8 @@ def compile(fusion, backend="cuda", disable_passes=(), drop_syncs=(), verify=Tru
 
 
 COMPILE_CACHE_SIZE = 64
-_compiled = collections.OrderedDict()     # cache key -> Executable (least recent first)
+# cache key -> Executable (least recent first)
+_compiled: collections.OrderedDict[tuple, Executable] = collections.OrderedDict()
 
 
 def _cached(build, base):

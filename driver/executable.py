@@ -31,8 +31,11 @@ In the interpreter a call allocates poisoned outputs and intermediates and fresh
 workspaces, and raises RaceError for any hazard the interpreter observes.
 """
 
+from __future__ import annotations
+
 import collections
 import collections.abc
+from typing import TYPE_CHECKING, Any, Mapping
 import functools
 import math
 import threading
@@ -56,6 +59,9 @@ from lowering import kir
 from lowering.indexing.index_bounds import index_dtype_for
 
 from .build import CompiledKernel, build_kernel, collector_paused
+
+if TYPE_CHECKING:
+    from fuserir.ir.fusion import Fusion
 from .calls import (CallPlan, CuPyArrays, TorchArrays, as_cupy, call_key, describer, is_torch,
                     one_device, pointer_of, scratch_layout,
                     torch_dtype_name)
@@ -85,7 +91,7 @@ class Step:
     outputs: list
     kernel: CompiledKernel
     variants: dict = field(default_factory=dict)   # (index dtype, caps) -> CompiledKernel
-    vectors: dict = None         # globals accessed by vectors: {name: (bytes, ...)}
+    vectors: dict | None = None  # globals accessed by vectors: {name: (bytes, ...)}
 
 
 @dataclass
@@ -98,7 +104,7 @@ class _BoundInputs:
     env: dict
     arrays: tuple
     poison: bool
-    schedule: tuple = None   # an automatic schedule's key (fuserir.scheduler.auto)
+    schedule: tuple | None = None   # an automatic schedule's key (fuserir.scheduler.auto)
     device: object = None    # the fuserir.device.Device it is chosen for
     plans: dict = field(default_factory=dict)    # addresses mod 16 -> [_PlannedStep]
 
@@ -109,9 +115,9 @@ class _PlannedStep:
     indices), [(name, _Allocation)] of what it writes and its scalar arguments."""
 
     step: Step
-    kernel: CompiledKernel = None
-    outputs: list = None
-    scalars: dict = None
+    kernel: CompiledKernel | None = None
+    outputs: list | None = None
+    scalars: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -146,15 +152,16 @@ class _Allocation:
 
 
 class Executable:
-    def __init__(self, fusion, backend, options, plan, automatic=False, built=None,
-                 device=None):
+    def __init__(self, fusion: Fusion, backend: str, options: dict, plan: Any,
+                 automatic: bool = False, built: dict | None = None,
+                 device: devices.Device | None = None) -> None:
         self.fusion = fusion
         self.backend = backend
         self._options = options
         self._plan = plan            # (persistent, schedule, sizes, device) -> [Step]
         self._steps = {} if built is None else built   # (persistent, schedule) -> [Step]
-        self._bound_inputs = {}      # (device, poison, input signature) -> _BoundInputs
-        self._calls = ({}, {})       # [poisoned] call_key -> driver.calls.CallPlan
+        self._bound_inputs: dict = {}  # (device, poison, input signature) -> _BoundInputs
+        self._calls: tuple = ({}, {})  # [poisoned] call_key -> driver.calls.CallPlan
         self._lock = threading.RLock()   # first calls of a signature, one at a time
         self._input_names = tuple(t.name for t in fusion.inputs)
         self._output_names = tuple(t.name for t in fusion.outputs)
@@ -165,7 +172,7 @@ class Executable:
             self._steps_for(True, None, {}, self._device())
 
     @property
-    def steps(self):
+    def steps(self) -> list[Step]:
         """The steps compile() shows: an explicit schedule's, built by compile(); an
         automatic schedule's for unknown, large sizes, planned when first asked for (a
         call plans for its own sizes and does not need them)."""
@@ -174,7 +181,7 @@ class Executable:
         return self._steps_for(True, schedule, {}, device)
 
     @property
-    def kernels(self):
+    def kernels(self) -> list[CompiledKernel]:
         """Every kernel, in launch order (several where the fusion was segmented)."""
         return [step.kernel for step in self.steps]
 
@@ -195,7 +202,8 @@ class Executable:
             return self._model
         return device_model() if self.backend == "cuda" else devices.INTERPRETER
 
-    def plan_for(self, sizes, device=None):
+    def plan_for(self, sizes: Mapping[str, int], device: devices.Device | None = None
+                 ) -> tuple[Any, dict[str, int], list[Any]]:
         """(schedule key, run-time scalars, steps) an automatic schedule takes at `sizes`
         ({symbol: int}) on `device` (this executable's, when None); (None, {}, the steps)
         for an explicit schedule. What `fuserir inspect --size` shows."""
@@ -205,7 +213,8 @@ class Executable:
         schedule, scalars = schedule_key(self.fusion, sizes, device)
         return schedule, scalars, self._steps_for(True, schedule, sizes, device)
 
-    def precompile(self, *sizes, device=None):
+    def precompile(self, *sizes: Mapping[str, int], device: devices.Device | None = None
+                   ) -> list[list[CompiledKernel]]:
         """Build, ahead of the first calls, the plans that calls at each of `sizes` ({symbol:
         int}, every size symbol of the fusion) take on `device` (this executable's when
         None), as a call would: the automatic schedule for those sizes, segmented where a
@@ -244,7 +253,8 @@ class Executable:
             convert=lambda a: a if isinstance(a, _ShapeOnly) else np.asarray(a))
         return {t.name: inputs[t.name] for t in arrays}, env
 
-    def run(self, inputs, blocks=None, poison=None, interleavings=None):
+    def run(self, inputs: Mapping[str, Any], blocks: Any = None, poison: bool | None = None,
+            interleavings: Any = None) -> dict[str, Any]:
         """Run on `inputs` ({name: array} plus {name: int} for named scalars); returns
         {output name: array}: numpy for interp; on the GPU torch tensors for torch inputs,
         else CuPy arrays (bf16 as its uint16 bits). `blocks` (interp only) runs just those
@@ -276,7 +286,7 @@ class Executable:
             self._interpret(planned, values, blocks, interleavings)
         return {t.name: values[t.name] for t in self.fusion.outputs}
 
-    def __call__(self, *arrays, out=None, **named):
+    def __call__(self, *arrays: Any, out: Any = None, **named: Any) -> Any:
         """Call the fusion: `exe(a, b)` takes its input tensors in the fusion's order (or by
         name, `exe(A=a, B=b)`), run-time scalars by name (`splitk=3`), and `out=` the
         output array (a tuple, or a dict by name, for several); returns the output (a
@@ -287,7 +297,8 @@ class Executable:
         signature seen before costs a key of cheap attributes, the allocations and one
         driver launch per kernel (driver.calls). The interpreter runs it as run() and
         copies the results into out= arrays."""
-        scalars = ()
+        scalars: Any = ()
+        results: Any
         if named or len(arrays) != len(self._input_names):
             arrays, scalars = self._arguments(arrays, named)
         if out is not None:
@@ -447,7 +458,7 @@ class Executable:
         return CallPlan(arrays_of, device, tuple(outputs), size, zeroed,
                         poisoned if poison else None, tuple(sources), switch, pointers)
 
-    def kernels_for(self, inputs):
+    def kernels_for(self, inputs: Mapping[str, Any]) -> list[CompiledKernel]:
         """The kernels run(inputs) launches, in order: each step's variant for these arrays
         (32- or 64-bit indices, copies as wide as the arrays allow). Plans and allocates as
         run() does, without launching."""

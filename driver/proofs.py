@@ -29,7 +29,8 @@ def verifier_sources():
 
 
 def package_sources(*packages):
-    """Every module of `packages`, sorted."""
+    """Every module of `packages` (each given as the package or one of its modules:
+    every module in its directory and below), sorted."""
     return sorted(path for package in packages
                   for path in Path(package.__file__).resolve().parent.rglob("*.py"))
 

@@ -5,6 +5,9 @@ A DataType knows its byte size and its host (numpy) type; bf16 on the host is
 and within floats the wider type; f16 with bf16 promotes to f32 (neither holds the other).
 """
 
+from __future__ import annotations
+
+import builtins
 from enum import Enum
 
 import ml_dtypes
@@ -27,23 +30,23 @@ class DataType(Enum):
         return self.value
 
     @property
-    def numpy(self):
+    def numpy(self) -> type:
         return _NUMPY[self]
 
     @property
-    def itemsize(self):
+    def itemsize(self) -> int:
         return _NUMPY[self].itemsize
 
     @property
-    def is_float(self):
+    def is_float(self) -> builtins.bool:   # `bool` here is the member DataType.bool
         return self in (DataType.f16, DataType.bf16, DataType.f32, DataType.f64)
 
     @property
-    def is_int(self):
+    def is_int(self) -> builtins.bool:
         return self in (DataType.i32, DataType.i64)
 
     @property
-    def compute(self):
+    def compute(self) -> DataType:
         """The type arithmetic on this type is carried out in (f16/bf16 compute in f32)."""
         return DataType.f32 if self in (DataType.f16, DataType.bf16) else self
 

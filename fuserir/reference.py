@@ -20,6 +20,10 @@ and empty reductions mean what fuserir.numerics defines, for every backend alike
     type's minimum (integers).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
 import numpy as np
 
 from . import dtypes, numerics, op_table
@@ -31,9 +35,12 @@ from .ir.exprs import (BinaryOp, BroadcastOp, CastOp, LoadStoreOp, MatmulOp, Red
 from .ir.iterdomain import Split, history
 from .ir.tensor import Scalar
 
+if TYPE_CHECKING:
+    from .ir.fusion import Fusion
 
 
-def evaluate(fusion, inputs):
+
+def evaluate(fusion: Fusion, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Evaluate `fusion` on `inputs` ({name: array}, plus {name: int} for named run-time
     scalars such as a split factor); returns {output name: numpy array}."""
     arrays, env = bind_inputs(fusion, inputs)

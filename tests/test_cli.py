@@ -104,10 +104,18 @@ def ok(result):
 # ---------------------------------------------------------------------------------------
 
 command("parse", "parse", POINTWISE)
+command("version", "--version")
 command("eval", "eval", SOFTMAX, "--size", "M=4")
 command("eval-json", "eval", EXAMPLES / "splitk_matmul.fz", "--json")
 command("eval-softmax-json", "eval", SOFTMAX, "--json")
 command("eval-pointwise-json", "eval", POINTWISE, "--json")
+
+
+def test_version_prints_the_package_version(ran):
+    """One home for the version: fuserir.__version__, which pyproject.toml reads too."""
+    import fuserir
+    assert ok(ran["version"]) == f"fuserir {fuserir.__version__}\n"
+    assert fuserir.__version__ == "0.1.0"
 
 
 def test_parse_prints_canonical_text_that_parses_to_itself(ran):

@@ -12,6 +12,7 @@
     fuserir run FILE [--backend B]           run, compare with the reference, time on a GPU
     fuserir precompile FILE --size S ...     build the kernels of those sizes into the
                                              plan cache, ahead of the first calls
+    fuserir --version                        print `fuserir VERSION`
 
 Every subcommand reads a DSL file; --size NAME=VALUE,... binds sizes (defaults exercise
 partial tiles), --fusion NAME picks one fusion of a file of several, --json prints
@@ -25,6 +26,7 @@ import argparse
 import os
 import sys
 
+from .. import __version__
 from ..errors import FuserirError
 from . import basic, check, dump, graph, inspect_page, precompile, run
 from .common import (DEFAULT_SCALAR, DEFAULT_SIZE, UsageError, default_sizes, parse_sizes,
@@ -47,6 +49,7 @@ def build_parser():
                      epilog="Environment: FUSERIR_DUMP=fusion,scheduled,kernel,cuda,ptx and "
                             "FUSERIR_DUMP_AFTER=PASS,... print dumps to stderr during any "
                             "compile. See docs/cli.md.")
+    parser.add_argument("--version", action="version", version=f"fuserir {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=_Parser)
     basic.add_parsers(sub)

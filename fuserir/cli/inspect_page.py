@@ -9,6 +9,8 @@ at the chosen sizes, block 0), registers and spills from ptxas, and the verifier
 
 import json
 
+from codegen.errors import GpuUnavailableError
+from codegen.nvrtc import DEFAULT_ARCH
 from driver import stages
 
 from ..device import DEFAULT
@@ -37,7 +39,10 @@ def cmd_inspect(args):
     fusion = one_fusion(args.file, args.fusion)
     sizes = sizes_for(fusion, parse_sizes(args.size))
     options = sync_options(args)
-    arch = normalize_arch(args.arch)
+    try:
+        arch = normalize_arch(args.arch)
+    except GpuUnavailableError:      # the core install: no NVRTC, so no ptxas report
+        arch = args.arch or DEFAULT_ARCH
     page = build_page(fusion, sizes, options, arch)
     if args.json:
         print(json.dumps(page, indent=2))
@@ -207,6 +212,7 @@ def _ptxas(compiled, arch):
     """ptxas's report of the kernel for `arch` (this machine's when None), for the target
     its instructions need there (sm_90a for wgmma: driver.build.kernel_arch)."""
     from codegen.errors import CompileError
+    from codegen.gpu_stack import INSTALL
     from codegen.nvrtc import default_arch, ptxas_info
     from driver.build import kernel_arch
     try:
@@ -214,6 +220,8 @@ def _ptxas(compiled, arch):
         info = ptxas_info(compiled.source, compiled.name, arch=arch)
     except CompileError as error:
         return {"arch": arch, "error": str(error).splitlines()[0]}
+    except GpuUnavailableError:
+        return {"arch": arch, "unavailable": f"NVRTC is not installed ({INSTALL})"}
     info = {k: v for k, v in info.items() if k != "log"}
     info["arch"] = arch
     return info
@@ -355,6 +363,9 @@ def _render_kernel(k):
     info = k["ptxas"]
     if info.get("error"):
         lines += ["", f"registers (ptxas, {info['arch']}): NVRTC failed: {info['error']}"]
+    elif info.get("unavailable"):
+        lines += ["", f"registers (ptxas, {info['arch']}): not available: "
+                      f"{info['unavailable']}"]
     else:
         lines += ["", f"registers (ptxas, {info['arch']}): {info['registers']} registers, "
                       f"spill stores {info['spill_stores']} bytes, spill loads "

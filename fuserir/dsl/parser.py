@@ -28,11 +28,14 @@ as a statement of its own under that name when nesting cannot express it, and re
 text back must give the same fusion, with the intermediate still compared by position.
 """
 
+from __future__ import annotations
+
 import contextlib
 import difflib
 import inspect
 import math
 import re
+import os
 import sys
 
 from .. import dtypes, ops
@@ -76,14 +79,14 @@ _CHOICES = {
 }
 
 
-def parse(text, filename="<string>"):
+def parse(text: str, filename: str = "<string>") -> Fusion | dict[str, Fusion]:
     """Parse DSL text: the Fusion it defines, or {name: Fusion} when it defines several."""
     source = Source(text, filename)
     fusions = _Builder(source).build(syntax_tree(text, source))
     return next(iter(fusions.values())) if len(fusions) == 1 else fusions
 
 
-def parse_file(path):
+def parse_file(path: str | os.PathLike[str]) -> Fusion | dict[str, Fusion]:
     """Parse the DSL file at `path` (UTF-8); errors name it as their file."""
     return parse(read_file(path), filename=str(path))
 

@@ -23,8 +23,11 @@ the same tree. Nested expressions are printed by a walk that keeps no Python sta
 level (fuserir/dsl/walk.py), so a 1000-term sum prints as it parses.
 """
 
+from __future__ import annotations
+
 import math
 import numbers
+from typing import TYPE_CHECKING
 from collections import Counter
 from enum import Enum
 
@@ -35,6 +38,9 @@ from ..ir.exprs import BroadcastOp, CastOp, MatmulOp, ReductionOp, UnaryOp
 from ..ir.tensor import Scalar, TensorView
 from .walk import walk
 
+if TYPE_CHECKING:
+    from ..ir.fusion import Fusion
+
 INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=",
          "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 # Binding strength, loosest first, as in grammar.lark.
@@ -43,7 +49,7 @@ LEVEL = {"add": SUM, "sub": SUM, "mul": PRODUCT, "div": PRODUCT,
          **{op: COMPARISON for op in ("eq", "ne", "lt", "le", "gt", "ge")}}
 
 
-def print_fusion(fusion):
+def print_fusion(fusion: Fusion) -> str:
     """The fusion's definition and schedule as DSL text (ending in a newline)."""
     params = ", ".join(f"{t.name}: {t.dtype}[{', '.join(str(e) for e in t.shape)}]"
                        for t in fusion.inputs)

@@ -20,12 +20,10 @@ the `=` of `z = ...` after `z` was taken as the operand). That is reported as an
 unexpected end of expression just after the operator, on the operator's line.
 """
 
+import functools
 import pathlib
 import re
 import unicodedata
-
-from lark import Lark, Token
-from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from ..errors import DslError
 from ..ir.fusion import MAX_EXPRESSION_DEPTH
@@ -38,8 +36,14 @@ def _reserve_output(token):
     return token.update(type="OUTPUT") if token == "output" else token
 
 
-LARK = Lark.open("grammar.lark", rel_to=__file__, parser="lalr", propagate_positions=True,
-                 lexer_callbacks={"NAME": _reserve_output})
+@functools.cache
+def parser():
+    """lark's LALR parser of grammar.lark, built on the first parse, not at import: building
+    it takes a tenth of a second, and `import fuserir` should not pay for it (nor import
+    lark) when no DSL text is parsed."""
+    from lark import Lark
+    return Lark.open("grammar.lark", rel_to=__file__, parser="lalr", propagate_positions=True,
+                     lexer_callbacks={"NAME": _reserve_output})
 
 
 class Source:
@@ -86,8 +90,9 @@ def read_file(path):
 def syntax_tree(text, source):
     """lark's tree of `text`; a syntax error is a DslError located in `source`."""
     check_nesting(text, source)
+    from lark.exceptions import UnexpectedInput
     try:
-        return LARK.parse(text)
+        return parser().parse(text)
     except UnexpectedInput as error:
         late = _unfinished_expression(error)
         if late is not None:
@@ -164,6 +169,7 @@ _TERMINAL_WORDS = {"NAME": "a name", "INT": "an integer", "FLOAT": "a number",
 
 def _describe(error):
     """One line: what was found, and what could have stood there instead."""
+    from lark.exceptions import UnexpectedCharacters
     if isinstance(error, UnexpectedCharacters):
         return f"unexpected character {_character(error.char)}"
     accepts = getattr(error, "accepts", None)  # exact, if known
@@ -202,7 +208,7 @@ def _describe_expected(expected):
     if {"PLUS", "STAR", "COMPARE"} <= expected:
         words.append("an operator")
         expected -= _OPERATORS
-    words += sorted(_TERMINAL_WORDS.get(name) or f"'{LARK.get_terminal(name).pattern.value}'"
+    words += sorted(_TERMINAL_WORDS.get(name) or f"'{parser().get_terminal(name).pattern.value}'"
                     for name in expected)
     if len(words) <= 1:
         return "".join(words)
@@ -224,6 +230,7 @@ def _position(error, source):
 def _unfinished_expression(error):
     """(message, line, column) for an expression that ends after an operator (or a
     statement after its '='), located just after that token; None for other errors."""
+    from lark.exceptions import UnexpectedToken
     if not isinstance(error, UnexpectedToken) or error.interactive_parser is None:
         return None
     stack = error.interactive_parser.parser_state.value_stack
@@ -253,4 +260,5 @@ def _unfinished_expression(error):
 
 
 def _is_token(value, *types):
+    from lark import Token
     return isinstance(value, Token) and value.type in types

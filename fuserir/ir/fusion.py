@@ -3,7 +3,9 @@
 The graph is a networkx DiGraph whose nodes are tensors and expressions, with edges
 tensor -> expression (read) and expression -> tensor (write). networkx gives topological
 order, producers and consumers, paths and cycle checks for free; we keep a creation
-serial on each node so every order we hand out is deterministic.
+serial on each node so every order we hand out is deterministic. networkx is imported
+when the first fusion is built, not with this module: it takes a fifth of a second, and
+`import fuserir` should not pay for it.
 
 The schedule trace lists every outermost scheduling call made on the fusion's tensors
 (`y.split(1, 128)`, `xs = x.cache_after(shared)`, a scheduler call), so that printing a
@@ -13,12 +15,13 @@ expressions), so the fusion also keeps `definition_exprs`: a copy of every expre
 as it was defined, which is what the printer prints before the trace.
 """
 
+from __future__ import annotations
+
 import contextlib
 import copy
 import itertools
 from dataclasses import dataclass, field
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from ..errors import FusionError
 from .extent import Sym
@@ -29,6 +32,15 @@ from .tensor import TensorView
 # nesting before parsing (fuserir.dsl.syntax). Lowering at this depth takes about a second
 # (docs/decisions.md, "Expressions are at most 1,000 deep").
 MAX_EXPRESSION_DEPTH = 1000
+
+if TYPE_CHECKING:
+    from ..dtypes import DataType
+
+
+def _nx():
+    """networkx (imported by the first Fusion; see the module docstring)."""
+    import networkx
+    return networkx
 
 
 @dataclass
@@ -43,19 +55,20 @@ class TraceEntry:
 
 
 class Fusion:
-    def __init__(self, name="fusion"):
+    def __init__(self, name: str = "fusion") -> None:
         self.name = name
-        self.inputs = []
-        self.outputs = []
+        self.inputs: list[TensorView] = []
+        self.outputs: list[TensorView] = []
+        import networkx as nx   # here, not at import (see the module docstring)
         self.graph = nx.DiGraph()
-        self.trace = []
-        self.scalars = {}           # declared run-time scalars: name -> default (None: none)
-        self.definition_exprs = []  # copies of the expressions as defined, in creation order
+        self.trace: list[TraceEntry] = []
+        self.scalars: dict[str, int | None] = {}           # declared run-time scalars: name -> default (None: none)
+        self.definition_exprs: list[Any] = []  # copies of the expressions as defined, in creation order
         self._next_serial = 0  # creation order of graph nodes (an int: fusions deep-copy)
-        self._by_name = {}     # tensor name -> TensorView, for every tensor in the graph
+        self._by_name: dict[str, TensorView] = {}     # tensor name -> TensorView, for every tensor in the graph
         self._recording_depth = 0
         self._order = None     # the topological order, until the graph changes
-        self._depth = {}       # defined tensor -> operations from an input (inputs: absent)
+        self._depth: dict = {}       # defined tensor -> operations from an input (inputs: absent)
 
     def __deepcopy__(self, memo):
         """A copy of the whole fusion whose depth does not grow with the graph's: every node
@@ -108,7 +121,7 @@ class Fusion:
         self.inputs.append(tv)
         return tv
 
-    def new_input(self, name, dtype, dims):
+    def new_input(self, name: str, dtype: DataType, dims: list[int | str]) -> TensorView:
         """Declare an input tensor `name` of `dtype` with `dims` (ints or symbol names)."""
         from .iterdomain import IterDomain
         from .tensor import MemoryType
@@ -123,7 +136,7 @@ class Fusion:
             root.append(IterDomain(d))
         return self.add_input(TensorView(self, name, dtype, root, MemoryType.global_))
 
-    def rename(self, tv, name, named=True):
+    def rename(self, tv: TensorView, name: str, named: bool = True) -> TensorView:
         """Give `tv` the user-visible name `name` (which no other tensor may have).
 
         named=False renames an intermediate but keeps it unnamed (compared by position, not
@@ -138,7 +151,7 @@ class Fusion:
         tv.is_named = named
         return tv
 
-    def add_output(self, tv):
+    def add_output(self, tv: TensorView) -> TensorView:
         if tv.fusion is not self:
             raise FusionError(f"output {tv.name} belongs to another fusion")
         if tv in self.outputs:
@@ -167,7 +180,7 @@ class Fusion:
         self._order = None
         expr.output.definition = expr
         # an output tensor without consumers has no path back to an input: no cycle
-        if not fresh_output and not nx.is_directed_acyclic_graph(self.graph):
+        if not fresh_output and not _nx().is_directed_acyclic_graph(self.graph):
             raise FusionError(f"expression {expr} would create a cycle")
         if self._recording_depth == 0:
             as_defined = copy.copy(expr)
@@ -216,7 +229,7 @@ class Fusion:
                 return f"{base}_{i}"
 
     # -- run-time scalars ----------------------------------------------------------------
-    def declare_scalar(self, name, default=None):
+    def declare_scalar(self, name: str, default: int | None = None) -> Any:
         """Declare `name` a run-time scalar of the scheduled fusion (a split factor that one
         compiled kernel takes as an argument), with `default` (an int >= 1) as the value
         run() uses when it is not passed; None keeps the current default. Recorded in the
@@ -248,7 +261,7 @@ class Fusion:
         if default is not None or name not in self.scalars:
             self.scalars[name] = default
 
-    def size_symbols(self):
+    def size_symbols(self) -> list[str]:
         """The symbolic sizes of the inputs' shapes, in order of first appearance."""
         found = []
         for tv in self.inputs:
@@ -271,18 +284,19 @@ class Fusion:
         ready), kept until the graph changes: queries are many, changes few. Change the
         graph only through the methods above."""
         if self._order is None:
+            nx = _nx()
             serial = nx.get_node_attributes(self.graph, "serial")
             self._order = list(nx.lexicographical_topological_sort(
                 self.graph, key=lambda n: serial[n]))
         return self._order
 
     @property
-    def exprs(self):
+    def exprs(self) -> list[Any]:
         """Expressions in a deterministic topological order."""
         return [n for n in self._topological() if not isinstance(n, TensorView)]
 
     @property
-    def tensors(self):
+    def tensors(self) -> list[TensorView]:
         """Tensors in a deterministic topological order (inputs first)."""
         order = self._topological()
         cached = self.__dict__.get("_tensors_of")
@@ -291,24 +305,24 @@ class Fusion:
             self._tensors_of = cached
         return list(cached[1])
 
-    def tensor(self, name):
+    def tensor(self, name: str) -> TensorView:
         if name in self._by_name:
             return self._by_name[name]
         raise FusionError(f"fusion {self.name} has no tensor named '{name}'")
 
-    def uses(self, tv):
+    def uses(self, tv: TensorView) -> list[Any]:
         """The expressions that read `tv`, in creation order."""
         nodes = self.graph.nodes
         return sorted(self.graph.successors(tv), key=lambda e: nodes[e]["serial"])
 
-    def consumers(self, tv):
+    def consumers(self, tv: TensorView) -> list[TensorView]:
         return [e.output for e in self.uses(tv)]
 
-    def producers(self, tv):
+    def producers(self, tv: TensorView) -> list[TensorView]:
         return [] if tv.definition is None else tv.definition.tensor_inputs
 
-    def depends_on(self, consumer, producer):
-        return consumer is not producer and nx.has_path(self.graph, producer, consumer)
+    def depends_on(self, consumer: TensorView, producer: TensorView) -> bool:
+        return consumer is not producer and _nx().has_path(self.graph, producer, consumer)
 
     # -- schedule trace ------------------------------------------------------------------
     @contextlib.contextmanager

@@ -11,10 +11,20 @@ The scheduling methods below are thin: the algorithms live in fuserir.transforms
 outermost call is recorded in the fusion's replayable schedule trace.
 """
 
+from __future__ import annotations
+
 import functools
 from enum import Enum
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar, cast
 
 from ..dtypes import DataType
+
+if TYPE_CHECKING:
+    from .fusion import Fusion
+    from .iterdomain import ParallelType
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+Axis = int
 
 
 class MemoryType(Enum):
@@ -55,7 +65,7 @@ class Scalar(Val):
         return str(int(self.value))
 
 
-def _traced(method):
+def _traced(method: _Method) -> _Method:
     """Record the outermost scheduling call on a tensor in its fusion's schedule trace."""
 
     @functools.wraps(method)
@@ -65,7 +75,7 @@ def _traced(method):
             entry.result = result
         return result
 
-    return wrapper
+    return cast(_Method, wrapper)
 
 
 class TensorView(Val):
@@ -89,29 +99,29 @@ class TensorView(Val):
 
     # -- shape ---------------------------------------------------------------------------
     @property
-    def shape_axes(self):
+    def shape_axes(self) -> list[Any]:
         """The logical axes that remain in the tensor's shape (reduced axes dropped)."""
         return [a for a in self.logical if not a.is_reduction]
 
     @property
-    def shape(self):
+    def shape(self) -> list[Any]:
         return [a.extent for a in self.shape_axes]
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         return len(self.shape_axes)
 
     @property
-    def ndim(self):
+    def ndim(self) -> int:
         """The number of loop axes (what schedule axis numbers index)."""
         return len(self.loop)
 
     @property
-    def is_input(self):
+    def is_input(self) -> bool:
         return self in self.fusion.inputs
 
     @property
-    def is_output(self):
+    def is_output(self) -> bool:
         return self in self.fusion.outputs
 
     def __str__(self):
@@ -121,7 +131,7 @@ class TensorView(Val):
         dims = ", ".join(str(e) for e in self.shape)
         return f"<TensorView {self.name}: {self.dtype}[{dims}] {self.memory_type}>"
 
-    def describe(self):
+    def describe(self) -> str:
         """One line: name, type, memory, loop domain (and compute-at position if set)."""
         dims = ", ".join(str(e) for e in self.shape)
         loop = " ".join(str(a) for a in self.loop)
@@ -141,45 +151,45 @@ class TensorView(Val):
         return text
 
     # -- arithmetic sugar for the Python builder -------------------------------------------
-    def __add__(self, other):
+    def __add__(self, other: TensorView | float) -> TensorView:
         from .. import ops
         return ops.add(self, other)
 
-    def __radd__(self, other):
+    def __radd__(self, other: TensorView | float) -> TensorView:
         from .. import ops
         return ops.add(other, self)
 
-    def __sub__(self, other):
+    def __sub__(self, other: TensorView | float) -> TensorView:
         from .. import ops
         return ops.sub(self, other)
 
-    def __rsub__(self, other):
+    def __rsub__(self, other: TensorView | float) -> TensorView:
         from .. import ops
         return ops.sub(other, self)
 
-    def __mul__(self, other):
+    def __mul__(self, other: TensorView | float) -> TensorView:
         from .. import ops
         return ops.mul(self, other)
 
-    def __rmul__(self, other):
+    def __rmul__(self, other: TensorView | float) -> TensorView:
         from .. import ops
         return ops.mul(other, self)
 
-    def __truediv__(self, other):
+    def __truediv__(self, other: TensorView | float) -> TensorView:
         from .. import ops
         return ops.div(self, other)
 
-    def __rtruediv__(self, other):
+    def __rtruediv__(self, other: TensorView | float) -> TensorView:
         from .. import ops
         return ops.div(other, self)
 
-    def __neg__(self):
+    def __neg__(self) -> TensorView:
         from .. import ops
-        return ops.neg(self)
+        return ops.neg(self)   # type: ignore[attr-defined]  # made from the op table
 
     # -- scheduling (see fuserir.transforms for the algorithms) ---------------------------
     @_traced
-    def split(self, axis, factor, inner=True):
+    def split(self, axis: Axis, factor: int | str, inner: bool = True) -> None:
         """Split loop axis `axis` by `factor` (an int or a named run-time scalar).
 
         [i{M}, i{N}].split(1, 128)  ->  [i{M}, i{ceildiv(N, 128)}, i{128}]
@@ -189,38 +199,39 @@ class TensorView(Val):
         transforms.split(self, axis, factor, inner)
 
     @_traced
-    def merge(self, axis):
+    def merge(self, axis: Axis) -> None:
         """Merge loop axes `axis` and `axis`+1: [i{M}, i{N}].merge(0) -> [i{M*N}]."""
         from .. import transforms
         transforms.merge(self, axis)
 
     @_traced
-    def reorder(self, mapping):
+    def reorder(self, mapping: Mapping[int, int]) -> None:
         """Move loop axes: {old: new}; unnamed axes keep their relative order."""
         from .. import transforms
         transforms.reorder(self, mapping)
 
     @_traced
-    def parallelize(self, axis, ptype):
+    def parallelize(self, axis: Axis, ptype: ParallelType | str) -> None:
         """Bind loop axis `axis` to a block/thread index, or mark it unroll/vectorize/mma."""
         from .. import transforms
         transforms.parallelize(self, axis, ptype)
 
     @_traced
-    def vectorize(self, axis):
+    def vectorize(self, axis: Axis) -> None:
         """Access the innermost, contiguous loop axis as one 1-16 byte vector."""
         from .. import transforms
         transforms.vectorize(self, axis)
 
     @_traced
-    def rfactor(self, axes):
+    def rfactor(self, axes: Sequence[Axis]) -> TensorView:
         """Split a reduction in two: returns the producer that reduces `axes` (partially);
         this tensor then reduces the remaining reduction axes of the producer's result."""
         from .. import transforms
         return transforms.rfactor(self, axes)
 
     @_traced
-    def cache_after(self, memory_type, async_copy=False, ldmatrix=False, tma=False):
+    def cache_after(self, memory_type: MemoryType | str, async_copy: bool = False,
+                    ldmatrix: bool = False, tma: bool = False) -> TensorView:
         """Insert a copy of this tensor in `memory_type` that all its consumers then read.
         async_copy: global -> shared by cp.async. ldmatrix: shared -> register fragments of
         a tensor-core operand (its two innermost axes marked mma, lowered to ldmatrix).
@@ -229,30 +240,31 @@ class TensorView(Val):
         return transforms.cache_after(self, memory_type, async_copy, ldmatrix, tma)
 
     @_traced
-    def cache_before(self, memory_type):
+    def cache_before(self, memory_type: MemoryType | str) -> TensorView:
         """Compute this tensor into a new one in `memory_type`, then copy it here."""
         from .. import transforms
         return transforms.cache_before(self, memory_type)
 
     @_traced
-    def set_memory_type(self, memory_type):
+    def set_memory_type(self, memory_type: MemoryType | str) -> None:
         from .. import transforms
         transforms.set_memory_type(self, memory_type)
 
     @_traced
-    def compute_at(self, consumer, pos):
+    def compute_at(self, consumer: TensorView, pos: int) -> None:
         """Compute this tensor inside the first `pos` loops of `consumer` (-1: all)."""
         from .. import transforms
         transforms.compute_at(self, consumer, pos)
 
     @_traced
-    def inline_most(self):
+    def inline_most(self) -> None:
         """Compute this tensor as deep inside its consumer's loops as is legal."""
         from .. import transforms
         transforms.inline_most(self)
 
     @_traced
-    def circular_buffer(self, stages, warp_specialize=None):
+    def circular_buffer(self, stages: int,
+                        warp_specialize: ParallelType | str | None = None) -> None:
         """Keep `stages` copies of this tensor so loads run ahead of their use.
         warp_specialize (TIDy, for a TMA cache): the loads run in a producer warp group
         of their own, one more along that thread index, handing stages over through
@@ -261,7 +273,7 @@ class TensorView(Val):
         transforms.circular_buffer(self, stages, warp_specialize)
 
     @_traced
-    def swizzle(self, row):
+    def swizzle(self, row: int) -> None:
         """XOR-swizzle this shared tile in 16-byte chunks: in each row of `row` elements of
         its buffer, chunk c is stored at chunk c ^ (row index % 8). Every access goes through
         the same map, so meaning is unchanged; 8 rows read column-wise hit 8 bank groups."""
@@ -269,14 +281,14 @@ class TensorView(Val):
         transforms.swizzle(self, row)
 
     @_traced
-    def promote_reuse(self):
+    def promote_reuse(self) -> None:
         """Let this shared tensor's bytes alias shared tensors that are dead by the time it
         is first written (the matmul epilogue tile over the operand buffers)."""
         from .. import transforms
         transforms.promote_reuse(self)
 
     @_traced
-    def serial_grid_reduction(self):
+    def serial_grid_reduction(self) -> None:
         """Reduce this tensor's reduction axis bound to a block index across CTAs in turn
         (serial split-K): a global semaphore orders them, partials live in a workspace."""
         from .. import transforms

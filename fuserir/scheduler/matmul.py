@@ -22,7 +22,10 @@ turnstile across the CTAs of a tile) or two kernels (f32 partials, then their su
 from the sizes.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import device as devices
 from ..errors import ScheduleError
@@ -33,6 +36,10 @@ from ..ir.tensor import MemoryType
 from ..numerics import ceil_div
 from .hopper import schedule_hopper_matmul
 from .matmul_tiles import SPLITK, broadcasts_first, output_tiles, tensor_core_loops, two_kernel
+
+if TYPE_CHECKING:
+    from ..dtypes import DataType
+    from ..ir.fusion import Fusion
 
 POINTWISE = (UnaryOp, BinaryOp, CastOp, WhereOp)
 TWO_KERNEL_SPLITS = 8          # the heuristic's most serial splits
@@ -198,7 +205,8 @@ def _find_matmul(fusion):
     return mm, acc, out, [t for t in after if t is not out]
 
 
-def schedule_matmul(fusion, params, device=None):
+def schedule_matmul(fusion: Fusion, params: MatmulParams,
+                    device: devices.Device | None = None) -> dict[str, Any]:
     """Schedule `output = epilogue(matmul(A, B))` for tensor cores (see module docstring):
     any layout, f16 or bf16 operands, pointwise epilogue ops (bias, activation, residual,
     cast to f16, bf16 or f32) fused on the accumulator's registers. Returns a dict of the
@@ -451,8 +459,10 @@ def splitk_for(m, n, k, cta_tile, sms=devices.DEFAULT.sms):
     return max(1, splits)
 
 
-def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=None,
-                     reasons=None):
+def matmul_heuristic(m: int, n: int, k: int, layout: str = "TT",
+                     dtypes: Sequence[str | DataType] = ("f16", "f16", "f16"),
+                     device: devices.Device | None = None,
+                     reasons: list[str] | None = None) -> MatmulParams:
     """MatmulParams for an M x N x K matmul (any layout; dtypes: the operands' and
     optionally the output's). On Hopper (sm_90) the Hopper path's (_hopper_params: wgmma
     on tiles a producer warp group loads, by TMA or, for rows of an odd number of
@@ -486,15 +496,15 @@ def matmul_heuristic(m, n, k, layout="TT", dtypes=("f16", "f16", "f16"), device=
                             "newer is needed")
     if layout not in ("TT", "TN", "NT", "NN"):
         raise ScheduleError(f"matmul_heuristic: unknown layout {layout!r}")
-    dtypes = [str(d) for d in dtypes]
-    if len(dtypes) not in (2, 3) or dtypes[0] != dtypes[1] or dtypes[0] not in ("f16",
+    names = [str(d) for d in dtypes]
+    if len(names) not in (2, 3) or names[0] != names[1] or names[0] not in ("f16",
                                                                                  "bf16"):
-        raise ScheduleError(f"matmul_heuristic: operands {' x '.join(dtypes[:2])}: tensor "
+        raise ScheduleError(f"matmul_heuristic: operands {' x '.join(names[:2])}: tensor "
                             "cores take two f16 or two bf16 operands")
-    out_itemsize = {"f16": 2, "bf16": 2, "f32": 4}.get(dtypes[2] if len(dtypes) == 3
+    out_itemsize = {"f16": 2, "bf16": 2, "f32": 4}.get(names[2] if len(names) == 3
                                                        else "f16")
     if out_itemsize is None:
-        raise ScheduleError(f"matmul_heuristic: output {dtypes[2]}: tensor cores produce "
+        raise ScheduleError(f"matmul_heuristic: output {names[2]}: tensor cores produce "
                             "f32, cast to f16, bf16 or f32")
     if device.fit_tiles:
         return _fitted_params(m, n, k, why, out_itemsize)

@@ -7,6 +7,8 @@ whose loops are shared, and lowering (concrete_loop) finds the loop an axis runs
 They sit below every other module of the package, which all import them.
 """
 
+from __future__ import annotations
+
 from ..errors import ScheduleError
 from ..ir.iterdomain import ParallelType
 from ..ir.tensor import memory_type as _memory_type
@@ -54,7 +56,7 @@ def _memory(op, value):
                             "or local") from None
 
 
-def _ptype(op, value):
+def _ptype(op: str, value: ParallelType | str) -> ParallelType:
     if isinstance(value, ParallelType):
         return value
     try:

@@ -6,13 +6,20 @@ indices to the tensor's root indices. Loops shared through compute_at are refuse
 on either side: transform the consumer first, then compute the producer at it.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping
+
 from ..errors import FusionError, ScheduleError
 from ..ir import extent as ext
 from ..ir.iterdomain import IterKind, Merge, Split
 from .common import _axis, _not_input, _not_shared
 
+if TYPE_CHECKING:
+    from ..ir.tensor import TensorView
 
-def split(tv, axis, factor, inner=True):
+
+def split(tv: TensorView, axis: int, factor: int | str, inner: bool = True) -> None:
     """Split loop axis `axis` of `tv` into an outer and an inner piece (TensorView.split).
 
     With inner=True the inner piece has extent `factor` and the outer ceildiv(extent, factor);
@@ -65,7 +72,7 @@ def split(tv, axis, factor, inner=True):
     tv.loop[p:p + 1] = [s.outer, s.inner]
 
 
-def merge(tv, axis):
+def merge(tv: TensorView, axis: int) -> None:
     """Merge loop axes `axis` and `axis` + 1 of `tv` into one axis (TensorView.merge).
 
     The merged axis has the product of the two extents; its index o runs the outer axis as
@@ -113,7 +120,7 @@ def merge(tv, axis):
     tv.loop[p:p + 2] = [Merge(outer, inner).output]
 
 
-def reorder(tv, mapping):
+def reorder(tv: TensorView, mapping: Mapping[int, int]) -> None:
     """Move loop axes of `tv` to new positions (TensorView.reorder).
 
       mapping  a dict {old position: new position}; keys and values may be negative. The axes
@@ -144,7 +151,7 @@ def reorder(tv, mapping):
     if not isinstance(mapping, dict):
         raise ScheduleError(f"reorder: expected a map {{old: new}}, got {mapping!r} "
                             f"(tensor {tv.name})")
-    moves = {}
+    moves: dict[int, int] = {}
     for old, new in mapping.items():
         o, n = _axis("reorder", tv, old), _axis("reorder", tv, new)
         if o in moves:

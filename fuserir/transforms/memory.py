@@ -6,14 +6,21 @@ copies of a loaded tile so loads run ahead of their use; swizzle permutes a shar
 bytes. They change no loop axis: lowering and codegen read the annotations.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from ..errors import ScheduleError
 from ..ir.exprs import LoadStoreOp
 from ..ir.iterdomain import ParallelType
 from ..ir.tensor import MemoryType
 from .common import _memory, _not_input
 
+if TYPE_CHECKING:
+    from ..ir.tensor import TensorView
 
-def set_memory_type(tv, memory_type):
+
+def set_memory_type(tv: TensorView, memory_type: MemoryType | str) -> None:
     """Put `tv` in `memory_type` (TensorView.set_memory_type).
 
     Intermediates default to local. A local buffer drops the thread and block axes, a shared
@@ -46,7 +53,8 @@ def set_memory_type(tv, memory_type):
     tv.memory_type = mt
 
 
-def circular_buffer(tv, stages, warp_specialize=None):
+def circular_buffer(tv: TensorView, stages: int,
+                    warp_specialize: ParallelType | str | None = None) -> None:
     """Keep `stages` copies of the loaded tensor `tv` so loads run ahead of their use.
 
     TensorView.circular_buffer. Lowering pipelines a circular buffer of async copies
@@ -127,7 +135,7 @@ def circular_buffer(tv, stages, warp_specialize=None):
     tv.warp_specialized = warp_specialize
 
 
-def swizzle(tv, row):
+def swizzle(tv: TensorView, row: int) -> None:
     """XOR-swizzle the shared tile `tv` in 16-byte chunks (TensorView.swizzle).
 
     In each row of `row` elements of tv's buffer, chunk c is stored at chunk c ^ (row index
@@ -168,7 +176,7 @@ def swizzle(tv, row):
     tv.swizzle_row = row
 
 
-def promote_reuse(tv):
+def promote_reuse(tv: TensorView) -> None:
     """Let the shared tensor `tv` reuse the bytes of shared tensors dead by its first write.
 
     TensorView.promote_reuse: the matmul epilogue tile over the operand buffers (the

@@ -6,10 +6,17 @@ carried out by the CTAs in turn. Each axis has one parallel type and each block/
 index binds one axis of a tensor.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from ..errors import ScheduleError
 from ..ir.exprs import MatmulOp, ReductionOp
 from ..ir.iterdomain import ParallelType, Split
 from .common import _axis, _not_input, _ptype
+
+if TYPE_CHECKING:
+    from ..ir.tensor import TensorView
 
 
 def _not_bound(op, tv, p, axis, ptype):
@@ -20,7 +27,7 @@ def _not_bound(op, tv, p, axis, ptype):
                             f"{old.value}; it cannot also be {ptype.value}")
 
 
-def parallelize(tv, axis, ptype):
+def parallelize(tv: TensorView, axis: int, ptype: ParallelType | str) -> None:
     """Bind loop axis `axis` of `tv` to a parallel type (TensorView.parallelize).
 
     A block index (BIDx/y/z) or thread index (TIDx/y/z) runs the loop across CTAs or threads;
@@ -68,7 +75,7 @@ def parallelize(tv, axis, ptype):
     tv.loop[p].parallel = ptype
 
 
-def vectorize(tv, axis):
+def vectorize(tv: TensorView, axis: int) -> None:
     """Access loop axis `axis` of `tv` as one vector of 1 to 16 bytes (TensorView.vectorize).
 
     The axis must be contiguous in memory: the innermost loop axis, derived from tv's
@@ -132,7 +139,7 @@ def vectorize(tv, axis):
     a.parallel = ParallelType.vectorize
 
 
-def serial_grid_reduction(tv):
+def serial_grid_reduction(tv: TensorView) -> None:
     """Reduce across CTAs in turn: serial split-K (TensorView.serial_grid_reduction).
 
     `tv` is a reduction or matmul whose reduction axis is bound to BIDz. The CTAs of one

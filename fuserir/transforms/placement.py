@@ -7,13 +7,20 @@ their positions, so that none is left sharing loops it no longer has. inline_mos
 also lowering's first step (the inline_defaults pass) for every tensor no schedule placed.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from ..errors import ScheduleError
 from ..ir.iterdomain import IterDomain, IterKind, ParallelType, history, replay, roots_of
 from ..ir.tensor import TensorView
 from .common import _not_input, _placed_producers, concrete_loop
 
+if TYPE_CHECKING:
+    from ..ir.fusion import Fusion
 
-def compute_at(tv, consumer, pos):
+
+def compute_at(tv: TensorView, consumer: TensorView, pos: int) -> None:
     """Compute `tv` inside the first `pos` loops of `consumer` (TensorView.compute_at).
 
     tv replays consumer's transforms for those loop axes and shares the loops, parallel types
@@ -146,7 +153,7 @@ def _ancestors_in(axis, domain):
     return [r for i in axis.definition.inputs for r in _ancestors_in(i, domain)]
 
 
-def max_inline_position(tv):
+def max_inline_position(tv: TensorView) -> int:
     """The deepest position `tv` can be computed at in its consumers' loops.
 
     It stops before a vectorized or mma axis; where tv has several consumers, after the
@@ -193,7 +200,7 @@ def max_inline_position(tv):
     return limit
 
 
-def inline_most(target):
+def inline_most(target: TensorView | Fusion) -> None:
     """Inline a tensor, or every tensor of a fusion that no compute_at placed, as deep into
     its consumers' loops as is legal (consumers first, so producers replay final loops).
 

@@ -7,6 +7,10 @@ computes the copy). The tensors whose loops they rebuild replay the old loop tra
 from new root axes (_rebuild_loop), so a schedule made before the rewrite is kept.
 """
 
+from __future__ import annotations
+
+from typing import Sequence
+
 from ..errors import ScheduleError
 from ..ir.exprs import LoadStoreOp, MatmulOp, ReductionOp
 from ..ir.iterdomain import IterDomain, IterKind, history, replay, roots_of
@@ -27,7 +31,7 @@ def _rebuild_loop(old_loop, axis_map):
     return loop
 
 
-def rfactor(tv, axes):
+def rfactor(tv: TensorView, axes: Sequence[int]) -> TensorView:
     """Split the reduction of `tv` in two; return the new producer (TensorView.rfactor).
 
     The producer replays tv's whole schedule and reduces only the listed loop axes; tv's
@@ -135,7 +139,8 @@ def rfactor(tv, axes):
     return producer
 
 
-def cache_after(tv, memory_type, async_copy=False, ldmatrix=False, tma=False):
+def cache_after(tv: TensorView, memory_type: MemoryType | str, async_copy: bool = False,
+                ldmatrix: bool = False, tma: bool = False) -> TensorView:
     """Insert a copy of `tv` in `memory_type` that all its consumers then read; return it.
 
     TensorView.cache_after. The usual way to stage an input: the copy (named `<tv>_cache`)
@@ -210,7 +215,7 @@ def cache_after(tv, memory_type, async_copy=False, ldmatrix=False, tma=False):
     return cache
 
 
-def cache_before(tv, memory_type):
+def cache_before(tv: TensorView, memory_type: MemoryType | str) -> TensorView:
     """Compute `tv` into a new tensor in `memory_type`, then copy it to `tv`; return the cache.
 
     TensorView.cache_before. The cache (named `<tv>_cache`) takes tv's definition and its
