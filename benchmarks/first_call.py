@@ -8,7 +8,7 @@ Cases (unscheduled fusions, scheduled automatically for the sizes of their first
 
 Each measurement is a fresh Python process. The clock starts after its imports (torch,
 CuPy, every fuserir module the call uses) and after a CUDA context exists; it covers
-parsing the fusion's text, `codegen.compile` and the first call `exe(a, b)` with torch
+parsing the fusion's text, `fuserir.compile` and the first call `exe(a, b)` with torch
 tensors, until the output is ready (torch.cuda.synchronize). "cold": the process has an
 empty cache directory (FUSERIR_CACHE_DIR: no plans, proofs or cubins on disk); "warm": a
 second process on the cache the cold one left. The result is checked against torch.
@@ -96,7 +96,7 @@ driver.plans.PlanCache.load = timed("plan cache", driver.plans.PlanCache.load)
 codegen.launch.load_function = timed("load", codegen.launch.load_function)
 
 started = time.perf_counter()
-exe = codegen.compile(fuserir.parse({text!r}))
+exe = fuserir.compile(fuserir.parse({text!r}))
 out = exe(*args)
 torch.cuda.synchronize()
 total = time.perf_counter() - started

@@ -55,6 +55,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import common  # noqa: E402
 import fuserir  # noqa: E402
+from fuserir.progress import progress  # noqa: E402
 from fuserir.scheduler import MatmulParams, schedule_matmul  # noqa: E402
 from fuserir.scheduler.matmul import matmul_heuristic  # noqa: E402
 
@@ -244,6 +245,8 @@ def run_matrix(args, bench):
     rng = cp.random.default_rng(0)
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.matrix_shapes.split(",")]
     rows, counts = [], {"run": 0, "passed": 0, "failed": []}
+    bar = progress("benchmark matrix", total=len(configs) * len(shapes) * 5,
+                   unit="config")
     for layout in OPERANDS:
         for m, n, k in shapes:
             dims = {"M": m, "N": n, "K": k}
@@ -265,6 +268,7 @@ def run_matrix(args, bench):
                     launch(kernel.kir, kernel.cubin, bound)
                     bad = mismatches(cp, out, ref, k)
                     counts["run"] += 1
+                    bar.update()
                     name = f"{layout} {config[1]} {config[2]} s{config[3]} " \
                            f"smem{int(config[4])} splitk{splitk} {m}x{n}x{k}"
                     if bad:
@@ -282,6 +286,7 @@ def run_matrix(args, bench):
             rows.append(row)
             print(json.dumps(row), flush=True)
             del ref
+    bar.close()
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     print(f"\n## seed benchmark matrix ({'Hopper' if args.hopper else 'mma.sync'} path), "
           f"{device}, {datetime.date.today()}: "

@@ -21,6 +21,7 @@ from codegen import gpu_stack, nvrtc
 from fuserir import device as devices
 from fuserir.errors import FuserirError
 from fuserir.ir.equality import fusion_signature
+from fuserir.progress import progress
 
 from lowering.pipeline import PASS_NAMES
 
@@ -69,18 +70,21 @@ def compile(fusion: Fusion, backend: str = "cuda", disable_passes: Sequence[str]
         return exe
 
     def explicit(persistent, sizes, device):
-        return [Step(s.fusion, s.inputs, s.outputs,
-                     build_kernel(s.fusion, backend, device=device, **options))
-                for s in cut(fusion)]
+        with progress(f"building {fusion.name}", unit="kernel") as bar:
+            return [Step(s.fusion, s.inputs, s.outputs,
+                         _built(bar, build_kernel(s.fusion, backend, device=device,
+                                                  **options)))
+                    for s in cut(fusion)]
 
     def automatic(persistent, sizes, device):
         # each segment's schedule may put intermediates in global memory (a two-kernel
         # split-K's partial sums): it is cut into its kernels as an explicit schedule is
-        return [Step(part.fusion, part.inputs, part.outputs,
-                     build_kernel(part.fusion, backend, device=device, trial=trial,
-                                  **options))
-                for s in plan(fusion, persistent, sizes, device)
-                for part, trial in zip(cut(s.fusion), s.kernels)]
+        with progress(f"planning {fusion.name}", unit="kernel") as bar:
+            return [Step(part.fusion, part.inputs, part.outputs,
+                         _built(bar, build_kernel(part.fusion, backend, device=device,
+                                                  trial=trial, **options)))
+                    for s in plan(fusion, persistent, sizes, device)
+                    for part, trial in zip(cut(s.fusion), s.kernels)]
 
     exe = Executable(fusion, backend, options,
                      _cached(explicit if fusion.trace else automatic,
@@ -114,6 +118,11 @@ def _cached(build, base):
             PLANS.store(key, steps)
         return steps
     return plan
+
+
+def _built(bar, kernel):
+    bar.update()
+    return kernel
 
 
 def _nvrtc_version(backend):

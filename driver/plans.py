@@ -75,6 +75,7 @@ class PlanCache:
         try:
             steps = pickle.loads(payload)
         except Exception:  # noqa: BLE001 - an entry that does not load is rebuilt
+            # (RecursionError included)
             stats["rejects"] += 1
             return None
         stats["hits"] += 1
@@ -85,8 +86,9 @@ class PlanCache:
         kept = [dataclasses.replace(step, variants={}) for step in steps]
         try:
             payload = pickle.dumps(kept, protocol=pickle.HIGHEST_PROTOCOL)
-        except (pickle.PicklingError, TypeError, AttributeError):
-            return          # not picklable: built again next time
+        except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
+            return          # not picklable (or nested past Python's recursion limit, as
+            #                 a kernel of 1,000 inlined operations is): built again
         if _ENTRIES.write(self._path(key), key, _NAME, payload):
             stats["stores"] += 1
         else:

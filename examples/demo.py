@@ -125,11 +125,16 @@ def main():
     return 0 if mismatches == 0 else 1
 
 
+def _drains_cp_async(group):
+    """Does a statement with this group operation (its effects) retire every cp.async?"""
+    return group is not None and (group.kind, group.op, group.n) == ("cp.async", "wait", 0)
+
+
 def summary(barriers, where, mismatches, refusals, races):
     """A few plain lines for a newcomer: what ran, the sync the original kernel lacked (the
     cp.async drain before the epilogue reuses the operand buffers), and what the checkers
     say without it."""
-    drain = next(b for b in barriers if isinstance(b, kir.CpAsyncWait) and b.n == 0)
+    drain = next(b for b in barriers if _drains_cp_async(b.effects().group))
     reused = sorted({r.buffers[-1] for r in drain.reasons if len(r.buffers) > 1})
     lines = [
         "\n== summary ==",

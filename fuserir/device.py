@@ -61,8 +61,8 @@ H200 = Device("NVIDIA H200", (9, 0), sms=132, shared_limit=227 * 1024,
 DEFAULT = H200     # what schedules are chosen for where no GPU answers
 # What the interpreter plans for unless told a device: the mma.sync path (sm_80's
 # instructions, no asynchronous proxy to interleave) on tiles fitted to the sizes.
-INTERPRETER = Device("CPU interpreter", (8, 0), sms=1, shared_limit=H200.shared_limit,
-                     l2_bytes=H200.l2_bytes, fit_tiles=True)
+INTERPRETER = Device("CPU interpreter (an H200's limits)", (8, 0), sms=1,
+                     shared_limit=H200.shared_limit, l2_bytes=H200.l2_bytes, fit_tiles=True)
 
 # Shared memory per block after opt-in, by architecture (CUDA programming guide, table of
 # technical specifications): what a report says where no GPU answers the question.

@@ -26,6 +26,7 @@ from functools import reduce
 import numpy as np
 
 from codegen.errors import Hazard
+from fuserir.progress import progress
 from codegen.interp.async_copies import _AsyncCopies
 from codegen.interp.async_proxy import _AsyncProxy
 from codegen.interp.base import _NONE, InterpError, _const, _point
@@ -337,8 +338,9 @@ class _Interp:
                     raise InterpError(f"block {b} is outside the grid {self.grid}")
                 chosen.add(b)
             order = sorted(chosen, key=lambda b: (b[2], b[1], b[0]))
-        with np.errstate(all="ignore"):
-            stuck = schedule([(b, self._block(b)) for b in order])
+        with np.errstate(all="ignore"), progress(f"interpreting {self.kernel.name}",
+                                                 total=len(order), unit="block") as bar:
+            stuck = schedule([(b, self._block(b)) for b in order], done=bar.update)
         for block, wait in stuck:
             others = [b for b, _ in stuck]
             self.add(("deadlock", wait.stmt.label, wait.stmt.label), lambda: Hazard(

@@ -29,11 +29,12 @@ class Wait:
         return self.why() if self.why is not None else f"waits on {self.what}"
 
 
-def schedule(coroutines):
+def schedule(coroutines, done=None):
     """Run (block, generator) pairs, given in launch order, to completion: always resume
     the earliest block that is not waiting (or whose Wait is ready). With no waits this is
     block after block in launch order. Returns [(block, Wait)] of the blocks left waiting
-    forever when every remaining block waits (a deadlock), else []."""
+    forever when every remaining block waits (a deadlock), else []. `done()`, when given,
+    is called as each block finishes (a progress bar)."""
     live = [[block, gen, None] for block, gen in coroutines]
     while live:
         for i, entry in enumerate(live):
@@ -44,6 +45,8 @@ def schedule(coroutines):
                 entry[2] = next(entry[1])
             except StopIteration:
                 del live[i]
+                if done is not None:
+                    done()
             break
         else:
             return [(block, wait) for block, _, wait in live]

@@ -72,6 +72,8 @@ conditions for one τ do not depend on the others; a nested count is reduced las
 from itertools import product
 from math import lcm
 
+from fuserir.progress import progress
+
 from .. import kir
 from .async_trace import Iteration, Refusal, Trace
 
@@ -103,8 +105,22 @@ def check_every_case(kernel, skeleton, known, check, every=True):
     failed = known.setdefault("outcome choices with findings", [])
     choices = list(product((True, False), repeat=len(keys)))
     choices.sort(key=lambda c: failed.index(c) if c in failed else len(failed))
-    cases = [(c, _TripCounts(kernel, skeleton, known, check, dict(zip(keys, c))).unrollings())
+    bar = progress(f"proving {kernel.name}", unit="unrolling")
+    cases = [(c, _counted(_TripCounts(kernel, skeleton, known, check,
+                                      dict(zip(keys, c))).unrollings(), bar))
              for c in choices]
+    with bar:
+        return _every_case(cases, failed, every)
+
+
+def _counted(unrollings, bar):
+    for found in unrollings:
+        bar.update()
+        yield found
+
+
+def _every_case(cases, failed, every):
+    """check_every_case's walk over the outcome choices' unrollings (see there)."""
     findings, refusal, ended = {}, None, set()
     # breadth first: each choice's first unrolling (where most findings show) before the
     # others' base cases
