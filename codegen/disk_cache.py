@@ -1,8 +1,9 @@
 """fuserir's caches on disk: where they live, and one checked file per entry.
 
-    cache_root()          $FUSERIR_CACHE_DIR, else $XDG_CACHE_HOME/fuserir, else
-                          ~/.cache/fuserir; beside each other under it: cubin/
-                          (codegen.nvrtc), proofs/ and plans/ (the driver's)
+    cache_root()          fuserir.cache_dir's: $FUSERIR_CACHE_DIR, else
+                          $XDG_CACHE_HOME/fuserir, else ~/.cache/fuserir; beside each other
+                          under it: cubin/ (codegen.nvrtc), proofs/ and plans/ (the
+                          driver's)
     Entries(magic)        .read(path, key, name, check) / .write(path, key, name, payload)
 
 An entry is a header (the kind's magic, the entry's key, the name of what it holds, the
@@ -22,19 +23,12 @@ import hashlib
 import os
 import struct
 import tempfile
-from pathlib import Path
+
+from fuserir.cache_dir import cache_root
+
+__all__ = ["Entries", "cache_root"]
 
 _NAME_BYTES = 128
-
-
-def cache_root():
-    """The root of fuserir's caches on disk (see the module header)."""
-    root = os.environ.get("FUSERIR_CACHE_DIR")
-    if root:
-        return Path(root)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "fuserir"
 
 
 class Entries:

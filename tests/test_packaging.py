@@ -44,8 +44,7 @@ def _names(requirements):
 
 def test_pyproject_declares_packages_dependencies_and_script():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert _names(project["dependencies"]) == {"numpy", "ml_dtypes", "networkx", "lark",
-                                               "tqdm"}
+    assert _names(project["dependencies"]) == {"numpy", "ml_dtypes", "lark", "tqdm"}
     assert project["scripts"]["fuserir"] == "fuserir.cli:main"
     extras = project["optional-dependencies"]
     assert {"pytest", "hypothesis", "pytest-xdist", "mypy"} <= _names(extras["test"])

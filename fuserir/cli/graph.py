@@ -1,6 +1,6 @@
 """`fuserir graph`: the fusion's dataflow graph, or the kernel's statement tree, as DOT.
 
-The fusion graph is `fusion.graph` (networkx) as it is: tensors (boxes: name, dtype,
+The fusion graph is `fusion.graph` (fuserir.ir.graph) as it is: tensors (boxes: name, dtype,
 shape, memory; inputs blue, outputs green, shared yellow) and expressions (ellipses: the
 operation). The kernel graph is the statement tree of kernel IR after the last pass: loops
 and ifs hold their bodies, barriers are red and name their reasons, and a dashed red edge
@@ -111,7 +111,7 @@ def _attrs(**attrs):
 
 
 def fusion_dot(fusion):
-    """The fusion's networkx graph as DOT: nodes in the graph's deterministic order."""
+    """The fusion's graph as DOT: nodes in the graph's deterministic order."""
     from ..ir.tensor import MemoryType, TensorView
     graph = fusion.graph
     order = sorted(graph.nodes, key=lambda n: graph.nodes[n]["serial"])

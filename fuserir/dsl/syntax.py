@@ -25,6 +25,7 @@ import pathlib
 import re
 import unicodedata
 
+from ..cache_dir import cache_root
 from ..errors import DslError
 from ..ir.fusion import MAX_EXPRESSION_DEPTH
 
@@ -40,10 +41,20 @@ def _reserve_output(token):
 def parser():
     """lark's LALR parser of grammar.lark, built on the first parse, not at import: building
     it takes a tenth of a second, and `import fuserir` should not pay for it (nor import
-    lark) when no DSL text is parsed."""
+    lark) when no DSL text is parsed. lark keeps its grammar analysis in the cache
+    directory (fuserir.cache_dir: lark/), where a later process loads it in milliseconds;
+    lark checks the grammar, the options and its own version against the file, and builds
+    afresh where they differ or the file cannot be read or written."""
     from lark import Lark
+    cache = False
+    try:
+        directory = cache_root() / "lark"
+        directory.mkdir(parents=True, exist_ok=True)
+        cache = str(directory / "grammar.cache")
+    except OSError:
+        pass
     return Lark.open("grammar.lark", rel_to=__file__, parser="lalr", propagate_positions=True,
-                     lexer_callbacks={"NAME": _reserve_output})
+                     lexer_callbacks={"NAME": _reserve_output}, cache=cache)
 
 
 class Source:

@@ -1,11 +1,9 @@
 """Fusion: a dataflow graph of tensor expressions, plus its schedule trace.
 
-The graph is a networkx DiGraph whose nodes are tensors and expressions, with edges
-tensor -> expression (read) and expression -> tensor (write). networkx gives topological
-order, producers and consumers, paths and cycle checks for free; we keep a creation
-serial on each node so every order we hand out is deterministic. networkx is imported
-when the first fusion is built, not with this module: it takes a fifth of a second, and
-`import fuserir` should not pay for it.
+The graph is a fuserir.ir.graph.DiGraph whose nodes are tensors and expressions, with
+edges tensor -> expression (read) and expression -> tensor (write); it gives topological
+order, producers and consumers, paths and cycle checks. We keep a creation serial on each
+node so every order we hand out is deterministic.
 
 The schedule trace lists every outermost scheduling call made on the fusion's tensors
 (`y.split(1, 128)`, `xs = x.cache_after(shared)`, a scheduler call), so that printing a
@@ -24,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import FusionError
+from . import graph
 from .extent import Sym
 from .tensor import TensorView
 
@@ -37,10 +36,6 @@ if TYPE_CHECKING:
     from ..dtypes import DataType
 
 
-def _nx():
-    """networkx (imported by the first Fusion; see the module docstring)."""
-    import networkx
-    return networkx
 
 
 @dataclass
@@ -59,8 +54,7 @@ class Fusion:
         self.name = name
         self.inputs: list[TensorView] = []
         self.outputs: list[TensorView] = []
-        import networkx as nx   # here, not at import (see the module docstring)
-        self.graph = nx.DiGraph()
+        self.graph = graph.DiGraph()
         self.trace: list[TraceEntry] = []
         self.scalars: dict[str, int | None] = {}           # declared run-time scalars: name -> default (None: none)
         self.definition_exprs: list[Any] = []  # copies of the expressions as defined, in creation order
@@ -180,7 +174,7 @@ class Fusion:
         self._order = None
         expr.output.definition = expr
         # an output tensor without consumers has no path back to an input: no cycle
-        if not fresh_output and not _nx().is_directed_acyclic_graph(self.graph):
+        if not fresh_output and not graph.is_acyclic(self.graph):
             raise FusionError(f"expression {expr} would create a cycle")
         if self._recording_depth == 0:
             as_defined = copy.copy(expr)
@@ -284,10 +278,8 @@ class Fusion:
         ready), kept until the graph changes: queries are many, changes few. Change the
         graph only through the methods above."""
         if self._order is None:
-            nx = _nx()
-            serial = nx.get_node_attributes(self.graph, "serial")
-            self._order = list(nx.lexicographical_topological_sort(
-                self.graph, key=lambda n: serial[n]))
+            nodes = self.graph.nodes
+            self._order = graph.topological_order(self.graph, key=lambda n: nodes[n]["serial"])
         return self._order
 
     @property
@@ -322,7 +314,7 @@ class Fusion:
         return [] if tv.definition is None else tv.definition.tensor_inputs
 
     def depends_on(self, consumer: TensorView, producer: TensorView) -> bool:
-        return consumer is not producer and _nx().has_path(self.graph, producer, consumer)
+        return consumer is not producer and graph.has_path(self.graph, producer, consumer)
 
     # -- schedule trace ------------------------------------------------------------------
     @contextlib.contextmanager

@@ -17,10 +17,10 @@ data dependences (a stable topological sort), and a schedule whose loops cannot 
 is refused. The expressions stay as ExprStmt placeholders for the indexing pass.
 """
 
-import networkx as nx
 
 from fuserir.errors import ScheduleError
 from fuserir.ir.exprs import MatmulOp, ReductionOp
+from fuserir.ir.graph import CycleError, DiGraph, topological_order
 from fuserir.ir import extent as ext
 from fuserir.ir.iterdomain import ParallelType, Split, history
 
@@ -112,13 +112,13 @@ def _nest(ctx, items, depth):
             key = item.path[depth]
         groups.setdefault(key, []).append(item)
     keys = list(groups)
-    graph = nx.DiGraph()
-    graph.add_nodes_from(range(len(keys)))
-    graph.add_edges_from(_dependences(keys, groups))
+    dependences = DiGraph()
+    dependences.add_nodes_from(range(len(keys)))
+    dependences.add_edges_from(_dependences(keys, groups))
     first = {i: min(it.order for it in groups[k]) for i, k in enumerate(keys)}
     try:
-        order = list(nx.lexicographical_topological_sort(graph, key=lambda i: first[i]))
-    except nx.NetworkXUnfeasible:
+        order = topological_order(dependences, key=lambda i: first[i])
+    except CycleError:
         names = sorted({it.tv.name for k in keys for it in groups[k]})
         raise ScheduleError(f"the compute-at positions of {', '.join(names)} interleave "
                             "their loops so that no order computes every producer before "

@@ -14,9 +14,8 @@ tensors, the parallel extents) and the index helpers; it sits between the fusion
 passes so that no pass re-derives them.
 """
 
-import networkx as nx
-
 from fuserir.ir.exprs import LoadStoreOp, MatmulOp
+from fuserir.ir.graph import ancestors
 from fuserir.ir.tensor import MemoryType, TensorView
 from fuserir.errors import ScheduleError
 from fuserir.instructions import MMA_M16N8K16, WGMMA
@@ -170,7 +169,7 @@ def live_tensors(fusion):
     """The tensors some output depends on (others are dead code: nothing computes them)."""
     live = set(fusion.outputs)
     for out in fusion.outputs:
-        live |= {n for n in nx.ancestors(fusion.graph, out) if isinstance(n, TensorView)}
+        live |= {n for n in ancestors(fusion.graph, out) if isinstance(n, TensorView)}
     return live
 
 
