@@ -14,7 +14,10 @@ HEAD = "fusion f(x: f32[N], y: f32[N]) {\n"
 WRAPPERS = ["-{}", "({})", "exp({})", "relu({})", "x + ({})", "({}) * y", "-({})",
             "where(x > y, {}, x)", "max(x, {})" , "y - {}", "{} / 2.0"]
 CASES = 160
-BOUND_S = 1.0   # the slowest case measured 0.58 s (a flat 20 KB chain) on a loaded 2-core machine
+# CPU seconds of this process (time.process_time): the work a parse does, not the time
+# it waits for a core of a loaded CI machine (wall clock there reached 1.4 s). The
+# slowest case measured 0.58 s (a flat 20 KB chain) on a loaded 2-core machine.
+BOUND_S = 1.0
 
 
 def deep_program(rng):
@@ -39,14 +42,14 @@ def test_deep_fuzzed_programs_are_parsed_or_refused_within_a_second():
     slowest, outcomes = (0.0, None), {"parsed": 0, "refused": 0}
     for case in range(CASES):
         text = deep_program(rng)
-        started = time.perf_counter()
+        started = time.process_time()
         try:
             fuserir.parse(text)
             outcomes["parsed"] += 1
         except DslError as error:
             assert error.line is not None and error.column is not None, (case, str(error))
             outcomes["refused"] += 1
-        elapsed = time.perf_counter() - started
+        elapsed = time.process_time() - started
         slowest = max(slowest, (elapsed, case))
         assert elapsed < BOUND_S, f"case {case} ({len(text)} characters) took {elapsed:.2f} s"
     print(f"\ndeep DSL fuzz: {outcomes}; slowest {slowest[0]:.3f} s (case {slowest[1]})")
