@@ -7,7 +7,9 @@ Cases (unscheduled fusions, scheduled automatically for the sizes of their first
 * `softmax`: out = bf16(softmax(x)) over the last axis of [8192, 4096] bf16.
 
 Each measurement is a fresh Python process. The clock starts after its imports (torch,
-CuPy, every fuserir module the call uses) and after a CUDA context exists; it covers
+CuPy, fuserir, and the modules fuserir imports on their first use: lark for the DSL, the
+driver, lowering and codegen for a compile; their import time is printed apart) and
+after a CUDA context exists; it covers
 parsing the fusion's text, `fuserir.compile` and the first call `exe(a, b)` with torch
 tensors, until the output is ready (torch.cuda.synchronize). "cold": the process has an
 empty cache directory (FUSERIR_CACHE_DIR: no plans, proofs or cubins on disk); "warm": a
@@ -47,8 +49,11 @@ import json, sys, time
 sys.path.insert(0, {root!r})
 import torch
 import cupy
-import fuserir, codegen, driver, driver.plans, driver.segmentation, lowering.context
+import fuserir
+started = time.perf_counter()
+import lark, driver, driver.plans, driver.segmentation, lowering.context
 import codegen.launch, codegen.nvrtc
+lazy_imports = time.perf_counter() - started
 torch.cuda.init()
 torch.ones(1, device="cuda").sum().item()
 cupy.cuda.runtime.getDeviceCount()
@@ -107,7 +112,7 @@ else:
     want = torch.softmax(args[0].float(), dim=-1)
 error = ((out.float() - want).abs().max() / want.abs().max()).item()
 print(json.dumps({{"total": total, "steps": spent, "error": error,
-                  "plan_hits": driver.plans.stats["hits"]}}))
+                  "plan_hits": driver.plans.stats["hits"], "lazy_imports": lazy_imports}}))
 """
 
 
@@ -141,6 +146,7 @@ def main(argv=None):
                 raise SystemExit(f"first_call: {case} {state}: relative error {worst:.3g}")
             row = {"case": case, "state": state,
                    "total": statistics.median(r["total"] for r in results),
+                   "lazy_imports": statistics.median(r["lazy_imports"] for r in results),
                    "plan_hits": min(r["plan_hits"] for r in results), "error": worst}
             row.update({s: statistics.median(r["steps"][s] for r in results) for s in STEPS})
             rows.append(row)
@@ -153,6 +159,9 @@ def main(argv=None):
         print(f"| {r['case']} | {r['state']} | {r['total'] * 1e3:.0f} ms | " +
               " | ".join(f"{r[s] * 1e3:.0f}" for s in STEPS) + " |")
     print(f"(ms, medians of {args.repeat} processes; the steps are in ms too)")
+    imports = statistics.median(r["lazy_imports"] for r in rows)
+    print(f"before the clock, the modules fuserir imports on first use (lark, driver, "
+          f"lowering, codegen): {imports * 1e3:.0f} ms")
     return 0
 
 
