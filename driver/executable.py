@@ -35,10 +35,10 @@ from __future__ import annotations
 
 import collections
 import collections.abc
-from typing import TYPE_CHECKING, Any, Mapping
 import functools
 import math
 import threading
+from typing import TYPE_CHECKING, Any, Mapping
 import types
 from dataclasses import dataclass, field
 
@@ -59,13 +59,13 @@ from lowering import kir
 from lowering.indexing.index_bounds import index_dtype_for
 
 from .build import CompiledKernel, build_kernel, collector_paused
-
-if TYPE_CHECKING:
-    from fuserir.ir.fusion import Fusion
 from .calls import (CallPlan, CuPyArrays, TorchArrays, as_cupy, call_key, describer, is_torch,
                     one_device, pointer_of, scratch_layout,
                     torch_dtype_name)
 from .vector_widths import VECTOR_ALIGNMENT, address_of, vector_caps
+
+if TYPE_CHECKING:
+    from fuserir.ir.fusion import Fusion
 
 
 
