@@ -72,7 +72,9 @@ def parse_args(argv=None):
     p.add_argument("--cta-tile", help="MxNxK CTA tile (default: (32 * warps)x128x32)")
     p.add_argument("--warp-tile", default="64x64x32", help="MxNxK warp tile")
     p.add_argument("--no-smem-epilogue", action="store_true")
-    p.add_argument("--splitk-mode", default="serial", choices=("serial", "two_kernel"))
+    p.add_argument("--splitk-mode", default="serial", choices=("serial", "parallel", "two_kernel"))
+    p.add_argument("--splitk-interleaved", action="store_true",
+                   help="each split takes every splitk-th K tile")
     p.add_argument("--heuristic", action="store_true",
                    help="parameters from matmul_heuristic per shape (overrides the above)")
     p.add_argument("--repeat", type=int, default=50)
@@ -117,12 +119,14 @@ def build(args, shape=None):
         params = MatmulParams(cta_tile=cta, warp_tile=(64, cta[1], cta[2]),
                               instruction_tile=(64, cta[1], 16), stages=args.stages,
                               splitk_factor=args.splitk, splitk_mode=args.splitk_mode,
+                              splitk_interleaved=args.splitk_interleaved,
                               use_smem_epilogue=not args.no_smem_epilogue,
                               promote_prologue_smem_reuse=not args.no_smem_epilogue)
     else:
         params = MatmulParams(cta_tile=args.cta_tile, warp_tile=args.warp_tile,
                               stages=args.stages, splitk_factor=args.splitk,
                               splitk_mode=args.splitk_mode,
+                              splitk_interleaved=args.splitk_interleaved,
                               use_smem_epilogue=not args.no_smem_epilogue,
                               promote_prologue_smem_reuse=not args.no_smem_epilogue)
     fusion = fuserir.parse(DEFINITION)

@@ -72,6 +72,7 @@ _modules = {}       # (device id, sha256 of cubin) -> cupy Module (kept loaded)
 _functions = {}     # (device id, id(cubin), name) -> (cubin, function): no rehash per launch
 _configs = {}       # (id(kernel), scalar values) -> (kernel, (grid, block, shared bytes))
 _opted_in = {}      # CUDA function handle -> dynamic shared bytes its opt-in limit allows
+_resident_per_sm = {}   # (function handle, threads, shared bytes) -> blocks an SM holds
 _launchers = {}     # (id(kernel), id(cubin)) -> _Launcher (which holds both)
 
 
@@ -426,6 +427,8 @@ class _Launcher:
         config = launch_config(kernel, scalars)
         func = load_function(self.cubin, entry_point(kernel))
         _opt_in(kernel, func, config[2])
+        if kernel.co_resident:
+            _check_co_resident(kernel, func, config, scalars)
         return BoundLaunch(self, func, config, strides, scalars, maps)
 
     def _tensor_map_fields(self, args, scalars):
@@ -452,6 +455,33 @@ def _opt_in(kernel, func, shared):
     driver.funcSetAttribute(func.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                             shared)
     _opted_in[func.ptr] = shared
+
+
+def _check_co_resident(kernel, func, config, scalars):
+    """Refuse (LaunchLimitError) a co-resident kernel's grid (blocks that wait for blocks
+    launched after them) that the device cannot hold at once: its progress would need
+    blocks that are not running."""
+    grid, block, shared = config
+    blocks = grid[0] * grid[1] * grid[2]
+    key = (func.ptr, block[0] * block[1] * block[2], shared)
+    per_sm = _resident_per_sm.get(key)
+    if per_sm is None:
+        from cupy.cuda import driver
+        per_sm = _resident_per_sm[key] = \
+            driver.occupancyMaxActiveBlocksPerMultiprocessor(*key)
+    device = device_model()
+    if per_sm == 0:
+        raise LaunchLimitError(
+            f"kernel {kernel.name}: one block of {key[1]} threads and {shared} bytes of "
+            f"dynamic shared memory does not fit on an SM of {device.name} (its registers "
+            "or shared memory): use smaller tiles or fewer stages")
+    if blocks > per_sm * device.sms:
+        where = ", ".join(f"{k}={v}" for k, v in sorted(scalars.items()))
+        raise LaunchLimitError(
+            f"kernel {kernel.name} at {where}: its {blocks} blocks wait for each other (a "
+            f"parallel grid reduction's counters) and must all be resident at once, but "
+            f"{device.name} holds {per_sm} per SM x {device.sms} SMs = {per_sm * device.sms}"
+            ": use fewer splits (splitk) or larger tiles")
 
 
 def _launcher(kernel, cubin):

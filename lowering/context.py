@@ -48,7 +48,7 @@ PRODUCTS = {
                    "axes of async and vector copies, the box axes of TMA copies",
     "exact": "the exact map (analysis.build_exact_map)",
     "bound": "{parallel type: the extents bound to it}; the launch spans the largest",
-    "serial_grid": "whether a serial grid reduction takes the CTAs of a tile in turn",
+    "grid_reduced": "whether a grid reduction (serial or parallel) combines the CTAs of a tile",
     "circular": "{circular-buffered tensor: the concrete axis of the loop it rotates over}",
     "tensor_params": "{input or output tensor: kir.TensorParam}",
     "buffers": "{tensor: kir.Buffer}, the parameters' and the allocated ones",
@@ -171,7 +171,7 @@ class LoweringContext:
                                           for a in tma_box_axes(tv)}
         self.exact = build_exact_map(self.fusion)
         self.bound = self._parallel_extents()
-        self.serial_grid = any(tv.serial_grid for tv in self.live)
+        self.grid_reduced = any(tv.grid_reduction for tv in self.live)
         self.circular = {tv: self._circular_loop(tv) for tv in self.live
                          if tv.circular_buffer_stages}
 

@@ -201,7 +201,7 @@ def test_matmul_arguments_and_fusion():
     fusion, params = matmul_bench.build(args)
     assert params.splitk_mode == "serial"
     assert params.cta_tile == (256, 128, 32) and fusion.scalars == {"splitk": 3}
-    assert fusion.tensor("acc").serial_grid
+    assert fusion.tensor("acc").grid_reduction == "serial"
 
 
 @pytest.mark.parametrize("layout, config, instruction", [

@@ -117,7 +117,7 @@ def test_matmul_scheduler_statement_schedules_through_the_transforms():
             "serial_grid_reduction", "parallelize"} <= methods
     acc, out_cache = splitk.tensor("acc"), splitk.tensor("out_cache")
     assert [a.parallel.value for a in acc.loop][-3:] == ["mma", "mma", "mma"]
-    assert acc.serial_grid and out_cache.reuse_shared      # smem_epilogue implies reuse
+    assert acc.grid_reduction == "serial" and out_cache.reuse_shared      # smem_epilogue implies reuse
     assert splitk.tensor("A_cache").circular_buffer_stages == 3
     # printed, it parses back to the same fusion (the statement is not needed to reparse)
     again = fuserir.parse(fuserir.print_fusion(splitk))
@@ -351,7 +351,8 @@ schedule every_method {
   c.set_memory_type(shared)
   c.swizzle(64)                     # 64 f16 = 128 bytes: 8 chunks of 16
   c.promote_reuse()
-  s.serial_grid_reduction()
+  s.parallel_grid_reduction()
+  s.serial_grid_reduction()         # the last of the two decides
   out.split(0, 2)
   out.vectorize(-1)
 }

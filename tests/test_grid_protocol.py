@@ -19,6 +19,7 @@ from lowering.pipeline import lower
 from lowering.verify.grid_protocol import check_grid_protocol, has_grid_protocol
 from test_grid_sync import _relay, turnstile
 from test_hopper_matmul import HOPPER, SEED, scheduled
+from test_matmul import seed_fusion as sm80_seed
 
 from pathlib import Path
 
@@ -151,12 +152,12 @@ def _hopper_epilogue():
     return lower(scheduled(dict(HOPPER, splitk_factor=2), layout="NT", epilogue=True))[0]
 
 
-def _turnstile_syncs(kernel):
-    """The statements after the serial grid reduction's comment that order memory
-    between blocks or hand it between the block's threads (the turnstile's syncs)."""
+def _protocol_syncs(kernel):
+    """The statements after the grid reduction's comment that order memory between
+    blocks or hand it between the block's threads (the protocol's syncs)."""
     body = list(kir.walk(kernel.body))
     start = next(i for i, s in enumerate(body) if isinstance(s, kir.Comment)
-                 and "serial grid reduction" in s.line())
+                 and "grid reduction of" in s.line())
     syncs = []
     for s in body[start:]:
         order = s.effects().order
@@ -179,11 +180,14 @@ def _without(kernel, stmt):
 
 
 def _expected(stmt):
-    """What dropping a turnstile sync breaks: the handoff of the partials, the next
-    split's wait (the forward release), or the semaphore left for the next launch."""
+    """What dropping a protocol sync breaks: the handoff of the partials, a wait that
+    never ends (the turnstile's forward release, an arrival), or the semaphore left set
+    for the next launch."""
     line = stmt.line()
     if "sem_release" in line:
         return "workspace" if line.endswith("= 0  (release)") else "deadlock"
+    if "sem_arrive" in line:
+        return "deadlock"
     return "cross-cta"
 
 
@@ -192,7 +196,7 @@ def _expected(stmt):
 def test_the_seed_turnstile_is_proved_and_each_of_its_syncs_dropped_alone_is_refused(build):
     kernel = build()
     assert has_grid_protocol(kernel) and check_grid_protocol(kernel) == []
-    syncs = _turnstile_syncs(kernel)
+    syncs = _protocol_syncs(kernel)
     lines = [s.line() for s in syncs]
     assert sum("sem_wait" in x for x in lines) == 1 and sum("sem_release" in x
                                                              for x in lines) == 2
@@ -206,3 +210,43 @@ def test_the_seed_turnstile_is_proved_and_each_of_its_syncs_dropped_alone_is_ref
         # (a barrier of the turnstile may order shared memory too: in the Hopper seed the
         # one after the wait also orders the epilogue's writes over the operand stages)
         assert _expected(s) in found, (s.line(), info.value)
+
+
+def _sm80_parallel():
+    return lower(sm80_seed(splitk_mode="parallel"))[0]
+
+
+def _hopper_parallel():
+    return lower(scheduled(dict(HOPPER, splitk_mode="parallel", splitk_factor=2),
+                           layout="NT", epilogue=True))[0]
+
+
+@pytest.mark.parametrize("build", [_sm80_parallel, _hopper_parallel],
+                         ids=["sm80 seed", "hopper bias relu"])
+def test_the_parallel_reduction_is_proved_and_each_of_its_syncs_dropped_alone_is_refused(build):
+    """Arrival counters: every CTA of a tile publishes its partials and arrives, waits
+    for all, sums its slice, arrives again; the last waits for every slice and resets
+    both counters. A co-resident kernel: waiting for CTAs launched later is no deadlock."""
+    kernel = build()
+    assert kernel.co_resident
+    assert has_grid_protocol(kernel) and check_grid_protocol(kernel) == []
+    lines = [s.line() for s in _protocol_syncs(kernel)]
+    assert [x.split()[0] for x in lines if x.startswith("sem_")] == [
+        "sem_arrive", "sem_wait", "sem_arrive", "sem_wait", "sem_release", "sem_release"]
+    assert sum("__threadfence" in x for x in lines) == 2
+    assert sum(x.startswith(("__syncthreads", "bar.sync")) for x in lines) == 4
+    for s in _protocol_syncs(kernel):
+        with pytest.raises(HazardError) as info:
+            verify(_without(kernel, s))
+        found = {h.kind for h in info.value.hazards}
+        assert _expected(s) in found, (s.line(), info.value)
+
+
+def test_a_parallel_reduction_not_marked_co_resident_is_refused_as_a_deadlock():
+    """Without the co-residency the launcher checks, a CTA waiting on the arrival of
+    CTAs launched after it could wait forever: the verifier says so by name."""
+    kernel = _sm80_parallel()
+    kernel.co_resident = False
+    findings = check_grid_protocol(kernel)
+    assert "deadlock" in kinds(findings)
+    assert any("launched after" in str(h) for h in findings), findings

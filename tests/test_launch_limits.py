@@ -69,6 +69,22 @@ def test_a_split_factor_past_the_grid_limit_is_refused_not_run(splitk, rng):
         exe.run({**integer_inputs(rng, 64, 64, 64), "splitk": splitk})
 
 
+@pytest.mark.gpu
+def test_a_parallel_split_past_the_resident_blocks_is_refused_not_run(rng):
+    """A parallel grid reduction's blocks wait for blocks launched after them: a grid the
+    device cannot hold at once would hang, so the launch is refused with both counts."""
+    import cupy
+    exe = codegen.compile(seed_fusion(splitk_mode="parallel"), backend="cuda")
+    inputs = integer_inputs(rng, 64, 64, 64)
+    data = {k: cupy.asarray(v) for k, v in inputs.items()}
+    with pytest.raises(LaunchLimitError, match=r"its 2000 blocks wait for each other .* must "
+                                               r"all be resident at once, but .* holds \d+ per "
+                                               r"SM x \d+ SMs = \d+: use fewer splits"):
+        exe.run({**data, "splitk": 2000})
+    out = exe.run({**data, "splitk": 2})["out"]       # a grid that fits still runs
+    assert np.array_equal(cupy.asnumpy(out), fuserir.evaluate(seed_fusion(), inputs)["out"])
+
+
 def test_run_takes_a_dict_of_inputs():
     exe = codegen.compile(scheduled("  y.parallelize(0, BIDx)"), backend="interp")
     x = np.zeros((2, 3), np.float32)

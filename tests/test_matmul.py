@@ -75,6 +75,8 @@ def test_one_kernel_serves_other_sizes_and_split_factors(seed_exe, rng):
     dict(use_smem_epilogue=False, promote_prologue_smem_reuse=False),   # registers -> global
     dict(cta_tile=(128, 128, 32), stages=2),                            # 4 warps, 2 stages
     dict(stages=1, splitk_factor=2),                                    # no pipeline
+    dict(splitk_mode="parallel"),                                       # arrival counters
+    dict(splitk_mode="parallel", splitk_interleaved=True),
 ])
 def test_other_configurations_equal_the_reference_without_a_race(rng, changes):
     f = seed_fusion(**changes)
@@ -222,8 +224,8 @@ def test_the_schedule_prints_and_parses_back_to_the_same_kernel():
     (dict(warp_tile=(64, 64, 16)),
      "MatmulParams: cta_tile K (32) must equal warp_tile K (16): warps split M and N, not K"),
     (dict(stages=0), "MatmulParams: stages must be an integer >= 1, got 0"),
-    (dict(splitk_mode="parallel"),
-     "MatmulParams: splitk_mode 'parallel': expected 'serial' or 'two_kernel'"),
+    (dict(splitk_mode="atomic"),
+     "MatmulParams: splitk_mode 'atomic': expected 'serial' or 'parallel' or 'two_kernel'"),
     (dict(cta_tile=5), "MatmulParams: cta_tile must be three positive integers (M, N, K), "
      "got 5"),
 ])
@@ -280,9 +282,31 @@ def test_gpu_equals_the_interpreter_bit_for_bit(seed_exe, rng):
 
 
 @pytest.mark.gpu
+def test_parallel_split_k_sums_in_split_order_for_every_factor(rng):
+    """Every CTA of a tile sums a slice of the tile in split order: the float32 result
+    is ((p0 + p1) + p2) + ..., as the turnstile's, so both modes agree bit for bit on
+    inputs whose partial sums round (uniform floats), at every split factor, including
+    more splits than K tiles (the last ones empty)."""
+    m, n, k = 104, 72, 32 * 4 + 7
+    data = {"A": rng.uniform(-1, 1, (k, m)).astype(np.float16),
+            "B": rng.uniform(-1, 1, (k, n)).astype(np.float16)}
+    parallel = codegen.compile(seed_fusion(splitk_mode="parallel"), backend="interp")
+    serial = codegen.compile(seed_fusion(), backend="interp")
+    for splitk in (1, 2, 3, 5, 6):
+        got = parallel.run({**data, "splitk": splitk})["out"]
+        assert np.array_equal(got.view(np.uint16),
+                              serial.run({**data, "splitk": splitk})["out"].view(np.uint16)), splitk
+
+
+@pytest.mark.gpu
 def test_gpu_seed_size_fresh_inputs_and_bitwise_repeatable():
     import cupy as cp
-    exe = codegen.compile(seed_fusion(), backend="cuda")
+    for mode in ("serial", "parallel"):
+        _fresh_inputs_and_repeatable(cp, codegen.compile(seed_fusion(splitk_mode=mode),
+                                                         backend="cuda"))
+
+
+def _fresh_inputs_and_repeatable(cp, exe):
     gen = cp.random.default_rng(1)
     m, n, k = 1024, 2048, 4096
     for _ in range(10):

@@ -13,6 +13,9 @@ import test_hopper_matmul as hopper
 CONFIGS = {
     "NT, serial split-K, bias relu": (lambda: hopper.scheduled(
         dict(hopper.HOPPER, splitk_factor=2), layout="NT", epilogue=True), 64 * 4, 64, 128),
+    "NT, parallel split-K": (lambda: hopper.scheduled(
+        dict(hopper.HOPPER, splitk_mode="parallel", splitk_factor=2), layout="NT"),
+        64 * 4, 64, 128),
     "TT": (lambda: hopper.scheduled(dict(hopper.HOPPER), layout="TT"), 64 * 4, 64, 128),
     "TN, two kernels": (lambda: hopper.scheduled(
         dict(hopper.HOPPER, splitk_mode="two_kernel", splitk_factor=3), layout="TN"),

@@ -11,6 +11,8 @@ import test_matmul as sm80
 # name: (fusion builder, K per split at K tiles = stages, K of one tile, M)
 CONFIGS = {
     "seed, serial split-K": (lambda: sm80.seed_fusion(), 32 * 3, 32, 256),
+    "seed, parallel split-K": (lambda: sm80.seed_fusion(splitk_mode="parallel"), 32 * 3, 32,
+                               256),
     "seed, two kernels": (lambda: sm80.seed_fusion(splitk_mode="two_kernel"), 32 * 3, 32, 256),
 }
 

@@ -583,8 +583,8 @@ def test_a_serial_grid_sum_equals_the_reference_in_split_order(splits):
 
 def test_serial_grid_reduction_needs_bidz():
     text = GRID_SUM.replace("s.parallelize(2, BIDz)", "s.parallelize(2, BIDy)")
-    with pytest.raises(ScheduleError, match="grid reductions need rfactor \\(a serial grid "
-                                            "reduction runs over BIDz\\)"):
+    with pytest.raises(ScheduleError, match="reduction axis 2 is bound to BIDy; grid reductions "
+                                            "need rfactor \\(a grid reduction runs over BIDz\\)"):
         lower(fuserir.parse(text))
 
 

@@ -24,7 +24,8 @@ the pool is 1024-byte aligned where a TMA or wgmma statement swizzles by pool of
 Vector copies (a Store of width w > 1 whose value is a Load of width w, 4, 8 or 16 bytes)
 are one load and one store of an aligned word type (`unsigned int`, u32x2, u32x4) through
 reinterpret_cast: lowering proved both sides contiguous and aligned, the executable
-checks the global arrays' strides and alignment before the launch.
+checks the global arrays' strides and alignment before the launch; a local array that a
+vector copy reads or writes is declared alignas(16).
 
 Tensor cores, asynchronous copies and grid synchronization are inline PTX, spelled in
 codegen.cuda.ptx; the sm_90 statements' rules are codegen.cuda.hopper's (a mixin),
@@ -70,6 +71,11 @@ class _Emitter(HopperEmitter, TmaEmitter, ExpressionEmitter):
                for s in kir.walk(k.body)):
             body += self.pool_declaration()
         self.lines = body
+        # local arrays a vector access reads or writes: aligned to their vector words
+        self.vector_locals = {id(b) for s in kir.walk(k.body)
+                              if isinstance(s, kir.Store) and s.width != 1
+                              for b in (s.buffer, getattr(s.value, "buffer", None))
+                              if b is not None and b.memory is kir.Memory.local}
         self.stmts(k.body, 1)
         self.stmt = None
         ctype = C_TYPES[k.index_dtype]
@@ -164,7 +170,9 @@ class _Emitter(HopperEmitter, TmaEmitter, ExpressionEmitter):
             if not isinstance(b.size, kir.Const) or b.size.dtype not in _INT or \
                     int(b.size.value) <= 0:
                 raise self.error(f"local buffer {b.name} needs a positive constant size")
-            self.emit(depth, f"{t} {name}[{int(b.size.value)}];", f"{s.label}: {what}")
+            aligned = "alignas(16) " if id(b) in self.vector_locals else ""
+            self.emit(depth, f"{aligned}{t} {name}[{int(b.size.value)}];",
+                      f"{s.label}: {what}")
         elif b.memory is kir.Memory.shared:
             if b.byte_offset is None:
                 raise self.error(f"shared buffer {b.name} has no byte_offset (the "
@@ -207,8 +215,8 @@ class _Emitter(HopperEmitter, TmaEmitter, ExpressionEmitter):
                              f"{s.buffer.dtype}")
         sides = [(s.buffer, s.index)] + ([] if zeros else [(src.buffer, src.index)])
         for buffer, index in sides:
-            self.check_memory(buffer, (kir.Memory.global_, kir.Memory.shared),
-                              "vector access")
+            self.check_memory(buffer, (kir.Memory.global_, kir.Memory.shared,
+                                       kir.Memory.local), "vector access")
             off = buffer.byte_offset
             if isinstance(off, kir.Const) and int(off.value) % nbytes:
                 raise self.error(f"shared buffer {buffer.name} at byte {off.value} is not "
@@ -236,7 +244,7 @@ class _Emitter(HopperEmitter, TmaEmitter, ExpressionEmitter):
         name = self.ident(v)
         ext = self.expr(s.extent)
         if s.kind == "unroll":
-            self.emit(depth, "#pragma unroll")
+            self.emit(depth, "#pragma unroll" + (f" {int(s.factor)}" if s.factor else ""))
         t = C_TYPES[v.dtype]
         zero = "0LL" if v.dtype is DataType.i64 else "0"
         self.emit(depth, f"for ({t} {name} = {zero}; {name} < {ext}; ++{name}) {{", s.label)
@@ -420,7 +428,7 @@ class _Emitter(HopperEmitter, TmaEmitter, ExpressionEmitter):
         self.emit(depth, ptx.fence(), self.describe(s))
 
     def semaphore(self, s, what):
-        """`&sem[index]` and the i32 value of a SemWait / SemRelease."""
+        """`&sem[index]` and the i32 value of a SemWait / SemRelease / SemArrive."""
         self.check_memory(s.sem, kir.Memory.global_, f"{what} semaphore")
         if s.sem.dtype is not DataType.i32:
             raise self.error(f"{what} semaphore {s.sem.name} is {s.sem.dtype}, not i32")
@@ -442,6 +450,10 @@ class _Emitter(HopperEmitter, TmaEmitter, ExpressionEmitter):
     def s_SemRelease(self, s, depth):
         cell, value = self.semaphore(s, "sem_release")
         self.emit(depth, f"sem_release({cell}, {value});", self.describe(s))
+
+    def s_SemArrive(self, s, depth):
+        cell, value = self.semaphore(s, "sem_arrive")
+        self.emit(depth, f"sem_arrive({cell}, {value});", self.describe(s))
 
 
 def _comment_safe(text):

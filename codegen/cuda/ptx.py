@@ -20,8 +20,9 @@ access across them.
 Grid synchronization (split-K turnstiles, docs/hazards.md "Across blocks"): Fence is
 `__threadfence()`; SemWait spins on `ld.acquire.gpu.global.b32` of its i32 global cell
 until it reads the value; SemRelease is `__threadfence()` then
-`st.release.gpu.global.b32` (preamble helpers sem_wait / sem_release, both with a
-"memory" clobber so that no ordinary global access moves across them).
+`st.release.gpu.global.b32`, SemArrive `__threadfence()` then
+`red.release.gpu.global.add.s32` (preamble helpers sem_wait / sem_release / sem_arrive,
+each with a "memory" clobber so that no ordinary global access moves across them).
 """
 
 from fuserir.instructions import CP_ASYNC, LDMATRIX, MMA_M16N8K16 as MMA
@@ -86,8 +87,8 @@ def fence():
 
 # The preamble's grid semaphores (codegen.cuda.preamble registers them as "grid_sync").
 SEMAPHORE_HELPERS = r"""
-// Grid semaphores (split-K turnstiles): an acquire spin and a release store on an i32
-// global word, at gpu scope.
+// Grid semaphores (split-K turnstiles and arrival counters): an acquire spin, a release
+// store and a release add on an i32 global word, at gpu scope.
 __device__ __forceinline__ void sem_wait(const i32* cell, i32 value) {
   i32 seen;
   do {
@@ -98,6 +99,11 @@ __device__ __forceinline__ void sem_wait(const i32* cell, i32 value) {
 __device__ __forceinline__ void sem_release(i32* cell, i32 value) {
   __threadfence();
   asm volatile("st.release.gpu.global.b32 [%0], %1;"
+               :: "l"(gmem_addr(cell)), "r"(value) : "memory");
+}
+__device__ __forceinline__ void sem_arrive(i32* cell, i32 value) {
+  __threadfence();
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;"
                :: "l"(gmem_addr(cell)), "r"(value) : "memory");
 }
 """

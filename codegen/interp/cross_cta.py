@@ -13,7 +13,9 @@ Cross-CTA checker (global memory: outputs, workspaces, any written buffer)
     writes fenced by a releasing thread, or by any thread of X before X's last barrier
     (a fence the release is not ordered after does not count), merged with everything X
     had acquired (transitively: what X acquired and re-releases counts as published). A
-    cell keeps the view of its last release; a plain Store to it ends that.
+    cell keeps the view of its last release; a plain Store to it ends that. SemArrive
+    (an arrival on a counter: a release add) publishes the same view but merges it into
+    the cell's, so a wait for the counter's total acquires every arrival's view.
   * SemWait: spins (yields `Wait(stmt, ready, what=sem name)`) until sem[index] == value
     for every waiting thread, then acquires the cell's view: for the waiting threads at
     once, for the whole block at its next barrier (pending until then).
@@ -72,8 +74,8 @@ def _merge_view(into, other):
 
 
 class _CrossCta:
-    """The mixin of _Block (machine.py) that runs Fence, SemRelease and SemWait and checks
-    every global access against the views the block acquired."""
+    """The mixin of _Block (machine.py) that runs Fence, SemRelease, SemArrive and SemWait
+    and checks every global access against the views the block acquired."""
 
     def _fence(self, s, act):
         """__threadfence(): each active thread's global writes so far are fenced (a later
@@ -116,6 +118,31 @@ class _CrossCta:
         g, act, pos, val = self._semaphore(s, act, "sem_release")
         if not len(act):
             return
+        published = self._publication(s, act)
+        g.flat[pos] = val
+        self._sync_store(g, pos)
+        for p in np.unique(pos).tolist():
+            self.interp.cells[(g.name, p)] = published
+
+    def _sem_arrive(self, s, act):
+        """Release add (an arrival on a counter): fence the active threads, add their
+        values, and merge the block's view into each cell's (a read-modify-write joins
+        the release sequence, so a wait that reads the sum acquires every arrival's)."""
+        g, act, pos, val = self._semaphore(s, act, "sem_arrive")
+        if not len(act):
+            return
+        published = self._publication(s, act)
+        np.add.at(g.flat, pos, val)
+        self._sync_store(g, pos)
+        for p in np.unique(pos).tolist():
+            view = dict(self.interp.cells.get((g.name, p), {}))
+            _merge_view(view, published)
+            self.interp.cells[(g.name, p)] = view
+
+    def _publication(self, s, act):
+        """Fence the releasing threads `act` and return the view they publish: what the
+        block acquired and its own writes fenced by a releasing thread, or by any thread
+        before the last barrier."""
         self._fence(s, act)
         own = np.where(self.f_epoch < self.epoch, self.f_seq, self.f_old)
         if self.clock is not None:      # fences the releasing threads are ordered after
@@ -127,13 +154,14 @@ class _CrossCta:
             if mask[act].any():
                 _merge_view(published, acquired)
         _merge_view(published, {self.lin: own})
-        g.flat[pos] = val
-        if g.shadow is not None:         # a synchronization store, not data
+        return published
+
+    def _sync_store(self, g, pos):
+        """A semaphore's store: synchronization, not data (its cells leave the shadow)."""
+        if g.shadow is not None:
             g.shadow.w_seq[pos] = _NONE
             g.shadow.w_tid[pos] = _NONE
         self.interp.cell_buffers.add(g.name)
-        for p in np.unique(pos).tolist():
-            self.interp.cells[(g.name, p)] = published
 
     def _sem_wait(self, s, act):
         """Spin (yield a Wait to the scheduler) until every active thread's cell holds its
@@ -246,5 +274,6 @@ class _CrossCta:
 
     # the statements this room runs: leaves run to completion; compound ones are
     # generators (they run bodies, yield a Wait, or offer a switch point)
-    LEAF_STATEMENTS = {kir.Fence: _fence, kir.SemRelease: _sem_release}
+    LEAF_STATEMENTS = {kir.Fence: _fence, kir.SemRelease: _sem_release,
+                       kir.SemArrive: _sem_arrive}
     COMPOUND_STATEMENTS = {kir.SemWait: _sem_wait}

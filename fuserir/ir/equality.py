@@ -56,7 +56,7 @@ def fusion_signature(fusion):
                             t.is_output, t.compute_at_pos,
                             ident[consumer] if consumer is not None else None,
                             t.circular_buffer_stages, t.warp_specialized, t.swizzle_row, t.reuse_shared,
-                            t.serial_grid, _domain_signature(t)))
+                            t.grid_reduction, _domain_signature(t)))
     expr_sigs = []
     for e in fusion.exprs:
         attrs = tuple((k, str(v)) for k, v in e.attributes())

@@ -94,7 +94,7 @@ class TensorView(Val):
         self.warp_specialized = None     # circular buffer loaded by a producer warp group
         self.swizzle_row = None          # XOR-swizzled shared tile: elements per row
         self.reuse_shared = False        # promote_reuse: may reuse dead operand bytes
-        self.serial_grid = False       # a reduction over a block index, CTAs in turn
+        self.grid_reduction = None     # a reduction over a block index: "serial" or "parallel"
         self.compute_at_consumer = None  # the tensor whose loops compute_at shares
 
     # -- shape ---------------------------------------------------------------------------
@@ -146,8 +146,8 @@ class TensorView(Val):
             text += f" swizzle={self.swizzle_row}"
         if self.reuse_shared:
             text += " reuse"
-        if self.serial_grid:
-            text += " serial-grid"
+        if self.grid_reduction:
+            text += f" {self.grid_reduction}-grid"
         return text
 
     # -- arithmetic sugar for the Python builder -------------------------------------------
@@ -293,3 +293,11 @@ class TensorView(Val):
         (serial split-K): a global semaphore orders them, partials live in a workspace."""
         from .. import transforms
         transforms.serial_grid_reduction(self)
+
+    @_traced
+    def parallel_grid_reduction(self) -> None:
+        """Reduce this tensor's reduction axis bound to a block index across CTAs at once
+        (split-K, the sum spread over the CTAs of a tile, in split order): counters order
+        them, partials and sums live in workspaces; the grid must be resident at once."""
+        from .. import transforms
+        transforms.parallel_grid_reduction(self)

@@ -35,7 +35,8 @@ from ..ir.iterdomain import ParallelType, roots_of
 from ..ir.tensor import MemoryType
 from ..numerics import ceil_div
 from .hopper import schedule_hopper_matmul
-from .matmul_tiles import SPLITK, broadcasts_first, output_tiles, tensor_core_loops, two_kernel
+from .matmul_tiles import (SPLITK, broadcasts_first, output_tiles, split_k, tensor_core_loops,
+                           two_kernel)
 
 if TYPE_CHECKING:
     from ..dtypes import DataType
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
 
 POINTWISE = (UnaryOp, BinaryOp, CastOp, WhereOp)
 TWO_KERNEL_SPLITS = 8          # the heuristic's most serial splits
+# split-K's ways to combine the splits: in turn (a turnstile), at once (each CTA of a tile
+# sums a slice), or in a second kernel
+SPLITK_MODES = ("serial", "parallel", "two_kernel")
 
 
 @dataclass
@@ -55,6 +59,7 @@ class MatmulParams:
     stages: int = 3
     splitk_factor: int = 1
     splitk_mode: str = "serial"
+    splitk_interleaved: bool = False     # a split: every splitk-th K tile (split_k)
     use_smem_epilogue: bool = False
     promote_prologue_smem_reuse: bool = False
     # operands loaded asynchronously: cp.async on the mma.sync path, TMA on the Hopper
@@ -113,8 +118,9 @@ class MatmulParams:
         if isinstance(self.splitk_factor, bool) or not isinstance(self.splitk_factor, int) \
                 or self.splitk_factor < 1:
             bad(f"splitk_factor must be an integer >= 1, got {self.splitk_factor!r}")
-        if self.splitk_mode not in ("serial", "two_kernel"):
-            bad(f"splitk_mode {self.splitk_mode!r}: expected 'serial' or 'two_kernel'")
+        if self.splitk_mode not in SPLITK_MODES:
+            bad(f"splitk_mode {self.splitk_mode!r}: expected "
+                + " or ".join(repr(m) for m in SPLITK_MODES))
         if self.stages > 1 and not self.async_gmem_load_operands and not self.hopper:
             bad("a pipeline (stages > 1) needs async_gmem_load_operands=True (on the "
                 "mma.sync path: cp.async)")
@@ -251,10 +257,13 @@ def schedule_matmul(fusion: Fusion, params: MatmulParams,
 
     # acc: [Mo, No, Mt, Nt, rK] -> [Mo, No, splitk, Ktiles, warps, k16, Mm, Nn, mma x3]
     acc.split(4, tk)                          # [Mo, No, Mt, Nt, rKt, rK32]
-    acc.split(4, SPLITK, inner=False)         # [.., rKs, rKtiles, rK32]
+    split_k(acc, 4, params.splitk_interleaved)  # [.., rKs, rKtiles, rK32]
     acc.reorder({4: 2, 5: 3, 2: 4, 3: 5})     # [Mo, No, rKs, rKtiles, Mt, Nt, rK32]
     tensor_core_loops(acc, params)
-    acc.serial_grid_reduction()
+    if params.splitk_mode == "parallel":
+        acc.parallel_grid_reduction()
+    else:
+        acc.serial_grid_reduction()
     _operand_caches(params, acc, a_smem, b_smem, a_frag, b_frag)
     if c_smem is not None:
         c_smem.swizzle(im * in_)              # a row: one instruction tile

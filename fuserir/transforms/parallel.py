@@ -1,7 +1,8 @@
 """Parallelization: bind loop axes to block/thread indices, vectorize, reduce across CTAs.
 
 These transforms change no axis, only how one is run: a block or thread index, an unrolled
-or vectorized loop, an mma tile, or (serial_grid_reduction) a reduction over a block index
+or vectorized loop, an mma tile, or (serial_grid_reduction, parallel_grid_reduction) a
+reduction over a block index
 carried out by the CTAs in turn. Each axis has one parallel type and each block/thread
 index binds one axis of a tensor.
 """
@@ -165,8 +166,39 @@ def serial_grid_reduction(tv: TensorView) -> None:
     fuserir.errors.ScheduleError: serial_grid_reduction: h is a fusion input; inputs are read,
         not computed: schedule a cache of it (cache_after) instead
     """
-    _not_input("serial_grid_reduction", tv)
+    _grid_reduction("serial_grid_reduction", tv, "serial")
+
+
+def parallel_grid_reduction(tv: TensorView) -> None:
+    """Reduce across CTAs at once: split-K with the sum spread over the CTAs of a tile
+    (TensorView.parallel_grid_reduction).
+
+    `tv` is a reduction or matmul whose reduction axis is bound to BIDz. Every CTA of an
+    output tile writes its f32 partials to a workspace and arrives on the tile's counter;
+    when all have arrived, each sums a slice of the tile over the splits, in split order
+    (deterministic: the same bits every run), and arrives on a second counter; the last
+    CTA waits for every slice and writes the result (the grid_reductions pass). A CTA
+    waits for CTAs launched after it, so the whole grid must be resident at once: the
+    launcher refuses a grid larger than the device holds.
+
+    Raises ScheduleError if tv is a fusion input or is not defined by a reduction or matmul.
+
+    >>> import fuserir
+    >>> f = fuserir.parse("fusion f(h: f16[M, N]) { r = sum(h, axes=[1])  output r }")
+    >>> r = f.tensor("r")
+    >>> r.split(1, 4, inner=False)
+    >>> r.parallelize(1, "BIDz")
+    >>> print(r.describe())
+    r: f16[M] global loop=[i{M} rBIDz{4} r{ceildiv(N, 4)}]
+    >>> r.parallel_grid_reduction()
+    >>> print(r.describe())
+    r: f16[M] global loop=[i{M} rBIDz{4} r{ceildiv(N, 4)}] parallel-grid
+    """
+    _grid_reduction("parallel_grid_reduction", tv, "parallel")
+
+
+def _grid_reduction(what, tv, order):
+    _not_input(what, tv)
     if not isinstance(tv.definition, (ReductionOp, MatmulOp)):
-        raise ScheduleError(f"serial_grid_reduction: {tv.name} is not defined by a reduction "
-                            "or matmul")
-    tv.serial_grid = True
+        raise ScheduleError(f"{what}: {tv.name} is not defined by a reduction or matmul")
+    tv.grid_reduction = order

@@ -113,15 +113,22 @@ class Grid:
     """The grid's extents as polynomials over the kernel's sizes, and the least value of
     each size atom."""
 
-    def __init__(self, kernel):
+    def __init__(self, kernel, fixed=None):
         self.params = {p.var.name for p in kernel.scalar_params}
+        self.fixed = dict(fixed or {})      # sizes of known value: {name: int}
         self.atoms = {}
         self.extents = {a: polynomial(e, self.atoms) for a, e in zip(AXES, kernel.launch.grid)}
 
     def floor(self, expr):
-        """The least value of a size atom: 1 (a size, or a ceildiv, product or sum of
-        sizes), 0 (a quotient, remainder, min or max of sizes), None (anything else: a
-        thread index, a loop variable, a difference)."""
+        """The least value of a size atom: its value where every size in it is fixed,
+        else 1 (a size, or a ceildiv, product or sum of sizes), 0 (a quotient,
+        remainder, min or max of sizes), None (anything else: a thread index, a loop
+        variable, a difference)."""
+        if self.fixed and expr is not None:
+            try:
+                return int(kir.evaluate_scalar(expr, self.fixed))
+            except (KeyError, TypeError):
+                pass
         if isinstance(expr, kir.Var):
             return 1 if expr.name in self.params else None
         if isinstance(expr, kir.Const) and expr.dtype.is_int:

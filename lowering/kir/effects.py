@@ -109,7 +109,9 @@ class Order:
     what: "memory" (shared and global), "global", "proxy" (generic before async),
     "mbarrier-init" or "registers" (a warp group's, before its next wgmma); `scope` of a
     fence: "thread", "warpgroup" or "gpu"; `blocking`: the thread waits here; `value`, of
-    a semaphore's release or acquire: the value it stores or waits for."""
+    a semaphore's release or acquire: the value it stores or waits for; `adds`, of a
+    release: it adds `value` atomically (an arrival on a counter, joining the cell's
+    release sequence) instead of storing it."""
 
     kind: str
     scope: str
@@ -118,6 +120,7 @@ class Order:
     id: int = None
     count: int = None
     value: object = None
+    adds: bool = False
 
 
 @dataclass(frozen=True)

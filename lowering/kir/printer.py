@@ -40,5 +40,6 @@ def format_kernel(kernel):
     grid = ", ".join(format_expr(e) for e in launch.grid) if launch.grid else "?"
     block = ", ".join(format_expr(e) for e in launch.block) if launch.block else "?"
     head = [f"kernel {kernel.name}({', '.join(params)})",
-            f"  grid=({grid}) block=({block}) index={kernel.index_dtype}"]
+            f"  grid=({grid}) block=({block}) index={kernel.index_dtype}"
+            + (" co-resident" if kernel.co_resident else "")]
     return "\n".join(head + format_stmts(kernel.body)) + "\n"

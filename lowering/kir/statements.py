@@ -220,19 +220,23 @@ class Store(Stmt):
 
 @dataclass(eq=False)
 class ForLoop(Stmt):
-    """for (var = 0; var < extent; ++var) body. kind: "serial" or "unroll"."""
+    """for (var = 0; var < extent; ++var) body. kind: "serial" or "unroll" (all of it, or
+    by `factor` iterations at a time: a loop of run-time extent whose iterations' loads
+    should be in flight together)."""
 
     var: Var
     extent: ScalarExpr
     body: list = field(default_factory=list)
     kind: str = "serial"
     label: str = None
+    factor: int = None
 
     def bodies(self):
         return (self.body,)
 
     def line(self):
-        unroll = "unroll " if self.kind == "unroll" else ""
+        unroll = "" if self.kind != "unroll" else "unroll " if self.factor is None else \
+            f"unroll by {self.factor} "
         return f"{unroll}for {self.var.name} in 0..{format_expr(self.extent)}"
 
 
@@ -509,6 +513,30 @@ class SemRelease(Stmt):
                 f"{format_expr(self.value)}  (release)")
 
 
+@dataclass(eq=False)
+class SemArrive(Stmt):
+    """Each active thread adds `value` to the i32 global `sem[index]` with a release
+    read-modify-write (__threadfence(); red.release.gpu.global.add.s32): like SemRelease
+    it publishes the global writes the block's threads fenced before it and what the
+    block had acquired; unlike a store it joins the cell's release sequence instead of
+    ending it, so a SemWait that reads the sum of several arrivals acquires what each of
+    them published (an arrival counter)."""
+
+    sem: Buffer = None
+    index: ScalarExpr = None
+    value: ScalarExpr = None
+    label: str = None
+
+    def effects(self):
+        return Effects((Access(self.sem, self.index, 4, True, "semaphore"),),
+                       order=Order("release", "gpu", orders="global", value=self.value,
+                                   adds=True))
+
+    def line(self):
+        return (f"sem_arrive {self.sem.name}[{format_expr(self.index)}] += "
+                f"{format_expr(self.value)}  (release)")
+
+
 _OPAQUE = Effects(opaque=True)
 
 
@@ -554,6 +582,10 @@ class Kernel:
     workspaces: list = field(default_factory=list)   # list[Workspace]
     user: bool = False       # named after the user's fusion (codegen.cuda mangles it)
     tensor_maps: list = field(default_factory=list)  # list[kir.hopper.TensorMap]
+    # its blocks wait for blocks launched after them (a parallel grid reduction's
+    # counters): every block of the grid must be resident at once, which the launcher
+    # checks against the device's occupancy before each new grid size
+    co_resident: bool = False
 
     @property
     def params(self):

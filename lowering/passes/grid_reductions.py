@@ -1,9 +1,9 @@
-"""Pass `grid_reductions`: serial grid reductions (split-K across CTAs, in turn).
+"""Pass `grid_reductions`: grid reductions (split-K across CTAs), serial or parallel.
 
-A reduction marked serial_grid_reduction() binds a reduction axis to BIDz: the CTAs of
-one output tile (same blockIdx.x, blockIdx.y) each reduce a slice, then combine their
-partials in launch order through a turnstile on a global semaphore (kir's grid
-synchronization section):
+A reduction marked serial_grid_reduction() or parallel_grid_reduction() binds a reduction
+axis to BIDz: the CTAs of one output tile (same blockIdx.x, blockIdx.y) each reduce a
+slice of it, then combine their partials through global workspaces and semaphores (kir's
+grid synchronization statements). Serial: in launch order, through a turnstile:
 
 ```text
 if z > 0:    if thread 0: SemWait(sem[tile] == z)     acquire split z-1's partials
@@ -15,14 +15,34 @@ else:        if z > 0: if thread 0: SemRelease(sem[tile] = 0)   reset for the ne
              <the rest of the kernel: only the last split computes the epilogue>
 ```
 
-Each thread keeps its own partials (work is laid out [tile, element, thread] so the
+Parallel: every CTA of the tile at once, the sum spread over them, in split order:
+
+```text
+if last > 0: work[tile, z, e, thread] = acc[e]; Fence; Barrier
+             if thread 0: SemArrive(arrived[tile] += 1); SemWait(arrived[tile] == splits)
+             Barrier
+             for p in slice z of the tile (L = a multiple of the threads, L * splits >= E T):
+                 sums[tile, p] = work[tile, 0, p] op work[tile, 1, p] op ... (split order)
+             Fence; Barrier; if thread 0: SemArrive(done[tile] += 1)
+if z == last:
+  if last > 0: if thread 0: SemWait(done[tile] == splits)
+               Barrier; acc[e] = sums[tile, e, thread]
+               if thread 0: SemRelease(arrived[tile] = 0); SemRelease(done[tile] = 0)
+  <the rest of the kernel>
+```
+
+The parallel sum costs each CTA a slice (E T / splits elements times the splits) instead
+of the whole tile, so it stays short with many splits, and its order is fixed: the same
+bits every run. Its CTAs wait for CTAs launched after them, so the kernel is marked
+co_resident: the launcher refuses a grid the device cannot hold at once.
+
+Each thread keeps its own partials (work is laid out [.., element, thread] so the
 accesses are coalesced), so no shared memory is involved and the barriers here belong to
 the semaphore protocol, not to shared-memory hazards. Sizes and the split factor are
-kernel arguments, so the workspaces' sizes are expressions over them. The first split
-has nobody to wait for, so with one split (a run-time factor of 1) neither workspace is
-touched and both take no bytes: a call then allocates and zeroes nothing for them. The
-semaphores must be zero before a launch (the executor zeroes each call's) and every
-launch leaves them zero.
+kernel arguments, so the workspaces' sizes are expressions over them. With one split (a
+run-time factor of 1) no workspace is touched and all take no bytes: a call then
+allocates and zeroes nothing for them. The semaphores must be zero before a launch (the
+executor zeroes each call's) and every launch leaves them zero.
 """
 
 from fuserir.dtypes import DataType
@@ -31,7 +51,7 @@ from fuserir.ir.exprs import ReductionOp
 
 from .. import kir
 from ..contract import Pass
-from .indexing import combine
+from .indexing import combine, identity
 
 
 def _special(ctx, kind, axis):
@@ -46,67 +66,193 @@ def _fresh(name, taken):
     return name
 
 
+class _Grid:
+    """The names a grid reduction's protocol is written with: the tile, the thread, the
+    turn and their counts, as index expressions."""
+
+    def __init__(self, ctx, kernel, tv):
+        self.ctx, self.tv, self.acc = ctx, tv, ctx.accumulators[tv]
+        grid, block = kernel.launch.grid, kernel.launch.block
+        b = lambda a: _special(ctx, kir.SpecialKind.blockIdx, a)     # noqa: E731
+        t = lambda a: _special(ctx, kir.SpecialKind.threadIdx, a)    # noqa: E731
+        self.tile = ctx.binop("add", b("x"), ctx.binop("mul", grid[0], b("y")))
+        self.tiles = ctx.binop("mul", grid[0], grid[1])
+        self.thread = ctx.binop("add", t("x"), ctx.binop("mul", block[0], ctx.binop(
+            "add", t("y"), ctx.binop("mul", block[1], t("z")))))
+        self.threads = ctx.binop("mul", block[0], ctx.binop("mul", block[1], block[2]))
+        self.z, self.splits = b("z"), grid[2]
+        self.last = ctx.binop("sub", grid[2], ctx.const(1))
+        # 0 for one split, else 1: one split touches no workspace, which then takes no bytes
+        self.several = ctx.binop("ceildiv", self.last, grid[2])
+        # workspaces are arguments by name (kir.arg_name), beside the user's tensors and scalars
+        self.taken = {x.name for x in ctx.fusion.tensors} | set(ctx.scalar_vars) | \
+            set(ctx.fusion.scalars)
+        self.op = combine(tv.definition.op if isinstance(tv.definition, ReductionOp)
+                          else "sum")
+
+    def workspace(self, kernel, suffix, dtype, size, zeroed=False):
+        ctx = self.ctx
+        buffer = kir.Buffer(_fresh(f"{self.tv.name}_{suffix}", self.taken), dtype,
+                            kir.Memory.global_)
+        kernel.workspaces.append(kir.Workspace(buffer, ctx.binop("mul", size, self.several),
+                                               zeroed=zeroed))
+        return buffer
+
+    def fresh_var(self, prefix):
+        v = kir.Var(f"{prefix}{len(self.ctx.fragment_vars)}", self.ctx.index_dtype)
+        self.ctx.fragment_vars.append(v)
+        return v
+
+    def thread0(self, *stmts):
+        return kir.IfThenElse(self.ctx.binop("eq", self.thread, self.ctx.const(0)),
+                              list(stmts))
+
+
 def _turnstile(ctx, kernel, tv, rest):
-    acc = ctx.accumulators[tv]
-    grid, block = kernel.launch.grid, kernel.launch.block
-    b = lambda a: _special(ctx, kir.SpecialKind.blockIdx, a)     # noqa: E731
-    t = lambda a: _special(ctx, kir.SpecialKind.threadIdx, a)    # noqa: E731
-    tile = ctx.binop("add", b("x"), ctx.binop("mul", grid[0], b("y")))
-    tiles = ctx.binop("mul", grid[0], grid[1])
-    thread = ctx.binop("add", t("x"), ctx.binop("mul", block[0], ctx.binop(
-        "add", t("y"), ctx.binop("mul", block[1], t("z")))))
-    threads = ctx.binop("mul", block[0], ctx.binop("mul", block[1], block[2]))
-    z, last = b("z"), ctx.binop("sub", grid[2], ctx.const(1))
-
-    # workspaces are arguments by name (kir.arg_name), beside the user's tensors and scalars
-    taken = {t.name for t in ctx.fusion.tensors} | set(ctx.scalar_vars) | set(ctx.fusion.scalars)
-    work = kir.Buffer(_fresh(f"{tv.name}_work", taken), acc.dtype, kir.Memory.global_)
-    sem = kir.Buffer(_fresh(f"{tv.name}_sem", taken), DataType.i32, kir.Memory.global_)
-    # one split (a run-time split factor of 1) touches neither: they take no bytes then
-    several = ctx.binop("ceildiv", last, grid[2])            # 0 for one split, else 1
+    """The serial grid reduction of `tv` (see the module docstring), `rest` the
+    statements after it."""
+    g = _Grid(ctx, kernel, tv)
+    acc, tile, threads, z, last = g.acc, g.tile, g.threads, g.z, g.last
+    work = kir.Buffer(_fresh(f"{tv.name}_work", g.taken), acc.dtype, kir.Memory.global_)
+    sem = kir.Buffer(_fresh(f"{tv.name}_sem", g.taken), DataType.i32, kir.Memory.global_)
     kernel.workspaces += [
-        kir.Workspace(work, ctx.binop("mul", ctx.binop("mul", tiles, several),
+        kir.Workspace(work, ctx.binop("mul", ctx.binop("mul", g.tiles, g.several),
                                       ctx.binop("mul", acc.size, threads))),
-        kir.Workspace(sem, ctx.binop("mul", tiles, several), zeroed=True)]
+        kir.Workspace(sem, ctx.binop("mul", g.tiles, g.several), zeroed=True)]
 
-    e = kir.Var(f"e{len(ctx.fragment_vars)}", ctx.index_dtype)
-    ctx.fragment_vars.append(e)
+    e = g.fresh_var("e")
     slot = ctx.binop("add", ctx.binop("mul", ctx.binop("add", ctx.binop(
-        "mul", tile, acc.size), e), threads), thread)
+        "mul", tile, acc.size), e), threads), g.thread)
     value = kir.Load(acc, e)
 
     def each_element(stmt):
         return kir.ForLoop(e, acc.size, [stmt], "unroll")   # registers: constant indices
 
-    def thread0(stmt):
-        cond = ctx.binop("eq", thread, ctx.const(0))
-        return kir.IfThenElse(cond, [stmt])
-
-    op = combine(tv.definition.op if isinstance(tv.definition, ReductionOp) else "sum")
-    add = each_element(kir.Store(acc, e, kir.BinOp(op, value, kir.Load(work, slot),
+    add = each_element(kir.Store(acc, e, kir.BinOp(g.op, value, kir.Load(work, slot),
                                                    acc.dtype)))
     store = each_element(kir.Store(work, slot, value))
     not_last = [store, kir.Fence(), kir.Barrier(),
-                thread0(kir.SemRelease(sem, tile, ctx.binop("add", z, ctx.const(1))))]
+                g.thread0(kir.SemRelease(sem, tile, ctx.binop("add", z, ctx.const(1))))]
     after_first = ctx.binop("gt", z, ctx.const(0))
-    is_last = [kir.IfThenElse(after_first, [thread0(kir.SemRelease(sem, tile, ctx.const(0)))])
-               ] + rest
+    is_last = [kir.IfThenElse(after_first, [g.thread0(kir.SemRelease(sem, tile,
+                                                                     ctx.const(0)))])] + rest
     return [kir.Comment(f"serial grid reduction of {tv.name} over BIDz: CTAs of a tile in "
                         "turn"),
-            kir.IfThenElse(after_first, [thread0(kir.SemWait(sem, tile, z))]), kir.Barrier(),
+            kir.IfThenElse(after_first, [g.thread0(kir.SemWait(sem, tile, z))]), kir.Barrier(),
             kir.IfThenElse(after_first, [add]),
             kir.IfThenElse(ctx.binop("lt", z, last), not_last, is_last)]
+
+
+WARP = 32
+SUM_GROUPS = 4     # a slice's splits summed by 4 groups of a warp's lanes, combined by shuffles
+SUM_VECTOR = 4     # each lane sums 4 neighbouring positions, read 16 bytes at a time
+SUM_UNROLL = 8     # 8 splits a lane reads in flight together
+
+
+def _parallel(ctx, kernel, tv, rest):
+    """The parallel grid reduction of `tv` (see the module docstring), `rest` the
+    statements after it."""
+    g = _Grid(ctx, kernel, tv)
+    acc, op, binop, const = g.acc, g.op, ctx.binop, ctx.const
+    try:
+        threads = int(kir.evaluate_scalar(g.threads, {}))
+    except (KeyError, TypeError):
+        threads = None
+    if threads is None or threads % WARP:
+        raise ScheduleError(f"{tv.name}: a parallel grid reduction needs a block of a "
+                            f"constant multiple of {WARP} threads")
+    per_split = binop("mul", acc.size, g.threads)               # E T: one CTA's partials
+    # A round: each warp sums 32 positions x 4 (vectors) over its 4 groups of splits.
+    lanes = WARP // SUM_GROUPS
+    per_round = const(threads // WARP * lanes * SUM_VECTOR)
+    rounds = binop("ceildiv", binop("ceildiv", per_split, g.splits), per_round)
+    slice_len = binop("mul", rounds, per_round)
+    # a split's row: the slices end to end (>= E T, the positions past it never touched),
+    # so that every index the protocol forms stays in its tile's and its split's row
+    row = binop("mul", slice_len, g.splits)
+    work = g.workspace(kernel, "work", acc.dtype,
+                       binop("mul", binop("mul", g.tiles, g.splits), row))
+    sums = g.workspace(kernel, "sums", acc.dtype, binop("mul", g.tiles, row))
+    arrived = g.workspace(kernel, "arrived", DataType.i32, g.tiles, zeroed=True)
+    done = g.workspace(kernel, "done", DataType.i32, g.tiles, zeroed=True)
+
+    def partial(split, position):     # work[tile, split, position]
+        return binop("add", binop("mul", binop("add", binop("mul", g.tile, g.splits),
+                                               split), row), position)
+
+    e = g.fresh_var("e")
+    mine = binop("add", binop("mul", e, g.threads), g.thread)   # element e of this thread
+    write = kir.ForLoop(e, acc.size, [kir.Store(work, partial(g.z, mine), kir.Load(acc, e))],
+                        "unroll")
+    # The slice: the positions z L + r R + (warp 32 + lane % 8) 4 + v of the tile's E T;
+    # lane / 8 is the lane's group, which sums the splits group, group + 4, ...
+    r, s, v = g.fresh_var("r"), g.fresh_var("s"), g.fresh_var("v")
+    lane = binop("mod", g.thread, const(WARP))
+    group = binop("div", lane, const(lanes))
+    column = binop("add", binop("mul", binop("div", g.thread, const(WARP)), const(lanes)),
+                   binop("mod", lane, const(lanes)))
+    position = binop("add", binop("mul", g.z, slice_len), binop(
+        "add", binop("mul", r, per_round), binop("mul", column, const(SUM_VECTOR))))
+    split = binop("add", binop("mul", s, const(SUM_GROUPS)), group)
+    total = kir.Buffer(_fresh(f"{tv.name}_slice", g.taken), acc.dtype, kir.Memory.local,
+                       size=const(SUM_VECTOR))
+    loaded = kir.Buffer(_fresh(f"{tv.name}_loaded", g.taken), acc.dtype, kir.Memory.local,
+                        size=const(SUM_VECTOR))
+    zero = const(0)
+
+    def each(body):
+        return kir.ForLoop(v, const(SUM_VECTOR), body, "unroll")
+
+    def fold(value):
+        return kir.Store(total, v, kir.BinOp(op, kir.Load(total, v), value, acc.dtype))
+
+    # the clamp keeps the index in the tile's rows; the guard skips the clamped reads
+    clamped = binop("min", split, g.last)
+    add_split = kir.IfThenElse(binop("lt", split, g.splits), [
+        kir.Store(loaded, zero, kir.Load(work, partial(clamped, position), width=SUM_VECTOR),
+                  width=SUM_VECTOR),
+        each([fold(kir.Load(loaded, v))])])
+    in_tile = binop("lt", position, per_split)       # the same for a warp's lanes
+    combine_groups = [each([fold(kir.ShuffleXor(kir.Load(total, v), mask))])
+                      for mask in (lanes, 2 * lanes)]
+    sum_slice = kir.ForLoop(r, rounds, [
+        each([kir.Store(total, v, identity(op, acc.dtype))]),
+        kir.IfThenElse(in_tile, [kir.ForLoop(s, binop("ceildiv", g.splits, const(SUM_GROUPS)),
+                                             [add_split], "unroll", factor=SUM_UNROLL)]),
+        *combine_groups,
+        kir.IfThenElse(binop("and", in_tile, binop("eq", group, zero)), [
+            kir.Store(sums, binop("add", binop("mul", g.tile, row), position),
+                      kir.Load(total, zero, width=SUM_VECTOR), width=SUM_VECTOR)])])
+    read = kir.ForLoop(e, acc.size, [kir.Store(acc, e, kir.Load(
+        sums, binop("add", binop("mul", g.tile, row), mine)))], "unroll")
+    several = binop("gt", g.last, zero)
+    kernel.co_resident = True
+    return [kir.Comment(f"parallel grid reduction of {tv.name} over BIDz: the CTAs of a "
+                        "tile at once, each summing a slice"),
+            kir.Allocate(total), kir.Allocate(loaded),
+            kir.IfThenElse(several, [
+                write, kir.Fence(), kir.Barrier(),
+                g.thread0(kir.SemArrive(arrived, g.tile, const(1)),
+                          kir.SemWait(arrived, g.tile, g.splits)),
+                kir.Barrier(), sum_slice, kir.Fence(), kir.Barrier(),
+                g.thread0(kir.SemArrive(done, g.tile, const(1)))]),
+            kir.IfThenElse(binop("eq", g.z, g.last), [
+                kir.IfThenElse(several, [
+                    g.thread0(kir.SemWait(done, g.tile, g.splits)), kir.Barrier(), read,
+                    g.thread0(kir.SemRelease(arrived, g.tile, zero),
+                              kir.SemRelease(done, g.tile, zero))])] + rest)]
 
 
 def run(ctx, kernel):
     for s in kir.walk(kernel.body):
         if isinstance(s, kir.ExprStmt) and s.role == "grid_reduce" and s not in kernel.body:
-            raise ScheduleError(f"{s.tv.name}: a serial grid reduction must finish outside "
-                                "every loop (its non-reduction axes bound to blocks and "
-                                "threads, or computed in registers inside its loops)")
+            raise ScheduleError(f"{s.tv.name}: a grid reduction must finish outside every "
+                                "loop (its non-reduction axes bound to blocks and threads, "
+                                "or computed in registers inside its loops)")
     for i, s in enumerate(kernel.body):
         if isinstance(s, kir.ExprStmt) and s.role == "grid_reduce":
-            kernel.body[i:] = _turnstile(ctx, kernel, s.tv, kernel.body[i + 1:])
+            protocol = _parallel if s.tv.grid_reduction == "parallel" else _turnstile
+            kernel.body[i:] = protocol(ctx, kernel, s.tv, kernel.body[i + 1:])
             break
     return kernel
 

@@ -66,7 +66,7 @@ def _items(ctx):
             if any(a.is_reduction and loops[i].parallel in THREAD_TYPES
                    for i, a in enumerate(tv.loop)):
                 add("block_reduce", outer, {acc}, {acc})
-            if tv.serial_grid:
+            if tv.grid_reduction:
                 add("grid_reduce", outer, {acc}, {acc})
             add("final", outer + inner, {acc}, {id(tv)}, len(outer))
         else:

@@ -92,8 +92,8 @@ def conditions(ctx, info, launch):
     bound_here = set()
     if mma_positions(tv):
         bound_here.add(ParallelType.TIDx)   # the lanes hold the instruction tile's elements
-    if ctx.serial_grid:
-        bound_here.add(ParallelType.BIDz)   # the turnstile picks the CTA that writes
+    if ctx.grid_reduced:
+        bound_here.add(ParallelType.BIDz)   # the grid reduction picks the CTA that writes
     if tv.warp_specialized is not None:
         bound_here.add(tv.warp_specialized)  # its copies run in one warp group: the producer
     for i, axis in enumerate(tv.loop):
@@ -180,6 +180,6 @@ def run(ctx, kernel):
 
 
 PASS = Pass("predicates", run, __doc__,
-            reads=("kernel", "vector_axes", "bound", "serial_grid", "store_info"),
+            reads=("kernel", "vector_axes", "bound", "grid_reduced", "store_info"),
             why="one guard per store, so a barrier can always go between two statements")
 

@@ -23,6 +23,6 @@ def run(ctx, kernel):
 
 
 PASS = Pass("validate", run, __doc__, reads=("placement",),
-            provides=("live", "vector_axes", "exact", "bound", "serial_grid", "circular"),
+            provides=("live", "vector_axes", "exact", "bound", "grid_reduced", "circular"),
             why="fail with a clear ScheduleError before anything is built; the first pass "
                 "that sees every tensor placed")

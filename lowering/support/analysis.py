@@ -254,8 +254,8 @@ def check_supported(ctx):
         for i, axis in enumerate(tv.loop):
             concrete = ctx.concrete_axis(tv, i)
             if axis.is_reduction and concrete.parallel in BLOCK_TYPES and not (
-                    tv.serial_grid and concrete.parallel is ParallelType.BIDz):
-                hint = ("a serial grid reduction runs over BIDz" if tv.serial_grid else
+                    tv.grid_reduction and concrete.parallel is ParallelType.BIDz):
+                hint = ("a grid reduction runs over BIDz" if tv.grid_reduction else
                         "or mark it serial_grid_reduction() and bind BIDz")
                 raise ScheduleError(f"{tv.name}: reduction axis {i} is bound to "
                                     f"{concrete.parallel}; grid reductions need rfactor "
@@ -301,7 +301,7 @@ def check_supported(ctx):
 
 
 def _check_grid_reduction(ctx, tv):
-    if not tv.serial_grid:
+    if not tv.grid_reduction:
         return
     bound = [i for i, a in enumerate(tv.loop) if a.is_reduction
              and ctx.concrete_axis(tv, i).parallel is ParallelType.BIDz]

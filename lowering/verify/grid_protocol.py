@@ -1,11 +1,12 @@
 """Static proof of what orders global memory between the blocks of a grid: the semaphores,
-fences and barriers of a cross-CTA protocol (the serial split-K turnstile of
-lowering.passes.grid_reductions), for every split factor and every grid size; or the
-findings that say what is missing (lowering.errors.Hazard, with the interpreter's kinds).
+fences and barriers of a cross-CTA protocol (the split-K grid reductions of
+lowering.passes.grid_reductions: the serial turnstile, the parallel reduction's arrival
+counters), for every split factor and every grid size; or the findings that say what is
+missing (lowering.errors.Hazard, with the interpreter's kinds).
 
 Which kernels: those with a grid protocol, i.e. a global workspace or a statement that
 orders global memory between blocks (a fence, a semaphore wait or release: effects with
-gpu scope). What it proves about them:
+gpu scope: a fence, a semaphore wait, release or arrival). What it proves about them:
   * separation: two blocks of different tiles never touch the same element of a
     workspace, and a semaphore's cell belongs to one tile (a tile: the blocks that differ
     only in blockIdx.z, the turn; without semaphores every block is its own tile), for
@@ -14,16 +15,21 @@ gpu scope). What it proves about them:
     (lowering.indexing.separation);
   * deadlock: every semaphore wait is satisfied in every interleaving of a tile's blocks,
     only by a release of a block launched before it (so blocks dispatched in launch
-    order make progress whatever number of them is resident);
+    order make progress whatever number of them is resident); in a kernel marked
+    co_resident (the launcher refuses a grid the device cannot hold at once: codegen.launch)
+    by any block's;
   * workspace: a zeroed semaphore workspace is zero again once every block has finished
     (the executor zeroes it once and keeps it across launches);
   * cross-cta: conflicting accesses (at least one a write) of two blocks of one tile to a
     workspace or an output are ordered by happens-before: the earlier block's access,
     fenced by its thread (__threadfence) and handed by a barrier to the releasing thread
     (or made by the releasing thread itself, whose release fences), is published by a
-    SemRelease; a SemWait that can only be satisfied by that release acquires it for the
-    waiting thread, a barrier after the wait for the threads that pass it; what a block
-    acquired it publishes again with its own release.
+    SemRelease or a SemArrive; a SemWait that can only be satisfied by that release
+    acquires it for the waiting thread, a barrier after the wait for the threads that pass
+    it; what a block acquired it publishes again with its own release. An arrival (a
+    release atomic add) joins the release sequence of the cell's last store, so a wait
+    that reads the sum of several arrivals acquires every one of them; a store starts a
+    new sequence.
 
 How: each block of a tile is walked in program order for each split factor g (gridDim.z
 and the scalar that sets it) and each of its g values of blockIdx.z; block-uniform
@@ -94,7 +100,7 @@ def _point(stmt):
 
 @dataclass(eq=False)
 class _Event:
-    kind: str                 # "access", "fence", "barrier", "wait", "release"
+    kind: str                 # "access", "fence", "barrier", "wait", "release", "arrive"
     stmt: object
     threads: np.ndarray       # bool per thread: who executes it (an access: who may)
     buffer: object = None
@@ -235,7 +241,8 @@ class _BlockWalk:
                 raise _Refused(s, "cannot prove: a semaphore operation inside a loop or "
                                   "under a condition not decided by the turn and the thread")
             (sem,) = [a for a in effects.accesses if a.via == "semaphore"]
-            kind = "wait" if order.kind == "acquire" else "release"
+            kind = "wait" if order.kind == "acquire" else "arrive" if order.adds \
+                else "release"
             self.add(kind, s, mask, buffer=sem.buffer, index=sem.index,
                      value=self.value(order.value, s, "the semaphore value"))
         elif order is not None and order.kind == "fence" and order.scope == "gpu":
@@ -265,34 +272,48 @@ def _global_accesses(stmt, effects):
 
 
 class _Separation:
-    """Which block axes keep two accesses' elements apart, for every grid."""
+    """Which block axes keep two accesses' elements apart, for every grid whose split
+    factor (gridDim.z, and the scalar `param` that sets it) is `g`."""
 
-    def __init__(self, kernel, threads):
-        self.threads, self.grid = threads, separation.Grid(kernel)
+    def __init__(self, kernel, threads, g, param):
+        fixed = {"%nctaid.z": g} | ({param: g} if param is not None else {})
+        self.threads, self.grid = threads, separation.Grid(kernel, fixed)
+        self.g, self.fixed = g, fixed
         self.spans, self.atoms = {}, {}
 
-    def span(self, event, mask):
-        key = (id(event.stmt), id(event.index))
+    def span(self, event, mask, fold_turn=False):
+        """The event's Span; with `fold_turn`, blockIdx.z counted in the rest (over its
+        g values) instead of as a block axis: the span a tile's blocks reach together."""
+        key = (id(event.stmt), id(event.index), fold_turn)
         if key not in self.spans:
-            self.spans[key] = self._span(event, mask)
+            self.spans[key] = self._span(event, mask, fold_turn)
         return self.spans[key]
 
-    def _span(self, event, mask):
+    def _span(self, event, mask, fold_turn):
         linear = separation.linear_in_blocks(event.index)
         if linear is None or event.loops is None:
             return None
-        values = self._rest_values(linear.rest, linear.atoms, mask, event.loops)
+        coeffs, rest, atoms, loops = linear.coeffs, linear.rest, linear.atoms, event.loops
+        if fold_turn and _TURN in coeffs:
+            coeffs = {a: c for a, c in coeffs.items() if a != _TURN}
+            turn = kir.Var(f"block.{_TURN}", event.index.dtype)
+            rest = separation.plus(rest, separation.times({(turn.name,): 1},
+                                                          linear.coeffs[_TURN]))
+            atoms = {**atoms, turn.name: turn}
+            loops = loops + ((turn, self.g),)
+        values = self._rest_values(rest, atoms, mask, loops)
         if values is None:
             return None
         self.atoms.update(linear.atoms)
         width = max(1, event.nbytes // event.buffer.dtype.itemsize)
-        return separation.Span(linear.coeffs, int(values.min()), int(values.max()) + width - 1)
+        return separation.Span(coeffs, int(values.min()), int(values.max()) + width - 1)
 
     def _rest_values(self, rest, atoms, mask, loops):
         n = len(loops)
         shape = (int(mask.sum()),) + (1,) * n
         env = {f"%tid.{a}": self.threads.tid[a][mask].reshape(shape) for a in _AXES}
         env.update(self.threads.consts)
+        env.update(self.fixed)
         for i, (var, extent) in enumerate(loops):
             axes = [1] * (n + 1)
             axes[i + 1] = extent
@@ -325,6 +346,17 @@ def _mentions_turn(expr, grid_param):
                 x.kind in (kir.SpecialKind.blockIdx, kir.SpecialKind.gridDim):
             return True
         if isinstance(x, kir.Var) and x.name == grid_param:
+            return True
+    return False
+
+
+def _orders_under(stmt):
+    """Is there a semaphore operation, a gpu fence or a barrier under `stmt`? (A condition
+    over none decides which elements a block touches, not when: the proof of each factor
+    walks it like any condition, and it does not change the turn's protocol.)"""
+    for s in kir.walk([stmt]):
+        order = s.effects().order
+        if order is not None and (order.scope == "gpu" or order.kind == "barrier"):
             return True
     return False
 
@@ -415,7 +447,8 @@ class _Proof:
                 continue                      # no protocol statement under it
             if _is_sem_op(s.effects()):
                 e = s.effects().order.value
-            elif isinstance(s, kir.IfThenElse) and _mentions_turn(s.cond, param):
+            elif isinstance(s, kir.IfThenElse) and _mentions_turn(s.cond, param) \
+                    and _orders_under(s):
                 e = s.cond
             else:
                 continue
@@ -432,31 +465,32 @@ class _Proof:
         self.survey()
         threads = _Threads(self.kernel)
         param, factors = self.split_factors()
-        walks = {g: [_BlockWalk(self.kernel, threads, z, g, param, self.relevant)
-                     for z in range(g)] for g in factors}
-        masks, first_event = {}, {}
-        for blocks in walks.values():
+        self.group_axes = [a for a, ext in zip(_AXES, self.kernel.launch.grid)
+                           if not (isinstance(ext, kir.Const) and ext.value == 1)
+                           and (a != _TURN or not self.sems)]
+        for g in factors:
+            blocks = [_BlockWalk(self.kernel, threads, z, g, param, self.relevant)
+                      for z in range(g)]
+            masks, first_event = {}, {}
             for w in blocks:
                 for e in w.events:
                     key = (id(e.stmt), id(e.index))
                     masks[key] = masks.get(key, False) | e.threads
                     first_event.setdefault(key, e)
-        self.separation = _Separation(self.kernel, threads)
-        self.shape = lambda e: self.separation.span(
-            first_event[(id(e.stmt), id(e.index))], masks[(id(e.stmt), id(e.index))])
-        self.group_axes = [a for a, ext in zip(_AXES, self.kernel.launch.grid)
-                           if not (isinstance(ext, kir.Const) and ext.value == 1)
-                           and (a != _TURN or not self.sems)]
-        self.separate(first_event.values())
-        for g, blocks in walks.items():
+            self.separation = _Separation(self.kernel, threads, g, param)
+            self.shape = lambda e, fold=False, first=first_event, masks=masks: \
+                self.separation.span(first[(id(e.stmt), id(e.index))],
+                                     masks[(id(e.stmt), id(e.index))], fold)
+            self.separate(first_event.values())
             _Turn(self, g, blocks).check()
 
     def separate(self, events):
         """Blocks of different tiles: a semaphore cell and a workspace element each
         belong to one tile."""
         need = set(self.group_axes)
+        fold = self.sems and _TURN not in need     # a tile's blocks reach one span
         events = [e for e in events if e.kind != "barrier" and e.kind != "fence"]
-        cells = [e for e in events if e.kind in ("wait", "release")]
+        cells = [e for e in events if e.kind in ("wait", "release", "arrive")]
         data = [e for e in events if e.kind == "access" and id(e.buffer) in self.workspaces
                 and id(e.buffer) in self.written]
         for a in cells:
@@ -471,7 +505,8 @@ class _Proof:
         for a, b in itertools.combinations_with_replacement(data, 2):
             if a.buffer is not b.buffer or not (a.write or b.write):
                 continue
-            if not need <= set(self.separation.axes(self.shape(a), self.shape(b))):
+            if not need <= set(self.separation.axes(self.shape(a, fold),
+                                                    self.shape(b, fold))):
                 self.report("cannot-prove", a.buffer.name, _point(a.stmt), _point(b.stmt),
                             "cannot show that blocks of different tiles touch different "
                             f"elements (blockIdx {', '.join(sorted(need))} do not separate "
@@ -491,8 +526,8 @@ class _Turn:
 
     def __init__(self, proof, g, blocks):
         self.proof, self.g, self.blocks = proof, g, blocks
-        self.ops = [[(i, e) for i, e in enumerate(w.events) if e.kind in ("wait", "release")]
-                    for w in blocks]
+        self.ops = [[(i, e) for i, e in enumerate(w.events)
+                     if e.kind in ("wait", "release", "arrive")] for w in blocks]
 
     def check(self):
         matches = self.explore()
@@ -519,8 +554,11 @@ class _Turn:
                 v2, l2 = dict(values), dict(last)
                 if op.kind == "wait":
                     matches.setdefault((z, i), set()).add(last.get(cell))
-                else:
-                    v2[cell], l2[cell] = op.value, (z, i)
+                elif op.kind == "release":     # a store: a new release sequence
+                    v2[cell], l2[cell] = op.value, frozenset([(z, i)])
+                else:                          # an arrival: joins the sequence
+                    v2[cell] = values.get(cell, 0) + op.value
+                    l2[cell] = last.get(cell, frozenset()) | {(z, i)}
                 nxt = (pcs[:z] + (pcs[z] + 1,) + pcs[z + 1:], tuple(sorted(v2.items())),
                        tuple(sorted(l2.items())))
                 if nxt not in visited:
@@ -543,14 +581,15 @@ class _Turn:
                         sem = next(e for ops in self.ops for _, e in ops
                                    if id(e.buffer) == cell)
                         releases = [e for ops in self.ops for _, e in ops
-                                    if id(e.buffer) == cell and e.kind == "release"]
+                                    if id(e.buffer) == cell and e.kind != "wait"]
                         proof.report("workspace", sem.buffer.name, _point(releases[-1].stmt),
                                      "END", f"split factor {g}: semaphore "
                                      f"{sem.buffer.name} is left {value} after the launch "
                                      "(it must be left zero for the next one)")
         for (z, i), sources in matches.items():
-            later = [s for s in sources if s is not None and s[0] > z]
-            if later:
+            later = sorted(s for group in sources if group is not None for s in group
+                           if s[0] > z)
+            if later and not self.proof.kernel.co_resident:
                 e = self.blocks[z].events[i]
                 proof.report("deadlock", e.buffer.name, _point(e.stmt),
                              _point(self.blocks[later[0][0]].events[later[0][1]].stmt),
@@ -585,9 +624,10 @@ class _Turn:
                             if (m & e.threads).any():
                                 visible[k] = m | e.threads
                     elif e.kind == "wait" and (z, i) in matches:
-                        for k in published.get(matches[(z, i)], ()):
-                            visible[k] = visible.get(k, False) | e.threads
-                    elif e.kind == "release":
+                        for source in matches[(z, i)]:
+                            for k in published.get(source, ()):
+                                visible[k] = visible.get(k, False) | e.threads
+                    elif e.kind in ("release", "arrive"):
                         pub = {k for k, o in own.items()
                                if _subset(o[0], e.threads) or _subset(e.threads, o[2])}
                         pub |= {k for k, m in visible.items() if _subset(e.threads, m)}
