@@ -377,13 +377,26 @@ def test_hopper_heuristic_takes_wgmma_and_tma(size, layout, tile, splitk):
     assert "the output staged through shared memory" in reasons[2]
 
 
-def test_hopper_heuristic_leaves_to_mma_sync_what_it_cannot_do():
+@pytest.mark.parametrize("size, tile, splitk", [
+    ((128, 128, 262144), (128, 64, 64), 66),     # two tiles of 128x64 x 66 splits
+    ((136, 184, 175704), (128, 128, 64), 33),    # four tiles x 33
+    ((64, 64, 65536), (128, 64, 64), 132),
+])
+def test_hopper_heuristic_takes_the_parallel_split_k_where_serial_splits_would_chain(
+        size, tile, splitk):
+    """Skinny outputs with a long K: more than 8 serial splits would chain, so every CTA
+    of a tile sums a slice at once, one CTA per SM (the grid resident at once)."""
     reasons = []
-    p = matmul_heuristic(128, 128, 262144, layout="NT", reasons=reasons)
-    assert not p.hopper and reasons[0] == ("128x128x262144: 1 tiles want 132 splits, more "
-                                           "than 8 serial ones: the mma.sync path's "
-                                           "two-kernel split-K")
-    assert p == matmul_heuristic(128, 128, 262144, layout="NT", device=SM80)
+    p = matmul_heuristic(*size, layout="NT", reasons=reasons)
+    assert p.hopper and (p.cta_tile, p.splitk_factor, p.splitk_mode, p.stages) == \
+        (tile, splitk, "parallel", 6)
+    assert p.splitk_interleaved
+    tiles = -(-size[0] // tile[0]) * -(-size[1] // tile[1])
+    assert tiles * splitk <= H200.sms
+    assert reasons[1].startswith(f"split-K {splitk} (parallel): {tiles} tiles x {splitk} "
+                                 "splits") and "arrival counters" in reasons[1]
+    # below sm_90, the mma.sync path's two-kernel split-K as before
+    assert matmul_heuristic(*size, layout="NT", device=SM80).splitk_mode == "two_kernel"
 
 
 @pytest.mark.parametrize("size, device, why", [

@@ -163,9 +163,11 @@ def test_size_classes_with_the_same_parameters_share_one_kernel():
     exe = codegen.compile(fuserir.parse(AUTO), backend="interp", device=H200)
     a = exe.plan_for({"M": 1024, "N": 2048, "K": 4096})
     b = exe.plan_for({"M": 1000, "N": 2000, "K": 4000})     # the same tiles and stages
-    c = exe.plan_for({"M": 128, "N": 128, "K": 262144})     # split-K in two kernels
+    c = exe.plan_for({"M": 128, "N": 128, "K": 262144})     # the parallel split-K
     assert a[0] == b[0] and a[2][0] is b[2][0]
-    assert a[0] != c[0] and len(c[2]) == 2
+    assert a[0] != c[0] and len(c[2]) == 1 and dict(c[0])["splitk_mode"] == "parallel"
+    sm80 = codegen.compile(fuserir.parse(AUTO), backend="interp", device=H200.with_(cc=(8, 0)))
+    assert len(sm80.plan_for({"M": 128, "N": 128, "K": 262144})[2]) == 2   # two kernels
 
 
 def test_the_first_run_of_a_size_class_schedules_for_those_sizes(rng, monkeypatch):
@@ -213,8 +215,8 @@ def test_inspect_shows_the_declared_scalars_and_the_plan_a_size_takes(tmp_path):
     skinny = run_cli("inspect", path, "--size", "M=128,N=128,K=262144")
     assert skinny.returncode == 0, skinny.stderr
     assert "automatic schedule for these sizes on NVIDIA H200" in skinny.stdout
-    assert "(run() passes splitk=132)" in skinny.stdout
-    assert "split-K 132 (two_kernel)" in skinny.stdout
+    assert "(run() passes splitk=66)" in skinny.stdout
+    assert "split-K 66 (parallel): 2 tiles x 66 splits" in skinny.stdout
     square = run_cli("inspect", path, "--size", "M=4096,N=4096,K=4096")
     assert "the Hopper path (wgmma, TMA, a producer warp group), CTA tile 128x256x64" in \
         square.stdout

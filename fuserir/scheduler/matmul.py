@@ -337,6 +337,7 @@ def _copy_layout(smem, warps):
 # -- the heuristic -------------------------------------------------------------------------
 
 HOPPER_STAGES = 4
+PARALLEL_STAGES = 6   # the parallel split-K's streaming: more bytes in flight per SM
 
 
 def _rows_of(m, n, k, layout, elements):
@@ -370,8 +371,14 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       SM one, else 128x128 (two of 64x128); K tile 64; 4 stages; the output staged
       through shared memory over the operand stages where it fits;
     * serial split-K where the tiles fill at most half the SMs: as many splits as fill
-      them, at most 8 (a longer chain of serial splits is the mma.sync path's two-kernel
-      split-K, which the Hopper path does not have)."""
+      them, at most 8;
+    * where that would chain more than 8 serial splits (a skinny output and a long K:
+      memory bound), the parallel split-K (arrival counters, the sum spread over the
+      CTAs, deterministic): tiles of 128x64 where N is at most 128 (half the partial
+      sums per CTA of a 128x128 tile, and the two tiles' CTAs share A's bytes in L2),
+      as many splits as give every SM one CTA (the whole grid resident at once, as the
+      protocol needs), each split every splitk-th K tile (interleaved), 6 stages
+      (docs/perf.md)."""
     sms, limit = device.sms, device.shared_limit
     if not device.tma:
         why("the operand arrays' strides are not what TMA reads (a contiguous last axis, "
@@ -391,16 +398,17 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     tm, tn = (128, 256) if wide else (128, 128)
     tiles = ceil_div(m, tm) * ceil_div(n, tn)
     k_tiles = ceil_div(k, tk)
-    splitk = 1
+    splitk, mode, most = 1, "serial", HOPPER_STAGES
     if 2 * tiles <= sms:
         splitk = max(1, min(sms // tiles, k_tiles // 4))
         if splitk > TWO_KERNEL_SPLITS:
-            why(f"{m}x{n}x{k}: {tiles} tiles want {splitk} splits, more than "
-                f"{TWO_KERNEL_SPLITS} serial ones: the mma.sync path's two-kernel split-K")
-            return None
+            if n <= 128:
+                tn = 64
+                tiles = ceil_div(m, tm) * ceil_div(n, tn)
+            splitk, mode, most = max(1, min(sms // tiles, k_tiles // 4)), "parallel", \
+                PARALLEL_STAGES
     stage_bytes = (tm + tn) * tk * 2
-    stages = next((s for s in range(HOPPER_STAGES, 1, -1) if s * stage_bytes <= limit),
-                  None)
+    stages = next((s for s in range(most, 1, -1) if s * stage_bytes <= limit), None)
     if stages is None:
         why(f"one Hopper pipeline stage needs {stage_bytes} bytes of shared memory, over "
             f"the limit of {limit}: the mma.sync path")
@@ -408,10 +416,13 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     why(f"{m}x{n}x{k} on {device.name} ({sms} SMs): the Hopper path (wgmma, "
         f"{'TMA, ' if tma else ''}a producer warp group), CTA tile {tm}x{tn}x{tk} in two "
         f"consumer warp groups of 64x{tn}, " + ("tiles of 128x256 fill the SMs" if wide else
-                        f"{tiles} tiles of 128x128 (tiles of 128x256 would leave SMs idle)"))
-    why(f"split-K {splitk} (serial): " + ("the tiles fill more than half the SMs"
+                        f"{tiles} tiles of 128x{tn} (tiles of 128x256 would leave SMs idle)"))
+    why(f"split-K {splitk} ({mode}): " + ("the tiles fill more than half the SMs"
         if splitk == 1 else f"{tiles} tiles x {splitk} splits, {k_tiles // splitk} K "
-                            f"tiles of {tk} per split"))
+                            f"tiles of {tk} per split" + (
+            f"; over {TWO_KERNEL_SPLITS} serial splits, so every CTA of a tile sums a slice "
+            "of it at once (arrival counters), each split every splitk-th K tile"
+            if mode == "parallel" else "")))
     smem_epilogue = tm * tn * out_itemsize <= stages * stage_bytes
     why(f"{stages} stages of {stage_bytes} bytes within {limit} bytes of shared memory; "
         + ("the output staged through shared memory over the operand stages (8-11% "
@@ -419,7 +430,8 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
            if smem_epilogue else "the output stored from the accumulator registers"))
     return MatmulParams(cta_tile=(tm, tn, tk), warp_tile=(64, tn, tk),
                         instruction_tile=WGMMA.shape(tn), stages=stages,
-                        splitk_factor=splitk, splitk_mode="serial",
+                        splitk_factor=splitk, splitk_mode=mode,
+                        splitk_interleaved=mode == "parallel",
                         use_smem_epilogue=smem_epilogue,
                         promote_prologue_smem_reuse=smem_epilogue,
                         async_gmem_load_operands=tma)
@@ -475,8 +487,9 @@ def matmul_heuristic(m: int, n: int, k: int, layout: str = "TT",
     """MatmulParams for an M x N x K matmul (any layout; dtypes: the operands' and
     optionally the output's). On Hopper (sm_90) the Hopper path's (_hopper_params: wgmma
     on tiles a producer warp group loads, by TMA or, for rows of an odd number of
-    elements, by element copies), unless TMA cannot read rows that cp.async can or the
-    shape wants a two-kernel split-K; otherwise, and below sm_90, the mma.sync path's:
+    elements, by element copies; a parallel split-K for skinny outputs with a long K),
+    unless TMA cannot read rows that cp.async can; otherwise, and below sm_90, the
+    mma.sync path's:
 
     * CTA tile 256x128 (8 warps of 64x64) when that still gives every SM a tile, else
       128x128 (4 warps, two CTAs per SM); K tile 32, instruction tile 16x8x16;
