@@ -297,7 +297,7 @@ class TensorView(Val):
     @_traced
     def parallel_grid_reduction(self) -> None:
         """Reduce this tensor's reduction axis bound to a block index across CTAs at once
-        (split-K, the sum spread over the CTAs of a tile, in split order): counters order
+        (split-K, the sum spread over the CTAs of a tile, in a fixed order): counters order
         them, partials and sums live in workspaces; the grid must be resident at once."""
         from .. import transforms
         transforms.parallel_grid_reduction(self)

@@ -338,6 +338,7 @@ def _copy_layout(smem, warps):
 
 HOPPER_STAGES = 4
 PARALLEL_STAGES = 6   # the parallel split-K's streaming: more bytes in flight per SM
+PARALLEL_K_TILES = 16  # ... and its fewest K tiles per split (fewer: the sum costs more)
 
 
 def _rows_of(m, n, k, layout, elements):
@@ -374,11 +375,12 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       them, at most 8;
     * where that would chain more than 8 serial splits (a skinny output and a long K:
       memory bound), the parallel split-K (arrival counters, the sum spread over the
-      CTAs, deterministic): tiles of 128x64 where N is at most 128 (half the partial
-      sums per CTA of a 128x128 tile, and the two tiles' CTAs share A's bytes in L2),
-      as many splits as give every SM one CTA (the whole grid resident at once, as the
-      protocol needs), each split every splitk-th K tile (interleaved), 6 stages
-      (docs/perf.md)."""
+      CTAs, deterministic): tiles of 128x64 (half the partial sums per CTA of a
+      128x128 tile; the CTAs of neighbouring tiles share the operand bytes in L2), as
+      many splits as give every SM one CTA (the whole grid resident at once, as the
+      protocol needs) keeping at least 16 K tiles per split, each split every
+      splitk-th K tile (interleaved), 6 stages (docs/perf.md: 128x64 tiles and these
+      splits measured fastest of those tried at each seed shape)."""
     sms, limit = device.sms, device.shared_limit
     if not device.tma:
         why("the operand arrays' strides are not what TMA reads (a contiguous last axis, "
@@ -402,11 +404,10 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     if 2 * tiles <= sms:
         splitk = max(1, min(sms // tiles, k_tiles // 4))
         if splitk > TWO_KERNEL_SPLITS:
-            if n <= 128:
-                tn = 64
-                tiles = ceil_div(m, tm) * ceil_div(n, tn)
-            splitk, mode, most = max(1, min(sms // tiles, k_tiles // 4)), "parallel", \
-                PARALLEL_STAGES
+            tn = 64
+            tiles = ceil_div(m, tm) * ceil_div(n, tn)
+            splitk = max(1, min(sms // tiles, k_tiles // PARALLEL_K_TILES))
+            mode, most = "parallel", PARALLEL_STAGES
     stage_bytes = (tm + tn) * tk * 2
     stages = next((s for s in range(most, 1, -1) if s * stage_bytes <= limit), None)
     if stages is None:

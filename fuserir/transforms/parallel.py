@@ -175,7 +175,7 @@ def parallel_grid_reduction(tv: TensorView) -> None:
 
     `tv` is a reduction or matmul whose reduction axis is bound to BIDz. Every CTA of an
     output tile writes its f32 partials to a workspace and arrives on the tile's counter;
-    when all have arrived, each sums a slice of the tile over the splits, in split order
+    when all have arrived, each sums a slice of the tile over the splits, in a fixed order
     (deterministic: the same bits every run), and arrives on a second counter; the last
     CTA waits for every slice and writes the result (the grid_reductions pass). A CTA
     waits for CTAs launched after it, so the whole grid must be resident at once: the

@@ -15,14 +15,15 @@ else:        if z > 0: if thread 0: SemRelease(sem[tile] = 0)   reset for the ne
              <the rest of the kernel: only the last split computes the epilogue>
 ```
 
-Parallel: every CTA of the tile at once, the sum spread over them, in split order:
+Parallel: every CTA of the tile at once, the sum spread over them, in a fixed order:
 
 ```text
 if last > 0: work[tile, z, e, thread] = acc[e]; Fence; Barrier
              if thread 0: SemArrive(arrived[tile] += 1); SemWait(arrived[tile] == splits)
              Barrier
              for p in slice z of the tile (L = a multiple of the threads, L * splits >= E T):
-                 sums[tile, p] = work[tile, 0, p] op work[tile, 1, p] op ... (split order)
+                 sums[tile, p] = (g0 op g1) op (g2 op g3), g_i = work[tile, i, p] op
+                                 work[tile, i + 4, p] op ... (four lane groups, in order)
              Fence; Barrier; if thread 0: SemArrive(done[tile] += 1)
 if z == last:
   if last > 0: if thread 0: SemWait(done[tile] == splits)
