@@ -338,3 +338,21 @@ def test_the_interpreter_computes_the_product(shape, sizes):
     args = hp.sched_inputs(*sizes, splitk=splitk)
     run_kernel(hp.sched_matmul(**shape), args)
     np.testing.assert_array_equal(args["C"], _expected(args))
+
+
+def test_a_loop_with_nothing_of_the_protocol_is_skipped_whatever_its_extent():
+    """A parallel split-K's slice sums (a run-time loop over global workspaces and
+    registers) make no event of the shared-memory protocol: the loop is skipped, so only
+    the K loops' trip count is proved, and 8 stages prove within the budget."""
+    import test_hopper_matmul as hopper
+    from lowering.pipeline import lower
+    kernel, _ = lower(hopper.scheduled(dict(
+        hopper.HOPPER, cta_tile=(128, 64, 64), warp_tile=(64, 64, 64),
+        instruction_tile=(64, 64, 16), splitk_mode="parallel", splitk_factor=2, stages=8),
+        layout="NT"))
+    skeleton = Skeleton(kernel)
+    [(extent, loops)] = skeleton.trip_counts.values()
+    assert kir.format_expr(extent) == "ceildiv(ceildiv(K, 64), splitk)" and len(loops) == 2
+    rounds = next(s for s in kir.walk(kernel.body) if isinstance(s, kir.ForLoop)
+                  and "splitk" in kir.format_expr(s.extent) and s not in loops)
+    assert skeleton.loop(rounds).kind == "skipped"

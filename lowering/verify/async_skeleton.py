@@ -12,6 +12,10 @@ Loops, by their extent:
                   the consumer's K loops always run equally often
     refused       depends on threadIdx or data, on loop variables and run-time values at
                   once, or sits in a run-time loop of the same trip count
+    skipped       whatever the extent, nothing in the body can take part in the
+                  shared-memory protocol (as a skipped if below): e.g. a parallel split-K's
+                  slice sums over global workspaces. Its iterations make no event, so
+                  no trip count of it needs proving
 Ifs, by their condition:
     skipped       neither the condition nor any statement under the if can take part in
                   the shared-memory protocol (no shared access, barrier, fence, mbarrier,
@@ -64,8 +68,8 @@ def expr_key(e):
 
 @dataclass(frozen=True)
 class Loop:
-    """How a ForLoop is unrolled: kind "constant", "run-time" or "refused"; `key` (run-time:
-    the trip count's identity), `why` (refused: the Refusal's text)."""
+    """How a ForLoop is unrolled: kind "constant", "run-time", "skipped" or "refused";
+    `key` (run-time: the trip count's identity), `why` (refused: the Refusal's text)."""
 
     kind: str
     key: tuple = None
@@ -111,7 +115,8 @@ class Skeleton:
                 if how.kind == "run-time":
                     self.trip_counts.setdefault(how.key, (s.extent, []))[1].append(s)
                 inner = runtime_keys + ((how.key,) if how.kind == "run-time" else ())
-                self._visit(s.body, loop_vars + (s.var.name,), inner)
+                if how.kind != "skipped":
+                    self._visit(s.body, loop_vars + (s.var.name,), inner)
             elif isinstance(s, kir.IfThenElse):
                 how = self._classify_condition(s, loop_vars)
                 self._conds[id(s)] = how
@@ -122,6 +127,8 @@ class Skeleton:
                     self._visit(s.else_body, loop_vars, runtime_keys)
 
     def _classify_loop(self, s, loop_vars, runtime_keys):
+        if not (shared_accesses(s) or any(self._relevant(x) for x in kir.walk(s.body))):
+            return Loop("skipped")
         what = f"loop extent (of loop {s.var.name}) {kir.format_expr(s.extent)}"
         deps = _dependencies(s.extent, loop_vars)
         if deps["thread"] or deps["data"]:

@@ -351,6 +351,8 @@ class Trace:
             if not mask:
                 return
             if isinstance(s, kir.ForLoop):
+                if self.skeleton.loop(s).kind == "skipped":
+                    continue
                 for v in self._iterations(s, env):
                     self._walk(s.body, mask, env.bind(s.var.name, v), steps)
             elif isinstance(s, kir.IfThenElse):
