@@ -69,6 +69,43 @@ def test_a_split_factor_past_the_grid_limit_is_refused_not_run(splitk, rng):
         exe.run({**integer_inputs(rng, 64, 64, 64), "splitk": splitk})
 
 
+@pytest.mark.parametrize("per_sm, splitk, message", [
+    (1, 133, r"kernel splitk_nt at K=64, M=64, N=64, splitk=133: its 133 blocks wait for "
+             r"each other \(a parallel grid reduction's counters\) and must all be resident "
+             r"at once, but NVIDIA H200 holds 1 per SM x 132 SMs = 132: use fewer splits"),
+    (0, 2, r"kernel splitk_nt: one block of 256 threads and \d+ bytes of dynamic shared "
+           r"memory does not fit on an SM of NVIDIA H200 \(its registers or shared "
+           r"memory\): use smaller tiles or fewer stages"),
+])
+def test_the_co_residency_check_names_both_counts(per_sm, splitk, message, monkeypatch):
+    """The launcher's check of a co-resident kernel (codegen.launch), with the driver's
+    occupancy answer given: a grid past the resident blocks, or a block that fits no SM,
+    is refused before any launch; a grid that fits passes."""
+    from cupy.cuda import driver
+    from codegen import launch
+    from lowering.kir import evaluate_scalar
+    kernel = codegen.compile(seed_fusion(splitk_mode="parallel"), backend="interp") \
+        .kernels[0].kir
+    asked = []
+    monkeypatch.setattr(driver, "occupancyMaxActiveBlocksPerMultiprocessor",
+                        lambda *key: asked.append(key) or per_sm)
+    monkeypatch.setattr(launch, "_resident_per_sm", {})
+    monkeypatch.setattr(launch, "device_model", lambda: fuserir.device.H200)
+
+    class Function:
+        ptr = 1
+    scalars = {"M": 64, "N": 64, "K": 64, "splitk": splitk}
+    config = launch.launch_config(kernel, scalars)
+    assert config[0] == (1, 1, splitk) and evaluate_scalar(kernel.launch.block[0], {}) * \
+        evaluate_scalar(kernel.launch.block[1], {}) == 256
+    with pytest.raises(LaunchLimitError, match=message):
+        launch._check_co_resident(kernel, Function(), config, scalars)
+    if per_sm:
+        launch._check_co_resident(kernel, Function(), launch.launch_config(
+            kernel, {**scalars, "splitk": 132}), scalars)          # 132 blocks fit
+        assert len(asked) == 1                                    # asked once, kept
+
+
 @pytest.mark.gpu
 def test_a_parallel_split_past_the_resident_blocks_is_refused_not_run(rng):
     """A parallel grid reduction's blocks wait for blocks launched after them: a grid the
