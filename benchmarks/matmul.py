@@ -9,7 +9,8 @@
 Each shape is C[M, N] = A[K, M]^T B[K, N] (NT, f16 in, f32 accumulation, f16 out), the
 fusion of examples/splitk_matmul.fz scheduled by fuserir.scheduler.schedule_matmul with
 CTA tile (32 * warps, 128, 32) (or --cta-tile), warp tile (64, 64, 32) (or --warp-tile)
-and serial split-K (or --splitk-mode two_kernel). One compiled
+and serial split-K (or --splitk-mode parallel or two_kernel; --splitk-interleaved: each
+split every splitk-th K tile). One compiled
 kernel serves every shape (sizes and the split factor are kernel arguments).
 
 * check: once per shape, fresh uniform(-1, 1) inputs, against a float64 reference on the

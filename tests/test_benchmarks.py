@@ -229,3 +229,67 @@ def test_matmul_mismatch_count():
     # 0.2 > 1e-3 + 2^-10 * 100 (0.099): counts
     assert matmul_bench.mismatches(np, out, ref, 100) == 2
     assert matmul_bench.mismatches(np, ref, ref, 100) == 0
+
+
+# -- benchmarks/splitk_sweep.py ----------------------------------------------------------------
+
+from benchmarks import splitk_sweep  # noqa: E402
+
+
+def test_the_split_k_sweep_covers_the_skinny_and_decode_points():
+    args = splitk_sweep.parse_args([])
+    points = splitk_sweep.shapes(args)
+    assert len(points) == 5 * 5 * 3 + 5 * 4 and len(set(points)) == len(points)
+    assert (16, 256, 262144) in points and (1, 14336, 4096) in points
+    assert len(points) * len(args.layout_list) * len(args.dtype_list) == 760
+    assert splitk_sweep.shapes(splitk_sweep.parse_args(["--no-decode", "--mn", "64",
+                                                        "--k", "1024"])) == [(64, 64, 1024)]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--layouts", "TX"], "--layouts: unknown layout 'TX'"),
+    (["--dtypes", "f32"], "--dtypes: 'f32' is not f16 or bf16"),
+    (["--k", "16k"], "--mn and --k take comma-separated integers"),
+    (["--from", "x.json"], "--from needs --plot"),
+])
+def test_the_split_k_sweep_refuses_bad_arguments(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        splitk_sweep.parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("layout", sorted(splitk_sweep.OPERANDS))
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_the_split_k_sweep_fusions_mean_the_product(layout, dtype, rng):
+    m, n, k = 3, 5, 7
+    f = splitk_sweep.fusion(layout, dtype)
+    dims = {"M": m, "N": n, "K": k}
+    np_dtype = np.float16 if dtype == "f16" else ml_dtypes.bfloat16
+    a, b = (rng.integers(-3, 4, [dims[d] for d in spec.strip("[]").split(", ")]).astype(np_dtype)
+            for spec in splitk_sweep.OPERANDS[layout])
+    out = fuserir.evaluate(f, {"A": a, "B": b})["out"]
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = (a64 if layout[0] == "T" else a64.T) @ (b64 if layout[1] == "T" else b64.T)
+    assert np.array_equal(out.astype(np.float64), want)
+
+
+def test_the_split_k_sweep_summary_table_and_plot_from_a_file(tmp_path, capsys):
+    points = [{"layout": "NT", "dtype": "f16", "shape": "128x128x262144", "plan": "p",
+               "mismatches": 0, "fuserir_us": 50.0, "cublas_us": 55.0},
+              {"layout": "TN", "dtype": "bf16", "shape": "1x4096x4096", "plan": "q",
+               "mismatches": 0, "fuserir_us": 20.0, "cublas_us": 18.0}]
+    low, mean = splitk_sweep.summary(points)
+    assert low == pytest.approx(0.9) and mean == pytest.approx((1.1 * 0.9) ** 0.5)
+    text = splitk_sweep.table(points, "H200")
+    assert "| NT | f16 | 128x128x262144 | p | 50.0 | 55.0 | 1.10x | 0 |" in text
+    assert "slowest point 0.90x cuBLAS, geometric mean 0.99x over 2 points" in text
+    source = tmp_path / "points.json"
+    source.write_text(json.dumps(points))
+    png = tmp_path / "sweep.png"
+    status = splitk_sweep.main(["--plot", str(png), "--from", str(source)])
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert status == 1 and "no plot: matplotlib is not installed" in capsys.readouterr().err
+    else:
+        assert status == 0 and png.read_bytes().startswith(b"\x89PNG")
