@@ -143,9 +143,10 @@ def steps_breakdown(torch, exe, sets, calls):
     out = arrays.empty(shape, strides, dtype)
     stream = arrays.stream(plan.device)
     scratch = arrays.empty_bytes(max(plan.scratch, 1))
-    tables = [[s.data_ptr() for s in pair] + [out.data_ptr(), scratch.data_ptr()]
-              for pair in sets]
-    zeroed = plan.zeroed or (0, 256)
+    zeroed = max(plan.zeroed, 256)
+    zeros = arrays.empty_bytes(zeroed)
+    tables = [[s.data_ptr() for s in pair] + [out.data_ptr(), scratch.data_ptr(),
+                                              zeros.data_ptr()] for pair in sets]
 
     def timed(fn):
         return per_call_us(fn, [()], calls, torch.cuda.synchronize, every=1)["median"] * 1e3
@@ -160,9 +161,8 @@ def steps_breakdown(torch, exe, sets, calls):
             lambda: torch.empty(shape, dtype=dtype, device=arrays.device)),
         f"scratch block ({plan.scratch} bytes)": timed(
             lambda: arrays.empty_bytes(max(plan.scratch, 1))),
-        f"memset of {zeroed[1]} bytes": timed(
-            lambda: kernel_params.memset_async(scratch.data_ptr() + zeroed[0], zeroed[1],
-                                               stream)),
+        f"memset of {zeroed} bytes (semaphores, in a graph capture only)": timed(
+            lambda: kernel_params.memset_async(zeros.data_ptr(), zeroed, stream)),
         "launch, maps at known addresses": timed(
             lambda: launch([tables[0][i] + o for i, o in sources], stream)),
         "launch, maps re-pointed": timed(

@@ -23,11 +23,21 @@ launch (codegen.launch.BoundLaunch) with where each pointer comes from. A call r
 caller's current stream on the inputs' device, allocates its outputs and scratch there
 (both allocators are stream-ordered: a block freed by one call is reused only after the
 work queued before on that stream, and torch's allocator gives a CUDA graph being captured
-memory of its own), writes the pointers and launches each kernel. Nothing is shared
-between calls but the launch parameters' storage, written under a lock: calls from
+memory of its own), writes the pointers and launches each kernel.
+
+Semaphores (the workspaces a kernel needs zeroed) live in the stream's block of zeros
+(StreamZeros), not in the scratch block: every launch leaves its semaphores zero again
+(lowering.verify.grid_protocol proves it of every kernel that has them), so the calls of
+one stream, which run one after another, share one block zeroed once when it was made,
+and a call queues no memset. Calls on other streams have blocks of their own; a call
+being captured into a CUDA graph gets a scratch block of its own, zeroed by a memset the
+graph holds, since a graph may be replayed on any stream beside anything. Nothing else is
+shared between calls but the launch parameters' storage, written under a lock: calls from
 several threads, on several streams, and graph captures beside eager calls never share
 partial sums or semaphores.
 """
+
+import threading
 
 import numpy as np
 
@@ -37,6 +47,7 @@ from fuserir.errors import FuserirError
 from fuserir.numerics import round_up
 
 SCRATCH_ALIGN = 256        # bytes: each intermediate and workspace in the scratch block
+PER_THREAD_STREAM = 2      # cudaStreamPerThread: one handle, a stream per host thread
 
 _TORCH_DTYPES = {DataType.f16: "float16", DataType.bf16: "bfloat16",
                  DataType.f32: "float32", DataType.f64: "float64",
@@ -168,14 +179,55 @@ class CuPyArrays:
         a.fill(value)
 
 
+class StreamZeros:
+    """Per (device, stream): a block of zeros the semaphores of every call on that stream
+    share (see the module header), grown when a call needs more, made and zeroed on the
+    stream itself (so its memset is ordered before the first launch that uses it, and
+    the block a grown one replaces goes back to its allocator after the stream's work).
+    Keyed by the stream's handle, as torch's and CuPy's allocators key their free blocks:
+    the per-thread default stream, one handle for a stream per host thread, is keyed by
+    the thread too."""
+
+    def __init__(self):
+        self._blocks = {}
+        self._lock = threading.Lock()
+
+    def address(self, fw, device, stream, nbytes):
+        """The address of the block of at least `nbytes` zeros for `stream` on `device`,
+        made with `fw` (TorchArrays or CuPyArrays) when there is none large enough."""
+        key = (device, stream) if stream != PER_THREAD_STREAM else \
+            (device, stream, threading.get_ident())
+        known = self._blocks.get(key)
+        if known is None or known[1] < nbytes:
+            with self._lock:
+                known = self._blocks.get(key)
+                if known is None or known[1] < nbytes:
+                    size = round_up(nbytes, 4096)
+                    block = fw.empty_bytes(size)
+                    address = fw.pointer(block)
+                    kernel_params.memset_async(address, size, stream)
+                    known = self._blocks[key] = (address, size, block)
+        return known[0]
+
+    def clear(self):
+        """Forget every block (tests; a block still in use is kept alive by nothing else,
+        so only between synchronized calls)."""
+        with self._lock:
+            self._blocks.clear()
+
+
+STREAM_ZEROS = StreamZeros()
+
+
 class CallPlan:
     """What a call with one signature does (see the module header). `outputs`: per fusion
     output, (shape, element strides, framework dtype, poison value or None); `scratch`:
-    its bytes, and the (offset, bytes) to zero and to poison in it; `launches`: per kernel,
+    its bytes, and the (offset, bytes) to poison in it or None; `launches`: per kernel,
     (its launch: BoundLaunch.launch, ((position in the address table, byte offset), ...))
     for its tensors and then its workspaces, where the table is the inputs, then the
-    outputs, then the scratch block. `pointers`: the address function of each input's and
-    each out= array's kind (a call may mix torch and CuPy arrays)."""
+    outputs, then the scratch block, then the block of zeros (`zeroed`: its bytes, the
+    semaphores'). `pointers`: the address function of each input's and each out= array's
+    kind (a call may mix torch and CuPy arrays)."""
 
     __slots__ = ("arrays", "device", "outputs", "scratch", "zeroed", "poisoned",
                  "launches", "switch", "pointers")
@@ -214,7 +266,7 @@ class CallPlan:
                 if poison is not None:
                     fw.fill(array, poison)
         table = [pointer(a) for pointer, a in zip(self.pointers, (*inputs, *out))]
-        scratch = None
+        scratch = zeros = None
         if self.scratch:
             scratch = fw.empty_bytes(self.scratch)
             base = fw.pointer(scratch)
@@ -222,13 +274,20 @@ class CallPlan:
             if self.poisoned:
                 kernel_params.memset_async(base + self.poisoned[0], self.poisoned[1], stream,
                                            0xFF)
-            if self.zeroed:
-                kernel_params.memset_async(base + self.zeroed[0], self.zeroed[1], stream)
         else:
             table.append(0)       # workspaces of no bytes (one split): never touched
+        if self.zeroed:
+            if fw.capturing():    # a graph's own zeros, zeroed at each replay
+                zeros = fw.empty_bytes(self.zeroed)
+                table.append(fw.pointer(zeros))
+                kernel_params.memset_async(table[-1], self.zeroed, stream)
+            else:
+                table.append(STREAM_ZEROS.address(fw, self.device, stream, self.zeroed))
+        else:
+            table.append(0)
         for launch, sources in self.launches:
             launch([table[i] + offset for i, offset in sources], stream)
-        del scratch       # back to the allocator, reused only after this stream's work
+        del scratch, zeros    # back to the allocator, reused only after this stream's work
         return out
 
 
@@ -282,20 +341,17 @@ def as_cupy(value, cupy):
 
 
 def scratch_layout(pieces, zeroed):
-    """Offsets of `pieces` ([(key, bytes)]) then of `zeroed` ([(key, bytes)]) in one scratch
-    block, each SCRATCH_ALIGN-aligned (a piece of no bytes takes none: nothing touches
-    it): ({key: offset}, total bytes, (zeroed offset, zeroed bytes) or None, (0, bytes of
-    the pieces) or None)."""
-    offsets, at = {}, 0
-    for key, nbytes in pieces:
-        offsets[key] = at
-        at += round_up(nbytes, SCRATCH_ALIGN)
-    pieces_end = at
-    for key, nbytes in zeroed:
-        offsets[key] = at
-        at += round_up(nbytes, SCRATCH_ALIGN)
-    return (offsets, at, (pieces_end, at - pieces_end) if at > pieces_end else None,
-            (0, pieces_end) if pieces_end else None)
+    """Offsets of `pieces` ([(key, bytes)]) in one scratch block and of `zeroed` ([(key,
+    bytes)]) in the stream's block of zeros, each SCRATCH_ALIGN-aligned (a piece of no
+    bytes takes none: nothing touches it): ({key: offset}, scratch bytes, zeros bytes)."""
+    offsets, sizes = {}, []
+    for group in (pieces, zeroed):
+        at = 0
+        for key, nbytes in group:
+            offsets[key] = at
+            at += round_up(nbytes, SCRATCH_ALIGN)
+        sizes.append(at)
+    return offsets, sizes[0], sizes[1]
 
 
 def torch_dtype_name(dtype):

@@ -432,15 +432,17 @@ class Executable:
                                        size * spare[w.buffer.name].itemsize))
                 launches.append(bind(planned.kernel.kir, planned.kernel.cubin,
                                      _step_args(planned, values, spare)))
-        offsets, size, zeroed, poisoned = scratch_layout(
+        offsets, size, zeroed = scratch_layout(
             intermediates + [(k, n) for k, z, n in workspaces if not z],
             [(k, n) for k, z, n in workspaces if z])
         table = {name: (i, 0) for i, name in enumerate(self._input_names)}
         table.update((name, (len(arrays) + i, 0)) for i, name in enumerate(final))
         scratch = len(arrays) + len(final)
         table.update((name, (scratch, offsets[name])) for name, _ in intermediates)
+        zero_flags = {key: z for key, z, _ in workspaces}
         sources = [(launch.launch, tuple([table[name] for name in launch.tensor_names]
-                                         + [(scratch, offsets[(i, name)])
+                                         + [(scratch + zero_flags[(i, name)],
+                                             offsets[(i, name)])
                                             for name in launch.workspace_names]))
                    for i, launch in enumerate(launches)]
         outputs = []
@@ -456,7 +458,8 @@ class Executable:
         pointers = tuple(map(pointer_of, arrays)) + (
             tuple(map(pointer_of, out)) if out is not None else (arrays_of.pointer,) * len(final))
         return CallPlan(arrays_of, device, tuple(outputs), size, zeroed,
-                        poisoned if poison else None, tuple(sources), switch, pointers)
+                        (0, size) if poison and size else None, tuple(sources), switch,
+                        pointers)
 
     def kernels_for(self, inputs: Mapping[str, Any]) -> list[CompiledKernel]:
         """The kernels run(inputs) launches, in order: each step's variant for these arrays

@@ -18,7 +18,7 @@ import codegen
 import fuserir
 import kir_examples as ex
 from codegen import nvrtc
-from driver import executable
+from driver import calls as calling, executable
 from codegen import kernel_params, launch as launching
 from codegen.cuda import emit_cuda
 from fuserir.device import H200
@@ -139,6 +139,7 @@ def gpu(monkeypatch):
                         lambda func, attribute, value: fake.opt_ins.append(value))
     for cache in ("_launchers", "_opted_in"):
         monkeypatch.setattr(launching, cache, {})
+    monkeypatch.setattr(calling, "STREAM_ZEROS", calling.StreamZeros())
     return fake
 
 
@@ -432,7 +433,12 @@ def test_cuda_run_passes_each_runs_intermediates(gpu, binds):
     assert len(binds) == 1 and gpu.loads == 2
 
 
-def test_cuda_run_gives_each_run_its_own_zeroed_workspaces(gpu):
+def test_cuda_run_gives_each_run_its_own_partials_and_each_stream_its_semaphores(
+        gpu, monkeypatch):
+    """Partial sums: a scratch block of each call's own. Semaphores (which every launch
+    leaves zero): the stream's block of zeros, zeroed once on that stream when made or
+    grown; another stream has its own; a call being captured into a graph gets its own,
+    zeroed by a memset the graph holds."""
     exe = codegen.compile(fuserir.parse((EXAMPLES / "seed_matmul.fz").read_text()),
                           backend="cuda")
     kernel = exe.kernels[0].kir
@@ -440,20 +446,57 @@ def test_cuda_run_gives_each_run_its_own_zeroed_workspaces(gpu):
     assert [w.zeroed for w in kernel.workspaces] == [False, True]
     after = len(kernel.tensor_params) + sum(len(p.sizes) for p in kernel.tensor_params)
     a, b = gpu.array((64, 256), np.float16), gpu.array((64, 128), np.float16)
-    seen = []
-    for splitk in (2, 2, 3):
+    stream = types.SimpleNamespace(ptr=0x51)
+    monkeypatch.setattr(gpu.cupy.cuda, "get_current_stream", lambda: stream)
+
+    def call(splitk):
         gpu.memsets.clear()
         exe.run({"A": a, "B": b, "splitk": splitk})
         work, sem = gpu.function.last_args[after:after + 2]
-        (zeroed,) = [m for m in gpu.memsets if m[0] == sem]      # the semaphores
-        assert zeroed[2] == 0 and zeroed[3:] in ((), (0,))    # on the call's stream, zeros
-        seen.append((work, sem))
-    assert len(set(seen)) == 3            # no run shares another's workspaces
+        return int(work), int(sem), [m for m in gpu.memsets if m[0] == sem]
+
+    works, sems = [], []
+    for splitk in (2, 2, 3):
+        work, sem, memsets = call(splitk)
+        works.append(work)
+        sems.append(sem)
+        if splitk == 2 and len(works) == 1:      # the stream's first: its zeros are made
+            (address, nbytes, on, *value), = memsets
+            assert (address, on, value) == (sem, 0x51, []) and nbytes >= 4
+        else:
+            assert memsets == []                 # zeros kept: every launch leaves them 0
+    assert len(set(works)) == 3 and len(set(sems)) == 1
+    stream.ptr = 0x52                            # another stream: zeros of its own
+    work, sem, memsets = call(3)
+    assert sem not in sems and [m[:3] for m in memsets] == [(sem, 4096, 0x52)]
     exe.run({"A": a, "B": b, "splitk": 1})  # one split: no workspace bytes, nothing zeroed
     gpu.memsets.clear()
     exe.run({"A": a, "B": b, "splitk": 1})
     assert gpu.function.last_args[after:after + 2] == (0, 0) and not gpu.memsets
     assert gpu.loads == 3             # a signature per split factor
+    monkeypatch.setattr(gpu.cupy.cuda.runtime, "streamIsCapturing", lambda s: True,
+                        raising=False)
+    captured = [call(3) for _ in range(2)]       # a graph's: its own, zeroed in the graph
+    for work, sem, memsets in captured:
+        assert sem not in sems and [m[:3] for m in memsets] == [(sem, 256, 0x52)]
+    assert captured[0][1] != captured[1][1]
+
+
+def test_a_stream_block_of_zeros_grows_and_per_thread_streams_are_apart(gpu):
+    zeros, fw = calling.StreamZeros(), calling.CuPyArrays(0, gpu.cupy)
+    first = zeros.address(fw, 0, 7, 100)
+    assert zeros.address(fw, 0, 7, 4096) == first           # rounded up to 4 KiB
+    grown = zeros.address(fw, 0, 7, 5000)
+    assert grown != first and gpu.memsets[-1][:3] == (grown, 8192, 7)
+    assert zeros.address(fw, 1, 7, 16) not in (first, grown)   # another device
+    here = zeros.address(fw, 0, calling.PER_THREAD_STREAM, 16)
+    import threading
+    there = []
+    worker = threading.Thread(target=lambda: there.append(
+        zeros.address(fw, 0, calling.PER_THREAD_STREAM, 16)))
+    worker.start()
+    worker.join()
+    assert there[0] != here and zeros.address(fw, 0, calling.PER_THREAD_STREAM, 16) == here
 
 
 # -- on the GPU --------------------------------------------------------------------------------
