@@ -215,7 +215,7 @@ def _parallel(ctx, kernel, tv, rest):
         each([fold(kir.Load(loaded, v))])])
     in_tile = binop("lt", position, per_split)       # the same for a warp's lanes
     combine_groups = [each([fold(kir.ShuffleXor(kir.Load(total, v), mask))])
-                      for mask in (lanes, 2 * lanes)]
+                      for mask in (lanes << k for k in range(SUM_GROUPS.bit_length() - 1))]
     sum_slice = kir.ForLoop(r, rounds, [
         each([kir.Store(total, v, identity(op, acc.dtype))]),
         kir.IfThenElse(in_tile, [kir.ForLoop(s, binop("ceildiv", g.splits, const(SUM_GROUPS)),
