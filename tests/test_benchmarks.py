@@ -293,3 +293,39 @@ def test_the_split_k_sweep_summary_table_and_plot_from_a_file(tmp_path, capsys):
         assert status == 1 and "no plot: matplotlib is not installed" in capsys.readouterr().err
     else:
         assert status == 0 and png.read_bytes().startswith(b"\x89PNG")
+
+
+# -- benchmarks/splitk_timeline.py -------------------------------------------------------------
+
+from benchmarks import splitk_timeline  # noqa: E402
+import codegen  # noqa: E402
+from codegen import nvrtc  # noqa: E402
+
+
+def test_the_split_k_timeline_stamps_each_phase_of_the_generated_kernel():
+    k, args = splitk_timeline.parse_args(["8448", "--splitk", "66", "--cta-tile", "128x64x64"])
+    assert k == 8448 and args.splitk_mode == "parallel" and args.stages == 6
+    fusion, _ = matmul_bench.build(args)
+    compiled = codegen.compile(fusion, backend="cuda").kernels[0]
+    text = splitk_timeline.instrument(compiled.source)
+    stamps = [line for line in text.split("\n") if "%%globaltimer" in line]
+    assert [int(line.split("+ ")[-1].split("]")[0]) for line in stamps] == list(range(6))
+    order = [text.index(mark) for mark in (
+        "extern __shared__", "parallel grid reduction of", "sem_wait(&acc_arrived",
+        "sem_wait(&acc_done", "sem_release(&acc_done")]
+    assert order == sorted(order)
+    lines = text.split("\n")
+    at = {int(line.split("+ ")[-1].split("]")[0]): i for i, line in enumerate(lines)
+          if "%%globaltimer" in line}
+    assert "extern __shared__" in lines[at[0] + 1]
+    assert "parallel grid reduction" in lines[at[1] + 1]
+    assert "bar.sync" in lines[at[2] - 1] and "sem_wait(&acc_arrived" in lines[at[2] - 3]
+    assert "__threadfence" in lines[at[3] + 1]
+    assert "bar.sync" in lines[at[4] - 1] and "sem_wait(&acc_done" in lines[at[4] - 3]
+    assert "for (" in lines[at[5] + 1] or "#pragma unroll" in lines[at[5] + 1]
+    nvrtc.compile_to_cubin(text, compiled.kir.name, "sm_90a")      # it still compiles
+
+
+def test_the_split_k_timeline_names_a_kernel_it_cannot_stamp():
+    with pytest.raises(splitk_timeline.NotInstrumentable, match="no parallel grid reduction"):
+        splitk_timeline.instrument('extern "C" __global__ void k() {}')
