@@ -352,7 +352,8 @@ schedule every_method {
   c.swizzle(64)                     # 64 f16 = 128 bytes: 8 chunks of 16
   c.promote_reuse()
   s.parallel_grid_reduction()
-  s.serial_grid_reduction()         # the last of the two decides
+  s.atomic_grid_reduction()
+  s.serial_grid_reduction()         # the last of the three decides
   out.split(0, 2)
   out.vectorize(-1)
 }

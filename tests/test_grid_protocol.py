@@ -8,10 +8,16 @@ drops) and the kernels the matmul scheduler lowers for both instruction sets.
 
 import copy
 
+import numpy as np
+
 import pytest
 
+import codegen
+import fuserir
 import kir_examples as ex
 from codegen.errors import HazardError
+from fuserir.dtypes import DataType
+from fuserir.errors import ScheduleError
 from fuserir.dsl.parser import parse_file
 from lowering import kir
 from lowering.passes.verify_hazards import verify
@@ -250,3 +256,100 @@ def test_a_parallel_reduction_not_marked_co_resident_is_refused_as_a_deadlock():
     findings = check_grid_protocol(kernel)
     assert "deadlock" in kinds(findings)
     assert any("launched after" in str(h) for h in findings), findings
+
+
+def _sm80_atomic():
+    return lower(sm80_seed(splitk_mode="atomic"))[0]
+
+
+def _hopper_atomic():
+    return lower(scheduled(dict(HOPPER, splitk_mode="atomic", splitk_factor=2),
+                           layout="NT", epilogue=True))[0]
+
+
+def _zero_stores(kernel):
+    return [s for s in kir.walk(kernel.body) if isinstance(s, kir.Store)
+            and s.buffer.name.endswith("_sums") and isinstance(s.value, kir.Const)]
+
+
+@pytest.mark.parametrize("build", [_sm80_atomic, _hopper_atomic],
+                         ids=["sm80 seed", "hopper bias relu"])
+def test_the_atomic_reduction_is_proved_and_each_of_its_syncs_dropped_alone_is_refused(build):
+    """Atomic adds into the tile's sums, an arrival each; the last CTA waits for all,
+    reads the sums, stores zeros back and resets the counter. The adds of two CTAs do not
+    conflict; each sync dropped, and the store of zeros dropped, is refused by name."""
+    kernel = build()
+    assert kernel.co_resident
+    assert [w.zeroed for w in kernel.workspaces] == [True, True]
+    assert has_grid_protocol(kernel) and check_grid_protocol(kernel) == []
+    adds = [s for s in kir.walk(kernel.body) if isinstance(s, kir.AtomicAdd)]
+    assert len(adds) == 1 and adds[0].line().startswith("atomic_add acc_sums[")
+    syncs = _protocol_syncs(kernel)
+    lines = [s.line() for s in syncs]
+    assert [x.split()[0] for x in lines if x.startswith("sem_")] == [
+        "sem_arrive", "sem_wait", "sem_release"]
+    assert sum("__threadfence" in x for x in lines) == 1
+    assert sum(x.startswith(("__syncthreads", "bar.sync")) for x in lines) == 2
+    (zeros,) = _zero_stores(kernel)
+    for s, expected in [(s, _expected(s)) for s in syncs] + [(zeros, "workspace")]:
+        with pytest.raises(HazardError) as info:
+            verify(_without(kernel, s))
+        found = {h.kind for h in info.value.hazards}
+        assert expected in found, (s.line(), info.value)
+
+
+def test_zeros_stored_by_other_threads_or_at_another_index_do_not_undo_the_adds():
+    """The store of zeros must cover every element the adds touch: by the same threads
+    at the same index. Stored by thread 0 only, or one element along, it is refused."""
+    kernel = _sm80_atomic()
+    (zeros,) = _zero_stores(kernel)
+    narrowed = copy.deepcopy(kernel)
+    (store,) = _zero_stores(narrowed)
+    guard = kir.IfThenElse(kir.BinOp("eq", kir.Special(kir.SpecialKind.threadIdx, "x",
+                                                        store.index.dtype),
+                                     kir.Const(0, store.index.dtype), DataType.bool),
+                           [kir.Store(store.buffer, store.index, store.value)])
+    for s in kir.walk(narrowed.body):
+        for body in s.bodies():
+            if store in body:
+                body[body.index(store)] = guard
+    shifted = copy.deepcopy(kernel)
+    (store,) = _zero_stores(shifted)
+    store.index = kir.BinOp("add", store.index, kir.Const(1, store.index.dtype),
+                            store.index.dtype)
+    for changed in (narrowed, shifted):
+        findings = check_grid_protocol(changed)
+        assert "workspace" in kinds(findings), findings
+        assert any("not stored back to zero" in str(h) for h in findings)
+
+
+def test_an_atomic_max_reduction_is_refused_by_name():
+    f = fuserir.parse("fusion f(h: f32[M, N]) { r = max(h, axes=[1])  output r }")
+    r = f.tensor("r")
+    r.split(1, 4, inner=False)
+    r.parallelize(1, "BIDz")
+    r.parallelize(0, "BIDx")
+    r.atomic_grid_reduction()
+    with pytest.raises(ScheduleError, match="an atomic grid reduction adds its partials"):
+        codegen.compile(f, backend="interp")
+
+
+def test_the_interpreter_catches_the_atomic_reductions_missing_zeros_and_fence():
+    """The same drops run: without the store of zeros the launch leaves the sums non-zero
+    (a "workspace" hazard); without the fence the last CTA reads adds it never acquired
+    ("cross-cta"). The clean kernel runs without a hazard and gives the product."""
+    from codegen.interp import run_kernel
+    from codegen.errors import RaceError
+    import mutation
+    kernel = _sm80_atomic()
+    sizes = {"M": 256, "N": 128, "K": 32 * 3 * 2, "splitk": 2}
+    args = mutation.arguments(kernel, sizes)
+    run_kernel(kernel, args)
+    a, b = (args[n].astype(np.float64) for n in ("A", "B"))
+    assert np.array_equal(args["out"].astype(np.float64), a.T @ b)
+    (zeros,) = _zero_stores(kernel)
+    (fence,) = [s for s in _protocol_syncs(kernel) if "__threadfence" in s.line()]
+    for dropped, kind in ((zeros, "workspace"), (fence, "cross-cta")):
+        with pytest.raises(RaceError) as info:
+            run_kernel(_without(kernel, dropped), mutation.arguments(kernel, sizes))
+        assert kind in {h.kind for h in info.value.hazards}, info.value

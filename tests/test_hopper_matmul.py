@@ -137,6 +137,7 @@ def test_every_layout_and_dtype_with_a_fused_epilogue(layout, dtype, rng):
     dict(splitk_mode="two_kernel", splitk_factor=3),
     dict(splitk_mode="parallel", splitk_factor=3),
     dict(splitk_mode="parallel", splitk_factor=3, splitk_interleaved=True),
+    dict(splitk_mode="atomic", splitk_factor=3),
     pytest.param(dict(use_smem_epilogue=True, promote_prologue_smem_reuse=False,
                       splitk_factor=1), marks=pytest.mark.slow),   # half a minute to prove
     pytest.param(dict(cta_tile=(64, 256, 64), warp_tile=(64, 256, 64),
@@ -355,6 +356,8 @@ GPU_CASES = {
     "TN parallel interleaved bias relu": (dict(HOPPER, splitk_mode="parallel", splitk_factor=3,
                                                splitk_interleaved=True), "TN", "bf16", True,
                                           (72, 264, 64 * 7), 3),
+    "NT atomic split 5": (dict(HOPPER, splitk_mode="atomic", splitk_factor=5), "NT", "f16",
+                          False, (200, 136, 64 * 13 + 8), 5),
     "NN 128x256": (dict(HOPPER, cta_tile=(128, 256, 64), warp_tile=(64, 256, 64),
                         instruction_tile=(64, 256, 16), use_smem_epilogue=True,
                         promote_prologue_smem_reuse=True), "NN", "f16", False,

@@ -1,7 +1,7 @@
 """The mutation test of the checkers on the sm_80 kernels the matmul heuristics build (the
-seed configuration, serial and two-kernel split-K): every mutant of their synchronization
-refused by the static verifier and caught by the interpreter, or argued harmless
-(tests/mutation.py; the Hopper kernels: tests/test_mutation_hopper.py)."""
+seed configuration: serial, parallel, atomic and two-kernel split-K): every mutant of
+their synchronization refused by the static verifier and caught by the interpreter, or
+argued harmless (tests/mutation.py; the Hopper kernels: tests/test_mutation_hopper.py)."""
 
 import pytest
 
@@ -13,6 +13,7 @@ CONFIGS = {
     "seed, serial split-K": (lambda: sm80.seed_fusion(), 32 * 3, 32, 256),
     "seed, parallel split-K": (lambda: sm80.seed_fusion(splitk_mode="parallel"), 32 * 3, 32,
                                256),
+    "seed, atomic split-K": (lambda: sm80.seed_fusion(splitk_mode="atomic"), 32 * 3, 32, 256),
     "seed, two kernels": (lambda: sm80.seed_fusion(splitk_mode="two_kernel"), 32 * 3, 32, 256),
 }
 

@@ -455,6 +455,18 @@ class _Emitter(HopperEmitter, TmaEmitter, ExpressionEmitter):
         cell, value = self.semaphore(s, "sem_arrive")
         self.emit(depth, f"sem_arrive({cell}, {value});", self.describe(s))
 
+    def s_AtomicAdd(self, s, depth):
+        """atomicAdd with its result unused, which the compiler emits as red.global.add."""
+        b = s.buffer
+        self.check_memory(b, kir.Memory.global_, "atomic_add")
+        if b.dtype not in (DataType.f32, DataType.i32):
+            raise self.error(f"atomic_add into {b.name}: {b.dtype}; f32 or i32 only")
+        if s.value.dtype is not b.dtype:
+            raise self.error(f"atomic_add of a {s.value.dtype} value into {b.dtype} "
+                             f"buffer {b.name} (lowering must Cast)")
+        self.emit(depth, f"atomicAdd(&{self.subscript(b, s.index)}, "
+                         f"{_bare(self.expr(s.value))});", self.describe(s))
+
 
 def _comment_safe(text):
     # A backslash ending a // comment would splice the next source line into it.

@@ -28,6 +28,11 @@ Cross-CTA checker (global memory: outputs, workspaces, any written buffer)
     that write disjoint elements and never read each other's are never reported. The
     semaphore operations themselves are synchronization, not data: they are not checked,
     and a SemRelease clears its cells' data shadow.
+  * AtomicAdd (red.global.add): adds of several blocks to one element do not race each
+    other; each is checked against the element's last plain write and kept per block
+    (gev event and thread); a plain read or write of the element by another block is
+    checked against every block's adds as against a write, and a plain write clears
+    them (the element's history starts again).
   * TMA stores (tma.py) write through the same path when a wait retires them; a store
     retired by a wait_group.read only gets a new write event when its thread's full
     BulkWait completes its writes (_complete_writes), so a Fence (or SemRelease) between
@@ -61,8 +66,17 @@ class _GlobalShadow:
     no block of this launch wrote it."""
 
     def __init__(self, span):
+        self.span = span
         self.w_seq = np.full(span, _NONE, np.int32)
         self.w_tid = np.full(span, _NONE, np.int16)
+        self.atomics = {}     # block -> (seq, tid) of its latest atomic add per element
+
+    def atomic(self, block):
+        """The (seq, tid) arrays of `block`'s atomic adds, made at its first."""
+        if block not in self.atomics:
+            self.atomics[block] = (np.full(self.span, _NONE, np.int32),
+                                   np.full(self.span, _NONE, np.int16))
+        return self.atomics[block]
 
 
 def _merge_view(into, other):
@@ -188,10 +202,13 @@ class _CrossCta:
                 mask[waiters] = True
                 self.pending.append((mask, acquired))
 
-    def _global_access(self, g, act, pos, write=False):
+    def _global_access(self, g, act, pos, write=False, atomic=False):
         """Check a read or write of global elements `pos` by threads `act` against the
         cross-CTA shadow (another block's write this block has not acquired); a write
-        then becomes the elements' last write."""
+        then becomes the elements' last write. An atomic add is checked against the last
+        plain write only (adds do not race each other) and kept per block beside it; a
+        plain access is checked against every other block's adds too, and a plain write
+        starts the elements' history again."""
         sh = g.shadow
         if sh is None:
             if not write or not len(pos):
@@ -203,13 +220,49 @@ class _CrossCta:
             wb = self.interp.gev_block[np.where(written, seq, 0)]
             foreign = written & (wb != self.lin)
             if foreign.any():
-                self._cross_cta(g, act, pos, seq, wb, foreign, write)
-        if write:
-            if g.name in self.interp.cell_buffers:   # a plain store ends a release sequence
-                for p in np.unique(pos).tolist():
-                    self.interp.cells.pop((g.name, p), None)
-            sh.w_seq[pos] = self.interp.global_event(self.stmt, self.iters, self.lin)
-            sh.w_tid[pos] = act
+                self._cross_cta(g, act, pos, seq, wb, foreign, write, sh.w_tid[pos])
+        if not atomic:
+            for block, (a_seq, a_tid) in list(sh.atomics.items()):
+                if block == self.lin:
+                    continue
+                seq = a_seq[pos]
+                added = seq >= 0
+                if added.any():
+                    self._cross_cta(g, act, pos, seq, np.full(len(pos), block), added,
+                                    write, a_tid[pos])
+        if not write:
+            return
+        event = self.interp.global_event(self.stmt, self.iters, self.lin)
+        if atomic:
+            a_seq, a_tid = sh.atomic(self.lin)
+            a_seq[pos], a_tid[pos] = event, act
+            return
+        if g.name in self.interp.cell_buffers:   # a plain store ends a release sequence
+            for p in np.unique(pos).tolist():
+                self.interp.cells.pop((g.name, p), None)
+        for a_seq, a_tid in sh.atomics.values():
+            a_seq[pos], a_tid[pos] = _NONE, _NONE
+        sh.w_seq[pos] = event
+        sh.w_tid[pos] = act
+
+    def _atomic_add(self, s, act):
+        """buffer[index] += value per active thread (kir.AtomicAdd), the adds of threads
+        that share an element all applied; checked as _global_access(atomic=True)."""
+        b = s.buffer
+        if b.memory is not kir.Memory.global_:
+            raise InterpError(f"atomic_add needs a global buffer, not {b.name}"
+                              f"{self.where()}")
+        g = self._global(b)
+        n = len(act)
+        idx = self._index(self.ev(s.index, act), n)
+        val = self.ev(s.value, act)
+        val = np.broadcast_to(np.asarray(val, dtype=b.dtype.numpy), (n,))
+        pos, ok = g.positions(idx)
+        ok = self._check(b.name, idx, ok, act, lambda: self._global_oob(g))
+        if ok is not None:
+            act, pos, val = act[ok], pos[ok], val[ok]
+        self._global_access(g, act, pos, write=True, atomic=True)
+        np.add.at(g.flat, pos, val)
 
     def _complete_writes(self, g, pos, seq):
         """The global writes of event `seq` to positions `pos` (a TMA store retired by a
@@ -220,9 +273,11 @@ class _CrossCta:
             g.shadow.w_seq[still] = self.interp.global_event(self.stmt, self.iters,
                                                              self.lin)
 
-    def _cross_cta(self, g, act, pos, seq, wb, foreign, write):
+    def _cross_cta(self, g, act, pos, seq, wb, foreign, write, writers):
+        """Report the accesses of `pos` (where `foreign`) that block `wb` wrote (event
+        `seq`, thread `writers`) and this block has not acquired."""
         sel = np.flatnonzero(foreign)
-        wtid = g.shadow.w_tid[pos[sel]].astype(np.int64)
+        wtid = writers[sel].astype(np.int64)
         bad = np.zeros(len(sel), bool)
         for x in np.unique(wb[sel]).tolist():
             on = wb[sel] == x
@@ -275,5 +330,5 @@ class _CrossCta:
     # the statements this room runs: leaves run to completion; compound ones are
     # generators (they run bodies, yield a Wait, or offer a switch point)
     LEAF_STATEMENTS = {kir.Fence: _fence, kir.SemRelease: _sem_release,
-                       kir.SemArrive: _sem_arrive}
+                       kir.SemArrive: _sem_arrive, kir.AtomicAdd: _atomic_add}
     COMPOUND_STATEMENTS = {kir.SemWait: _sem_wait}

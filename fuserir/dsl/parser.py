@@ -54,7 +54,8 @@ INFIX = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne",
 SCHEDULE_METHODS = ("split", "merge", "reorder", "parallelize", "vectorize", "rfactor",
                     "cache_after", "cache_before", "set_memory_type", "compute_at",
                     "inline_most", "circular_buffer", "swizzle", "promote_reuse",
-                    "serial_grid_reduction", "parallel_grid_reduction")
+                    "serial_grid_reduction", "parallel_grid_reduction",
+                    "atomic_grid_reduction")
 SCHEDULERS = ("matmul", "scalar")
 ANONYMOUS_NAME = re.compile(r"t\d+")  # how fuserir.ops names unnamed tensors
 # Words the grammar gives a meaning of its own: a tensor so named could never be read.

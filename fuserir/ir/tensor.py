@@ -94,7 +94,7 @@ class TensorView(Val):
         self.warp_specialized = None     # circular buffer loaded by a producer warp group
         self.swizzle_row = None          # XOR-swizzled shared tile: elements per row
         self.reuse_shared = False        # promote_reuse: may reuse dead operand bytes
-        self.grid_reduction = None     # a reduction over a block index: "serial" or "parallel"
+        self.grid_reduction = None     # over a block index: "serial", "parallel" or "atomic"
         self.compute_at_consumer = None  # the tensor whose loops compute_at shares
 
     # -- shape ---------------------------------------------------------------------------
@@ -301,3 +301,12 @@ class TensorView(Val):
         them, partials and sums live in workspaces; the grid must be resident at once."""
         from .. import transforms
         transforms.parallel_grid_reduction(self)
+
+    @_traced
+    def atomic_grid_reduction(self) -> None:
+        """Reduce this tensor's reduction axis bound to a block index across CTAs by atomic
+        adds (split-K; opt-in: the sum's last bits may differ run to run): the CTAs add
+        their partials into workspace sums, the last reads them; the grid must be resident
+        at once."""
+        from .. import transforms
+        transforms.atomic_grid_reduction(self)

@@ -24,8 +24,8 @@ through shared memory over the operand stages (use_smem_epilogue).
 from ..errors import ScheduleError
 from ..ir.iterdomain import ParallelType, roots_of
 from ..ir.tensor import MemoryType
-from .matmul_tiles import (SPLITK, broadcasts_first, output_tiles, split_k, tensor_core_loops,
-                           two_kernel)
+from .matmul_tiles import (SPLITK, broadcasts_first, grid_reduction, output_tiles, split_k,
+                           tensor_core_loops, two_kernel)
 
 SWIZZLE_ROW_BYTES = 128      # the 128B swizzle mode: boxes of 128-byte rows
 WARP_GROUP = 128             # threads of a warp group: TIDx on the Hopper path
@@ -66,10 +66,7 @@ def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
     split_k(acc, 4, params.splitk_interleaved)  # [.., rKs, rKtiles, rK64]
     acc.reorder({4: 2, 5: 3, 2: 4, 3: 5})     # [Mo, No, rKs, rKtiles, Mt, Nt, rK64]
     tensor_core_loops(acc, params)
-    if params.splitk_mode == "parallel":
-        acc.parallel_grid_reduction()
-    else:
-        acc.serial_grid_reduction()
+    grid_reduction(acc, params.splitk_mode)
     stage_operands(acc)
     if c_smem is not None:
         c_smem.swizzle(SWIZZLE_ROW_BYTES // c_smem.dtype.itemsize)

@@ -35,8 +35,8 @@ from ..ir.iterdomain import ParallelType, roots_of
 from ..ir.tensor import MemoryType
 from ..numerics import ceil_div
 from .hopper import schedule_hopper_matmul
-from .matmul_tiles import (SPLITK, broadcasts_first, output_tiles, split_k, tensor_core_loops,
-                           two_kernel)
+from .matmul_tiles import (SPLITK, broadcasts_first, grid_reduction, output_tiles, split_k,
+                           tensor_core_loops, two_kernel)
 
 if TYPE_CHECKING:
     from ..dtypes import DataType
@@ -45,8 +45,9 @@ if TYPE_CHECKING:
 POINTWISE = (UnaryOp, BinaryOp, CastOp, WhereOp)
 TWO_KERNEL_SPLITS = 8          # the heuristic's most serial splits
 # split-K's ways to combine the splits: in turn (a turnstile), at once (each CTA of a tile
-# sums a slice), or in a second kernel
-SPLITK_MODES = ("serial", "parallel", "two_kernel")
+# sums a slice, in a fixed order), by atomic adds (opt-in: the last bits may differ run to
+# run), or in a second kernel
+SPLITK_MODES = ("serial", "parallel", "atomic", "two_kernel")
 
 
 @dataclass
@@ -260,10 +261,7 @@ def schedule_matmul(fusion: Fusion, params: MatmulParams,
     split_k(acc, 4, params.splitk_interleaved)  # [.., rKs, rKtiles, rK32]
     acc.reorder({4: 2, 5: 3, 2: 4, 3: 5})     # [Mo, No, rKs, rKtiles, Mt, Nt, rK32]
     tensor_core_loops(acc, params)
-    if params.splitk_mode == "parallel":
-        acc.parallel_grid_reduction()
-    else:
-        acc.serial_grid_reduction()
+    grid_reduction(acc, params.splitk_mode)
     _operand_caches(params, acc, a_smem, b_smem, a_frag, b_frag)
     if c_smem is not None:
         c_smem.swizzle(im * in_)              # a row: one instruction tile

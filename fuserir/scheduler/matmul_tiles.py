@@ -61,6 +61,14 @@ def split_k(tv, at, interleaved):
         tv.split(at, SPLITK, inner=False)     # [.., rKs, rKtiles, ..]
 
 
+def grid_reduction(tv, mode):
+    """Mark `tv`'s reduction over BIDz as split-K `mode` combines it: "serial" (a
+    turnstile), "parallel" (every CTA sums a slice, in a fixed order) or "atomic" (adds
+    into the tile's sums, opt-in: the last bits may differ run to run)."""
+    {"serial": tv.serial_grid_reduction, "parallel": tv.parallel_grid_reduction,
+     "atomic": tv.atomic_grid_reduction}[mode]()
+
+
 def tensor_core_loops(tv, params):
     """[Mo, No, splitk, Ktiles, Mt, Nt, rK32] -> [BIDx Mo, BIDy No, BIDz splitk, Ktiles,
     TIDy W, rKk, Mm, Nn, mma M16, mma N8, mma rK16]."""

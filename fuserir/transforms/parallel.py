@@ -1,7 +1,8 @@
 """Parallelization: bind loop axes to block/thread indices, vectorize, reduce across CTAs.
 
 These transforms change no axis, only how one is run: a block or thread index, an unrolled
-or vectorized loop, an mma tile, or (serial_grid_reduction, parallel_grid_reduction) a
+or vectorized loop, an mma tile, or (serial_grid_reduction, parallel_grid_reduction,
+atomic_grid_reduction) a
 reduction over a block index
 carried out by the CTAs in turn. Each axis has one parallel type and each block/thread
 index binds one axis of a tensor.
@@ -195,6 +196,34 @@ def parallel_grid_reduction(tv: TensorView) -> None:
     r: f16[M] global loop=[i{M} rBIDz{4} r{ceildiv(N, 4)}] parallel-grid
     """
     _grid_reduction("parallel_grid_reduction", tv, "parallel")
+
+
+def atomic_grid_reduction(tv: TensorView) -> None:
+    """Reduce across CTAs by atomic adds: split-K whose CTAs add their partials into the
+    tile's sums (TensorView.atomic_grid_reduction). Opt-in: the adds land in an order the
+    hardware picks, so a float sum's last bits may differ from run to run.
+
+    `tv` is a sum or matmul whose reduction axis is bound to BIDz. Every CTA of an output
+    tile adds its f32 partials into a workspace (red.global.add) and arrives on the tile's
+    counter; the last CTA waits for all, reads the sums, stores zeros back for the next
+    launch and writes the result (the grid_reductions pass). Like the parallel reduction
+    it waits for CTAs launched after it: the launcher refuses a grid larger than the
+    device holds. A max reduction is refused by lowering (there is no float max add).
+
+    Raises ScheduleError if tv is a fusion input or is not defined by a reduction or matmul.
+
+    >>> import fuserir
+    >>> f = fuserir.parse("fusion f(h: f16[M, N]) { r = sum(h, axes=[1])  output r }")
+    >>> r = f.tensor("r")
+    >>> r.split(1, 4, inner=False)
+    >>> r.parallelize(1, "BIDz")
+    >>> print(r.describe())
+    r: f16[M] global loop=[i{M} rBIDz{4} r{ceildiv(N, 4)}]
+    >>> r.atomic_grid_reduction()
+    >>> print(r.describe())
+    r: f16[M] global loop=[i{M} rBIDz{4} r{ceildiv(N, 4)}] atomic-grid
+    """
+    _grid_reduction("atomic_grid_reduction", tv, "atomic")
 
 
 def _grid_reduction(what, tv, order):

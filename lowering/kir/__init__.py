@@ -34,7 +34,8 @@ from .expressions import (ScalarExpr, Const, Var, name_key, SpecialKind, Special
 from .statements import (Memory, Buffer, TensorParam, ScalarParam, AccessInfo, HazardKind,
                          SyncReason, Stmt, Allocate, Store, ForLoop, IfThenElse, Barrier,
                          Comment, LdMatrix, Mma, CpAsync, CpAsyncCommit, CpAsyncWait,
-                         Workspace, Fence, SemWait, SemRelease, SemArrive, ExprStmt, LaunchConfig,
+                         Workspace, Fence, SemWait, SemRelease, SemArrive, AtomicAdd, ExprStmt,
+                         LaunchConfig,
                          Kernel)
 from .hopper import *  # noqa: F401,F403 (hopper.__all__: an sm_90 statement is exported there)
 from . import effects

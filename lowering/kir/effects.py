@@ -61,7 +61,7 @@ class Access:
     write: bool
     via: str                  # "store", "ldmatrix", "stmatrix", "cp.async", "tma-load",
                               # "bulk-load", "tma-store", "wgmma", "fragment", "semaphore",
-                              # "mbarrier"
+                              # "mbarrier", "atomic" (a relaxed read-modify-write add)
     proxy: str = "generic"    # "generic" or "async" (TMA, wgmma operands)
     until: object = None      # None: complete at issue; Group or Phase
     lanes: int = None         # only the first `lanes` lanes of each warp (None: all)

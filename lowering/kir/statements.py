@@ -170,6 +170,11 @@ class Stmt:
         `store_zeros` asks (a tile the tensor cores read must hold them)."""
         return None
 
+    def stores_zeros(self):
+        """Does it write only zeros (a store of the constant 0: what leaves a zeroed
+        workspace zero for the next launch, lowering.verify.grid_protocol)?"""
+        return False
+
 
 @dataclass(eq=False)
 class Allocate(Stmt):
@@ -212,6 +217,9 @@ class Store(Stmt):
             return self
         zeros = Store(self.buffer, self.index, zero, self.access, width=self.width)
         return IfThenElse(inside, [self], [zeros])         # C's ?: takes no vectors
+
+    def stores_zeros(self):
+        return isinstance(self.value, Const) and self.value.value == 0
 
     def line(self):
         vector = f" x{self.width}" if self.width > 1 else ""
@@ -535,6 +543,30 @@ class SemArrive(Stmt):
     def line(self):
         return (f"sem_arrive {self.sem.name}[{format_expr(self.index)}] += "
                 f"{format_expr(self.value)}  (release)")
+
+
+@dataclass(eq=False)
+class AtomicAdd(Stmt):
+    """`buffer[index] += value` for each active thread, one relaxed atomic
+    read-modify-write per thread (red.global.add): the adds of several threads and blocks
+    to one element do not race each other, in an order the hardware picks (a float sum's
+    last bits may differ run to run); a plain access of the element races with them unless
+    ordered after them (a fence, a release, a wait), as a store's would."""
+
+    buffer: Buffer = None
+    index: ScalarExpr = None
+    value: ScalarExpr = None
+    label: str = None
+
+    data_fields = ("value",)
+
+    def effects(self):
+        return Effects((Access(self.buffer, self.index, self.buffer.dtype.itemsize, True,
+                               "atomic"),))
+
+    def line(self):
+        return (f"atomic_add {self.buffer.name}[{format_expr(self.index)}] += "
+                f"{format_expr(self.value)}  (relaxed)")
 
 
 _OPAQUE = Effects(opaque=True)

@@ -1,6 +1,7 @@
-"""Pass `grid_reductions`: grid reductions (split-K across CTAs), serial or parallel.
+"""Pass `grid_reductions`: grid reductions (split-K across CTAs): serial, parallel or atomic.
 
-A reduction marked serial_grid_reduction() or parallel_grid_reduction() binds a reduction
+A reduction marked serial_grid_reduction(), parallel_grid_reduction() or
+atomic_grid_reduction() binds a reduction
 axis to BIDz: the CTAs of one output tile (same blockIdx.x, blockIdx.y) each reduce a
 slice of it, then combine their partials through global workspaces and semaphores (kir's
 grid synchronization statements). Serial: in launch order, through a turnstile:
@@ -32,18 +33,35 @@ if z == last:
   <the rest of the kernel>
 ```
 
+Atomic (a sum only; opt-in: the adds land in an order the hardware picks, so the last
+bits may differ run to run): every CTA adds its partials into the tile's sums, the last
+reads them and stores zeros back, so the sums workspace is zero for the next launch as
+the counters are:
+
+```text
+if last > 0: sums[tile, e, thread] += acc[e] (red.global.add, every e); Fence; Barrier
+             if thread 0: SemArrive(arrived[tile] += 1)
+if z == last:
+  if last > 0: if thread 0: SemWait(arrived[tile] == splits)
+               Barrier; acc[e] = sums[tile, e, thread]; sums[tile, e, thread] = 0
+               if thread 0: SemRelease(arrived[tile] = 0)
+  <the rest of the kernel>
+```
+
 The parallel sum costs each CTA a slice (E T / splits elements times the splits) instead
 of the whole tile, so it stays short with many splits, and its order is fixed: the same
-bits every run. Its CTAs wait for CTAs launched after them, so the kernel is marked
-co_resident: the launcher refuses a grid the device cannot hold at once.
+bits every run. Its CTAs (and the atomic reduction's last one) wait for CTAs launched
+after them, so the kernel is marked co_resident: the launcher refuses a grid the device
+cannot hold at once.
 
 Each thread keeps its own partials (work is laid out [.., element, thread] so the
 accesses are coalesced), so no shared memory is involved and the barriers here belong to
 the semaphore protocol, not to shared-memory hazards. Sizes and the split factor are
 kernel arguments, so the workspaces' sizes are expressions over them. With one split (a
 run-time factor of 1) no workspace is touched and all take no bytes: a call then
-allocates and zeroes nothing for them. The semaphores must be zero before a launch (the
-executor zeroes each call's) and every launch leaves them zero.
+allocates and zeroes nothing for them. The zeroed workspaces (semaphores, the atomic
+sums) must be zero before a launch and every launch leaves them zero, so the executor
+zeroes them once per stream and keeps them.
 """
 
 from fuserir.dtypes import DataType
@@ -244,6 +262,42 @@ def _parallel(ctx, kernel, tv, rest):
                               kir.SemRelease(done, g.tile, zero))])] + rest)]
 
 
+def _atomic(ctx, kernel, tv, rest):
+    """The atomic grid reduction of `tv` (see the module docstring), `rest` the
+    statements after it."""
+    g = _Grid(ctx, kernel, tv)
+    acc, binop, const = g.acc, ctx.binop, ctx.const
+    if g.op != "add":
+        raise ScheduleError(f"{tv.name}: an atomic grid reduction adds its partials "
+                            "(red.global.add); it cannot combine them with "
+                            f"{g.op}: use a serial or parallel grid reduction")
+    sums = g.workspace(kernel, "sums", acc.dtype,
+                       binop("mul", g.tiles, binop("mul", acc.size, g.threads)), zeroed=True)
+    arrived = g.workspace(kernel, "arrived", DataType.i32, g.tiles, zeroed=True)
+    e = g.fresh_var("e")
+    slot = binop("add", binop("mul", binop("add", binop("mul", g.tile, acc.size), e),
+                              g.threads), g.thread)          # sums[tile, e, thread]
+    zero = const(0)
+    add = kir.ForLoop(e, acc.size, [kir.AtomicAdd(sums, slot, kir.Load(acc, e))], "unroll")
+    take = kir.ForLoop(e, acc.size, [kir.Store(acc, e, kir.Load(sums, slot)),
+                                     kir.Store(sums, slot, identity("add", acc.dtype))],
+                       "unroll")
+    several = binop("gt", g.last, zero)
+    kernel.co_resident = True
+    return [kir.Comment(f"atomic grid reduction of {tv.name} over BIDz: the CTAs of a "
+                        "tile add their partials (red.global.add), the last reads the sum"),
+            kir.IfThenElse(several, [
+                add, kir.Fence(), kir.Barrier(),
+                g.thread0(kir.SemArrive(arrived, g.tile, const(1)))]),
+            kir.IfThenElse(binop("eq", g.z, g.last), [
+                kir.IfThenElse(several, [
+                    g.thread0(kir.SemWait(arrived, g.tile, g.splits)), kir.Barrier(), take,
+                    g.thread0(kir.SemRelease(arrived, g.tile, zero))])] + rest)]
+
+
+_PROTOCOLS = {"serial": _turnstile, "parallel": _parallel, "atomic": _atomic}
+
+
 def run(ctx, kernel):
     for s in kir.walk(kernel.body):
         if isinstance(s, kir.ExprStmt) and s.role == "grid_reduce" and s not in kernel.body:
@@ -252,7 +306,7 @@ def run(ctx, kernel):
                                 "or computed in registers inside its loops)")
     for i, s in enumerate(kernel.body):
         if isinstance(s, kir.ExprStmt) and s.role == "grid_reduce":
-            protocol = _parallel if s.tv.grid_reduction == "parallel" else _turnstile
+            protocol = _PROTOCOLS[s.tv.grid_reduction]
             kernel.body[i:] = protocol(ctx, kernel, s.tv, kernel.body[i + 1:])
             break
     return kernel

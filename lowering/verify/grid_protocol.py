@@ -19,7 +19,9 @@ gpu scope: a fence, a semaphore wait, release or arrival). What it proves about 
     co_resident (the launcher refuses a grid the device cannot hold at once: codegen.launch)
     by any block's;
   * workspace: a zeroed semaphore workspace is zero again once every block has finished
-    (the executor zeroes it once and keeps it across launches);
+    (the executor zeroes it once and keeps it across launches); a zeroed data workspace
+    too: each write of it other than a store of zeros (the atomic grid reduction's adds)
+    is undone by a store of zeros at the same index, loops and threads, in some block;
   * cross-cta: conflicting accesses (at least one a write) of two blocks of one tile to a
     workspace or an output are ordered by happens-before: the earlier block's access,
     fenced by its thread (__threadfence) and handed by a barrier to the releasing thread
@@ -29,7 +31,8 @@ gpu scope: a fence, a semaphore wait, release or arrival). What it proves about 
     it; what a block acquired it publishes again with its own release. An arrival (a
     release atomic add) joins the release sequence of the cell's last store, so a wait
     that reads the sum of several arrivals acquires every one of them; a store starts a
-    new sequence.
+    new sequence. Atomic adds (kir.AtomicAdd) of two blocks to one element do not
+    conflict; an atomic add and a plain access do.
 
 How: each block of a tile is walked in program order for each split factor g (gridDim.z
 and the scalar that sets it) and each of its g values of blockIdx.z; block-uniform
@@ -109,6 +112,7 @@ class _Event:
     value: int = None         # wait, release: the semaphore value
     loops: tuple = ()         # an access in a region: ((var, extent), ...) around it
     nbytes: int = 0
+    atomic: bool = False      # an atomic add: adds of several blocks do not conflict
 
 
 class _Refused(Exception):
@@ -232,9 +236,9 @@ class _BlockWalk:
 
     def statement(self, s, mask, definite, loops):
         effects = s.effects()
-        for buffer, index, nbytes, write in _global_accesses(s, effects):
+        for buffer, index, nbytes, write, atomic in _global_accesses(s, effects):
             self.add("access", s, mask, buffer=buffer, index=index, write=write,
-                     loops=loops, nbytes=nbytes)
+                     loops=loops, nbytes=nbytes, atomic=atomic)
         order = effects.order
         if _is_sem_op(effects):
             if not definite or loops:
@@ -254,14 +258,17 @@ class _BlockWalk:
 
 
 def _global_accesses(stmt, effects):
-    """(buffer, index, bytes, write) of the global memory `stmt` touches itself: the loads
-    in its expressions, then its instruction's own accesses (semaphores apart)."""
+    """(buffer, index, bytes, write, atomic) of the global memory `stmt` touches itself:
+    the loads in its expressions, then its instruction's own accesses (semaphores
+    apart)."""
     out = []
     for e in kir.expressions(stmt):
         for x in kir.walk_expr(e):
             if isinstance(x, kir.Load) and x.buffer.memory is kir.Memory.global_:
-                out.append((x.buffer, x.index, x.width * x.buffer.dtype.itemsize, False))
-    out += [(a.buffer, a.index, a.nbytes, a.write) for a in effects.accesses
+                out.append((x.buffer, x.index, x.width * x.buffer.dtype.itemsize, False,
+                            False))
+    out += [(a.buffer, a.index, a.nbytes, a.write, a.via == "atomic")
+            for a in effects.accesses
             if a.memory is kir.Memory.global_ and a.via != "semaphore"]
     return out
 
@@ -403,7 +410,7 @@ class _Proof:
                 if w is None or not w.zeroed:
                     raise _Refused(s, f"cannot prove: semaphore {sem.buffer.name} is not a "
                                       "workspace handed in zeroed")
-            self.written |= {id(b) for b, _, _, write in _global_accesses(s, effects)
+            self.written |= {id(b) for b, _, _, write, _ in _global_accesses(s, effects)
                              if write}
         for sem, cells in self.sems.items():
             if len(cells) > 1:
@@ -427,7 +434,7 @@ class _Proof:
                 order = effects.order
                 return bool(_is_sem_op(effects) or (order is not None and order.scope == "gpu")
                             or any(id(b) in self.written
-                                   for b, _, _, _ in _global_accesses(s, effects)))
+                                   for b, _, _, _, _ in _global_accesses(s, effects)))
             if inside:
                 keep.add(id(s))
             return inside
@@ -483,6 +490,7 @@ class _Proof:
                                      masks[(id(e.stmt), id(e.index))], fold)
             self.separate(first_event.values())
             _Turn(self, g, blocks).check()
+            self.zeroed_again(g, blocks, param)
 
     def separate(self, events):
         """Blocks of different tiles: a semaphore cell and a workspace element each
@@ -512,10 +520,41 @@ class _Proof:
                             f"elements (blockIdx {', '.join(sorted(need))} do not separate "
                             "the indices)")
 
+    def zeroed_again(self, g, blocks, param):
+        """A zeroed data workspace (not a semaphore) is zero again after the launch: each
+        write of it other than a store of zeros (an atomic add of partial sums) is undone
+        by a store of zeros at the same index, in the same loops, by at least the same
+        threads, in some block (after it, in its own), the index not depending on the
+        turn: so every element it wrote is stored zero (the cross-cta check orders that
+        store after the other blocks' writes)."""
+        for w in self.kernel.workspaces:
+            if not w.zeroed or id(w.buffer) in self.sems or id(w.buffer) not in self.written:
+                continue
+            writes = [(z, i, e) for z, walk in enumerate(blocks)
+                      for i, e in enumerate(walk.events)
+                      if e.kind == "access" and e.buffer is w.buffer and e.write]
+            zeros = [(z, i, e) for z, i, e in writes if e.stmt.stores_zeros()]
+            for z, i, e in writes:
+                if e.stmt.stores_zeros():
+                    continue
+                text = kir.format_expr(e.index)
+                undone = not _mentions_turn(e.index, param) and e.loops is not None and any(
+                    kir.format_expr(r.index) == text and r.loops is not None
+                    and [(v.name, n) for v, n in r.loops] == [(v.name, n) for v, n in e.loops]
+                    and _subset(e.threads, r.threads) and (zr != z or ir > i)
+                    for zr, ir, r in zeros)
+                if not undone:
+                    self.report("workspace", w.buffer.name, _point(e.stmt), "END",
+                                f"split factor {g}: zeroed workspace {w.buffer.name}: what "
+                                f"block z={z} writes here is not stored back to zero (a "
+                                "store of 0 at the same index, in the same loops, by the "
+                                "same threads, after it) before the launch ends; the next "
+                                "launch would start from it")
+
     def conflict(self, a, b):
         """May accesses a and b of two blocks of one tile touch the same element?"""
         if a.buffer is not b.buffer or not (a.write or b.write) or \
-                id(a.buffer) not in self.written:
+                id(a.buffer) not in self.written or (a.atomic and b.atomic):
             return False
         return _TURN not in self.separation.axes(self.shape(a), self.shape(b))
 
