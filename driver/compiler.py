@@ -39,33 +39,40 @@ BACKENDS = ("cuda", "interp")
 
 def compile(fusion: Fusion, backend: str = "cuda", disable_passes: Sequence[str] = (),
             drop_syncs: Sequence[str] = (), verify: bool = True,
-            device: "devices.Device | None" = None) -> Executable:
+            device: "devices.Device | None" = None,
+            deterministic: bool = True) -> Executable:
     """Lower `fusion` and build it for `backend` (see module docstring). A fusion with a
     schedule becomes one kernel; one without gets automatic schedules
     (fuserir.scheduler.auto), segmented into several kernels where one cannot do it.
     `device` (a fuserir.device.Device): the device model schedules are chosen and launch
     limits checked for; by default the GPU present (the H200's where there is none) for
     "cuda", and for "interp" fuserir.device.INTERPRETER, tiles fitted to the sizes of
-    each call (pass fuserir.device.H200 to interpret the H200's kernels)."""
+    each call (pass fuserir.device.H200 to interpret the H200's kernels).
+    `deterministic=False` lets an automatic schedule's split-K add its partials with
+    atomic adds where it would otherwise sum them in a fixed order: shorter, but the last
+    bits of a result may then differ from run to run (an explicit schedule says its own
+    mode)."""
     if backend not in BACKENDS:
         raise FuserirError(f"unknown backend {backend!r}; expected one of "
                            f"{', '.join(BACKENDS)}")
     if device is not None and not isinstance(device, devices.Device):
         raise FuserirError(f"device must be a fuserir.device.Device (e.g. "
                            f"fuserir.device.H200), got {type(device).__name__}")
+    if not isinstance(deterministic, bool):
+        raise FuserirError(f"deterministic must be True or False, got {deterministic!r}")
     if backend == "cuda":
         gpu_stack.nvrtc()   # no NVRTC: GpuUnavailableError now, saying what to install
     options = dict(disable_passes=tuple(disable_passes), drop_syncs=tuple(drop_syncs),
                    verify=verify)
     stages.env_before_compile(fusion)      # FUSERIR_DUMP (driver/stages.py)
-    key = _cache_key(fusion, backend, options) + (device,)
+    key = _cache_key(fusion, backend, options) + (device, deterministic)
     cached = _compiled.get(key)
     if cached is not None:
         # the same fusion (structurally: definition, schedule, names) compiled before:
         # its kernels serve this one too
         _compiled.move_to_end(key)
         exe = Executable(fusion, backend, options, cached._plan, automatic=cached.automatic,
-                         built=cached._steps, device=device)
+                         built=cached._steps, device=device, deterministic=deterministic)
         stages.env_after_compile(exe)
         return exe
 
@@ -89,7 +96,8 @@ def compile(fusion: Fusion, backend: str = "cuda", disable_passes: Sequence[str]
     exe = Executable(fusion, backend, options,
                      _cached(explicit if fusion.trace else automatic,
                              repr((key, fusion.name, _nvrtc_version(backend)))),
-                     automatic=not fusion.trace, device=device)
+                     automatic=not fusion.trace, device=device,
+                     deterministic=deterministic)
     _compiled[key] = exe
     while len(_compiled) > COMPILE_CACHE_SIZE:
         _compiled.popitem(last=False)

@@ -154,7 +154,7 @@ class _Allocation:
 class Executable:
     def __init__(self, fusion: Fusion, backend: str, options: dict, plan: Any,
                  automatic: bool = False, built: dict | None = None,
-                 device: devices.Device | None = None) -> None:
+                 device: devices.Device | None = None, deterministic: bool = True) -> None:
         self.fusion = fusion
         self.backend = backend
         self._options = options
@@ -167,6 +167,7 @@ class Executable:
         self._output_names = tuple(t.name for t in fusion.outputs)
         self.automatic = automatic   # scheduled by fuserir.scheduler.auto (several plans)
         self._model = device         # the device model asked for (None: the default)
+        self._deterministic = deterministic     # False: split-K may add atomically
         self._operands = _matmul_operands(fusion)   # what TMA would read
         if not automatic:            # an explicit schedule's kernels are built now
             self._steps_for(True, None, {}, self._device())
@@ -197,10 +198,12 @@ class Executable:
 
     def _device(self):
         """The device model schedules are chosen for: the one compile() was told, else
-        the GPU's (the default H200 where there is none), or the interpreter's."""
-        if self._model is not None:
-            return self._model
-        return device_model() if self.backend == "cuda" else devices.INTERPRETER
+        the GPU's (the default H200 where there is none), or the interpreter's; with
+        compile(deterministic=False), one whose split-K may add atomically."""
+        model = self._model
+        if model is None:
+            model = device_model() if self.backend == "cuda" else devices.INTERPRETER
+        return model if self._deterministic else model.with_(deterministic=False)
 
     def plan_for(self, sizes: Mapping[str, int], device: devices.Device | None = None
                  ) -> tuple[Any, dict[str, int], list[Any]]:

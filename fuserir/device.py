@@ -39,6 +39,9 @@ class Device:
     # tiles no larger than the sizes need (the interpreter's model: its cost is every
     # thread of a tile, used or not, and it has no SMs to fill)
     fit_tiles: bool = False
+    # results the same bits every run: False lets a split-K sum its partials with atomic
+    # adds where the heuristic would sum them in a fixed order (compile(deterministic=...))
+    deterministic: bool = True
 
     @property
     def arch(self):

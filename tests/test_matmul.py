@@ -15,7 +15,7 @@ import pytest
 import codegen
 import fuserir
 from codegen.errors import HazardError, RaceError
-from fuserir.errors import ScheduleError
+from fuserir.errors import FuserirError, ScheduleError
 from fuserir.scheduler import MatmulParams, schedule_matmul
 from lowering import kir
 from lowering.verify import bank_conflicts
@@ -406,6 +406,31 @@ def test_hopper_heuristic_takes_the_parallel_split_k_where_serial_splits_would_c
                                  "splits") and "arrival counters" in reasons[1]
     # below sm_90, the mma.sync path's two-kernel split-K as before
     assert matmul_heuristic(*size, layout="NT", device=SM80).splitk_mode == "two_kernel"
+    # a device model that allows results whose last bits differ: the same plan, atomic
+    reasons = []
+    q = matmul_heuristic(*size, layout="NT", reasons=reasons,
+                         device=H200.with_(deterministic=False))
+    assert (q.cta_tile, q.splitk_factor, q.splitk_mode, q.splitk_interleaved) == \
+        (tile, splitk, "atomic", True)
+    assert "deterministic=False" in reasons[1] and "atomically" in reasons[1]
+
+
+def test_compile_deterministic_false_lets_the_automatic_split_k_add_atomically():
+    """compile(deterministic=False): the automatic schedule's skinny split-K adds its
+    partials (kir AtomicAdd); by default it sums them in a fixed order. Refused: a
+    deterministic that is not a bool."""
+    fusion = fuserir.parse(DEFINITION)
+    sizes = {"M": 128, "N": 128, "K": 262144}
+
+    def adds(exe):
+        (step,) = exe.plan_for(sizes, device=None)[2]
+        return sum(isinstance(s, kir.AtomicAdd) for s in kir.walk(step.kernel.kir.body))
+
+    assert adds(codegen.compile(fusion, backend="cuda", device=H200)) == 0
+    assert adds(codegen.compile(fusion, backend="cuda", device=H200,
+                                deterministic=False)) == 1
+    with pytest.raises(FuserirError, match="deterministic must be True or False, got 'no'"):
+        codegen.compile(fusion, deterministic="no")
 
 
 @pytest.mark.parametrize("size, device, why", [

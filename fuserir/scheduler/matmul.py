@@ -378,7 +378,9 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       many splits as give every SM one CTA (the whole grid resident at once, as the
       protocol needs) keeping at least 16 K tiles per split, each split every
       splitk-th K tile (interleaved), 6 stages (docs/perf.md: 128x64 tiles and these
-      splits measured fastest of those tried at each seed shape)."""
+      splits measured fastest of those tried at each seed shape); on a device model
+      with deterministic=False the atomic split-K instead (the partials added by
+      red.global.add: the last bits may differ run to run)."""
     sms, limit = device.sms, device.shared_limit
     if not device.tma:
         why("the operand arrays' strides are not what TMA reads (a contiguous last axis, "
@@ -405,7 +407,8 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
             tn = 64
             tiles = ceil_div(m, tm) * ceil_div(n, tn)
             splitk = max(1, min(sms // tiles, k_tiles // PARALLEL_K_TILES))
-            mode, most = "parallel", PARALLEL_STAGES
+            mode = "parallel" if device.deterministic else "atomic"
+            most = PARALLEL_STAGES
     stage_bytes = (tm + tn) * tk * 2
     stages = next((s for s in range(most, 1, -1) if s * stage_bytes <= limit), None)
     if stages is None:
@@ -421,7 +424,11 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
                             f"tiles of {tk} per split" + (
             f"; over {TWO_KERNEL_SPLITS} serial splits, so every CTA of a tile sums a slice "
             "of it at once (arrival counters), each split every splitk-th K tile"
-            if mode == "parallel" else "")))
+            if mode == "parallel" else
+            f"; over {TWO_KERNEL_SPLITS} serial splits, and the device model allows results "
+            "whose last bits differ run to run (deterministic=False): the CTAs of a tile "
+            "add their partials atomically, each split every splitk-th K tile"
+            if mode == "atomic" else "")))
     smem_epilogue = tm * tn * out_itemsize <= stages * stage_bytes
     why(f"{stages} stages of {stage_bytes} bytes within {limit} bytes of shared memory; "
         + ("the output staged through shared memory over the operand stages (8-11% "
@@ -430,7 +437,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     return MatmulParams(cta_tile=(tm, tn, tk), warp_tile=(64, tn, tk),
                         instruction_tile=WGMMA.shape(tn), stages=stages,
                         splitk_factor=splitk, splitk_mode=mode,
-                        splitk_interleaved=mode == "parallel",
+                        splitk_interleaved=mode in ("parallel", "atomic"),
                         use_smem_epilogue=smem_epilogue,
                         promote_prologue_smem_reuse=smem_epilogue,
                         async_gmem_load_operands=tma)
@@ -504,7 +511,8 @@ def matmul_heuristic(m: int, n: int, k: int, layout: str = "TT",
     interpreter's, gets the mma.sync path on the smallest tiles that cover the sizes,
     _fitted_params). `reasons`: a list to which
     each choice's reason is appended, in words (what `fuserir inspect` shows). A device
-    with tma=False (a run whose operand arrays TMA cannot read) gets the mma.sync path.
+    with tma=False (a run whose operand arrays TMA cannot read) gets the mma.sync path;
+    one with deterministic=False, the atomic split-K where the parallel one would serve.
     Raises
     ScheduleError below the instructions' arch (sm_80: mma.sync and cp.async)."""
     why = reasons.append if reasons is not None else (lambda line: None)
