@@ -1,5 +1,6 @@
 """One checked launch's kernel parameters as cuLaunchKernel takes them, and the driver
-calls of the per-call path: launch, set a workspace's bytes, re-point a tensor map.
+calls of the per-call path: launch (cooperatively, for a kernel whose blocks wait for each
+other), set a workspace's bytes, re-point a tensor map.
 
     params = KernelParameters(func, config, pointers=3, values=[...], maps=[...])
     params.launch((ptr_a, ptr_y, ptr_ws), stream)    # ints in ABI order; stream: a handle
@@ -49,6 +50,10 @@ class _Driver:
         self.launch = lib.cuLaunchKernel
         self.launch.restype = ctypes.c_int
         self.launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+        self.launch_cooperative = lib.cuLaunchCooperativeKernel
+        self.launch_cooperative.restype = ctypes.c_int
+        self.launch_cooperative.argtypes = ([ctypes.c_void_p] + [ctypes.c_uint] * 7
+                                            + [ctypes.c_void_p] * 2)
         self.memset = lib.cuMemsetD8Async
         self.memset.restype = ctypes.c_int
         self.memset.argtypes = [ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_size_t,
@@ -184,10 +189,15 @@ class KernelParameters:
     `tensors` and `workspaces` count the pointer parameters (the tensors', then the
     workspaces'); `strides` and `scalars` are numpy scalars of the kernel's index type;
     `maps` are (position among the tensors, TensorMapFields encoded at the bound tensor's
-    address), passed after the strides."""
+    address), passed after the strides. `cooperative`: launched by
+    cuLaunchCooperativeKernel, which puts every block of the grid on the device at once
+    or fails (a kernel whose blocks wait for blocks launched after them: kir.Kernel's
+    co_resident), even beside kernels of other streams."""
 
-    def __init__(self, func, config, tensors, workspaces, strides, scalars, maps):
+    def __init__(self, func, config, tensors, workspaces, strides, scalars, maps,
+                 cooperative=False):
         self.func = func
+        self.cooperative = cooperative
         self.grid, self.block, self.shared = config
         self.pointers = (ctypes.c_uint64 * max(tensors + workspaces, 1))()
         self.count = tensors + workspaces
@@ -218,8 +228,12 @@ class KernelParameters:
             if driver is None or not isinstance(self._head[0], int):
                 self._through_cupy(pointers, stream)
                 return
-            _check(driver.launch(*self._head, stream, self.kernel_params, None),
-                   "cuLaunchKernel")
+            if self.cooperative:
+                _check(driver.launch_cooperative(*self._head, stream, self.kernel_params),
+                       "cuLaunchCooperativeKernel")
+            else:
+                _check(driver.launch(*self._head, stream, self.kernel_params, None),
+                       "cuLaunchKernel")
 
     def _through_cupy(self, pointers, stream):
         tensors = [np.uint64(p) for p in pointers[:self._tensors]]
@@ -227,7 +241,8 @@ class KernelParameters:
         maps = [m.value() for m in self.maps]
         self.func(self.grid, self.block,
                   (*tensors, *self._strides, *maps, *workspaces, *self._scalars),
-                  shared_mem=self.shared, stream=_cupy_stream(stream))
+                  shared_mem=self.shared, stream=_cupy_stream(stream),
+                  enable_cooperative_groups=self.cooperative)
 
 
 class _StreamHandle:

@@ -32,7 +32,10 @@ Checked here: every argument is present, arrays are CuPy arrays of the buffer's 
 bf16 buffer takes a 2-byte integer array holding the bits, since CuPy has no bfloat16),
 their rank and shape match the kernel's sizes, strides are whole elements and fit the
 index type, extents are positive, workspaces are 1-D, contiguous and large enough, the
-shared memory fits the device. The full executor (torch/numpy inputs, allocation of
+shared memory fits the device, and a co-resident kernel's grid (blocks that wait for
+blocks launched after them) fits the device at once; such a kernel is launched
+cooperatively (codegen.kernel_params), so the driver keeps it resident beside other
+streams' kernels. The full executor (torch/numpy inputs, allocation of
 outputs, size classes) lives elsewhere.
 
 What is computed once. All of the above depends on the arguments only through their
@@ -305,7 +308,8 @@ class BoundLaunch:
         self.workspace_names = launcher.workspace_names
         self.scalar_values = scalar_values
         self.params = KernelParameters(func, config, len(self.tensor_names),
-                                       len(self.workspace_names), strides, scalars, maps)
+                                       len(self.workspace_names), strides, scalars, maps,
+                                       cooperative=launcher.kernel.co_resident)
         self.launch = self.params.launch     # launch(pointers, stream): no frame of ours
 
     def __call__(self, tensors, workspaces, stream=None):

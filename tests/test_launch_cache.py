@@ -86,9 +86,12 @@ class FakeFunction:
 
     def __init__(self):
         self.launches = []
+        self.cooperative = []       # per launch: through CuPy's cooperative launch
 
-    def __call__(self, grid, block, args, shared_mem=0, stream=None):
+    def __call__(self, grid, block, args, shared_mem=0, stream=None,
+                 enable_cooperative_groups=False):
         self.launches.append((grid, block, args, shared_mem))
+        self.cooperative.append(enable_cooperative_groups)
 
     @property
     def last_args(self):
@@ -173,8 +176,40 @@ def recording_driver(calls):
         calls.append(((func, gx, gy, gz, bx, by, bz, shared, stream, extra), params))
         return 0
 
-    return types.SimpleNamespace(launch=launch, memset=None, replace_address=None,
+    def launch_cooperative(func, gx, gy, gz, bx, by, bz, shared, stream, params):
+        calls.append(((func, gx, gy, gz, bx, by, bz, shared, stream, "cooperative"),
+                      params))
+        return 0
+
+    return types.SimpleNamespace(launch=launch, launch_cooperative=launch_cooperative,
+                                 memset=None, replace_address=None,
                                  read=lambda params, i, size: ctypes.string_at(params[i], size))
+
+
+def test_a_kernel_whose_blocks_wait_for_each_other_is_launched_cooperatively(gpu, monkeypatch):
+    """A co-resident kernel (the parallel split-K's blocks wait for blocks launched after
+    them) goes through cuLaunchCooperativeKernel, which puts the whole grid on the device
+    at once even beside other streams' kernels; others through cuLaunchKernel; through
+    CuPy's launch, the same choice."""
+    calls = []
+    monkeypatch.setattr(kernel_params, "cuda_driver", lambda: recording_driver(calls))
+    from cupy.cuda import driver
+    monkeypatch.setattr(driver, "occupancyMaxActiveBlocksPerMultiprocessor",
+                        lambda *args: 1)
+    monkeypatch.setattr(launching, "_resident_per_sm", {})
+    monkeypatch.setattr(launching, "device_model", lambda: H200)
+    kernel = turnstile()
+    args = {"x": gpu.array((5, 300)), "y": gpu.array((300,)), "ws": gpu.array((300,)),
+            "sem": gpu.array((3,), np.int32), "N": 300, "S": 5}
+    launching.launch(kernel, b"cubin", args)
+    kernel.co_resident = True
+    launching.launch(kernel, b"cubin-co", args)
+    assert [head[-1] for head, _ in calls] == [None, "cooperative"]
+    monkeypatch.setattr(kernel_params, "cuda_driver", lambda: None)
+    launching.launch(kernel, b"cubin-co2", args)
+    kernel.co_resident = False
+    launching.launch(kernel, b"cubin-2", args)
+    assert gpu.function.cooperative == [True, False]
 
 
 def test_a_driver_launch_points_at_each_parameter_in_abi_order(gpu, monkeypatch):

@@ -616,7 +616,8 @@ class Kernel:
     tensor_maps: list = field(default_factory=list)  # list[kir.hopper.TensorMap]
     # its blocks wait for blocks launched after them (a parallel grid reduction's
     # counters): every block of the grid must be resident at once, which the launcher
-    # checks against the device's occupancy before each new grid size
+    # checks against the device's occupancy before each new grid size and asks of the
+    # driver with a cooperative launch (cuLaunchCooperativeKernel)
     co_resident: bool = False
 
     @property

@@ -52,7 +52,8 @@ The parallel sum costs each CTA a slice (E T / splits elements times the splits)
 of the whole tile, so it stays short with many splits, and its order is fixed: the same
 bits every run. Its CTAs (and the atomic reduction's last one) wait for CTAs launched
 after them, so the kernel is marked co_resident: the launcher refuses a grid the device
-cannot hold at once.
+cannot hold at once and launches it cooperatively (every block resident at once, even
+beside other streams' kernels).
 
 Each thread keeps its own partials (work is laid out [.., element, thread] so the
 accesses are coalesced), so no shared memory is involved and the barriers here belong to
