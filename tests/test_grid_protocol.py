@@ -353,3 +353,21 @@ def test_the_interpreter_catches_the_atomic_reductions_missing_zeros_and_fence()
         with pytest.raises(RaceError) as info:
             run_kernel(_without(kernel, dropped), mutation.arguments(kernel, sizes))
         assert kind in {h.kind for h in info.value.hazards}, info.value
+
+
+def test_zeros_stored_before_the_other_blocks_adds_do_not_undo_them():
+    """The last CTA's store of zeros moved before its wait: other CTAs' adds may land
+    after it, leaving the sums non-zero for the next launch: refused as "workspace" (and
+    the unordered accesses as "cross-cta")."""
+    kernel = copy.deepcopy(_sm80_atomic())
+    (zeros,) = _zero_stores(kernel)
+    for s in kir.walk(kernel.body):
+        for body in s.bodies():
+            loops = [c for c in body if isinstance(c, kir.ForLoop) and zeros in c.body]
+            if loops:
+                (take,) = loops
+                body.remove(take)
+                body.insert(0, take)       # before the thread-0 wait and its barrier
+    findings = check_grid_protocol(kernel)
+    assert {"workspace", "cross-cta"} <= set(kinds(findings)), findings
+    assert any("not stored back to zero" in str(h) for h in findings)

@@ -489,8 +489,9 @@ class _Proof:
                 self.separation.span(first[(id(e.stmt), id(e.index))],
                                      masks[(id(e.stmt), id(e.index))], fold)
             self.separate(first_event.values())
-            _Turn(self, g, blocks).check()
-            self.zeroed_again(g, blocks, param)
+            turn = _Turn(self, g, blocks)
+            turn.check()
+            self.zeroed_again(g, blocks, param, turn.seen)
 
     def separate(self, events):
         """Blocks of different tiles: a semaphore cell and a workspace element each
@@ -520,13 +521,13 @@ class _Proof:
                             f"elements (blockIdx {', '.join(sorted(need))} do not separate "
                             "the indices)")
 
-    def zeroed_again(self, g, blocks, param):
+    def zeroed_again(self, g, blocks, param, seen):
         """A zeroed data workspace (not a semaphore) is zero again after the launch: each
         write of it other than a store of zeros (an atomic add of partial sums) is undone
         by a store of zeros at the same index, in the same loops, by at least the same
-        threads, in some block (after it, in its own), the index not depending on the
-        turn: so every element it wrote is stored zero (the cross-cta check orders that
-        store after the other blocks' writes)."""
+        threads, after it (in program order in its own block; in another block, by
+        threads that acquired the write: `seen`, _Turn.publish's), the index not
+        depending on the turn: so every element it wrote is stored zero last."""
         for w in self.kernel.workspaces:
             if not w.zeroed or id(w.buffer) in self.sems or id(w.buffer) not in self.written:
                 continue
@@ -541,7 +542,9 @@ class _Proof:
                 undone = not _mentions_turn(e.index, param) and e.loops is not None and any(
                     kir.format_expr(r.index) == text and r.loops is not None
                     and [(v.name, n) for v, n in r.loops] == [(v.name, n) for v, n in e.loops]
-                    and _subset(e.threads, r.threads) and (zr != z or ir > i)
+                    and _subset(e.threads, r.threads)
+                    and (ir > i if zr == z else _subset(e.threads, seen[(zr, ir)].get(
+                        (z, i), np.zeros_like(e.threads))))
                     for zr, ir, r in zeros)
                 if not undone:
                     self.report("workspace", w.buffer.name, _point(e.stmt), "END",
@@ -570,7 +573,7 @@ class _Turn:
 
     def check(self):
         matches = self.explore()
-        self.publish(matches)
+        self.seen = self.publish(matches)
 
     def explore(self):
         """Every interleaving of the blocks' semaphore operations: deadlocks, the values
@@ -640,7 +643,8 @@ class _Turn:
 
     def publish(self, matches):
         """What each block's accesses see of other blocks' (a fixpoint over the turn), then
-        every conflicting pair of accesses of two blocks checked for an order."""
+        every conflicting pair of accesses of two blocks checked for an order; returns
+        what each access sees ({(block, event): {(block, event): threads that see it}})."""
         g, proof = self.g, self.proof
         published, seen = {}, {}
         for _ in range(g + 1):
@@ -691,3 +695,4 @@ class _Turn:
                          f"block z={zb} is not ordered after the {verb(a)} by block z={za} "
                          "(no release publishing it, fenced and handed to the releasing "
                          "thread, that the later block acquires before it)")
+        return seen
