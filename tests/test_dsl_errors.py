@@ -431,7 +431,11 @@ SCHEDULE_ERRORS = [
      "parallelize: axis 0 of t is already parallelized as BIDx; it cannot also be TIDx"),
     (MATMUL + "smem_epilogue=1)\n}\n", 7, 24, "matmul: smem_epilogue must be true or false"),
     (MATMUL + "async_gmem_load_operands=0)\n}\n", 7, 35,
-     "matmul: async_gmem_load_operands must be true or false"),
+     "matmul: async_gmem_load_operands must be true or false, or a pair [A, B] of them "
+     "(one per operand)"),
+    (MATMUL + "async_gmem_load_operands=[true, false, true])\n}\n", 7, 35,
+     "matmul: async_gmem_load_operands must be true or false, or a pair [A, B] of them "
+     "(one per operand)"),
     (MATMUL + "promote_prologue_smem_reuse=\"yes\")\n}\n", 7, 38,
      "matmul: promote_prologue_smem_reuse must be true or false"),
     (MATMUL + "use_smem_epilogue=1.0)\n}\n", 7, 28,

@@ -200,10 +200,12 @@ def test_the_automatic_schedule_takes_the_hopper_path_unless_tma_cannot_read(rng
     assert "mma.m16n8k16" in kernel.kir_text and not kernel.kir.tensor_maps
     assert np.array_equal(exe.run({"A": data["A"], "B": shifted})["out"],
                           reference("TT", data).astype(np.float16))
-    # rows of 63 elements: the producer warp group copies them, element by element
+    # A's rows of 63 elements: the producer warp group copies them, element by element;
+    # B's rows of 96 bytes still come by TMA
     odd = integer_inputs(rng, "TT", 64, 48, 63)
     (kernel,) = exe.kernels_for(odd)
-    assert "wgmma" in kernel.kir_text and not kernel.kir.tensor_maps
+    assert "wgmma" in kernel.kir_text
+    assert [t.tensor.buffer.name for t in kernel.kir.tensor_maps] == ["B"]
     assert "fence.proxy.async" in kernel.kir_text and kernel.caps == {"A": 2}
     assert np.array_equal(exe.run(odd)["out"], reference("TT", odd).astype(np.float16))
 
@@ -211,6 +213,7 @@ def test_the_automatic_schedule_takes_the_hopper_path_unless_tma_cannot_read(rng
 # -- operands TMA cannot read: the producer warp group copies them ------------------------------
 
 COPIES = dict(HOPPER, async_gmem_load_operands=False)
+MIXED = dict(HOPPER, async_gmem_load_operands=(False, True))     # A copied, B by TMA
 
 
 @pytest.fixture(scope="module")
@@ -258,6 +261,57 @@ def test_a_dropped_proxy_fence_is_refused_and_caught(rng):
     out = np.zeros((128, 128), np.float16)
     with pytest.raises(RaceError, match="proxy-fence"):
         run_kernel(dropped, {**data, "out": out, "M": 128, "N": 128, "K": 128, "splitk": 1})
+
+
+@pytest.fixture(scope="module")
+def mixed_exe():
+    return codegen.compile(scheduled(dict(MIXED, splitk_factor=2), layout="NT"),
+                           backend="interp")
+
+
+@pytest.mark.parametrize("m", [1, 136])
+def test_one_operand_copied_the_other_by_tma_equals_float64(mixed_exe, m, rng):
+    """A decode matmul's A with M = 1 stored K x M has rows of one element, which TMA
+    cannot read: the producer copies A's tiles while B's still come by TMA."""
+    n, k = 200, 64 * 3 + 8
+    data = integer_inputs(rng, "NT", m, n, k)
+    out = mixed_exe.run({**data, "splitk": 2})["out"]
+    assert np.array_equal(out, reference("NT", data).astype(np.float16))
+
+
+def test_a_mixed_producer_copies_then_thread_0_expects_and_issues_the_boxes(mixed_exe):
+    """Golden: the 128 producer threads copy A's tile and fence it for the async proxy;
+    thread 0 then arrives with expect_tx of B's box bytes and issues B's TMA load, the
+    other 127 arrive plainly: full[s] counts 128 arrivals."""
+    kernel = mixed_exe.kernels[0].kir
+    assert [t.tensor.buffer.name for t in kernel.tensor_maps] == ["B"]
+    (producer,) = [s for s in kir.walk(kernel.body) if isinstance(s, kir.ForLoop)
+                   and isinstance(s.body[0], kir.MbarrierWait) and
+                   any(isinstance(x, kir.Store) for x in kir.walk(s.body))]
+    assert [type(s).__name__ for s in producer.body] == [
+        "MbarrierWait", "ForLoop", "FenceProxyAsync", "IfThenElse"]
+    issue = producer.body[-1]
+    assert kir.format_expr(issue.cond) == "(threadIdx.x == 0)"
+    expect, boxes = issue.then_body
+    assert kir.format_expr(expect.tx_bytes) == str(64 * 128 * 2)     # B's K x N tile
+    assert any(isinstance(x, kir.TmaLoad) for x in kir.walk([boxes]))
+    assert [type(s).__name__ for s in issue.else_body] == ["MbarrierArrive"]
+    assert issue.else_body[0].tx_bytes is None
+    inits = [s for s in kir.walk(kernel.body) if isinstance(s, kir.MbarrierInit)]
+    assert sorted(kir.format_expr(s.count) for s in inits) == ["128", "256"]
+
+
+def test_a_mixed_producers_dropped_proxy_fence_is_refused_and_caught(rng):
+    from lowering.pipeline import lower
+    f = scheduled(MIXED, layout="NT")
+    kernel, _ = lower(f, verify=False)
+    (fence,) = [s for s in kir.walk(kernel.body) if isinstance(s, kir.FenceProxyAsync)]
+    with pytest.raises(HazardError, match="proxy-fence on A_cache"):
+        lower(f, drop_syncs=[fence.sync_id])
+    exe = codegen.compile(f, backend="interp", drop_syncs=[fence.sync_id], verify=False)
+    data = integer_inputs(rng, "NT", 8, 128, 64 * 2)
+    with pytest.raises(RaceError, match="proxy-fence"):
+        exe.run({**data, "splitk": 1})
 
 
 def test_a_cp_async_copy_is_not_warp_specialized():
@@ -364,6 +418,8 @@ GPU_CASES = {
                    (264, 520, 136), 1),
     "NT producer copies split 2": (dict(COPIES, splitk_factor=2), "NT", "f16", False,
                                    (136, 200, 64 * 3 + 8), 2),
+    "NT M=1 A copied B by TMA split 2": (dict(MIXED, splitk_factor=2), "NT", "f16", False,
+                                         (1, 200, 64 * 3 + 8), 2),
 }
 
 

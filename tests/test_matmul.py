@@ -450,10 +450,23 @@ def test_hopper_heuristic_copies_rows_of_an_odd_number_of_elements():
     reasons = []
     p = matmul_heuristic(1000, 900, 1001, layout="TT", reasons=reasons)
     assert p.hopper and not p.async_gmem_load_operands and p.stages == 4
-    assert reasons[0] == ("1000x900x1001 TT: an operand's rows are of an odd number of "
-                          "elements: the producer warp group copies the tiles "
+    assert reasons[0] == ("1000x900x1001 TT: A's rows are of an odd number of elements: "
+                          "the producer warp group copies the tiles of A and B "
                           "element-wise, into the same swizzled layout")
     assert "the Hopper path (wgmma, a producer warp group)" in reasons[1]
+
+
+@pytest.mark.parametrize("layout", ["NT", "NN"])
+def test_hopper_heuristic_loads_by_tma_the_operand_it_can_read(layout):
+    """M = 1 with A stored K x M (a decode step): A's rows are one element, which only
+    copies read; B, 8 KB rows, still comes by TMA."""
+    reasons = []
+    p = matmul_heuristic(1, 4096, 4096, layout=layout, reasons=reasons)
+    assert p.hopper and p.async_gmem_load_operands == (False, True)
+    assert reasons[0] == (f"1x4096x4096 {layout}: A's rows are of an odd number of elements: "
+                          "the producer warp group copies the tiles of A element-wise, "
+                          "into the same swizzled layout, and loads B's by TMA")
+    assert matmul_heuristic(1, 4096, 4096, layout="T" + layout[1]).async_gmem_load_operands
 
 
 @pytest.mark.parametrize("kwargs, message", [

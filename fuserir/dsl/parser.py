@@ -138,9 +138,9 @@ _CONSTANT_KINDS = {
             lambda v: isinstance(v, dict) and all(map(_is_int, [*v, *v.values()]))),
 }
 # MatmulParams fields whose value is true/false, and those that are integers.
-_MATMUL_BOOL_FIELDS = ("use_smem_epilogue", "promote_prologue_smem_reuse",
-                       "async_gmem_load_operands")
+_MATMUL_BOOL_FIELDS = ("use_smem_epilogue", "promote_prologue_smem_reuse")
 _MATMUL_INT_FIELDS = ("stages", "splitk_factor")
+_MATMUL_PER_OPERAND_FIELDS = ("async_gmem_load_operands",)    # true/false, or [A, B]
 
 
 def _tensors(fusion):
@@ -535,6 +535,11 @@ class _Builder:
                 raise self.error(f"matmul: {key} must be true or false", node)
             if field in _MATMUL_INT_FIELDS and not _is_int(value):
                 raise self.error(f"matmul: {key} must be an integer", node)
+            if field in _MATMUL_PER_OPERAND_FIELDS and not (
+                    isinstance(value, bool) or (isinstance(value, list) and len(value) == 2
+                                                and all(isinstance(v, bool) for v in value))):
+                raise self.error(f"matmul: {key} must be true or false, or a pair [A, B] of "
+                                 "them (one per operand)", node)
             keys[str(key)] = (value, key)
         with self.located(name):
             params = params_from_keys({k: v for k, (v, _) in keys.items()},

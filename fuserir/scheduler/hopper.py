@@ -13,9 +13,10 @@ per iteration of the K-tile loop, laid out as TMA boxes of 128-byte rows (its co
 axis split by 64 elements where it is longer) and swizzled by 128-byte rows, which is
 what a wgmma matrix descriptor reads; circular-buffered over `stages` with a producer
 warp group (circular_buffer(stages, warp_specialize=TIDy)). With
-async_gmem_load_operands=False (operands TMA cannot read) the cache is a plain copy
-instead, into the same layout: the producer warp group's 128 threads copy each tile,
-16 bytes per access where the arrays allow. The accumulator lives in the
+async_gmem_load_operands=False (operands TMA cannot read; a pair (A, B) says it per
+operand) the cache is a plain copy instead, into the same layout: the producer warp
+group's 128 threads copy each tile, 16 bytes per access where the arrays allow. The
+accumulator lives in the
 registers of the warp group's 128 threads (TIDx: lowering adds it for the instruction),
 the epilogue's pointwise ops run on them, and the output is stored from them or staged
 through shared memory over the operand stages (use_smem_epilogue).
@@ -43,12 +44,12 @@ def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
             f"limit of {shared_limit} bytes per block; use fewer stages or smaller tiles")
     fusion.declare_scalar(SPLITK, params.splitk_factor)
 
-    tma = params.async_gmem_load_operands
-    a_smem = a.cache_after(MemoryType.shared, tma=tma)
-    b_smem = b.cache_after(MemoryType.shared, tma=tma)
+    a_tma, b_tma = params.async_loads
+    a_smem = a.cache_after(MemoryType.shared, tma=a_tma)
+    b_smem = b.cache_after(MemoryType.shared, tma=b_tma)
 
     def stage_operands(mm):
-        for smem in (a_smem, b_smem):
+        for smem, tma in ((a_smem, a_tma), (b_smem, b_tma)):
             smem.compute_at(mm, 4)
             _box_layout(smem)
             smem.swizzle(SWIZZLE_ROW_BYTES // smem.dtype.itemsize)

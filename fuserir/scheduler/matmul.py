@@ -64,15 +64,22 @@ class MatmulParams:
     use_smem_epilogue: bool = False
     promote_prologue_smem_reuse: bool = False
     # operands loaded asynchronously: cp.async on the mma.sync path, TMA on the Hopper
-    # path (whose producer warp group copies them element-wise where False)
-    async_gmem_load_operands: bool = True
+    # path (whose producer warp group copies them element-wise where False); a bool for
+    # both operands or a pair (A, B) for each
+    async_gmem_load_operands: bool | tuple = True
 
     def __post_init__(self):
-        for name in ("cta_tile", "warp_tile", "instruction_tile"):
+        for name in ("cta_tile", "warp_tile", "instruction_tile", "async_gmem_load_operands"):
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):
                 setattr(self, name, tuple(value))
         self.check()
+
+    @property
+    def async_loads(self):
+        """(A, B): is each operand loaded asynchronously (async_gmem_load_operands)?"""
+        value = self.async_gmem_load_operands
+        return value if isinstance(value, tuple) else (value, value)
 
     @property
     def hopper(self):
@@ -122,7 +129,12 @@ class MatmulParams:
         if self.splitk_mode not in SPLITK_MODES:
             bad(f"splitk_mode {self.splitk_mode!r}: expected "
                 + " or ".join(repr(m) for m in SPLITK_MODES))
-        if self.stages > 1 and not self.async_gmem_load_operands and not self.hopper:
+        loads = self.async_gmem_load_operands
+        if not (isinstance(loads, bool) or (isinstance(loads, tuple) and len(loads) == 2
+                                           and all(isinstance(x, bool) for x in loads))):
+            bad(f"async_gmem_load_operands must be true or false, or a pair of them (A, B), "
+                f"got {loads!r}")
+        if self.stages > 1 and not all(self.async_loads) and not self.hopper:
             bad("a pipeline (stages > 1) needs async_gmem_load_operands=True (on the "
                 "mma.sync path: cp.async)")
 
@@ -246,8 +258,9 @@ def schedule_matmul(fusion: Fusion, params: MatmulParams,
     im, in_, _ = params.instruction_tile
 
     # Operand caches: global -> shared (cp.async) -> registers (ldmatrix).
-    a_smem = a.cache_after(MemoryType.shared, async_copy=params.async_gmem_load_operands)
-    b_smem = b.cache_after(MemoryType.shared, async_copy=params.async_gmem_load_operands)
+    a_async, b_async = params.async_loads
+    a_smem = a.cache_after(MemoryType.shared, async_copy=a_async)
+    b_smem = b.cache_after(MemoryType.shared, async_copy=b_async)
     a_frag = a_smem.cache_after(MemoryType.local, ldmatrix=True)
     b_frag = b_smem.cache_after(MemoryType.local, ldmatrix=True)
     if params.splitk_mode == "two_kernel":
@@ -348,11 +361,11 @@ def _rows_of(m, n, k, layout, elements):
 
 
 def _tma_readable(m, n, k, layout, itemsize=2):
-    """Can TMA read both operands (row-major per `layout`, of `itemsize`-byte elements)?
-    Each one's row stride must be one a tensor map may have."""
+    """(A, B): can TMA read each operand (row-major per `layout`, of `itemsize`-byte
+    elements)? Its row stride must be one a tensor map may have."""
     a_row = k if layout[0] == "T" else m
     b_row = n if layout[1] == "T" else k
-    return tma_stride_ok(a_row * itemsize) and tma_stride_ok(b_row * itemsize)
+    return tma_stride_ok(a_row * itemsize), tma_stride_ok(b_row * itemsize)
 
 
 def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
@@ -365,7 +378,8 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       cp.asyncs of 4 or 8 bytes stay pipelined (5x the producer's element copies at
       4096x4096x4100 on the H200); rows of an odd number of elements take the Hopper path
       with the producer warp group copying them (1.16x the mma.sync path's element
-      copies at 4096x4096x4097: docs/perf.md);
+      copies at 4096x4096x4097: docs/perf.md), an operand TMA can read still by TMA
+      (a decode matmul's M = 1 with A stored K x M: A's rows are one element long);
     * CTA tile 128x256 (two consumer warp groups of 64x256) when those tiles give every
       SM one, else 128x128 (two of 64x128); K tile 64; 4 stages; the output staged
       through shared memory over the operand stages where it fits;
@@ -386,15 +400,20 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
         why("the operand arrays' strides are not what TMA reads (a contiguous last axis, "
             "the others multiples of 16 bytes): the mma.sync path")
         return None
-    tma = _tma_readable(m, n, k, layout)
+    readable = _tma_readable(m, n, k, layout)
+    tma = all(readable)
     if not tma and _rows_of(m, n, k, layout, 2):
         why(f"{m}x{n}x{k} {layout}: an operand's rows are not a multiple of 16 bytes, which "
             "TMA needs, but of 4: the mma.sync path's narrower cp.asyncs")
         return None
     if not tma:
-        why(f"{m}x{n}x{k} {layout}: an operand's rows are of an odd number of elements: the "
-            "producer warp group copies the tiles element-wise, into the same swizzled "
-            "layout")
+        rows = (k if layout[0] == "T" else m, n if layout[1] == "T" else k)
+        odd = " and ".join(x for x, row in zip("AB", rows) if row % 2)
+        copied = " and ".join(x for x, ok in zip("AB", readable) if not ok)
+        why(f"{m}x{n}x{k} {layout}: {odd}'s rows are of an odd number of elements: the "
+            f"producer warp group copies the tiles of {copied} element-wise, into the same "
+            "swizzled layout" + (f", and loads {'AB'[readable.index(True)]}'s by TMA"
+                                 if any(readable) else ""))
     tk = HOPPER_K_TILE
     wide = ceil_div(m, 128) * ceil_div(n, 256) >= sms
     tm, tn = (128, 256) if wide else (128, 128)
@@ -416,7 +435,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
             f"the limit of {limit}: the mma.sync path")
         return None
     why(f"{m}x{n}x{k} on {device.name} ({sms} SMs): the Hopper path (wgmma, "
-        f"{'TMA, ' if tma else ''}a producer warp group), CTA tile {tm}x{tn}x{tk} in two "
+        f"{'TMA, ' if any(readable) else ''}a producer warp group), CTA tile {tm}x{tn}x{tk} in two "
         f"consumer warp groups of 64x{tn}, " + ("tiles of 128x256 fill the SMs" if wide else
                         f"{tiles} tiles of 128x{tn} (tiles of 128x256 would leave SMs idle)"))
     why(f"split-K {splitk} ({mode}): " + ("the tiles fill more than half the SMs"
@@ -440,7 +459,8 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
                         splitk_interleaved=mode in ("parallel", "atomic"),
                         use_smem_epilogue=smem_epilogue,
                         promote_prologue_smem_reuse=smem_epilogue,
-                        async_gmem_load_operands=tma)
+                        async_gmem_load_operands=tma if tma or not any(readable)
+                        else readable)
 
 
 

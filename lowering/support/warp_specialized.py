@@ -5,7 +5,7 @@ the block has one more warp group along TIDy, the producer, and the loop runs tw
 in each role, handing the S stages over through two mbarriers per stage (full[s], then
 empty[s], in one shared buffer):
 
-    thread 0:      init full[s] (1 arrival; one per producer thread for copies),
+    thread 0:      init full[s] (1 arrival; one per producer thread where it copies),
                    empty[s] (one per consumer thread), s < S;
                    fence.mbarrier_init
     __syncthreads
@@ -15,6 +15,8 @@ empty[s], in one shared buffer):
                                                         counts as complete)
           TMA: arrive.expect_tx full[s] (every box of tile i); the TMA loads of tile i
           copies: tile i's element copies (ld.global, st.shared); arrive full[s]
+          both (one operand each way): the copies; thread 0 arrive.expect_tx full[s]
+               and the TMA loads, the other threads arrive full[s]
     else (the W consumer warp groups, everything else the kernel does):
         for i: s = i % S
                wait full[s], parity (i / S) % 2        (tile i has landed)
@@ -24,8 +26,8 @@ empty[s], in one shared buffer):
 The loads of tile i are the loop's own copy statements, so coordinates and stage offsets
 follow from indexing; tiles past a tensor's edge are zero-filled by the hardware (TMA) or
 by the copies' predicates, which store 0 out of bounds. Copies are the path for operands
-TMA cannot read (rows not a multiple of 16 bytes): the same swizzled tiles, written
-through the generic proxy, which is why sync insertion puts fence.proxy.async between
+TMA cannot read (rows not a multiple of 16 bytes; a tile of each kind where only one
+operand's rows are): the same swizzled tiles, written through the generic proxy, which is why sync insertion puts fence.proxy.async between
 each producer thread's stores and its arrival. A barrier of the whole block left in the
 consumers' code (the serial grid reduction's) becomes a named barrier of the consumers' threads: the producer never
 reaches it. The fences the async proxy needs beyond this protocol (wgmma.fence after the
@@ -131,13 +133,19 @@ def _is_ty(e):
     return isinstance(e, kir.Special) and e.kind is kir.SpecialKind.threadIdx and e.axis == "y"
 
 
-def _copy_kind(copies, names):
-    """"tma" or "copies": how the producer loads the tiles (one kind per pipeline)."""
-    tma = any(effects.async_shared(s.effects()) for s in kir.walk(copies))
-    if tma and any(effects.generic_shared(s.effects()) for s in kir.walk(copies)):
-        raise ScheduleError(f"{names}: a warp-specialized pipeline loads all of its tiles by "
-                            "TMA or all of them by copies, not some each way")
-    return "tma" if tma else "copies"
+def _split_by_proxy(copies, names):
+    """(TMA loads, element copies) among the top-level statements of `copies`: each
+    operand's tile is loaded one way (a statement that loads some bytes by TMA and others
+    by copies is refused)."""
+    tma, generic = [], []
+    for s in copies:
+        boxes = any(effects.async_shared(x.effects()) for x in kir.walk([s]))
+        stores = any(effects.generic_shared(x.effects()) for x in kir.walk([s]))
+        if boxes and stores:
+            raise ScheduleError(f"{names}: {kir.format_stmt(s)} loads part of a tile by TMA "
+                                "and part by copies; a tile is loaded one way")
+        (tma if boxes else generic).append(s)
+    return tma, generic
 
 
 def _check_producer_copies(copies, names):
@@ -174,15 +182,22 @@ def build(ctx, kernel, loop, copies, rest, stages, names):
     var = loop.var
     stage = ctx.binop("mod", var, ctx.const(stages))
     parity = ctx.binop("mod", ctx.binop("div", var, ctx.const(stages)), ctx.const(2))
-    kind = _copy_kind(copies, names)
+    boxes, stores = _split_by_proxy(copies, names)
+    kind = "copies and TMA loads" if boxes and stores else "TMA loads" if boxes else "copies"
     wait_empty = kir.MbarrierWait(bars, empty(stage), ctx.binop("xor", parity, ctx.const(1)))
-    if kind == "tma":
-        _complete_on(copies, bars, full(stage))
-        produce = [wait_empty, kir.MbarrierArrive(bars, full(stage),
-                                                  tx_bytes=_tx_bytes(ctx, copies)), *copies]
-    else:
-        _check_producer_copies(copies, names)
-        produce = [wait_empty, *copies, kir.MbarrierArrive(bars, full(stage))]
+    if boxes:
+        _complete_on(boxes, bars, full(stage))
+        expect = kir.MbarrierArrive(bars, full(stage), tx_bytes=_tx_bytes(ctx, boxes))
+    if stores:
+        _check_producer_copies(stores, names)
+    if not stores:           # thread 0: expect the boxes' bytes, issue them
+        produce = [wait_empty, expect, *boxes]
+    elif not boxes:          # every producer thread: its copies, then its arrival
+        produce = [wait_empty, *stores, kir.MbarrierArrive(bars, full(stage))]
+    else:                    # every thread copies and arrives; thread 0's arrival also
+        produce = [wait_empty, *stores,        # expects the boxes, which it then issues
+                   kir.IfThenElse(ctx.binop("eq", tx, ctx.const(0)), [expect, *boxes],
+                                  [kir.MbarrierArrive(bars, full(stage))])]
     producer = kir.ForLoop(var, loop.extent, produce, loop.kind)
     _consume(ctx, loop, rest, bars, stages, stage, parity)
 
@@ -194,16 +209,15 @@ def build(ctx, kernel, loop, copies, rest, stages, names):
                       ctx.binop("eq", ty, ctx.const(0)))
     init = kir.IfThenElse(first, [
         kir.ForLoop(s, ctx.const(stages), [kir.MbarrierInit(bars, full(s), ctx.const(
-                        1 if kind == "tma" else WARP_GROUP)),
+                        WARP_GROUP if stores else 1)),
                                            kir.MbarrierInit(bars, empty(s),
                                                             ctx.const(consumers))],
                     "unroll"),
         kir.FenceMbarrierInit()])
     roles = kir.IfThenElse(ctx.binop("eq", ty, ctx.const(groups)), [
-        kir.Comment(f"the producer warp group: {'TMA loads' if kind == 'tma' else 'copies'}"
-                    f" of {names}, {stages} stages ahead"),
-        kir.IfThenElse(ctx.binop("eq", tx, ctx.const(0)), [producer]) if kind == "tma"
-        else producer], work)
+        kir.Comment(f"the producer warp group: {kind} of {names}, {stages} stages ahead"),
+        producer if stores else kir.IfThenElse(ctx.binop("eq", tx, ctx.const(0)), [producer])],
+        work)
     kernel.body = allocations + [kir.Allocate(bars), init, kir.Barrier(), roles]
     kernel.launch.block = (bx, ctx.const(groups + 1), bz)
     return kernel
