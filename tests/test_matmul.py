@@ -303,15 +303,18 @@ def test_parallel_split_k_sums_in_split_order_for_every_factor(rng):
 
 @pytest.mark.gpu
 def test_gpu_seed_size_fresh_inputs_and_bitwise_repeatable():
+    """The seed's split of 5 in turn; the modes whose CTAs wait for each other at 2 splits:
+    the 64 tiles of 256x128 times 5 would be 320 CTAs, more than the device holds at once
+    (one per SM), which the launcher refuses."""
     import cupy as cp
-    for mode in ("serial", "parallel"):
-        _fresh_inputs_and_repeatable(cp, codegen.compile(seed_fusion(splitk_mode=mode),
-                                                         backend="cuda"))
+    _fresh_inputs_and_repeatable(cp, codegen.compile(seed_fusion(), backend="cuda"), SPLITK)
+    _fresh_inputs_and_repeatable(cp, codegen.compile(seed_fusion(splitk_mode="parallel"),
+                                                     backend="cuda"), 2)
     _fresh_inputs_and_repeatable(cp, codegen.compile(seed_fusion(splitk_mode="atomic"),
-                                                     backend="cuda"), repeatable=False)
+                                                     backend="cuda"), 2, repeatable=False)
 
 
-def _fresh_inputs_and_repeatable(cp, exe, repeatable=True):
+def _fresh_inputs_and_repeatable(cp, exe, splitk, repeatable=True):
     """Ten fresh inputs each equal to the float64 product (to f16); with `repeatable`, the
     same inputs run five times more give the same bits (the atomic mode's need not)."""
     gen = cp.random.default_rng(1)
@@ -319,11 +322,11 @@ def _fresh_inputs_and_repeatable(cp, exe, repeatable=True):
     for _ in range(10):
         a = gen.uniform(-1, 1, (k, m), dtype=cp.float32).astype(cp.float16)
         b = gen.uniform(-1, 1, (k, n), dtype=cp.float32).astype(cp.float16)
-        out = exe.run({"A": a, "B": b, "splitk": SPLITK}, poison=True)["out"]
+        out = exe.run({"A": a, "B": b, "splitk": splitk}, poison=True)["out"]
         assert _reference_mismatches(cp, out, a, b) == 0
     first = out.copy()
     for _ in range(5):
-        again = exe.run({"A": a, "B": b, "splitk": SPLITK}, poison=True)["out"]
+        again = exe.run({"A": a, "B": b, "splitk": splitk}, poison=True)["out"]
         assert bool(cp.array_equal(again, first)) or not repeatable
         assert _reference_mismatches(cp, again, a, b) == 0
 
@@ -385,20 +388,20 @@ def test_hopper_heuristic_takes_wgmma_and_tma(size, layout, tile, splitk):
     assert "the output staged through shared memory" in reasons[2]
 
 
-@pytest.mark.parametrize("size, tile, splitk", [
-    ((128, 128, 262144), (128, 64, 64), 66),     # two tiles of 128x64 x 66 splits
-    ((136, 184, 175704), (128, 64, 64), 22),     # six tiles x 22
-    ((64, 64, 65536), (128, 64, 64), 64),        # 1024 K tiles: at least 16 per split
-    ((256, 256, 65536), (128, 64, 64), 16),
+@pytest.mark.parametrize("size, tile, splitk, stages", [
+    ((128, 128, 262144), (128, 64, 64), 66, 6),     # two tiles of 128x64 x 66 splits
+    ((136, 184, 175704), (128, 64, 64), 22, 6),     # six tiles x 22
+    ((64, 64, 65536), (64, 64, 64), 64, 8),         # 1024 K tiles: at least 16 per split;
+    ((256, 256, 65536), (128, 64, 64), 16, 6),      # (M <= 64: 64-row tiles)
 ])
 def test_hopper_heuristic_takes_the_parallel_split_k_where_serial_splits_would_chain(
-        size, tile, splitk):
+        size, tile, splitk, stages):
     """Skinny outputs with a long K: more than 8 serial splits would chain, so every CTA
     of a tile sums a slice at once, one CTA per SM (the grid resident at once)."""
     reasons = []
     p = matmul_heuristic(*size, layout="NT", reasons=reasons)
     assert p.hopper and (p.cta_tile, p.splitk_factor, p.splitk_mode, p.stages) == \
-        (tile, splitk, "parallel", 6)
+        (tile, splitk, "parallel", stages)
     assert p.splitk_interleaved
     tiles = -(-size[0] // tile[0]) * -(-size[1] // tile[1])
     assert tiles * splitk <= H200.sms
@@ -454,6 +457,24 @@ def test_hopper_heuristic_copies_rows_of_an_odd_number_of_elements():
                           "the producer warp group copies the tiles of A and B "
                           "element-wise, into the same swizzled layout")
     assert "the Hopper path (wgmma, a producer warp group)" in reasons[1]
+
+
+@pytest.mark.parametrize("size, tiles, splitk, stages", [
+    ((16, 4096, 4096), 64, 1, 8),       # 64 tiles: more than a quarter of the SMs
+    ((64, 14336, 4096), 224, 1, 7),     # past one per SM: two CTAs share an SM
+    ((1, 8192, 4096), 128, 1, 8),
+    ((32, 2048, 4096), 32, 4, 8),       # 32 tiles x 4 serial splits
+])
+def test_hopper_heuristic_gives_a_decode_step_64_row_tiles(size, tiles, splitk, stages):
+    """M of at most 64: one consumer warp group of 64 rows, not two of which most rows are
+    absent; the output stored from the registers."""
+    reasons = []
+    p = matmul_heuristic(*size, layout="TT", reasons=reasons)
+    assert (p.cta_tile, p.warp_tile, p.splitk_factor, p.splitk_mode, p.stages) == \
+        ((64, 64, 64), (64, 64, 64), splitk, "serial", stages)
+    assert p.warps == 1 and not p.use_smem_epilogue
+    assert f"CTA tile 64x64x64 in 1 consumer warp group of 64x64, {tiles} tiles of 64x64 " \
+           "(M of at most 64" in reasons[0]
 
 
 @pytest.mark.parametrize("layout", ["NT", "NN"])

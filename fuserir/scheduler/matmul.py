@@ -350,6 +350,8 @@ def _copy_layout(smem, warps):
 HOPPER_STAGES = 4
 PARALLEL_STAGES = 6   # the parallel split-K's streaming: more bytes in flight per SM
 PARALLEL_K_TILES = 16  # ... and its fewest K tiles per split (fewer: the sum costs more)
+NARROW_ROWS = 64      # M at most this: CTA tiles of 64 rows (a decode step's M of 1-64)
+NARROW_STAGES = 8     # ... 64x64, 8 stages (docs/perf.md: H100 16x4096x4096 41.8 -> 25.5 us)
 
 
 def _rows_of(m, n, k, layout, elements):
@@ -382,12 +384,16 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       (a decode matmul's M = 1 with A stored K x M: A's rows are one element long);
     * CTA tile 128x256 (two consumer warp groups of 64x256) when those tiles give every
       SM one, else 128x128 (two of 64x128); K tile 64; 4 stages; the output staged
-      through shared memory over the operand stages where it fits;
+      through shared memory over the operand stages where it fits; for M of at most 64
+      (a decode step) 64x64 tiles in one consumer warp group, 8 stages (the 128-row tile
+      spent half its tensor-core time on absent rows: 41.8 -> 25.5 us at 16x4096x4096 on
+      the H100, docs/perf.md);
     * serial split-K where the tiles fill at most half the SMs: as many splits as fill
       them, at most 8;
     * where that would chain more than 8 serial splits (a skinny output and a long K:
       memory bound), the parallel split-K (arrival counters, the sum spread over the
-      CTAs, deterministic): tiles of 128x64 (half the partial sums per CTA of a
+      CTAs, deterministic): tiles of 128x64 (64x64 for M of at most 64; half the
+      partial sums per CTA of a
       128x128 tile; the CTAs of neighbouring tiles share the operand bytes in L2), as
       many splits as give every SM one CTA (the whole grid resident at once, as the
       protocol needs) keeping at least 16 K tiles per split, each split every
@@ -415,30 +421,42 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
             "swizzled layout" + (f", and loads {'AB'[readable.index(True)]}'s by TMA"
                                  if any(readable) else ""))
     tk = HOPPER_K_TILE
-    wide = ceil_div(m, 128) * ceil_div(n, 256) >= sms
-    tm, tn = (128, 256) if wide else (128, 128)
+    narrow = m <= NARROW_ROWS
+    wide = not narrow and ceil_div(m, 128) * ceil_div(n, 256) >= sms
+    tm, tn = (64, 64) if narrow else (128, 256) if wide else (128, 128)
     tiles = ceil_div(m, tm) * ceil_div(n, tn)
     k_tiles = ceil_div(k, tk)
-    splitk, mode, most = 1, "serial", HOPPER_STAGES
-    if 2 * tiles <= sms:
+    splitk, mode, most = 1, "serial", NARROW_STAGES if narrow else HOPPER_STAGES
+    # split K where the tiles fill at most half the SMs; narrow tiles, a quarter (64 of
+    # them streamed 16x4096x4096 unsplit as fast as split in two: docs/perf.md)
+    fill = 4 if narrow else 2
+    if fill * tiles <= sms:
         splitk = max(1, min(sms // tiles, k_tiles // 4))
         if splitk > TWO_KERNEL_SPLITS:
             tn = 64
             tiles = ceil_div(m, tm) * ceil_div(n, tn)
             splitk = max(1, min(sms // tiles, k_tiles // PARALLEL_K_TILES))
             mode = "parallel" if device.deterministic else "atomic"
-            most = PARALLEL_STAGES
+            most = NARROW_STAGES if narrow else PARALLEL_STAGES
+    groups = tm // WGMMA.m
     stage_bytes = (tm + tn) * tk * 2
-    stages = next((s for s in range(most, 1, -1) if s * stage_bytes <= limit), None)
+    # narrow tiles past one per SM: as many stages as let two CTAs share an SM (one wave)
+    share = 2 if narrow and tiles * splitk > sms else 1
+    stages = next((s for s in range(most, 1, -1) if share * s * stage_bytes <= limit), None)
     if stages is None:
         why(f"one Hopper pipeline stage needs {stage_bytes} bytes of shared memory, over "
             f"the limit of {limit}: the mma.sync path")
         return None
     why(f"{m}x{n}x{k} on {device.name} ({sms} SMs): the Hopper path (wgmma, "
-        f"{'TMA, ' if any(readable) else ''}a producer warp group), CTA tile {tm}x{tn}x{tk} in two "
-        f"consumer warp groups of 64x{tn}, " + ("tiles of 128x256 fill the SMs" if wide else
-                        f"{tiles} tiles of 128x{tn} (tiles of 128x256 would leave SMs idle)"))
-    why(f"split-K {splitk} ({mode}): " + ("the tiles fill more than half the SMs"
+        f"{'TMA, ' if any(readable) else ''}a producer warp group), CTA tile {tm}x{tn}x{tk} "
+        f"in {groups} consumer warp group{'s' if groups > 1 else ''} of 64x{tn}, "
+        + ("tiles of 128x256 fill the SMs" if wide else
+           f"{tiles} tiles of {tm}x{tn} (M of at most {NARROW_ROWS}: one warp group's rows, "
+           "half the tensor-core work of 128-row tiles on rows that are not there)"
+           if narrow else
+           f"{tiles} tiles of 128x{tn} (tiles of 128x256 would leave SMs idle)"))
+    why(f"split-K {splitk} ({mode}): " + (
+        f"the tiles fill more than {'a quarter' if narrow else 'half'} of the SMs"
         if splitk == 1 else f"{tiles} tiles x {splitk} splits, {k_tiles // splitk} K "
                             f"tiles of {tk} per split" + (
             f"; over {TWO_KERNEL_SPLITS} serial splits, so every CTA of a tile sums a slice "
@@ -448,7 +466,8 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
             "whose last bits differ run to run (deterministic=False): the CTAs of a tile "
             "add their partials atomically, each split every splitk-th K tile"
             if mode == "atomic" else "")))
-    smem_epilogue = tm * tn * out_itemsize <= stages * stage_bytes
+    # (narrow tiles: a few rows of output, stored from the registers as measured)
+    smem_epilogue = not narrow and tm * tn * out_itemsize <= stages * stage_bytes
     why(f"{stages} stages of {stage_bytes} bytes within {limit} bytes of shared memory; "
         + ("the output staged through shared memory over the operand stages (8-11% "
            "faster than from registers at 4096^3 and 1024x2048x4096: docs/perf.md)"
