@@ -7,17 +7,19 @@ cannot hold (2.5 as i32; 1e39 or 1e-50 as f32, which would round to inf or 0) is
 never a silent truncation.
 """
 
+import functools
 import math
 
 import ml_dtypes
 import numpy as np
 
-from . import dtypes
+from . import dtypes, op_table
 from .dtypes import DataType
 from .errors import FusionError, LiteralError
-from .ir.exprs import (ARITH_BINARY_OPS, COMPARE_OPS, FLOAT_UNARY_OPS, LAYOUTS, UNARY_OPS,
-                       BinaryOp, BroadcastOp, CastOp, LoadStoreOp, MatmulOp, ReductionOp,
-                       UnaryOp, WhereOp)
+from .ir import extent as ext
+from .ir.exprs import (BINARY_OPS, LAYOUTS, UNARY_OPS,
+                       BinaryOp, BroadcastOp, CastOp, ExpandOp, LoadStoreOp, MatmulOp,
+                       PermuteOp, ReductionOp, SqueezeOp, UnaryOp, WhereOp)
 from .ir.iterdomain import IterDomain, IterKind
 from .ir.tensor import Scalar, TensorView
 
@@ -53,7 +55,8 @@ def _literal(op, value, dtype, beside, argument):
     float that rounds to infinity (overflow) or a nonzero one that rounds to 0 (underflow).
     Rounding to the nearest value of the dtype is what a literal means, not an error."""
     if isinstance(value, Scalar):
-        return value
+        # a size takes the dtype beside it, as a literal does (read and converted at run)
+        return Scalar(value.value, dtype) if value.is_size else value
     if not isinstance(value, (bool, int, float)):
         raise FusionError(f"{op}: operand {value!r} is neither a tensor nor a number")
     target = f"the dtype {dtype} of {beside}"
@@ -123,16 +126,23 @@ def _pointwise(op, operands):
     return fusion, tensors, _pointwise_root(op, tensors)
 
 
+def _refusal(op, entry, operands, cast_hint):
+    """Why `op` refuses its operands (`operands` says what they are): what ops of its kind
+    take (fuserir.op_table.TAKES), or, where they refuse only bool, `cast_hint`."""
+    takes = op_table.TAKES.get(entry.kind)
+    return f"{op}: {operands}; " + (f"{op} takes {takes}" if takes else cast_hint)
+
+
 # -- unary ---------------------------------------------------------------------------------
 def _unary(op, x, approximate="none"):
     _check_tensor(op, x)
-    if x.dtype is DataType.bool and op not in FLOAT_UNARY_OPS:
-        raise FusionError(f"{op}: operand {x.name} is bool; cast it first")
-    dtype = x.dtype
-    if op in FLOAT_UNARY_OPS and not dtype.is_float:
-        dtype = DataType.f32
+    entry = op_table.FUSION_UNARY[op]
+    types = op_table.fusion_types(entry, x.dtype)
+    if types is None:
+        raise FusionError(_refusal(op, entry, f"operand {x.name} is {x.dtype}",
+                                   "cast it first"))
     fusion, _, root = _pointwise(op, [x])
-    out = _new_tensor(fusion, dtype, root)
+    out = _new_tensor(fusion, types[1], root)
     fusion.add_expr(UnaryOp(op, x, out, approximate))
     return out
 
@@ -141,12 +151,13 @@ def _unary_builder(op):
     def build(x):
         return _unary(op, x)
     build.__name__ = build.__qualname__ = op
-    build.__doc__ = f"{op}(x), elementwise (its meaning: fuserir.op_table.UNARY[{op!r}])."
+    build.__doc__ = (f"{op}(x), elementwise (its meaning: "
+                     f"fuserir.op_table.FUSION_UNARY[{op!r}]).")
     return build
 
 
-# neg, abs, exp, log, ...: one builder per unary op of the op table (gelu, below, also
-# takes `approximate`)
+# neg, abs, exp, sin, isnan, logical_not, ...: one builder per unary op of the op table
+# (gelu, below, also takes `approximate`)
 globals().update({op: _unary_builder(op) for op in UNARY_OPS if op != "gelu"})
 
 
@@ -158,6 +169,10 @@ def gelu(x, approximate="none"):
 
 
 # -- binary --------------------------------------------------------------------------------
+# The ops that divide, by their C operator: an integer one by the literal 0 is refused
+_DIVISIONS = {"div": "/", "fmod": "%", "remainder": "%"}
+
+
 def _binary(op, a, b):
     fusion = _fusion_of(op, [a, b])
     ta = a if isinstance(a, TensorView) else None
@@ -166,13 +181,16 @@ def _binary(op, a, b):
         a = _literal(op, a, tb.dtype, tb.name, "a")
     if tb is None:
         b = _literal(op, b, ta.dtype, ta.name, "b")
-    in_dtype = dtypes.promote(a.dtype, b.dtype)
-    if op == "div" and in_dtype.is_int and isinstance(b, Scalar) and b.value == 0:
-        raise FusionError(f"div: {ta.name} / 0: integer division of {ta.name} "
+    entry = op_table.FUSION_BINARY[op]
+    types = op_table.fusion_types(entry, dtypes.promote(a.dtype, b.dtype))
+    if types is None:
+        kinds = a.dtype if a.dtype is b.dtype else f"{a.dtype} and {b.dtype}"
+        raise FusionError(_refusal(op, entry, f"operands are {kinds}", "cast them first"))
+    operand_dtype, out_dtype = types
+    if op in _DIVISIONS and operand_dtype.is_int and isinstance(b, Scalar) and b.value == 0:
+        what = "division" if op == "div" else "remainder"
+        raise FusionError(f"{op}: {ta.name} {_DIVISIONS[op]} 0: integer {what} of {ta.name} "
                           f"({ta.dtype}) by the literal 0")
-    if op in ARITH_BINARY_OPS and in_dtype is DataType.bool:
-        raise FusionError(f"{op}: operands are bool; cast them first")
-    out_dtype = DataType.bool if op in COMPARE_OPS else in_dtype
     _, tensors, root = _pointwise(op, [v for v in (a, b) if isinstance(v, TensorView)])
     out = _new_tensor(fusion, out_dtype, root)
     fusion.add_expr(BinaryOp(op, a, b, out))
@@ -191,6 +209,19 @@ def lt(a, b): return _binary("lt", a, b)
 def le(a, b): return _binary("le", a, b)
 def gt(a, b): return _binary("gt", a, b)
 def ge(a, b): return _binary("ge", a, b)
+def fmod(a, b): return _binary("fmod", a, b)
+def remainder(a, b): return _binary("remainder", a, b)
+def atan2(a, b): return _binary("atan2", a, b)
+def pow(a, b): return _binary("pow", a, b)  # noqa: A001 - the op is called pow
+def nextafter(a, b): return _binary("nextafter", a, b)
+def logical_and(a, b): return _binary("logical_and", a, b)
+def logical_or(a, b): return _binary("logical_or", a, b)
+def logical_xor(a, b): return _binary("logical_xor", a, b)
+def bitwise_and(a, b): return _binary("bitwise_and", a, b)
+def bitwise_or(a, b): return _binary("bitwise_or", a, b)
+def bitwise_xor(a, b): return _binary("bitwise_xor", a, b)
+def bitwise_left_shift(a, b): return _binary("bitwise_left_shift", a, b)
+def bitwise_right_shift(a, b): return _binary("bitwise_right_shift", a, b)
 
 
 def where(cond, a, b):
@@ -210,6 +241,103 @@ def where(cond, a, b):
     out = _new_tensor(fusion, dtype, root)
     fusion.add_expr(WhereOp(cond, a, b, out))
     return out
+
+
+# -- ops made of the ops above ---------------------------------------------------------------
+# truediv, clamp, lerp, addcmul and threshold mean what torch's do, and each is a few of the
+# ops above: the IR, the evaluators and CUDA need nothing of their own for them (a fusion
+# prints them as those ops). Where a chain of arithmetic on f16/bf16 operands would round
+# after every step, it is computed in f32 and rounded once.
+
+def _computed_in(v, dtype):
+    """A tensor operand converted to `dtype` (a number stays a literal)."""
+    return cast(v, dtype) if isinstance(v, TensorView) and v.dtype is not dtype else v
+
+
+def _as_float(v):
+    """A tensor of integers or bool as f32; a float tensor or a number as it is."""
+    return v if not isinstance(v, TensorView) or v.dtype.is_float else cast(v, DataType.f32)
+
+
+def truediv(a, b):
+    """a / b, with integer and bool operands divided as f32 (torch.true_divide); div on
+    floats."""
+    _fusion_of("truediv", [a, b])
+    return div(_as_float(a), _as_float(b))
+
+
+def _bound(op, v, x, argument):
+    """A bound of `op` on tensor x: a tensor, or a number as a literal of x's dtype."""
+    return v if isinstance(v, TensorView) else _literal(op, v, x.dtype, x.name, argument)
+
+
+def clamp(x, min=None, max=None):  # noqa: A002 - torch's names
+    """x limited to [min, max], either bound left out where None: maximum(x, min), then
+    minimum with max, so that NaN (in x or a bound) propagates and min > max gives max,
+    as torch.clamp."""
+    _check_tensor("clamp", x)
+    if x.dtype is DataType.bool:
+        raise FusionError(f"clamp: operand {x.name} is bool; cast it first")
+    if min is None and max is None:
+        raise FusionError("clamp: give min, max or both")
+    if min is not None:
+        x = maximum(x, _bound("clamp", min, x, "min"))
+    if max is not None:
+        x = minimum(x, _bound("clamp", max, x, "max"))
+    return x
+
+
+def threshold(x, threshold, value):
+    """value where x <= threshold, else x (torch.nn.functional.threshold: NaN is kept)."""
+    _check_tensor("threshold", x)
+    return where(le(x, _bound("threshold", threshold, x, "threshold")),
+                 _bound("threshold", value, x, "value"), x)
+
+
+def _float_operands(op, tensors):
+    """The promoted dtype of `op`'s tensor operands, each of which must be a float."""
+    for t in tensors:
+        if not t.dtype.is_float:
+            raise FusionError(f"{op}: operand {t.name} is {t.dtype}; {op} takes floats")
+    return functools.reduce(dtypes.promote, [t.dtype for t in tensors])
+
+
+def lerp(start, end, weight):
+    """start + weight (end - start), as torch.lerp computes it: so from start where weight
+    < 0.5, else as end - (end - start) (1 - weight), which gives start at weight 0 and end
+    at weight 1 exactly. Float operands; `weight` a tensor or a number."""
+    _check_tensor("lerp", start, "start")
+    _check_tensor("lerp", end, "end")
+    weighted = isinstance(weight, TensorView)
+    dtype = _float_operands("lerp", [start, end] + ([weight] if weighted else []))
+    compute = dtype.compute
+    start, end = _computed_in(start, compute), _computed_in(end, compute)
+    difference = end - start
+    if weighted:
+        weight = _computed_in(weight, compute)
+        near_start = start + weight * difference
+        near_end = end - difference * (1 - weight)
+        result = where(lt(weight, 0.5), near_start, near_end)
+    else:
+        w = _literal("lerp", weight, compute, start.name, "weight").value
+        w = compute.numpy.type(w)
+        result = start + float(w) * difference if w < 0.5 else \
+            end - difference * float(compute.numpy.type(1) - w)
+    return _computed_in(result, dtype)
+
+
+def addcmul(x, tensor1, tensor2, value=1):
+    """x + value * tensor1 * tensor2 (torch.addcmul), in that order."""
+    for name, t in (("x", x), ("tensor1", tensor1), ("tensor2", tensor2)):
+        _check_tensor("addcmul", t, name)
+    dtype = functools.reduce(dtypes.promote, [x.dtype, tensor1.dtype, tensor2.dtype])
+    if dtype is DataType.bool:
+        raise FusionError("addcmul: operands are bool; cast them first")
+    compute = dtype.compute
+    x, tensor1, tensor2 = (_computed_in(t, compute) for t in (x, tensor1, tensor2))
+    if not isinstance(value, TensorView):
+        value = _literal("addcmul", value, compute, tensor1.name, "value")
+    return _computed_in(x + value * tensor1 * tensor2, dtype)
 
 
 # -- type and shape ------------------------------------------------------------------------
@@ -259,6 +387,166 @@ def broadcast(x, flags):
     return out
 
 
+# -- sizes as values -----------------------------------------------------------------------
+def size(x, dim):
+    """The extent of x's axis `dim` as a value (an operand of an op: its integer value,
+    bound from the inputs' shapes at run time, in the dtype of the tensor beside it), as
+    nvFuser's `size(x, dim)`: `sum(x, [1]) / size(x, 1)` is the mean of rows."""
+    _check_tensor("size", x)
+    extent = x.shape_axes[_position("size", x, dim)].extent
+    return extent if isinstance(extent, int) else Scalar(extent, DataType.i64)
+
+
+# -- views: the same elements in another shape ---------------------------------------------
+def _position(op, x, axis, what="dim"):
+    """An axis position of x (a negative one counts from the end)."""
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise FusionError(f"{op}: {what} {axis!r} is not an integer")
+    p = axis + x.rank if axis < 0 else axis
+    if not 0 <= p < x.rank:
+        raise FusionError(f"{op}: {what} {axis} is out of range for {x.name} with {x.rank} "
+                          "axes")
+    return p
+
+
+def _positions(op, x, dims):
+    dims = [dims] if isinstance(dims, int) and not isinstance(dims, bool) else list(dims)
+    positions = [_position(op, x, d) for d in dims]
+    for d, p in zip(dims, positions):
+        if positions.count(p) > 1:
+            raise FusionError(f"{op}: dim {d} of {x.name} is listed twice")
+    return positions
+
+
+def _same_axis(a):
+    return IterDomain(a.extent, a.kind)
+
+
+def permute(x, dims):
+    """x's axes in the order `dims`: out's axis i is x's axis dims[i] (torch.permute)."""
+    _check_tensor("permute", x)
+    dims = _positions("permute", x, dims)
+    if len(dims) != x.rank:
+        raise FusionError(f"permute: dims {dims} name {len(dims)} of the {x.rank} axes of "
+                          f"{x.name}; a permutation names each once")
+    out = _new_tensor(x.fusion, x.dtype, [_same_axis(x.shape_axes[d]) for d in dims])
+    x.fusion.add_expr(PermuteOp(x, out, dims))
+    return out
+
+
+def transpose(x, dim0, dim1):
+    """x with axes dim0 and dim1 swapped (torch.transpose)."""
+    _check_tensor("transpose", x)
+    a, b = _position("transpose", x, dim0, "dim0"), _position("transpose", x, dim1, "dim1")
+    dims = list(range(x.rank))
+    dims[a], dims[b] = b, a
+    return permute(x, dims)
+
+
+def _of_extent_one(axis):
+    return axis.is_broadcast or axis.extent == 1
+
+
+def squeeze(x, dims):
+    """x without its axes `dims`, each of extent 1 (declared 1, or a broadcast axis)."""
+    _check_tensor("squeeze", x)
+    dims = sorted(_positions("squeeze", x, dims))
+    for d in dims:
+        if not _of_extent_one(x.shape_axes[d]):
+            raise FusionError(f"squeeze: axis {d} of {x.name} has extent "
+                              f"{x.shape_axes[d].extent}, not 1; only an axis of extent 1 "
+                              "can be squeezed")
+    root = [_same_axis(a) for i, a in enumerate(x.shape_axes) if i not in dims]
+    out = _new_tensor(x.fusion, x.dtype, root)
+    x.fusion.add_expr(SqueezeOp(x, out, dims))
+    return out
+
+
+def unsqueeze(x, dim):
+    """x with a new axis of extent 1 at position `dim` of the result (torch.unsqueeze)."""
+    _check_tensor("unsqueeze", x)
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise FusionError(f"unsqueeze: dim {dim!r} is not an integer")
+    p = dim + x.rank + 1 if dim < 0 else dim
+    if not 0 <= p <= x.rank:
+        raise FusionError(f"unsqueeze: dim {dim} is out of range for a result of "
+                          f"{x.rank + 1} axes")
+    return broadcast(x, [i == p for i in range(x.rank + 1)])
+
+
+def _extent(op, value):
+    """A size as a builder or the DSL gives it: an integer, or the name of a size."""
+    if isinstance(value, str) and value.isidentifier():
+        return ext.Sym(value)
+    if isinstance(value, (ext.Sym, ext.CeilDiv, ext.Mul)):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1 or value == 0:
+        raise FusionError(f"{op}: size {value!r} is neither a positive integer, -1 (keep) "
+                          "nor the name of a size")
+    return value
+
+
+def _expand(op, x, shape):
+    shape = [_extent(op, v) for v in shape]
+    known = {*x.fusion.size_symbols(), *x.fusion.scalars}
+    for size in shape:
+        unknown = sorted(ext.symbols(size) - known) if not isinstance(size, int) else []
+        if unknown:
+            raise FusionError(f"{op}: size {unknown[0]} is neither a size of an input of "
+                              f"{x.fusion.name} ({', '.join(x.fusion.size_symbols()) or 'none'}) "
+                              "nor a declared run-time scalar")
+    if len(shape) != x.rank:
+        raise FusionError(f"{op}: shape {[str(v) for v in shape]} has {len(shape)} sizes, "
+                          f"{x.name} has {x.rank} axes")
+    root, stretched = [], []
+    for i, (axis, size) in enumerate(zip(x.shape_axes, shape)):
+        if size == -1 or size == axis.extent or (size == 1 and axis.is_broadcast):
+            root.append(_same_axis(axis))
+            stretched.append(False)
+        elif _of_extent_one(axis):
+            root.append(IterDomain(size))
+            stretched.append(True)
+        else:
+            raise FusionError(f"{op}: axis {i} of {x.name} has extent {axis.extent}; only an "
+                              f"axis of extent 1 expands (to {size})")
+    if not any(stretched):
+        return x
+    out = _new_tensor(x.fusion, x.dtype, root)
+    x.fusion.add_expr(ExpandOp(x, out, stretched))
+    return out
+
+
+def expand(x, shape):
+    """x with each axis of extent 1 stretched to the size `shape` gives it (-1, or the
+    axis's own extent: kept); sizes are integers or names of sizes (torch.expand)."""
+    _check_tensor("expand", x)
+    return _expand("expand", x, list(shape))
+
+
+def broadcast_in_dim(x, shape, broadcast_dims):
+    """x as a tensor of `shape`: x's axis i becomes the result's axis broadcast_dims[i]
+    (increasing), the result's other axes are new; axes of extent 1 stretch to the size
+    `shape` gives them (nvFuser's broadcast_in_dim)."""
+    _check_tensor("broadcast_in_dim", x)
+    shape, dims = list(shape), list(broadcast_dims)
+    if len(dims) != x.rank:
+        raise FusionError(f"broadcast_in_dim: broadcast_dims {dims} name {len(dims)} axes "
+                          f"but {x.name} has {x.rank}")
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < len(shape):
+            raise FusionError(f"broadcast_in_dim: broadcast_dims entry {d!r} is not an axis "
+                              f"of the {len(shape)}-axis result")
+    if any(a >= b for a, b in zip(dims, dims[1:])):
+        raise FusionError(f"broadcast_in_dim: broadcast_dims {dims} must increase")
+    for i, d in enumerate(dims):
+        axis, size = x.shape_axes[i], _extent("broadcast_in_dim", shape[d])
+        if size not in (-1, axis.extent) and not _of_extent_one(axis):
+            raise FusionError(f"broadcast_in_dim: axis {i} of {x.name} has extent "
+                              f"{axis.extent}; only an axis of extent 1 expands (to {size})")
+    new = [i not in dims for i in range(len(shape))]
+    return _expand("broadcast_in_dim", broadcast(x, new) if any(new) else x, shape)
+
+
 # -- reductions ----------------------------------------------------------------------------
 def _normalize_axes(op, x, axes):
     if isinstance(axes, int):
@@ -268,12 +556,7 @@ def _normalize_axes(op, x, axes):
         raise FusionError(f"{op}: no axes to reduce")
     normalized = []
     for a in axes:
-        if isinstance(a, bool) or not isinstance(a, int):
-            raise FusionError(f"{op}: axis {a!r} is not an integer")
-        p = a + x.rank if a < 0 else a
-        if not 0 <= p < x.rank:
-            raise FusionError(f"{op}: axis {a} is out of range for {x.name} with {x.rank} "
-                              "axes")
+        p = _position(op, x, a, "axis")
         if p in normalized:
             raise FusionError(f"{op}: axis {a} is listed twice")
         normalized.append(p)
@@ -344,5 +627,8 @@ def matmul(a, b, layout="TT"):
 
 
 UNARY = {name: globals()[name] for name in UNARY_OPS}
-BINARY = {name: globals()[name] for name in ARITH_BINARY_OPS + COMPARE_OPS}
+BINARY = {name: globals()[name] for name in BINARY_OPS + ("truediv",)}
+TERNARY = {name: globals()[name] for name in ("clamp", "lerp", "addcmul", "threshold")}
 REDUCTIONS = {"sum": sum, "max": max}
+VIEWS = {name: globals()[name] for name in ("permute", "transpose", "squeeze", "unsqueeze",
+                                            "expand", "broadcast_in_dim")}

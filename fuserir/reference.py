@@ -7,10 +7,12 @@ domain describes (the reduction split into pieces, some reduced here, the rest b
 consumer), so that a schedule can be checked not to change meaning.
 
 Numerics: arithmetic on f16/bf16 is carried out in f32 and rounded to the result type
-after every operation, as generated code does; transcendental functions are computed in
-f64 and rounded once; reductions and matmul accumulate in f64 and round once to their
-output type (a closer answer than any f32 accumulation order). Casts, integer division
-and empty reductions mean what fuserir.numerics defines, for every backend alike:
+after every operation, as generated code does; math functions are computed in f64 (from
+an integer operand converted to f32, as generated code converts it) and rounded once
+(each op's kind and meaning: fuserir.op_table); reductions and matmul accumulate in f64
+and round once to their output type (a closer answer than any f32 accumulation order).
+Casts, integer division and empty reductions mean what fuserir.numerics defines, for
+every backend alike:
   * a cast float -> integer truncates toward zero and saturates (+-inf and values past
     the range give the type's minimum or maximum), NaN gives 0 (PTX cvt.rzi); integer ->
     integer wraps; to bool is != 0; to a narrower float rounds to nearest even once;
@@ -30,8 +32,8 @@ from . import dtypes, numerics, op_table
 from .dtypes import DataType
 from .errors import EvaluationError
 from .ir import extent as ext
-from .ir.exprs import (BinaryOp, BroadcastOp, CastOp, LoadStoreOp, MatmulOp, ReductionOp,
-                       UnaryOp, WhereOp)
+from .ir.exprs import (BinaryOp, BroadcastOp, CastOp, ExpandOp, LoadStoreOp, MatmulOp,
+                       PermuteOp, ReductionOp, SqueezeOp, UnaryOp, WhereOp)
 from .ir.iterdomain import Split, history
 from .ir.tensor import Scalar
 
@@ -46,6 +48,10 @@ def evaluate(fusion: Fusion, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]
     arrays, env = bind_inputs(fusion, inputs)
     values = dict(arrays)
     for expr in fusion.exprs:
+        for size in (v for v in expr.inputs if isinstance(v, Scalar) and v.is_size):
+            # a size as a value: its integer, converted as generated code converts it
+            values[size] = numerics.convert(np.int64(ext.evaluate(size.value, env)),
+                                            size.dtype)
         values[expr.output] = _evaluate_expr(expr, values, env)
     return {t.name: values[t] for t in fusion.outputs}
 
@@ -128,13 +134,15 @@ def _extent(e, env, tv):
 def _operand(v, values, dtype):
     """An operand as an array of `dtype`'s compute type (a literal is first rounded to its
     own dtype, which it takes from the tensor beside it)."""
-    if isinstance(v, Scalar):
+    if isinstance(v, Scalar) and not v.is_size:
         return np.asarray(v.value, dtype=v.dtype.numpy).astype(dtype.compute.numpy)
-    return values[v].astype(dtype.compute.numpy)
+    return np.asarray(values[v]).astype(dtype.compute.numpy)
 
 
 def _round(array, dtype):
-    return np.asarray(array).astype(dtype.numpy)
+    """A float result rounded once to `dtype` (past its range: inf, as IEEE rounds)."""
+    with np.errstate(over="ignore"):
+        return np.asarray(array).astype(dtype.numpy)
 
 
 def _evaluate_expr(expr, values, env):
@@ -155,6 +163,13 @@ def _evaluate_expr(expr, values, env):
         x = values[expr.inputs[0]]
         new_axes = [i for i, is_new in enumerate(expr.flags) if is_new]
         return np.expand_dims(x, tuple(new_axes)) if new_axes else x.copy()
+    if isinstance(expr, PermuteOp):
+        return np.transpose(values[expr.inputs[0]], expr.dims).copy()
+    if isinstance(expr, SqueezeOp):
+        return np.squeeze(values[expr.inputs[0]], axis=expr.dims).copy()
+    if isinstance(expr, ExpandOp):
+        shape = [ext.evaluate(a.extent, env) for a in out.root]
+        return np.broadcast_to(values[expr.inputs[0]], shape).copy()
     if isinstance(expr, ReductionOp):
         return _reduction(expr, values, env)
     if isinstance(expr, MatmulOp):
@@ -169,21 +184,24 @@ def _cast(x, dtype):
 def _unary(expr, values):
     x, out = expr.inputs[0], expr.output
     entry = op_table.UNARY[op_table.kernel_unary(expr.op, expr.approximate)]
-    if entry.kind == "exact":
-        return _round(entry.meaning(_operand(x, values, out.dtype)), out.dtype)
-    return _round(op_table.math_unary(entry.name, values[x]), out.dtype)
+    operand = _operand(x, values, op_table.fusion_types(entry, x.dtype)[0])
+    if entry.kind in ("math", "predicate"):
+        return _round(op_table.math_unary(entry.name, operand), out.dtype)
+    return _round(entry.meaning(operand), out.dtype)
 
 
 def _binary(expr, values):
     a, b = expr.inputs
-    out = expr.output
-    in_dtype = dtypes.promote(a.dtype, b.dtype)
-    x, y = _operand(a, values, in_dtype), _operand(b, values, in_dtype)
     entry = op_table.FUSION_BINARY[expr.op]
-    meaning = entry.integer if in_dtype.is_int else entry.meaning
-    with np.errstate(all="ignore"):
-        result = meaning(*np.broadcast_arrays(x, y))
-    return _round(result, out.dtype)
+    operand_dtype = op_table.fusion_types(entry, dtypes.promote(a.dtype, b.dtype))[0]
+    x, y = np.broadcast_arrays(_operand(a, values, operand_dtype),
+                               _operand(b, values, operand_dtype))
+    if entry.kind == "math" and operand_dtype.is_float:
+        result = op_table.math_binary(entry.name, x, y)
+    else:
+        with np.errstate(all="ignore"):
+            result = (entry.integer if operand_dtype.is_int else entry.meaning)(x, y)
+    return _round(result, expr.output.dtype)
 
 
 # -- reductions: plain, and the partial reduction of an rfactor producer -------------------

@@ -39,8 +39,7 @@ def binop(op, a, b):
         a = const(a, b.dtype if isinstance(b, kir.ScalarExpr) else I32)
     if not isinstance(b, kir.ScalarExpr):
         b = const(b, a.dtype)
-    dtype = BOOL if op in kir.COMPARISONS or op in ("and", "or") else a.dtype
-    return kir.BinOp(op, a, b, dtype)
+    return kir.BinOp(op, a, b, op_table.result_type(op_table.BINARY[op], a.dtype))
 
 
 def add(a, b): return binop("add", a, b)
@@ -214,16 +213,21 @@ def warp_sum_kernel(name="warp_sum"):
 
 UNARY_DTYPES = {
     "neg": (I32, I64, F32, F64), "abs": (I32, I64, F32, F64), "relu": (I32, I64, F32, F64),
-    "not": (BOOL,),
-    # every math op of the op table (exp, tanh, gelu, ...) takes f32 and f64
-    **{op: (F32, F64) for op, entry in op_table.UNARY.items() if entry.kind == "math"},
+    "not": (BOOL,), "bitnot": (I32, I64, BOOL),
+    # every math op and predicate of the op table (exp, tanh, gelu, isnan, ...) takes f32
+    # and f64
+    **{op: (F32, F64) for op, entry in op_table.UNARY.items()
+       if entry.kind in ("math", "predicate")},
 }
 BINARY_DTYPES = {
-    **{op: (I32, I64, F32, F64) for op in ("add", "sub", "mul", "div", "mod", "min", "max")},
-    "ceildiv": (I32, I64), "xor": (I32, I64),
+    **{op: (I32, I64, F32, F64)
+       for op in ("add", "sub", "mul", "div", "mod", "remainder", "min", "max", "pow")},
+    "ceildiv": (I32, I64), "shl": (I32, I64), "shr": (I32, I64),
+    **{op: (I32, I64, BOOL) for op in ("bitand", "bitor", "xor")},
+    "atan2": (F32, F64), "nextafter": (F32, F64),
     **{op: (I32, I64, F32, F64, BOOL) for op in ("eq", "ne")},
     **{op: (I32, I64, F32, F64) for op in ("lt", "le", "gt", "ge")},
-    "and": (BOOL,), "or": (BOOL,),
+    "and": (BOOL,), "or": (BOOL,), "logical_xor": (BOOL,),
 }
 
 
@@ -240,13 +244,14 @@ def all_ops_kernel(name="all_ops"):
     outs, stores, cases = [], [], []
     for op, dts in UNARY_DTYPES.items():
         for dt in dts:
-            p = tensor(f"out_{op}_{dt}", dt, [N.var], is_output=True)
+            out_dt = op_table.result_type(op_table.UNARY[op], dt)
+            p = tensor(f"out_{op}_{dt}", out_dt, [N.var], is_output=True)
             outs.append(p)
-            stores.append(store(p, [g], kir.UnOp(op, load(ins[f"a_{dt}"], [g]), dt)))
+            stores.append(store(p, [g], kir.UnOp(op, load(ins[f"a_{dt}"], [g]), out_dt)))
             cases.append((p.buffer.name, op, dt, (f"a_{dt}",)))
     for op, dts in BINARY_DTYPES.items():
         for dt in dts:
-            out_dt = BOOL if op in kir.COMPARISONS else dt
+            out_dt = op_table.result_type(op_table.BINARY[op], dt)
             p = tensor(f"out_{op}_{dt}", out_dt, [N.var], is_output=True)
             outs.append(p)
             value = binop(op, load(ins[f"a_{dt}"], [g]), load(ins[f"b_{dt}"], [g]))

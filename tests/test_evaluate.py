@@ -3,10 +3,10 @@ one thread and kir.LaneEvaluator for many lanes, which evaluate_lanes (the async
 the bank-conflict report and the interpreter all use. These tests pin that every one of
 them gives C's answer, the answer evaluate_scalar gave before the lane evaluators were
 merged into one: on negative operands, division and remainder (by zero too), wrapping,
-xor (kernel IR's only bitwise operator: it has no shifts), selects, && and ||, casts,
-and per-lane thread indices; and that where a user asks for lazy evaluation (the
-interpreter, the bank report), a lane that does not reach an operand does not evaluate
-it."""
+the bitwise operators and shifts (by amounts C leaves undefined too), integer pow,
+selects, && and ||, casts, and per-lane thread indices; and that where a user asks for
+lazy evaluation (the interpreter, the bank report), a lane that does not reach an operand
+does not evaluate it."""
 
 import random
 import types
@@ -16,6 +16,7 @@ import pytest
 
 from codegen.interp.base import InterpError
 from codegen.interp.expressions import _Evaluator as InterpEvaluator
+from fuserir import op_table
 from fuserir.dtypes import DataType
 from lowering import kir
 from lowering.verify import bank_conflicts
@@ -32,7 +33,7 @@ def c(value, dtype=I32):
 
 def op(name, a, b, dtype=None):
     if dtype is None:
-        dtype = BOOL if name in kir.COMPARISONS or name in ("and", "or") else a.dtype
+        dtype = op_table.result_type(op_table.BINARY[name], a.dtype)
     return kir.BinOp(name, a, b, dtype)
 
 
@@ -61,6 +62,21 @@ CASES = [
     (kir.UnOp("neg", c(MIN32), I32), {}, MIN32),
     (kir.UnOp("abs", c(-5), I32), {}, 5),
     (op("xor", A, c(5)), {"a": -2}, -5),
+    (op("bitand", A, B), {"a": -2, "b": 7}, 6),
+    (op("bitor", A, c(8)), {"a": 3}, 11),
+    (kir.UnOp("bitnot", A, I32), {"a": 5}, -6),
+    (op("shl", A, B), {"a": 3, "b": 30}, -2 ** 31 + 2 ** 30),     # wraps
+    (op("shl", A, B), {"a": 3, "b": 32}, 0),                       # past the width: 0
+    (op("shl", A, B), {"a": 3, "b": -1}, 0),
+    (op("shr", A, B), {"a": -9, "b": 2}, -3),                      # arithmetic
+    (op("shr", A, B), {"a": -9, "b": 40}, -1),
+    (op("pow", A, B), {"a": 3, "b": 21}, 3 ** 21 - 2 ** 33),       # wraps
+    (op("pow", A, B), {"a": -1, "b": -3}, -1),
+    (op("pow", A, B), {"a": 2, "b": -1}, 0),
+    (op("remainder", A, B), {"a": -7, "b": 3}, 2),
+    (op("remainder", A, B), {"a": 7, "b": -3}, -2),
+    (op("remainder", A, B), {"a": -7, "b": 0}, -7),
+    (op("logical_xor", op("lt", A, B), op("eq", B, c(2))), {"a": 1, "b": 2}, False),
     (op("min", A, B), {"a": -3, "b": 2}, -3),
     (op("max", A, B), {"a": -3, "b": 2}, 2),
     (op("lt", A, B), {"a": -3, "b": 2}, True),

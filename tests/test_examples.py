@@ -112,3 +112,16 @@ def test_the_cli_works_on_every_example_at_its_default_sizes(command, name):
     assert result.returncode == 0, result.stdout + result.stderr
     if name == "seed_matmul.fz":
         assert "K=67, M=515, N=259" in result.stdout
+
+
+def test_center_rows_in_the_reference_and_the_interpreter(rng):
+    """Views, a size as a value and a declared size-1 axis, against numpy."""
+    import codegen
+    f = load("center_rows.fz")
+    x = rng.standard_normal((6, 40)).astype(np.float32)
+    w = rng.standard_normal((1, 40)).astype(np.float32)
+    expected = ((x - x.astype(np.float64).mean(axis=1, keepdims=True)) * w).T
+    ref = fuserir.evaluate(f, {"x": x, "w": w})["out"]
+    np.testing.assert_allclose(ref, expected, rtol=1e-5, atol=1e-6)
+    out = codegen.compile(f, backend="interp").run({"x": x, "w": w})["out"]
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)

@@ -396,14 +396,21 @@ def test_xor_swizzle_index_in_the_interpreter():
     np.testing.assert_array_equal(got, np.arange(32) ^ 5)
 
 
-@pytest.mark.parametrize("dtype", [F32, BOOL])
-def test_xor_of_non_integers_is_refused_by_cuda(dtype):
+def _xor_of_constants(dtype):
     value = kir.BinOp("xor", c(1, dtype), c(0, dtype), dtype)
     out = ex.tensor("out", dtype, [c(1)], is_output=True)
-    kernel = ex.finish(kir.Kernel("bad", [out], [], [kir.Store(out.buffer, c(0), value)],
-                                  ex.launch([c(1)], [c(1)])))
-    with pytest.raises(CodegenError, match=f"xor on {dtype}"):
-        emit_cuda(kernel)
+    return ex.finish(kir.Kernel("bad", [out], [], [kir.Store(out.buffer, c(0), value)],
+                                ex.launch([c(1)], [c(1)])))
+
+
+def test_xor_of_floats_is_refused_by_cuda():
+    with pytest.raises(CodegenError, match=f"xor on {F32}"):
+        emit_cuda(_xor_of_constants(F32))
+
+
+def test_xor_of_bools_is_c_bitwise_xor():
+    """bitwise_xor takes bool operands (their logical xor), as torch's does."""
+    assert "out[0] = true ^ false;" in emit_cuda(_xor_of_constants(BOOL))
 
 
 # -- (g): CUDA text and NVRTC ------------------------------------------------------------------

@@ -248,19 +248,19 @@ def test_the_producer_fences_its_copies_for_the_async_proxy(copies_kernel):
                    for s in kir.walk(producer.body))
 
 
-def test_a_dropped_proxy_fence_is_refused_and_caught(rng):
-    from codegen.interp import run_kernel
+@pytest.mark.parametrize("params, layout, m", [(COPIES, "TT", 128), (MIXED, "NT", 8)],
+                         ids=["copies", "A copied, B by TMA"])
+def test_a_dropped_proxy_fence_is_refused_and_caught(params, layout, m, rng):
     from lowering.pipeline import lower
-    f = scheduled(COPIES, layout="TT")
+    f = scheduled(params, layout=layout)
     kernel, _ = lower(f, verify=False)
     (fence,) = [s for s in kir.walk(kernel.body) if isinstance(s, kir.FenceProxyAsync)]
     with pytest.raises(HazardError, match="proxy-fence on A_cache"):
         lower(f, drop_syncs=[fence.sync_id])
-    dropped, _ = lower(f, drop_syncs=[fence.sync_id], verify=False)
-    data = integer_inputs(rng, "TT", 128, 128, 64 * 2)
-    out = np.zeros((128, 128), np.float16)
+    exe = codegen.compile(f, backend="interp", drop_syncs=[fence.sync_id], verify=False)
+    data = integer_inputs(rng, layout, m, 128, 64 * 2)
     with pytest.raises(RaceError, match="proxy-fence"):
-        run_kernel(dropped, {**data, "out": out, "M": 128, "N": 128, "K": 128, "splitk": 1})
+        exe.run({**data, "splitk": 1})
 
 
 @pytest.fixture(scope="module")
@@ -299,19 +299,6 @@ def test_a_mixed_producer_copies_then_thread_0_expects_and_issues_the_boxes(mixe
     assert issue.else_body[0].tx_bytes is None
     inits = [s for s in kir.walk(kernel.body) if isinstance(s, kir.MbarrierInit)]
     assert sorted(kir.format_expr(s.count) for s in inits) == ["128", "256"]
-
-
-def test_a_mixed_producers_dropped_proxy_fence_is_refused_and_caught(rng):
-    from lowering.pipeline import lower
-    f = scheduled(MIXED, layout="NT")
-    kernel, _ = lower(f, verify=False)
-    (fence,) = [s for s in kir.walk(kernel.body) if isinstance(s, kir.FenceProxyAsync)]
-    with pytest.raises(HazardError, match="proxy-fence on A_cache"):
-        lower(f, drop_syncs=[fence.sync_id])
-    exe = codegen.compile(f, backend="interp", drop_syncs=[fence.sync_id], verify=False)
-    data = integer_inputs(rng, "NT", 8, 128, 64 * 2)
-    with pytest.raises(RaceError, match="proxy-fence"):
-        exe.run({**data, "splitk": 1})
 
 
 def test_a_cp_async_copy_is_not_warp_specialized():

@@ -587,12 +587,15 @@ def test_broadcast_errors():
         ops.broadcast(x, [0, 1, 1])
 
 
-def test_broadcast_axis_matches_any_extent_but_extent_one_does_not():
+def test_an_input_axis_declared_of_size_1_broadcasts_a_run_time_size_does_not():
     f = Fusion("b")
     x = f.new_input("x", D.f32, [1, 4])
     y = f.new_input("y", D.f32, [3, 4])
-    with pytest.raises(FusionError, match=r"add: axis 0 extents differ: 1 \(x\) vs 3 \(y\)"):
-        ops.add(x, y)
+    one = f.new_input("one", D.f32, ["R", 4])
+    assert x.shape_axes[0].is_broadcast and not one.shape_axes[0].is_broadcast
+    assert ops.add(x, y).shape == [3, 4]
+    with pytest.raises(FusionError, match=r"add: axis 0 extents differ: R \(one\) vs 3 \(y\)"):
+        ops.add(one, y)
     ok = ops.add(ops.broadcast(ops.sum(x, [0]), [True, False]), y)
     assert ok.shape == [3, 4]
 

@@ -13,14 +13,16 @@ f32 (exactly) or with round-to-odd where a direct PTX cvt needs sm_90.
 
 Semantics chosen where C leaves a choice: min/max propagate NaN and relu keeps it (as
 numpy's minimum/maximum do; fminf/fmaxf would drop it); `mod` on floats is fmod (the sign
-of the dividend, like C's %); `not` is logical and takes bool only; ceildiv is
-(a + b - 1) / b. Where C's behaviour is undefined, fuserir.numerics defines it and the
-emitter spells it out: a float -> integer cast is PTX cvt.rzi (saturating, NaN -> 0;
-preamble f32_to_i32 ...), and an integer / or % whose divisor is not a constant other than
-0 and -1 goes through the preamble's div_i32 / mod_i32 (a / 0 = 0, a % 0 = a, MIN / -1 =
-MIN). NVRTC's default --fmad=true may contract an f32 `a * b + c` into one fma:
-results equal the interpreter's separately rounded ones wherever the product is exact
-(integer-valued data), and are within rounding elsewhere.
+of the dividend, like C's %); `not` is logical and takes bool only; `bitnot` of a bool
+is `!` (C's ~ would make true -2, still true); ceildiv is (a + b - 1) / b. Where C's
+behaviour is undefined, fuserir.numerics and the op table define it and the emitter spells
+it out: a float -> integer cast is PTX cvt.rzi (saturating, NaN -> 0; preamble f32_to_i32
+...), an integer / or % whose divisor is not a constant other than 0 and -1 goes through
+the preamble's div_i32 / mod_i32 (a / 0 = 0, a % 0 = a, MIN / -1 = MIN), and shifts and
+integer pow through the op table's shl_i32, pow_i32, ... NVRTC's default --fmad=true may
+contract an f32 `a * b + c` into one fma: results equal the interpreter's separately
+rounded ones wherever the product is exact (integer-valued data), and are within rounding
+elsewhere.
 """
 
 from fuserir import op_table
@@ -29,7 +31,7 @@ from lowering import kir
 
 from ..errors import CodegenError
 from .literals import _literal
-from .names import _ARITH, _FLOAT, _HALF, _IDENT, _INT, _MATH, _RESERVED, C_TYPES, mangle
+from .names import _ARITH, _FLOAT, _HALF, _IDENT, _INT, _RESERVED, C_TYPES, mangle
 
 # C operators of the binary ops that have one (fuserir.op_table)
 _INFIX = {name: op.infix for name, op in op_table.BINARY.items() if op.infix}
@@ -171,15 +173,25 @@ class ExpressionEmitter:
 
     def e_UnOp(self, e):
         op, t, a = e.op, e.dtype, e.a
-        if a.dtype is not t:
-            raise self.error(f"{op} of a {a.dtype} operand is typed {t} (lowering must "
+        entry = op_table.UNARY.get(op)
+        if entry is None:
+            raise self.error(f"unknown unary op {op!r}")
+        operand = a.dtype
+        if op_table.result_type(entry, operand) is not t:
+            raise self.error(f"{op} of a {operand} operand is typed {t} (lowering must "
                              f"Cast): {_where(e)}")
         x = self.expr(a)
-        if op == "not":
-            if t is not DataType.bool:
-                raise self.error(f"not on {t} (only bool): {_where(e)}")
+        if entry.kind == "logical":
+            if operand is not DataType.bool:
+                raise self.error(f"not on {operand} (only bool): {_where(e)}")
             return f"(!{x})"
-        if op in ("neg", "abs", "relu"):
+        if entry.kind == "bitwise":
+            if operand is DataType.bool:           # ~ of a bool would be -1 or -2
+                return f"(!{x})"
+            if operand not in _INT:
+                raise self.error(f"{op} on {operand} (integers or bool): {_where(e)}")
+            return f"(~{x})"
+        if entry.kind == "exact":
             if t not in _ARITH:
                 raise self.error(f"{op} on {t}: {_where(e)}")
             if op == "neg":
@@ -189,55 +201,59 @@ class ExpressionEmitter:
                     return f"abs({_bare(x)})"
                 if t is DataType.i64:
                     return f"llabs({_bare(x)})"
-                return f"{_MATH['abs'][t is DataType.f64]}({_bare(x)})"
+                return f"{entry.builtin[t is DataType.f64]}({_bare(x)})"
             self.need(f"relu_{t.value}")
             return f"relu_{t.value}({_bare(x)})"
-        if op not in kir.UNARY_OPS:
-            raise self.error(f"unknown unary op {op!r}")
-        if t not in _FLOAT:
-            raise self.error(f"{op} on {t} (f32 or f64 only; lowering computes f16/bf16 "
+        if operand not in _FLOAT:
+            raise self.error(f"{op} on {operand} (f32 or f64 only; lowering computes f16/bf16 "
                              f"in f32): {_where(e)}")
-        if op in _MATH:
-            return f"{_MATH[op][t is DataType.f64]}({_bare(x)})"
-        self.need(f"{op}_{t.value}")
-        return f"{op}_{t.value}({_bare(x)})"
+        if entry.builtin:
+            return f"{entry.builtin[operand is DataType.f64]}({_bare(x)})"
+        self.need(f"{op}_{operand.value}")
+        return f"{op}_{operand.value}({_bare(x)})"
 
     def e_BinOp(self, e):
         op, t, a, b = e.op, e.dtype, e.a, e.b
-        if op not in kir.BINARY_OPS:
+        entry = op_table.BINARY.get(op)
+        if entry is None:
             raise self.error(f"unknown binary op {op!r}")
         if a.dtype is not b.dtype:
             raise self.error(f"{op} of {a.dtype} and {b.dtype} operands (lowering must "
                              f"Cast): {_where(e)}")
         operand = a.dtype
-        if op in kir.COMPARISONS or op in ("and", "or"):
+        if entry.kind in ("compare", "logical"):
             if t is not DataType.bool:
                 raise self.error(f"{op} must be typed bool, got {t}: {_where(e)}")
-            if op in ("and", "or") and operand is not DataType.bool:
+            if entry.kind == "logical" and operand is not DataType.bool:
                 raise self.error(f"{op} of {operand} operands (bool only): {_where(e)}")
-            if op in kir.COMPARISONS and operand in _HALF:
+            if operand in _HALF:
                 raise self.error(f"{op} of {operand} operands (compare in f32): {_where(e)}")
             return f"({self.expr(a)} {_INFIX[op]} {self.expr(b)})"
         if operand is not t:
             raise self.error(f"{op} of {operand} operands is typed {t}: {_where(e)}")
+        if entry.kind == "bitwise" and t is DataType.bool:   # 0 or 1, as an int
+            return f"({self.expr(a)} {_INFIX[op]} {self.expr(b)})"
         if t not in _ARITH:
             raise self.error(f"{op} on {t} (arithmetic is on i32, i64, f32, f64; lowering "
                              f"computes f16/bf16 in f32): {_where(e)}")
+        if entry.kind in ("integer", "bitwise") and t not in _INT:
+            raise self.error(f"{op} on {t} (integers only): {_where(e)}")
         x, y = self.expr(a), self.expr(b)
         if op in ("min", "max"):
             self.need(f"{op}_{t.value}")
             return f"{op}_{t.value}({_bare(x)}, {_bare(y)})"
         if op == "ceildiv":
-            if t not in _INT:
-                raise self.error(f"ceildiv on {t}: {_where(e)}")
             one = "1LL" if t is DataType.i64 else "1"
             return self.int_division("div", f"({x} + {y} - {one})", y, b)
-        if op == "xor" and t not in _INT:
-            raise self.error(f"xor on {t} (integers only): {_where(e)}")
-        if op == "mod" and t in _FLOAT:
-            return f"{'fmod' if t is DataType.f64 else 'fmodf'}({_bare(x)}, {_bare(y)})"
         if op in ("div", "mod") and t in _INT:
             return self.int_division(op, x, y, b)
+        if entry.builtin and t in _FLOAT:
+            return f"{entry.builtin[t is DataType.f64]}({_bare(x)}, {_bare(y)})"
+        if entry.preamble and t.value in entry.preamble:
+            self.need(f"{op}_{t.value}")
+            return f"{op}_{t.value}({_bare(x)}, {_bare(y)})"
+        if entry.infix is None:
+            raise self.error(f"{op} on {t}: {_where(e)}")
         return f"({x} {_INFIX[op]} {y})"
 
     def int_division(self, op, x, y, divisor):

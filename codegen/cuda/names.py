@@ -1,7 +1,8 @@
-"""C names: the element types' typedef names, the math builtins NVRTC provides, the
-identifiers the generated code must leave alone (keywords, built-ins, the preamble's
-names), and the user's names mangled. The emitter (codegen.cuda.expressions) gives every
-kernel IR name its identifier from these; the launcher finds a kernel by entry_point.
+"""C names: the element types' typedef names, the identifiers the generated code must
+leave alone (keywords, built-ins, the math functions NVRTC provides that the op table
+spells its ops with, the preamble's names), and the user's names mangled. The emitter
+(codegen.cuda.expressions) gives every kernel IR name its identifier from these; the
+launcher finds a kernel by entry_point.
 
 The user's names (kir's `user=True`: tensors, sizes and run-time scalars, the fusion) are
 mangled, so that they never meet a generated name (loop indices i0, j0, v0, e0; strides
@@ -32,9 +33,6 @@ _FLOAT = (DataType.f32, DataType.f64)
 _INT = (DataType.i32, DataType.i64)
 _VECTOR_WORDS = {4: "unsigned int", 8: "u32x2", 16: "u32x4"}   # vector copies by bytes
 _HALF = (DataType.f16, DataType.bf16)
-
-# Math builtins NVRTC provides without headers, (f32, f64), by unary op (fuserir.op_table)
-_MATH = {name: op.builtin for name, op in op_table.UNARY.items() if op.builtin}
 
 # Names the generated code defines or uses; kernel IR names that collide get a suffix.
 _CPP_KEYWORDS = set("""

@@ -8,9 +8,9 @@ structs converted with inline PTX `cvt`, 16-bit shuffles, the vector copies' wor
 the float -> integer and integer division helpers that define what C leaves undefined
 (fuserir.numerics), the address conversions inline PTX takes, the grid semaphores, the
 sm_90 helpers (wgmma's matrix descriptor, the mbarrier wait, the tensor map type), the
-fragment registers' packing, min/max/relu and the math helpers. preamble_names() is every
-C name a snippet defines (functions and structs), which kernel IR names must not take
-(codegen.cuda.names reserves them).
+fragment registers' packing, min/max/relu and the op table's functions (sigmoid_f32,
+remainder_i32, ...). preamble_names() is every C name a snippet defines (functions and
+structs), which kernel IR names must not take (codegen.cuda.names reserves them).
 """
 
 import re
@@ -187,16 +187,30 @@ __device__ __forceinline__ {_t} max_{_t}({_t} a, {_t} b) {{ return (a > b{_nan})
 __device__ __forceinline__ {_t} relu_{_t}({_t} x) {{ return x < {_zero} ? {_zero} : x; }}
 """, deps=("types",))
 
-# The unary ops fuserir.op_table spells as a preamble function of x, per float type: on
-# one line where it fits in 100 columns, the table's comment above the f32 one.
-for _op in (op for op in op_table.UNARY.values() if op.preamble):
-    for _t, _body in _op.preamble.items():
-        _head = f"__device__ __forceinline__ {_t} {_op.name}_{_t}({_t} x)"
-        _line = f"{_head} {{ return {_body}; }}"
-        _text = _line if len(_line) <= 100 else f"{_head} {{\n  return {_body};\n}}"
-        if _op.comment and _t == "f32":
-            _text = f"// {_op.comment}\n{_text}"
-        _snippet(f"{_op.name}_{_t}", f"\n{_text}\n", deps=("types",))
+# The ops fuserir.op_table spells as a preamble function, per type: of x (a unary op; a
+# predicate's is bool) or of a and b (a binary op). An expression stands on one line where
+# it fits in 100 columns, statements (a body with a return) on a line each; the table's
+# comment goes above the f32 one. A body that calls another snippet depends on it.
+def _op_snippet(op, t, parameters, body, comment=None):
+    head = (f"__device__ __forceinline__ {'bool' if op.kind == 'predicate' else t} "
+            f"{op.name}_{t}({parameters})")
+    if "return" in body:
+        text = f"{head} {{\n" + "".join(f"  {line}\n" for line in body.splitlines()) + "}"
+    else:
+        line = f"{head} {{ return {body}; }}"
+        text = line if len(line) <= 100 else f"{head} {{\n  return {body};\n}}"
+    if comment and t == "f32":
+        text = f"// {comment}\n{text}"
+    calls = tuple(n for n in re.findall(r"(\w+)\(", body) if n in _SNIPPETS)
+    _snippet(f"{op.name}_{t}", f"\n{text}\n", deps=("types",) + calls)
+
+
+for _op in op_table.UNARY.values():
+    for _t, _body in (_op.preamble or {}).items():
+        _op_snippet(_op, _t, f"{_t} x", _body, _op.comment)
+for _op in op_table.BINARY.values():
+    for _t, _body in (_op.preamble or {}).items():
+        _op_snippet(_op, _t, f"{_t} a, {_t} b", _body)
 
 
 def _preamble(needed):

@@ -40,15 +40,17 @@ import sys
 
 from .. import dtypes, ops
 from ..errors import FusionError, LiteralError, ScheduleError
-from ..ir.exprs import BINARY_OPS, LAYOUTS, UNARY_OPS
+from ..ir.exprs import LAYOUTS
 from ..ir.fusion import Fusion
 from ..ir.iterdomain import ParallelType
-from ..ir.tensor import MemoryType, TensorView
+from ..ir.extent import Sym
+from ..ir.tensor import MemoryType, Scalar, TensorView
 from .syntax import Source, read_file, syntax_tree
 from .walk import run, walk
 
-OPS = {name: getattr(ops, name) for name in UNARY_OPS + BINARY_OPS
-       + ("where", "cast", "set", "broadcast", "sum", "max", "matmul")}
+OPS = {name: getattr(ops, name) for name in (*ops.UNARY, *ops.BINARY, *ops.TERNARY)
+       + ("where", "cast", "set", "broadcast", "sum", "max", "matmul", "size")
+       + tuple(ops.VIEWS)}
 INFIX = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne",
          "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 SCHEDULE_METHODS = ("split", "merge", "reorder", "parallelize", "vectorize", "rfactor",
@@ -71,6 +73,8 @@ PARAMETER_KINDS = {
     "tma": "bool", "warp_specialize": "parallel type",
     "row": "int", "mapping": "map",
     "ptype": "parallel type", "memory_type": "memory type", "consumer": "tensor",
+    "dims": "axes", "dim": "int", "dim0": "int", "dim1": "int", "broadcast_dims": "axes",
+    "shape": "shape",
 }
 _CHOICES = {
     "dtype": (dtypes.DTYPE_NAMES, dtypes.from_name),
@@ -306,6 +310,12 @@ class _Builder:
         return getattr(self, "_" + node.data)(node, *node.children)
 
     def _name(self, node, token):
+        """A tensor by name, or else a size of the inputs (`N` of `x: f32[M, N]`) or a
+        declared run-time scalar as a value (`sum(x, [1]) / N`)."""
+        name = str(token)
+        if name not in self.scope and (name in self.fusion.size_symbols()
+                                       or name in self.fusion.scalars):
+            return Scalar(Sym(name), dtypes.DataType.i64)
         return self.scoped_tensor(token)
 
     def _integer(self, node, token):
@@ -408,11 +418,28 @@ class _Builder:
             return self.choice(kind, self.bare_name(what, param, node, f"a {kind} ({names})"))
         if kind == "factor" and node.data == "name":
             return str(node.children[0])  # a named run-time scalar
+        if kind == "shape":
+            return self.sizes(what, param, node)
         description, accepts = _CONSTANT_KINDS[kind]
         value = self.constant(node)
         if value is _NOT_CONSTANT or not accepts(value):
             raise self.error(f"{what}: {param} must be {description}", node)
         return value
+
+    def sizes(self, what, param, node):
+        """A list of sizes: integers (-1: keep the axis's own) or names of sizes."""
+        def bad(at):
+            return self.error(f"{what}: {param} must be a list of sizes (integers or names "
+                              "of sizes)", at)
+        if node.data != "list_literal":
+            raise bad(node)
+        sizes = []
+        for item in node.children:
+            value = str(item.children[0]) if item.data == "name" else self.constant(item)
+            if not (isinstance(value, str) or _is_int(value)):
+                raise bad(item)
+            sizes.append(value)
+        return sizes
 
     def bare_name(self, what, param, node, description):
         if node.data != "name":

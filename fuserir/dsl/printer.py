@@ -34,7 +34,8 @@ from enum import Enum
 from ..dtypes import DataType
 from ..errors import FusionError
 from ..ir.extent import Sym
-from ..ir.exprs import BroadcastOp, CastOp, MatmulOp, ReductionOp, UnaryOp
+from ..ir.exprs import (BroadcastOp, CastOp, ExpandOp, MatmulOp, PermuteOp, ReductionOp,
+                        SqueezeOp, UnaryOp)
 from ..ir.tensor import Scalar, TensorView
 from .walk import walk
 
@@ -153,13 +154,20 @@ def _attribute_arguments(expr):
         return [f"axes={_value(list(expr.axes))}"]
     if isinstance(expr, MatmulOp):
         return [f"layout={expr.layout}"]
+    if isinstance(expr, (PermuteOp, SqueezeOp)):
+        return [f"dims={_value(list(expr.dims))}"]
+    if isinstance(expr, ExpandOp):
+        return [f"shape=[{', '.join(str(a.extent) for a in expr.output.root)}]"]
     if isinstance(expr, UnaryOp) and expr.op == "gelu" and expr.approximate != "none":
         return [f'approximate="{expr.approximate}"']
     return []
 
 
 def _literal(scalar):
-    """A literal's text; its dtype comes back from the tensor operand beside it."""
+    """A literal's text (a size's: its name); its dtype comes back from the tensor
+    operand beside it."""
+    if scalar.is_size:
+        return str(scalar.value)
     if scalar.dtype is DataType.bool:
         return "true" if scalar.value else "false"
     if not scalar.dtype.is_float:

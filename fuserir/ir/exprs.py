@@ -11,10 +11,7 @@ from .tensor import TensorView
 
 # The elementwise ops a fusion can hold, by name (fuserir.op_table defines them)
 UNARY_OPS = tuple(op_table.FUSION_UNARY)
-FLOAT_UNARY_OPS = op_table.FUSION_FLOAT_UNARY
-ARITH_BINARY_OPS = op_table.FUSION_ARITH
-COMPARE_OPS = op_table.FUSION_COMPARE
-BINARY_OPS = ARITH_BINARY_OPS + COMPARE_OPS
+BINARY_OPS = tuple(op_table.FUSION_BINARY)
 REDUCTION_OPS = ("sum", "max")
 LAYOUTS = ("TT", "TN", "NT", "NN")
 
@@ -164,3 +161,55 @@ class MatmulOp(Expr):
 
     def attributes(self):
         return (("layout", self.layout),)
+
+
+class PermuteOp(Expr):
+    """out's axis i is x's axis dims[i] (permute, transpose): the same elements, read in
+    another axis order. A view: no copy of its own, indexing reads x where out's element
+    lies."""
+
+    op = "permute"
+
+    def __init__(self, x, output, dims):
+        super().__init__([x], output)
+        self.dims = tuple(dims)
+
+    def _input_positions(self, index):
+        return list(self.dims)
+
+    def attributes(self):
+        return (("dims", self.dims),)
+
+
+class SqueezeOp(Expr):
+    """x without its axes `dims` (positions in x's shape), each of extent 1: out's axes
+    are x's others, in order; the dropped ones are read at index 0."""
+
+    op = "squeeze"
+
+    def __init__(self, x, output, dims):
+        super().__init__([x], output)
+        self.dims = tuple(dims)
+
+    def _input_positions(self, index):
+        return [p for p in range(len(self.dims) + len(self.output.root))
+                if p not in self.dims]
+
+    def attributes(self):
+        return (("dims", self.dims),)
+
+
+class ExpandOp(Expr):
+    """x with each axis of extent 1 (or broadcast) named in `expanded` stretched to out's
+    extent there: out[.., i, ..] = x[.., 0, ..]. The other axes keep their extents. Axis
+    for axis, as a pointwise op maps onto a broadcast operand (an axis of extent 1 is
+    read at index 0)."""
+
+    op = "expand"
+
+    def __init__(self, x, output, expanded):
+        super().__init__([x], output)
+        self.expanded = tuple(expanded)
+
+    def attributes(self):
+        return (("shape", tuple(a.extent for a in self.output.root)),)

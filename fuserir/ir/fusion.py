@@ -116,8 +116,10 @@ class Fusion:
         return tv
 
     def new_input(self, name: str, dtype: DataType, dims: list[int | str]) -> TensorView:
-        """Declare an input tensor `name` of `dtype` with `dims` (ints or symbol names)."""
-        from .iterdomain import IterDomain
+        """Declare an input tensor `name` of `dtype` with `dims` (ints or symbol names). An
+        axis declared of size 1 is a broadcast axis: it matches any extent in a pointwise
+        op, as nvFuser's and numpy's size-1 axes do."""
+        from .iterdomain import IterDomain, IterKind
         from .tensor import MemoryType
         if not name.isidentifier():
             raise FusionError(f"'{name}' is not a valid tensor name")
@@ -127,7 +129,7 @@ class Fusion:
                 raise FusionError(f"input {name}: dimension {d!r} must be an integer or a name")
             if isinstance(d, int) and d < 1:
                 raise FusionError(f"input {name}: dimension {d} must be >= 1")
-            root.append(IterDomain(d))
+            root.append(IterDomain(d, IterKind.broadcast if d == 1 else IterKind.iteration))
         return self.add_input(TensorView(self, name, dtype, root, MemoryType.global_))
 
     def rename(self, tv: TensorView, name: str, named: bool = True) -> TensorView:

@@ -51,13 +51,22 @@ class Val:
 
 
 class Scalar(Val):
-    """A literal number; its dtype is the dtype of the tensor operand beside it."""
+    """A literal number, or a size: an extent (a symbol such as N, bound from the inputs'
+    shapes when the fusion runs) used as a value (`sum(x, [1]) / N`). Its dtype is the
+    dtype of the tensor operand beside it."""
 
     def __init__(self, value, dtype):
         self.value = value
         self.dtype = dtype
 
+    @property
+    def is_size(self):
+        """Is the value a size known only at run time (not a number)?"""
+        return not isinstance(self.value, (bool, int, float))
+
     def __str__(self):
+        if self.is_size:
+            return str(self.value)
         if self.dtype is DataType.bool:
             return "true" if self.value else "false"
         if self.dtype.is_float:

@@ -25,8 +25,8 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
 """
 
 from ..errors import ScheduleError
-from ..ir.exprs import (BinaryOp, BroadcastOp, CastOp, LoadStoreOp, MatmulOp, ReductionOp,
-                        UnaryOp, WhereOp)
+from ..ir.exprs import (BinaryOp, BroadcastOp, CastOp, ExpandOp, LoadStoreOp, MatmulOp,
+                        PermuteOp, ReductionOp, SqueezeOp, UnaryOp, WhereOp)
 from ..ir.tensor import MemoryType
 from .. import ops
 from ..ir import extent as ext
@@ -194,6 +194,12 @@ def apply_like(expr, inputs):
         return ops.set(inputs[0])
     if isinstance(expr, BroadcastOp):
         return ops.broadcast(inputs[0], expr.flags)
+    if isinstance(expr, PermuteOp):
+        return ops.permute(inputs[0], expr.dims)
+    if isinstance(expr, SqueezeOp):
+        return ops.squeeze(inputs[0], expr.dims)
+    if isinstance(expr, ExpandOp):
+        return ops.expand(inputs[0], [a.extent for a in expr.output.root])
     if isinstance(expr, ReductionOp):
         return ops.REDUCTIONS[expr.op](inputs[0], list(expr.axes))
     if isinstance(expr, MatmulOp):

@@ -109,10 +109,14 @@ def _eval_cast(value, src, dst):
 
 def _eval_unop(op, a, dtype):
     entry = op_table.UNARY[op]
-    if entry.kind == "logical":
-        return bool(entry.meaning(a))
+    if entry.kind == "predicate":
+        return bool(op_table.math_unary(op, a))
+    if entry.kind == "logical" or dtype is DataType.bool:
+        if entry.kind not in ("logical", "bitwise"):
+            raise TypeError(f"unary {op} on bool has no launch-time value")
+        return bool(entry.meaning(bool(a)))
     if dtype.is_int:
-        if entry.kind != "exact":
+        if entry.kind not in ("exact", "bitwise"):
             raise TypeError(f"unary {op} on {dtype} has no launch-time value")
         return _wrap_int(entry.meaning(np.asarray(a, dtype=dtype.numpy)), dtype)
     t = dtype.numpy.type
@@ -125,15 +129,21 @@ def _eval_binop(op, a, b, operand_dtype, dtype):
     entry = op_table.BINARY[op]
     if entry.kind == "compare":
         return bool(entry.meaning(a, b))
+    if entry.kind == "logical" or dtype is DataType.bool:
+        if entry.kind not in ("logical", "bitwise"):
+            raise TypeError(f"binary {op} on bool has no launch-time value")
+        return bool(entry.meaning(bool(a), bool(b)))
     if dtype.is_int:
         if entry.integer is None:
             raise TypeError(f"binary {op} on {dtype} has no launch-time value")
         x, y = np.asarray(a, dtype=dtype.numpy), np.asarray(b, dtype=dtype.numpy)
         with np.errstate(over="ignore"):
             return _wrap_int(entry.integer(x, y), dtype)
-    if entry.meaning is None or entry.kind != "arith":
+    if entry.meaning is None or entry.kind in ("integer", "bitwise"):
         raise TypeError(f"binary {op} on {dtype} has no launch-time value")
     t = dtype.numpy.type
+    if entry.kind == "math":
+        return t(op_table.math_binary(op, a, b))
     with np.errstate(all="ignore"):
         return t(entry.meaning(t(a), t(b)))
 
@@ -233,10 +243,12 @@ class LaneEvaluator:
         entry = op_table.BINARY.get(op)
         if entry is None:
             self._refuse(e, f"unknown operator {op}")
-        if entry.kind == "logical":
+        if op in ("and", "or"):
             return self._logical(e, act)
         a = self.ev(e.a, act)
         b = self.ev(e.b, act)
+        if entry.kind == "logical":
+            return entry.meaning(truth(a), truth(b))
         if entry.kind == "compare":
             if a.dtype in _HALF:
                 a = a.astype(np.float32)
@@ -246,14 +258,18 @@ class LaneEvaluator:
         if dt.is_float:
             if self.indices_only or entry.meaning is None:
                 self._refuse(e, f"operator {op} on {dt}")
+            if entry.kind == "math":
+                return convert(op_table.math_binary(op, a, b), dt)
             work = dt.compute
             r = entry.meaning(as_dtype(a, work), as_dtype(b, work))
             return r if work is dt else convert(r, dt)
         if entry.integer is None:
             self._refuse(e, f"operator {op} on {dt}")
         if dt is DataType.bool:
-            if self.indices_only or op == "xor":
+            if self.indices_only or entry.kind == "integer":
                 self._refuse(e, f"operator {op} on bool (integers only)")
+            if entry.kind == "bitwise":
+                return entry.meaning(truth(a), truth(b))
             return convert(entry.integer(as_dtype(a, DataType.i32),
                                          as_dtype(b, DataType.i32)), dt)
         if op in _DIVISIONS:
@@ -288,10 +304,14 @@ class LaneEvaluator:
         entry = op_table.UNARY.get(op)
         if entry is None:
             self._refuse(e, f"unknown operator {op}")
-        if entry.kind == "logical":
+        if entry.kind == "logical" or (entry.kind == "bitwise" and dt is DataType.bool):
             return convert(entry.meaning(truth(a)), dt)
-        if self.indices_only and not (dt.is_int and entry.kind == "exact"):
+        if self.indices_only and not (dt.is_int and entry.kind in ("exact", "bitwise")):
             self._refuse(e, f"{op} on {dt}")
+        if entry.kind == "predicate":
+            return op_table.math_unary(op, a)
+        if entry.kind == "bitwise":
+            return entry.meaning(as_dtype(a, dt))
         if entry.kind == "exact":
             if dt.is_float:
                 work = dt.compute

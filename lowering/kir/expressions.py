@@ -79,7 +79,7 @@ class Special(ScalarExpr):
 
 # Operators of BinOp and UnOp: fuserir.op_table is their meaning (C integer rules made
 # total by fuserir.numerics; "ceildiv" is (a + b - 1) / b on non-negative operands; "xor"
-# the bitwise xor of two integers of one int dtype, for XOR swizzles).
+# the bitwise xor, of two integers of one int dtype in XOR swizzles).
 BINARY_OPS = tuple(op_table.BINARY)
 COMPARISONS = op_table.COMPARISONS
 UNARY_OPS = tuple(op_table.UNARY)
@@ -87,7 +87,8 @@ UNARY_OPS = tuple(op_table.UNARY)
 
 @dataclass(frozen=True, eq=False)
 class BinOp(ScalarExpr):
-    """`op` applied to a and b, both of `dtype` (comparisons, and/or yield bool)."""
+    """`op` applied to a and b, both of one dtype; `dtype` is the result's: theirs, or
+    bool for comparisons and logical ops (fuserir.op_table.result_type)."""
 
     op: str
     a: ScalarExpr
@@ -100,6 +101,9 @@ class BinOp(ScalarExpr):
 
 @dataclass(frozen=True, eq=False)
 class UnOp(ScalarExpr):
+    """`op` applied to a; `dtype` is the result's: a's, or bool for `not` and the
+    predicates (isnan, ...: fuserir.op_table.result_type)."""
+
     op: str
     a: ScalarExpr
     dtype: DataType

@@ -42,8 +42,8 @@ import numpy as np
 
 from fuserir import dtypes, op_table
 from fuserir.dtypes import DataType
-from fuserir.ir.exprs import (BinaryOp, BroadcastOp, CastOp, LoadStoreOp, MatmulOp,
-                              ReductionOp, UnaryOp, WhereOp)
+from fuserir.ir.exprs import (BinaryOp, BroadcastOp, CastOp, ExpandOp, LoadStoreOp,
+                              MatmulOp, PermuteOp, ReductionOp, SqueezeOp, UnaryOp, WhereOp)
 from fuserir.ir.tensor import Scalar
 
 from fuserir.errors import ScheduleError
@@ -56,9 +56,6 @@ from ..support.analysis import (StoreInfo, async_vector_bytes, is_async_copy, is
                                 mma_kind, mma_positions, vector_copy_width)
 from ..indexing.arith import addends, known_factor
 from ..contract import Pass
-
-_BINARY_NAMES = {"maximum": "max", "minimum": "min"}
-
 
 def convert(value, dtype):
     """`value` as `dtype` (16-bit floats convert to each other through f32)."""
@@ -143,8 +140,8 @@ def load(ctx, expr, producer, consumer_index):
     logical = {p_axis: consumer_index[c_axis]
                for c_axis, p_axis in expr.root_map(producer).items()}
     for axis in producer.shape_axes:
-        if axis.is_broadcast or axis not in logical:
-            logical[axis] = ctx.const(0)
+        if axis.is_broadcast or axis not in logical or axis.extent == 1:
+            logical[axis] = ctx.const(0)       # (an expand reads an axis of extent 1 at 0)
     buffer = ctx.buffers[producer]
     if buffer.memory is kir.Memory.global_:
         return kir.Load(buffer, global_index(ctx, producer, logical))
@@ -157,6 +154,8 @@ def load(ctx, expr, producer, consumer_index):
 
 def _operand(ctx, expr, v, index, dtype):
     if isinstance(v, Scalar):
+        if v.is_size:    # a size parameter of the kernel, rounded as a literal would be
+            return convert(convert(ctx.extent(v.value), v.dtype), dtype)
         return kir.Const(v.value, dtype)
     return convert(load(ctx, expr, v, index), dtype)
 
@@ -164,17 +163,19 @@ def _operand(ctx, expr, v, index, dtype):
 def pointwise_value(ctx, expr, index):
     out = expr.output
     if isinstance(expr, UnaryOp):
-        compute = out.dtype.compute
+        # the op table's kernel op, on operands converted as its kind says
+        entry = op_table.UNARY[op_table.kernel_unary(expr.op, expr.approximate)]
+        compute = op_table.fusion_types(entry, expr.inputs[0].dtype)[0].compute
         x = _operand(ctx, expr, expr.inputs[0], index, compute)
-        op = op_table.kernel_unary(expr.op, expr.approximate)
-        return convert(kir.UnOp(op, x, compute), out.dtype)
+        return convert(kir.UnOp(entry.name, x, op_table.result_type(entry, compute)),
+                       out.dtype)
     if isinstance(expr, BinaryOp):
         a, b = expr.inputs
-        compute = dtypes.promote(a.dtype, b.dtype).compute
+        entry = op_table.FUSION_BINARY[expr.op]
+        compute = op_table.fusion_types(entry, dtypes.promote(a.dtype, b.dtype))[0].compute
         x = _operand(ctx, expr, a, index, compute)
         y = _operand(ctx, expr, b, index, compute)
-        result = DataType.bool if expr.op in kir.COMPARISONS else compute
-        return convert(kir.BinOp(_BINARY_NAMES.get(expr.op, expr.op), x, y, result),
+        return convert(kir.BinOp(entry.name, x, y, op_table.result_type(entry, compute)),
                        out.dtype)
     if isinstance(expr, WhereOp):
         cond, a, b = expr.inputs
@@ -185,8 +186,8 @@ def pointwise_value(ctx, expr, index):
         return convert(value, out.dtype)
     if isinstance(expr, CastOp):
         return convert(load(ctx, expr, expr.inputs[0], index), out.dtype)
-    if isinstance(expr, (LoadStoreOp, BroadcastOp)):
-        return load(ctx, expr, expr.inputs[0], index)
+    if isinstance(expr, (LoadStoreOp, BroadcastOp, PermuteOp, SqueezeOp, ExpandOp)):
+        return load(ctx, expr, expr.inputs[0], index)   # a copy or a view: root_map says where
     raise NotImplementedError(type(expr).__name__)   # reductions: lower_part, by role
 
 
