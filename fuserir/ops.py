@@ -17,7 +17,7 @@ from . import dtypes, op_table
 from .dtypes import DataType
 from .errors import FusionError, LiteralError
 from .ir import extent as ext
-from .ir.exprs import (BINARY_OPS, LAYOUTS, UNARY_OPS,
+from .ir.exprs import (BINARY_OPS, LAYOUTS, UNARY_OPS, AxisIndexOp,
                        BinaryOp, BroadcastOp, CastOp, ExpandOp, LoadStoreOp, MatmulOp,
                        PermuteOp, ReductionOp, SqueezeOp, UnaryOp, WhereOp)
 from .ir.iterdomain import IterDomain, IterKind
@@ -547,6 +547,40 @@ def broadcast_in_dim(x, shape, broadcast_dims):
     return _expand("broadcast_in_dim", broadcast(x, new) if any(new) else x, shape)
 
 
+# -- positions -------------------------------------------------------------------------------
+def axis_index(x, dim):
+    """An i64 tensor of x's shape holding each element's index along x's axis `dim` (x's
+    values are not read)."""
+    _check_tensor("axis_index", x)
+    d = _position("axis_index", x, dim)
+    out = _new_tensor(x.fusion, DataType.i64, [_same_axis(a) for a in x.shape_axes])
+    x.fusion.add_expr(AxisIndexOp(x, out, d))
+    return out
+
+
+def _triangle(op, x, diagonal, keep):
+    _check_tensor(op, x)
+    if x.rank < 2:
+        raise FusionError(f"{op}: {x.name} has {x.rank} axes; it needs at least 2 (the "
+                          "matrix is the last two)")
+    if isinstance(diagonal, bool) or not isinstance(diagonal, int):
+        raise FusionError(f"{op}: diagonal {diagonal!r} is not an integer")
+    offset = sub(axis_index(x, -1), axis_index(x, -2))    # column - row
+    return where(keep(offset, diagonal), x, False if x.dtype is DataType.bool else 0)
+
+
+def triu(x, diagonal=0):
+    """x with the elements below the `diagonal`-th diagonal of its last two axes zeroed
+    (torch.triu: kept where column - row >= diagonal)."""
+    return _triangle("triu", x, diagonal, ge)
+
+
+def tril(x, diagonal=0):
+    """x with the elements above the `diagonal`-th diagonal of its last two axes zeroed
+    (torch.tril: kept where column - row <= diagonal)."""
+    return _triangle("tril", x, diagonal, le)
+
+
 # -- reductions ----------------------------------------------------------------------------
 def _normalize_axes(op, x, axes):
     if isinstance(axes, int):
@@ -632,3 +666,4 @@ TERNARY = {name: globals()[name] for name in ("clamp", "lerp", "addcmul", "thres
 REDUCTIONS = {"sum": sum, "max": max}
 VIEWS = {name: globals()[name] for name in ("permute", "transpose", "squeeze", "unsqueeze",
                                             "expand", "broadcast_in_dim")}
+POSITIONS = {name: globals()[name] for name in ("axis_index", "triu", "tril")}

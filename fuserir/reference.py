@@ -32,8 +32,8 @@ from . import dtypes, numerics, op_table
 from .dtypes import DataType
 from .errors import EvaluationError
 from .ir import extent as ext
-from .ir.exprs import (BinaryOp, BroadcastOp, CastOp, ExpandOp, LoadStoreOp, MatmulOp,
-                       PermuteOp, ReductionOp, SqueezeOp, UnaryOp, WhereOp)
+from .ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, ExpandOp, LoadStoreOp,
+                       MatmulOp, PermuteOp, ReductionOp, SqueezeOp, UnaryOp, WhereOp)
 from .ir.iterdomain import Split, history
 from .ir.tensor import Scalar
 
@@ -163,6 +163,11 @@ def _evaluate_expr(expr, values, env):
         x = values[expr.inputs[0]]
         new_axes = [i for i, is_new in enumerate(expr.flags) if is_new]
         return np.expand_dims(x, tuple(new_axes)) if new_axes else x.copy()
+    if isinstance(expr, AxisIndexOp):
+        shape = values[expr.inputs[0]].shape
+        along = np.arange(shape[expr.dim]).reshape([-1 if d == expr.dim else 1
+                                                    for d in range(len(shape))])
+        return np.broadcast_to(along, shape).astype(np.int64)
     if isinstance(expr, PermuteOp):
         return np.transpose(values[expr.inputs[0]], expr.dims).copy()
     if isinstance(expr, SqueezeOp):

@@ -209,9 +209,13 @@ EVERY_OP = {
                          lambda i: np.broadcast_to(i["x"], (3, 6)), DataType.f32),
 }
 EVERY_OP["size"] = ("x / size(m, 0)", lambda i: i["x"] / 3, DataType.f32)
+EVERY_OP["axis_index"] = ("axis_index(m, -1)", lambda i: np.broadcast_to(np.arange(6), (3, 6)),
+                          DataType.i64)
+EVERY_OP["triu"] = ("triu(m, 1)", lambda i: np.triu(i["m"], 1), DataType.f32)
+EVERY_OP["tril"] = ("tril(m, diagonal=-1)", lambda i: np.tril(i["m"], -1), DataType.f32)
 # ops the builders write with others: the expression they leave
 COMPOSED = {"transpose": "permute", "unsqueeze": "broadcast", "broadcast_in_dim": "expand",
-            "size": "div"}
+            "size": "div", "triu": "where", "tril": "where"}
 # The elementwise ops after the first few (tests/test_ops_elementwise.py tests each in
 # depth); x and y are in [0.5, 4]
 EVERY_OP.update({
@@ -284,7 +288,8 @@ EXTRA_FORMS = [
 
 def test_every_op_is_callable_from_the_dsl():
     assert set(EVERY_OP) == set(OPS)
-    assert set(ops.UNARY) | set(ops.BINARY) | set(ops.TERNARY) | set(ops.VIEWS) | {
+    assert set(ops.UNARY) | set(ops.BINARY) | set(ops.TERNARY) | set(ops.VIEWS) | \
+        set(ops.POSITIONS) | {
         "where", "cast", "set", "broadcast", "sum", "max", "matmul", "size"} == set(OPS)
 
 

@@ -155,3 +155,41 @@ def test_views_compile_to_cuda():
     exe = codegen.compile(f, backend="cuda")
     steps = exe.plan_for({"M": 37, "N": 53}, device=None)[2]
     assert len(steps) >= 2 and all(step.kernel.cubin for step in steps)
+
+
+# -- positions: axis_index, triu, tril --------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [D.f32, D.i32, D.bool])
+@pytest.mark.parametrize("diagonal", [-2, 0, 3])
+def test_triu_and_tril_in_kernels_equal_numpy(dtype, diagonal, rng):
+    f = fuserir.parse(f"fusion f(x: {dtype}[B, M, N]) {{\n  u = triu(x, {diagonal})\n"
+                      f"  l = tril(x, diagonal={diagonal})\n  output u, l\n}}\n")
+    x = rng.integers(-3, 4, (2, 5, 7)).astype(dtype.numpy)
+    out = codegen.compile(f, backend="interp").run({"x": x})
+    assert np.array_equal(out["u"], np.triu(x, diagonal))
+    assert np.array_equal(out["l"], np.tril(x, diagonal))
+    assert np.array_equal(fuserir.evaluate(f, {"x": x})["u"], np.triu(x, diagonal))
+
+
+def test_axis_index_of_a_broadcast_axis_is_0_and_reads_no_values(rng):
+    f = fuserir.parse("fusion f(x: f32[M, N], b: f32[1, N]) {\n"
+                      "  r = axis_index(x + b, 0) + axis_index(b, 0)\n  output r\n}\n")
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    b = np.full((1, 3), np.nan, np.float32)                   # never read as a value
+    out = codegen.compile(f, backend="interp").run({"x": x, "b": b})["r"]
+    assert out.dtype == np.int64
+    assert np.array_equal(out, np.broadcast_to(np.arange(4)[:, None], (4, 3)))
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda x, v: ops.triu(v), "triu: x1 has 1 axes; it needs at least 2 (the matrix is the "
+     "last two)"),
+    (lambda x, v: ops.tril(x, 1.5), "tril: diagonal 1.5 is not an integer"),
+    (lambda x, v: ops.axis_index(x, 3), "axis_index: dim 3 is out of range for x0 with 3 "
+     "axes"),
+])
+def test_position_errors(build, message):
+    f, (x, v) = inputs(["M", "N", "K"], ["N"])
+    with pytest.raises(FusionError) as caught:
+        build(x, v)
+    assert str(caught.value) == message

@@ -50,7 +50,7 @@ from .walk import run, walk
 
 OPS = {name: getattr(ops, name) for name in (*ops.UNARY, *ops.BINARY, *ops.TERNARY)
        + ("where", "cast", "set", "broadcast", "sum", "max", "matmul", "size")
-       + tuple(ops.VIEWS)}
+       + tuple(ops.VIEWS) + tuple(ops.POSITIONS)}
 INFIX = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne",
          "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 SCHEDULE_METHODS = ("split", "merge", "reorder", "parallelize", "vectorize", "rfactor",
@@ -74,7 +74,7 @@ PARAMETER_KINDS = {
     "row": "int", "mapping": "map",
     "ptype": "parallel type", "memory_type": "memory type", "consumer": "tensor",
     "dims": "axes", "dim": "int", "dim0": "int", "dim1": "int", "broadcast_dims": "axes",
-    "shape": "shape",
+    "shape": "shape", "diagonal": "int",
 }
 _CHOICES = {
     "dtype": (dtypes.DTYPE_NAMES, dtypes.from_name),

@@ -34,8 +34,8 @@ from enum import Enum
 from ..dtypes import DataType
 from ..errors import FusionError
 from ..ir.extent import Sym
-from ..ir.exprs import (BroadcastOp, CastOp, ExpandOp, MatmulOp, PermuteOp, ReductionOp,
-                        SqueezeOp, UnaryOp)
+from ..ir.exprs import (AxisIndexOp, BroadcastOp, CastOp, ExpandOp, MatmulOp, PermuteOp,
+                        ReductionOp, SqueezeOp, UnaryOp)
 from ..ir.tensor import Scalar, TensorView
 from .walk import walk
 
@@ -154,6 +154,8 @@ def _attribute_arguments(expr):
         return [f"axes={_value(list(expr.axes))}"]
     if isinstance(expr, MatmulOp):
         return [f"layout={expr.layout}"]
+    if isinstance(expr, AxisIndexOp):
+        return [f"dim={expr.dim}"]
     if isinstance(expr, (PermuteOp, SqueezeOp)):
         return [f"dims={_value(list(expr.dims))}"]
     if isinstance(expr, ExpandOp):

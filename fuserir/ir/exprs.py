@@ -213,3 +213,18 @@ class ExpandOp(Expr):
 
     def attributes(self):
         return (("shape", tuple(a.extent for a in self.output.root)),)
+
+
+class AxisIndexOp(Expr):
+    """Each element's index along x's axis `dim`, as an integer tensor of x's shape (x's
+    values are not read: x gives the shape). What triu, tril and masks by position are
+    made of."""
+
+    op = "axis_index"
+
+    def __init__(self, x, output, dim):
+        super().__init__([x], output)
+        self.dim = dim
+
+    def attributes(self):
+        return (("dim", self.dim),)

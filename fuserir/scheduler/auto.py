@@ -25,8 +25,8 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
 """
 
 from ..errors import ScheduleError
-from ..ir.exprs import (BinaryOp, BroadcastOp, CastOp, ExpandOp, LoadStoreOp, MatmulOp,
-                        PermuteOp, ReductionOp, SqueezeOp, UnaryOp, WhereOp)
+from ..ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, ExpandOp, LoadStoreOp,
+                        MatmulOp, PermuteOp, ReductionOp, SqueezeOp, UnaryOp, WhereOp)
 from ..ir.tensor import MemoryType
 from .. import ops
 from ..ir import extent as ext
@@ -196,6 +196,8 @@ def apply_like(expr, inputs):
         return ops.broadcast(inputs[0], expr.flags)
     if isinstance(expr, PermuteOp):
         return ops.permute(inputs[0], expr.dims)
+    if isinstance(expr, AxisIndexOp):
+        return ops.axis_index(inputs[0], expr.dim)
     if isinstance(expr, SqueezeOp):
         return ops.squeeze(inputs[0], expr.dims)
     if isinstance(expr, ExpandOp):

@@ -42,8 +42,9 @@ import numpy as np
 
 from fuserir import dtypes, op_table
 from fuserir.dtypes import DataType
-from fuserir.ir.exprs import (BinaryOp, BroadcastOp, CastOp, ExpandOp, LoadStoreOp,
-                              MatmulOp, PermuteOp, ReductionOp, SqueezeOp, UnaryOp, WhereOp)
+from fuserir.ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, ExpandOp,
+                              LoadStoreOp, MatmulOp, PermuteOp, ReductionOp, SqueezeOp,
+                              UnaryOp, WhereOp)
 from fuserir.ir.tensor import Scalar
 
 from fuserir.errors import ScheduleError
@@ -186,6 +187,10 @@ def pointwise_value(ctx, expr, index):
         return convert(value, out.dtype)
     if isinstance(expr, CastOp):
         return convert(load(ctx, expr, expr.inputs[0], index), out.dtype)
+    if isinstance(expr, AxisIndexOp):          # the element's own index, not x's value
+        axis = out.root[expr.dim]
+        return convert(index.get(axis, ctx.const(0)) if not axis.is_broadcast
+                       else ctx.const(0), out.dtype)
     if isinstance(expr, (LoadStoreOp, BroadcastOp, PermuteOp, SqueezeOp, ExpandOp)):
         return load(ctx, expr, expr.inputs[0], index)   # a copy or a view: root_map says where
     raise NotImplementedError(type(expr).__name__)   # reductions: lower_part, by role
