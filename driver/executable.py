@@ -258,7 +258,8 @@ class Executable:
 
     def run(self, inputs: Mapping[str, Any], blocks: Any = None, poison: bool | None = None,
             interleavings: Any = None) -> dict[str, Any]:
-        """Run on `inputs` ({name: array} plus {name: int} for named scalars); returns
+        """Run on `inputs` ({name: array} plus {name: int} for named scalars; in the
+        interpreter a Python number for a rank-0 input: reference.host_scalars); returns
         {output name: array}: numpy for interp; on the GPU torch tensors for torch inputs,
         else CuPy arrays (bf16 as its uint16 bits). `blocks` (interp only) runs just those
         blocks (x, y, z) of every kernel; the other blocks' outputs stay poisoned. `poison`
@@ -275,6 +276,8 @@ class Executable:
         if type(inputs) is not dict and not isinstance(inputs, collections.abc.Mapping):
             raise FuserirError(f"run() takes a dict of inputs by name ({{name: array}} "
                                f"and {{name: int}}), got a {type(inputs).__name__}")
+        if self.backend != "cuda":
+            inputs = reference.host_scalars(self.fusion, inputs)
         if self.backend == "cuda":
             arrays, scalars = self._arguments((), inputs)
             plan, arrays, _ = self._call_plan(arrays, scalars, None, bool(poison))
@@ -371,6 +374,12 @@ class Executable:
         """(the CallPlan, the arrays, out) of a call on the GPU: arrays of a kind without a
         key taken as CuPy arrays first (driver.calls.as_cupy), the plan made by the first
         call of its signature (_make_plan), one thread at a time."""
+        for name, a in zip(self._input_names, arrays):
+            if isinstance(a, (bool, int, float, complex)):
+                raise FuserirError(
+                    f"input {name}: a Python number ({a!r}) for a rank-0 input is taken by "
+                    "the interpreter and the reference; on the GPU pass a 0-d array "
+                    f"(torch.tensor({a!r}, device='cuda'))")
         cupy = cupy_module()
         arrays = tuple(a if describer(type(a)) else as_cupy(a, cupy) for a in arrays)
         if out is not None:

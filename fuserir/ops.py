@@ -8,6 +8,7 @@ never a silent truncation.
 """
 
 import functools
+import builtins
 import math
 
 import ml_dtypes
@@ -173,8 +174,17 @@ def gelu(x, approximate="none"):
 _DIVISIONS = {"div": "/", "fmod": "%", "remainder": "%"}
 
 
+def _lift_rank_0(operands):
+    """Rank-0 tensors among `operands` (tensors or numbers) broadcast to the others' rank,
+    as a number would be: `x * s` with s: f32[] scales every element of x."""
+    rank = builtins.max((v.rank for v in operands if isinstance(v, TensorView)), default=0)
+    return [broadcast(v, [True] * rank) if isinstance(v, TensorView) and v.rank == 0
+            and rank > 0 else v for v in operands]
+
+
 def _binary(op, a, b):
     fusion = _fusion_of(op, [a, b])
+    a, b = _lift_rank_0([a, b])
     ta = a if isinstance(a, TensorView) else None
     tb = b if isinstance(b, TensorView) else None
     if ta is None:
@@ -229,6 +239,7 @@ def where(cond, a, b):
     _check_tensor("where", cond, "condition")
     if cond.dtype is not DataType.bool:
         raise FusionError(f"where: condition {cond.name} must be bool, got {cond.dtype}")
+    cond, a, b = _lift_rank_0([cond, a, b])
     values = [v for v in (a, b) if isinstance(v, TensorView)]
     if not values:
         raise FusionError("where: at least one of the two value operands must be a tensor")

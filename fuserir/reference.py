@@ -24,6 +24,7 @@ every backend alike:
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 def evaluate(fusion: Fusion, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Evaluate `fusion` on `inputs` ({name: array}, plus {name: int} for named run-time
     scalars such as a split factor); returns {output name: numpy array}."""
-    arrays, env = bind_inputs(fusion, inputs)
+    arrays, env = bind_inputs(fusion, host_scalars(fusion, inputs))
     values = dict(arrays)
     for expr in fusion.exprs:
         for size in (v for v in expr.inputs if isinstance(v, Scalar) and v.is_size):
@@ -54,6 +55,37 @@ def evaluate(fusion: Fusion, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]
                                             size.dtype)
         values[expr.output] = _evaluate_expr(expr, values, env)
     return {t.name: values[t] for t in fusion.outputs}
+
+
+def host_scalars(fusion, inputs):
+    """`inputs` with each Python number given for a rank-0 input (a host scalar: a bool,
+    int or float) as a 0-d numpy array of that input's dtype. Refused, naming the input: a
+    complex number, a fraction or an out-of-range integer for an integer input, a finite
+    float past a float dtype's range, a number other than 0 or 1 for a bool input."""
+    converted = dict(inputs)
+    for tv in fusion.inputs:
+        value = inputs.get(tv.name)
+        if tv.rank or isinstance(value, np.ndarray) or not isinstance(
+                value, (bool, int, float, complex, np.number, np.bool_)):
+            continue
+        if isinstance(value, (complex, np.complexfloating)):
+            raise EvaluationError(f"input {tv.name}: {value!r} is complex; fuserir has no "
+                                  "complex dtype")
+        dtype, number = tv.dtype, value.item() if hasattr(value, "item") else value
+        if dtype is DataType.bool:
+            fits = number in (0, 1)
+        elif dtype.is_int:
+            info = np.iinfo(dtype.numpy)
+            fits = float(number).is_integer() and info.min <= number <= info.max
+        else:
+            with np.errstate(over="ignore"):
+                fits = not math.isfinite(number) or bool(np.isfinite(
+                    np.float64(number).astype(dtype.numpy)))
+        if not fits:
+            raise EvaluationError(f"input {tv.name}: {number!r} is not a value of its dtype "
+                                  f"{dtype}")
+        converted[tv.name] = np.asarray(number).astype(dtype.numpy)
+    return converted
 
 
 def bind_inputs(fusion, inputs, convert=None):

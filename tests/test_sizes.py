@@ -99,3 +99,49 @@ def test_a_size_compiles_to_cuda():
     steps = codegen.compile(f, backend="cuda").plan_for({"M": 64, "N": 300}, device=None)[2]
     assert all(step.kernel.cubin for step in steps)
     assert any("N" in [p.var.name for p in step.kernel.kir.scalar_params] for step in steps)
+
+
+# -- host scalars: rank-0 inputs, given Python numbers ----------------------------------------
+
+HOST = "fusion f(x: f32[N], s: f32[], k: i32[], c: bool[]) {\n" \
+       "  y = where(c, x * s + k, x)\n  output y\n}\n"
+
+
+def test_a_rank_0_tensor_broadcasts_as_a_number_would():
+    f = fuserir.parse(HOST)
+    y = f.tensor("y")
+    assert [str(e) for e in y.shape] == ["N"]
+    assert structurally_equal(fuserir.parse(fuserir.print_fusion(f)), f)
+
+
+def test_python_numbers_for_rank_0_inputs(rng):
+    f = fuserir.parse(HOST)
+    exe = codegen.compile(f, backend="interp")
+    x = rng.standard_normal(5).astype(np.float32)
+    want = x * np.float32(2.5) + np.float32(3)
+    for got in (exe.run({"x": x, "s": 2.5, "k": 3, "c": True})["y"], exe(x, 2.5, 3, True),
+                fuserir.evaluate(f, {"x": x, "s": 2.5, "k": 3, "c": True})["y"]):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(exe(x, 2.5, 3, False), x)
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"s": 1j}, "input s: 1j is complex; fuserir has no complex dtype"),
+    ({"k": 2.5}, "input k: 2.5 is not a value of its dtype i32"),
+    ({"k": 2 ** 40}, "input k: 1099511627776 is not a value of its dtype i32"),
+    ({"s": 1e39}, "input s: 1e+39 is not a value of its dtype f32"),
+    ({"c": 2}, "input c: 2 is not a value of its dtype bool"),
+])
+def test_a_number_its_input_cannot_hold_is_refused(given, message):
+    exe = codegen.compile(fuserir.parse(HOST), backend="interp")
+    with pytest.raises(fuserir.errors.EvaluationError) as caught:
+        exe.run({"x": np.zeros(3, np.float32), "s": 1.0, "k": 1, "c": True, **given})
+    assert str(caught.value) == message
+
+
+def test_on_the_gpu_a_number_is_refused_before_any_launch():
+    """(No device needed: the call is refused before its plan.)"""
+    exe = codegen.compile(fuserir.parse(HOST), backend="cuda")
+    with pytest.raises(fuserir.FuserirError, match=r"input s: a Python number \(2.5\) for a "
+                                                   r"rank-0 input is taken by the interpreter"):
+        exe(np.zeros(3, np.float32), 2.5, 1, True)
