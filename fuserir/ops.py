@@ -234,20 +234,35 @@ def bitwise_left_shift(a, b): return _binary("bitwise_left_shift", a, b)
 def bitwise_right_shift(a, b): return _binary("bitwise_right_shift", a, b)
 
 
+def _literals_dtype(values):
+    """The dtype of a result made of literals alone (torch.where's): bool of two bools,
+    f32 where one is a float, else i64 (integers, sizes); literals already typed (a copy
+    of such a where, rebuilt) keep theirs."""
+    typed = [v.dtype for v in values if isinstance(v, Scalar) and not v.is_size]
+    if typed:
+        return functools.reduce(dtypes.promote, typed)
+    if all(isinstance(v, bool) for v in values):
+        return DataType.bool
+    return DataType.f32 if any(isinstance(v, float) for v in values) else DataType.i64
+
+
 def where(cond, a, b):
-    """cond ? a : b, elementwise; cond must be bool."""
+    """cond ? a : b, elementwise; cond must be bool. Two numbers give a tensor of cond's
+    shape (bool, i64, or f32 where one is a float, as torch.where)."""
     _check_tensor("where", cond, "condition")
     if cond.dtype is not DataType.bool:
         raise FusionError(f"where: condition {cond.name} must be bool, got {cond.dtype}")
     cond, a, b = _lift_rank_0([cond, a, b])
     values = [v for v in (a, b) if isinstance(v, TensorView)]
-    if not values:
-        raise FusionError("where: at least one of the two value operands must be a tensor")
-    dtype = values[0].dtype if len(values) == 1 else dtypes.promote(a.dtype, b.dtype)
+    if values:
+        dtype = values[0].dtype if len(values) == 1 else dtypes.promote(a.dtype, b.dtype)
+        beside = values[0].name
+    else:
+        dtype, beside = _literals_dtype([a, b]), f"where({cond.name}, ...)"
     if not isinstance(a, TensorView):
-        a = _literal("where", a, dtype, values[0].name, "a")
+        a = _literal("where", a, dtype, beside, "a")
     if not isinstance(b, TensorView):
-        b = _literal("where", b, dtype, values[0].name, "b")
+        b = _literal("where", b, dtype, beside, "b")
     fusion, _, root = _pointwise("where", [cond] + values)
     out = _new_tensor(fusion, dtype, root)
     fusion.add_expr(WhereOp(cond, a, b, out))

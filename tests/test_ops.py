@@ -460,12 +460,27 @@ def test_where_errors():
         ops.where(c, i, i)
     with pytest.raises(FusionError, match=r"where: condition must be a tensor, got True"):
         ops.where(True, i, i)
-    with pytest.raises(FusionError, match=r"where: at least one of the two value operands "
-                                          r"must be a tensor"):
-        ops.where(cb, 1, 2)
     with pytest.raises(FusionError, match=r"where: literal 2\.5 cannot take the dtype i32 of "
                                           r"i"):
         ops.where(cb, i, 2.5)
+    with pytest.raises(FusionError, match=r"where: literal 1e\+39 is out of range for the "
+                                          r"dtype f32 of where\(cb, \.\.\.\)"):
+        ops.where(cb, 1e39, 0)
+    with pytest.raises(FusionError, match=r"where: literal true cannot take the dtype i64"):
+        ops.where(cb, True, 2)
+
+
+@pytest.mark.parametrize("a, b, dtype", [(1.0, 0, D.f32), (1, -1, D.i64),
+                                         (False, True, D.bool)])
+def test_where_of_two_numbers_takes_torch_s_dtype(a, b, dtype):
+    """As torch.where(cond, 1.0, 0): a tensor of cond's shape, f32 where a number is a
+    float, i64 of integers, bool of two bools."""
+    f = Fusion("w")
+    cb = f.new_input("cb", D.bool, ["N"])
+    y = ops.where(cb, a, b)
+    assert y.dtype is dtype and [str(e) for e in y.shape] == ["N"]
+    got = run(f, y, cb=np.array([True, False, True]))
+    np.testing.assert_array_equal(got, np.array([a, b, a], dtype.numpy))
 
 
 # -- cast and set -----------------------------------------------------------------------------

@@ -193,3 +193,20 @@ def test_position_errors(build, message):
     with pytest.raises(FusionError) as caught:
         build(x, v)
     assert str(caught.value) == message
+
+
+def test_where_of_two_numbers_in_kernels_keeps_its_dtype():
+    """Three outputs, rebuilt per kernel (segments copy each expression): the copies keep
+    the literals' dtypes."""
+    f = fuserir.parse("fusion f(x: f32[N]) {\n  m = where(x > 0, 1.0, 0)\n"
+                      "  i = where(x > 0, 1, -1)\n  b = where(x > 0, false, true)\n"
+                      "  u = triu(broadcast(where(x > 0, 2.0, 3), [true, false]) + "
+                      "broadcast(x, [false, true]) * 0, 0)\n"
+                      "  output m, i, b, u\n}\n")
+    x = np.array([-1, 2, 0, 3], np.float32)
+    out = codegen.compile(f, backend="interp").run({"x": x})
+    ref = fuserir.evaluate(f, {"x": x})
+    for name, dtype in (("m", np.float32), ("i", np.int64), ("b", np.bool_),
+                        ("u", np.float32)):
+        assert out[name].dtype == dtype and np.array_equal(out[name], ref[name]), name
+    assert np.array_equal(out["m"], [0, 1, 0, 1]) and np.array_equal(out["i"], [-1, 1, -1, 1])
