@@ -592,7 +592,7 @@ def _triangle(op, x, diagonal, keep):
     if isinstance(diagonal, bool) or not isinstance(diagonal, int):
         raise FusionError(f"{op}: diagonal {diagonal!r} is not an integer")
     offset = sub(axis_index(x, -1), axis_index(x, -2))    # column - row
-    return where(keep(offset, diagonal), x, False if x.dtype is DataType.bool else 0)
+    return where(keep(offset, diagonal), x, 0)          # (0 as a bool literal is false)
 
 
 def triu(x, diagonal=0):

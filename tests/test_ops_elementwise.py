@@ -408,6 +408,14 @@ def _inputs(dtype, n=48):
     return values
 
 
+def _every_op_computed(dtype, backend):
+    """(the ops' (output name, op) pairs, the reference's outputs, the backend's) for the
+    fusion of every op on `dtype`."""
+    f, made = _every_op_fusion(dtype)
+    values = _inputs(dtype)
+    return made, fuserir.evaluate(f, values), codegen.compile(f, backend=backend).run(values)
+
+
 def test_the_fusions_use_every_op():
     used = {op for d in ALL_DTYPES for _, op in _every_op_fusion(d)[1]}
     assert used == set(ops.UNARY) | set(ops.BINARY) | set(ops.TERNARY)
@@ -415,12 +423,12 @@ def test_the_fusions_use_every_op():
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_the_interpreter_equals_the_reference(dtype):
-    f, made = _every_op_fusion(dtype)
-    values = _inputs(dtype)
-    want = fuserir.evaluate(f, values)
-    got = codegen.compile(f, backend="interp").run(values)
+    made, want, got = _every_op_computed(dtype, "interp")
     for name, op in made:
-        assert_same(np.asarray(got[name]), want[name]), op
+        try:
+            assert_same(np.asarray(got[name]), want[name])
+        except AssertionError as differs:
+            raise AssertionError(f"{op} on {dtype}: {differs}") from None
 
 
 def test_the_cuda_source_compiles():
@@ -455,10 +463,7 @@ def test_the_dsl_round_trips_every_op(dtype):
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_the_gpu_computes_every_op(dtype):
     """CUDA's math functions are within a few ulp of the exact value; the rest is exact."""
-    f, made = _every_op_fusion(dtype)
-    values = _inputs(dtype)
-    want = fuserir.evaluate(f, values)
-    got = codegen.compile(f, backend="cuda").run(values)
+    made, want, got = _every_op_computed(dtype, "cuda")
     ulps = {F32: 2.0 ** -23, F64: 2.0 ** -52, F16: 2.0 ** -10, BF16: 2.0 ** -7}
     for name, op in made:
         g = np.asarray(got[name].get() if hasattr(got[name], "get") else got[name])
