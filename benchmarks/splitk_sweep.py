@@ -2,21 +2,26 @@
 
     python3 benchmarks/splitk_sweep.py [--layouts TT,NT,TN,NN] [--dtypes f16,bf16]
                                        [--mn 16,32,64,128,256] [--k 16384,65536,262144]
-                                       [--no-decode] [--repeat 50] [--json out.json]
+                                       [--no-decode] [--shapes 128x128x262144,...]
+                                       [--no-triton] [--repeat 50] [--json out.json]
                                        [--plot out.png]
     python3 benchmarks/splitk_sweep.py --plot out.png --from out.json   (no GPU needed)
 
 Points: every M and N of --mn with every K of --k (the memory-bound shapes split-K
 serves), and, unless --no-decode, the decode shapes M in {1, 8, 16, 32, 64} x (N, K) in
-{(4096, 4096), (8192, 4096), (4096, 14336), (14336, 4096)}; each for every layout and
-dtype asked. Per layout and dtype one unscheduled fusion (`out = cast(matmul(A, B), dtype)`)
+{(4096, 4096), (8192, 4096), (4096, 14336), (14336, 4096)}; or only the --shapes given;
+each for every layout and dtype asked. Per layout and dtype one unscheduled fusion (`out = cast(matmul(A, B), dtype)`)
 is compiled once; each point calls it with torch tensors, so it runs the heuristic's plan
 for its size class (scheduled and compiled on the first call of the class, before the
 timing). Each point is checked once against the float64 product (|out - ref| <= 1e-5 K +
 rtol |ref|, rtol 2^-10 for f16, 2^-7 for bf16) and timed with benchmarks/common.py's
 method (CUDA events around the whole call, L2 flushed before each, median of --repeat):
 the time is all GPU work of the call, every kernel and memset of the plan, and cuBLAS is
-torch.matmul on the same tensors in the same process.
+torch.matmul on the same tensors in the same process. Beside them, unless --no-triton or
+without Triton: the split-K baseline of benchmarks/triton_splitk.py on the same tensors,
+its atomic and its deterministic (partials) reduction each autotuned, the faster
+reported; and the fraction of the copy bandwidth (a cudaMemcpyAsync timed in the same
+process) the fuserir call reaches, counting each operand and the output once.
 
 Prints a JSON line per point, then a Markdown table and the summary: the slowest point's
 and the geometric mean of cuBLAS time / fuserir time. --plot draws that ratio per point
@@ -51,6 +56,8 @@ def parse_args(argv=None):
     p.add_argument("--mn", default="16,32,64,128,256", help="M and N values (every pair)")
     p.add_argument("--k", default="16384,65536,262144", help="K values")
     p.add_argument("--no-decode", action="store_true", help="leave out the decode shapes")
+    p.add_argument("--shapes", help="only these MxNxK points (comma-separated)")
+    p.add_argument("--no-triton", action="store_true", help="leave out the Triton baseline")
     p.add_argument("--repeat", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--json", help="write the points here")
@@ -70,8 +77,12 @@ def parse_args(argv=None):
     try:
         args.mn_list = [int(x) for x in args.mn.split(",")]
         args.k_list = [int(x) for x in args.k.split(",")]
+        args.shape_list = [tuple(int(d) for d in x.lower().split("x"))
+                           for x in args.shapes.split(",")] if args.shapes else None
     except ValueError:
-        p.error("--mn and --k take comma-separated integers")
+        p.error("--mn and --k take comma-separated integers, --shapes MxNxK points")
+    if args.shape_list and any(len(x) != 3 or min(x) < 1 for x in args.shape_list):
+        p.error("--shapes: each point is MxNxK, three positive integers")
     if args.source and not args.plot:
         p.error("--from needs --plot")
     return args
@@ -79,6 +90,8 @@ def parse_args(argv=None):
 
 def shapes(args):
     """The sweep's (M, N, K) points, skinny ones first, then the decode ones."""
+    if args.shape_list:
+        return list(args.shape_list)
     out = [(m, n, k) for m in args.mn_list for n in args.mn_list for k in args.k_list]
     if not args.no_decode:
         out += [(m, n, k) for m in DECODE_M for n, k in DECODE_NK]
@@ -147,12 +160,19 @@ def plot(points, path):
 
 def table(points, device):
     lines = [f"## split-K sweep, {device}, {datetime.date.today()}",
-             "| layout | dtype | shape | plan | fuserir us | cuBLAS us | cuBLAS/fuserir | "
-             "mismatches |", "|---|---|---|---|---|---|---|---|"]
+             "| layout | dtype | shape | plan | fuserir us | cuBLAS us | Triton us | "
+             "cuBLAS/fuserir | Triton/fuserir | % of copy | mismatches |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
+        triton = p.get("triton_us")
         lines.append(f"| {p['layout']} | {p['dtype']} | {p['shape']} | {p['plan']} | "
                      f"{p['fuserir_us']:.1f} | {p['cublas_us']:.1f} | "
-                     f"{p['cublas_us'] / p['fuserir_us']:.2f}x | {p['mismatches']} |")
+                     + (f"{triton:.1f} ({p['triton_kind']}) | " if triton else "- | ")
+                     + f"{p['cublas_us'] / p['fuserir_us']:.2f}x | "
+                     + (f"{triton / p['fuserir_us']:.2f}x | " if triton else "- | ")
+                     + f"{100 * p.get('copy_fraction', float('nan')):.0f} | "
+                     f"{p['mismatches']}" + (f", Triton {p['mismatches_triton']}"
+                                              if triton else "") + " |")
     low, mean = summary(points)
     lines.append(f"\nslowest point {low:.2f}x cuBLAS, geometric mean {mean:.2f}x over "
                  f"{len(points)} points")
@@ -190,6 +210,33 @@ def compile_ahead(args, device):
     return len(jobs)
 
 
+def triton_baseline(args):
+    """A function timing the Triton split-K baseline on a point (its atomic and its
+    partials reduction, the faster kept), or None without Triton or with --no-triton."""
+    if args.no_triton:
+        return None
+    try:
+        from benchmarks import triton_splitk
+    except ImportError as error:
+        print(f"no Triton baseline: {error}", file=sys.stderr)
+        return None
+
+    def measure(ta, tb, ref, dtype, sms, bench):
+        torch, best = bench.torch, {}
+        out_dtype = torch.float16 if dtype == "f16" else torch.bfloat16
+        k = ta.shape[1]
+        for kind in ("partials", "atomic"):
+            fn, _ = triton_splitk.matmul_fn(ta, tb, out_dtype, sms, atomic=kind == "atomic")
+            out = fn()                                     # autotunes on the first call
+            bad = (out.double() - ref).abs() > 1e-5 * k + RTOL[dtype] * ref.abs()
+            us = bench.time(fn)["median_us"]
+            if not best or us < best["triton_us"]:
+                best = {"triton_us": us, "triton_kind": kind,
+                        "mismatches_triton": int(bad.sum())}
+        return best
+    return measure
+
+
 def run(args, bench):
     import time
     import codegen
@@ -203,6 +250,9 @@ def run(args, bench):
     classes = compile_ahead(args, device)
     print(f"{classes} size classes compiled ahead in {time.perf_counter() - started:.0f} s",
           flush=True)
+    copy = bench.copy_bandwidth()
+    print(f"copy bandwidth: {copy['gbps']:.0f} GB/s", flush=True)
+    baseline = triton_baseline(args)
     points = []
     for dtype in args.dtype_list:
         for layout in args.layout_list:
@@ -221,6 +271,10 @@ def run(args, bench):
                      "mismatches": int(bad.sum()),
                      "fuserir_us": bench.time(lambda: exe.run({"A": a, "B": b}))["median_us"],
                      "cublas_us": bench.time(lambda: torch.matmul(ta, tb))["median_us"]}
+                p["copy_fraction"] = common.gb_per_s(2 * (m * k + k * n + m * n),
+                                                     p["fuserir_us"]) / copy["gbps"]
+                if baseline:
+                    p.update(baseline(ta, tb, ref, dtype, device.sms, bench))
                 points.append(p)
                 print(json.dumps(p), flush=True)
     print(table(points, device.describe()))
@@ -228,7 +282,7 @@ def run(args, bench):
         pathlib.Path(args.json).write_text(json.dumps(points, indent=1))
     if args.plot:
         plot(points, args.plot)
-    return 1 if any(p["mismatches"] for p in points) else 0
+    return 1 if any(p["mismatches"] or p.get("mismatches_triton") for p in points) else 0
 
 
 def main(argv=None):

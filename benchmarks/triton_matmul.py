@@ -4,9 +4,8 @@ The peer to beat besides cuBLAS (Triton emits wgmma and TMA-like copies on Hoppe
 program computes a BM x BN tile of C = A @ B, walking K in BK steps, with grouped tile
 order for L2 reuse; f16 or bf16 operands of any layout (strides), f32 accumulation, the
 result cast to C's dtype. Autotuned (per M, N, K) over the eight (BM, BN, BK, warps,
-stages) configurations below. Skinny shapes (few output tiles, long K) take a split-K
-variant: SPLIT programs per tile each reduce a K range and add f32 partials into a zeroed
-f32 buffer with atomics; the cast to C's dtype is a separate elementwise step.
+stages) configurations below. Skinny shapes (few output tiles, long K) take the split-K
+baseline of benchmarks/triton_splitk.py.
 
 Imported only on a GPU machine that has Triton (`benchmarks/matmul.py --triton`).
 """
@@ -15,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+from benchmarks import triton_splitk
 from fuserir.numerics import ceil_div
 
 CONFIGS = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 4),
@@ -56,38 +56,6 @@ def _matmul(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn,
     tl.store(pc, acc.to(c.dtype.element_ty), mask=(om[:, None] < M) & (on[None, :] < N))
 
 
-@triton.autotune(configs=[triton.Config({"BM": 128, "BN": 128, "BK": 64}, num_warps=4,
-                                        num_stages=4),
-                          triton.Config({"BM": 64, "BN": 64, "BK": 64}, num_warps=4,
-                                        num_stages=5),
-                          triton.Config({"BM": 128, "BN": 64, "BK": 32}, num_warps=4,
-                                        num_stages=4)],
-                 key=["M", "N", "K", "SPLIT"], reset_to_zero=["c"])
-@triton.jit
-def _matmul_splitk(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn, SPLIT,
-                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    pid, split = tl.program_id(0), tl.program_id(1)
-    tiles_n = tl.cdiv(N, BN)
-    pm, pn = pid // tiles_n, pid % tiles_n
-    om = pm * BM + tl.arange(0, BM)
-    on = pn * BN + tl.arange(0, BN)
-    steps = tl.cdiv(tl.cdiv(K, BK), SPLIT)
-    k0 = split * steps * BK
-    ok = k0 + tl.arange(0, BK)
-    pa = a + om[:, None] * sam + ok[None, :] * sak
-    pb = b + ok[:, None] * sbk + on[None, :] * sbn
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, steps):
-        left = K - (k0 + k * BK)
-        x = tl.load(pa, mask=(om[:, None] < M) & (tl.arange(0, BK)[None, :] < left), other=0.0)
-        y = tl.load(pb, mask=(tl.arange(0, BK)[:, None] < left) & (on[None, :] < N), other=0.0)
-        acc = tl.dot(x, y, acc)
-        pa += BK * sak
-        pb += BK * sbk
-    pc = c + om[:, None] * scm + on[None, :] * scn
-    tl.atomic_add(pc, acc, mask=(om[:, None] < M) & (on[None, :] < N))
-
-
 def skinny(m, n, k, sms):
     """Does a shape take the split-K kernel? Fewer 128x128 tiles than SMs and a long K."""
     return ceil_div(m, 128) * ceil_div(n, 128) < sms // 2 and k >= 16 * 1024
@@ -100,19 +68,7 @@ def matmul_fn(a, b, out_dtype, sms):
     n = b.shape[1]
     holder = [None]
     if skinny(m, n, k, sms):
-        # two programs per SM at 128x128 tiles, each split at least 2048 long
-        split = max(1, min(2 * sms // (ceil_div(m, 128) * ceil_div(n, 128)), k // 2048))
-        acc = torch.zeros((m, n), device=a.device, dtype=torch.float32)
-
-        def run():
-            acc.zero_()
-            grid = lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),  # noqa: E731
-                                 split)
-            _matmul_splitk[grid](a, b, acc, m, n, k, a.stride(0), a.stride(1), b.stride(0),
-                                 b.stride(1), acc.stride(0), acc.stride(1), split)
-            holder[0] = acc.to(out_dtype)
-            return holder[0]
-        return run, holder
+        return triton_splitk.matmul_fn(a, b, out_dtype, sms)
     c = torch.empty((m, n), device=a.device, dtype=out_dtype)
 
     def run():

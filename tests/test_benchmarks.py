@@ -244,6 +244,9 @@ def test_the_split_k_sweep_covers_the_skinny_and_decode_points():
     assert len(points) * len(args.layout_list) * len(args.dtype_list) == 760
     assert splitk_sweep.shapes(splitk_sweep.parse_args(["--no-decode", "--mn", "64",
                                                         "--k", "1024"])) == [(64, 64, 1024)]
+    assert splitk_sweep.shapes(splitk_sweep.parse_args(
+        ["--shapes", "128x128x262144,136X184x175704"])) == [(128, 128, 262144),
+                                                            (136, 184, 175704)]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -251,6 +254,9 @@ def test_the_split_k_sweep_covers_the_skinny_and_decode_points():
     (["--dtypes", "f32"], "--dtypes: 'f32' is not f16 or bf16"),
     (["--k", "16k"], "--mn and --k take comma-separated integers"),
     (["--from", "x.json"], "--from needs --plot"),
+    (["--shapes", "128x128"], "--shapes: each point is MxNxK, three positive integers"),
+    (["--shapes", "0x1x1"], "--shapes: each point is MxNxK, three positive integers"),
+    (["--shapes", "axbxc"], "--shapes MxNxK points"),
 ])
 def test_the_split_k_sweep_refuses_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit):
@@ -280,8 +286,12 @@ def test_the_split_k_sweep_summary_table_and_plot_from_a_file(tmp_path, capsys):
                "mismatches": 0, "fuserir_us": 20.0, "cublas_us": 18.0}]
     low, mean = splitk_sweep.summary(points)
     assert low == pytest.approx(0.9) and mean == pytest.approx((1.1 * 0.9) ** 0.5)
+    points[0].update(copy_fraction=0.8, triton_us=60.0, triton_kind="partials",
+                     mismatches_triton=0)
     text = splitk_sweep.table(points, "H200")
-    assert "| NT | f16 | 128x128x262144 | p | 50.0 | 55.0 | 1.10x | 0 |" in text
+    assert ("| NT | f16 | 128x128x262144 | p | 50.0 | 55.0 | 60.0 (partials) | 1.10x | "
+            "1.20x | 80 | 0, Triton 0 |") in text
+    assert "| TN | bf16 | 1x4096x4096 | q | 20.0 | 18.0 | - | 0.90x | - | nan | 0 |" in text
     assert "slowest point 0.90x cuBLAS, geometric mean 0.99x over 2 points" in text
     source = tmp_path / "points.json"
     source.write_text(json.dumps(points))
@@ -293,6 +303,30 @@ def test_the_split_k_sweep_summary_table_and_plot_from_a_file(tmp_path, capsys):
         assert status == 1 and "no plot: matplotlib is not installed" in capsys.readouterr().err
     else:
         assert status == 0 and png.read_bytes().startswith(b"\x89PNG")
+
+
+# -- benchmarks/splitk_stress.py ---------------------------------------------------------------
+
+from benchmarks import splitk_stress  # noqa: E402
+
+
+def test_the_split_k_stress_defaults_to_the_seed_shapes_100_repeats_1000_fresh():
+    args = splitk_stress.parse_args([])
+    assert args.shape_list == [(128, 128, 262144), (136, 184, 175704)]
+    assert (args.repeats, args.fresh, args.layout_list, args.dtype_list) == \
+        (100, 1000, ["NT"], ["f16"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--shapes", "128x128"], "--shapes: each point is MxNxK, three positive integers"),
+    (["--layouts", "TX"], "--layouts: unknown layout 'TX'"),
+    (["--dtypes", "f32"], "--dtypes: 'f32' is not f16 or bf16"),
+    (["--repeats", "0"], "--repeats must be at least 1, --fresh at least 0"),
+])
+def test_the_split_k_stress_refuses_bad_arguments(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        splitk_stress.parse_args(argv)
+    assert message in capsys.readouterr().err
 
 
 # -- benchmarks/splitk_timeline.py -------------------------------------------------------------
