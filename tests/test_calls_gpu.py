@@ -160,24 +160,39 @@ def test_negative_control_the_same_calls_sharing_one_scratch_block_go_wrong(
     """What the calls gave when the executable kept one workspace for every call: the
     partial sums of one call overwritten by the other's. Shown with the two-kernel split-K
     (its partials in the scratch block, its 5 CTAs leaving the device free for the other
-    stream's): a parallel split-K's grid fills the device and is launched cooperatively,
-    so two of them never run at once (measured: 0 wrong elements in 200 rounds)."""
+    stream's): a long call (K = 262144) on one stream while short calls of the same plan
+    (K = 4096, the same scratch bytes) follow each other on the other, so that some short
+    call writes its partials between the long call's partials and their sum, and the long
+    call's partials land in some short call's. (A parallel split-K's grid fills the device
+    and is launched cooperatively, so two of them never run at once.)"""
     from test_matmul import seed_fusion
     exe = codegen.compile(seed_fusion(splitk_mode="two_kernel"), backend="cuda")
-    a, b = operands(torch, "NT", 128, 128, 262144)
-    exe(a, b)
-    shared = {}
-    empty_bytes = calling.TorchArrays.empty_bytes
+    long_a, long_b = operands(torch, "NT", 128, 128, 262144)
+    short_a, short_b = operands(torch, "NT", 128, 128, 4096)
+    want_long, want_short = exe(long_a, long_b), exe(short_a, short_b)
+    torch.cuda.synchronize()
     scratch = next(iter(exe._calls[False].values())).scratch
+    shared, empty_bytes = [], calling.TorchArrays.empty_bytes
 
     def one_block(self, nbytes):     # the scratch blocks only: counters shared would hang
         if nbytes != scratch:
             return empty_bytes(self, nbytes)
-        if nbytes not in shared:
-            shared[nbytes] = empty_bytes(self, nbytes)
-        return shared[nbytes]
+        if not shared:
+            shared.append(empty_bytes(self, nbytes))
+        shared.append(nbytes)
+        return shared[0]
     monkeypatch.setattr(calling.TorchArrays, "empty_bytes", one_block)
-    assert overlapped_wrong_elements(torch, exe, 200, layout="NT") > 0
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    bad = torch.zeros(2, dtype=torch.int64, device="cuda")   # one counter per stream
+    for _ in range(10):
+        with torch.cuda.stream(s1):
+            bad[0] += (exe(long_a, long_b) != want_long).sum()
+        with torch.cuda.stream(s2):
+            for _ in range(100):
+                bad[1] += (exe(short_a, short_b) != want_short).sum()
+        torch.cuda.synchronize()
+    assert len(shared) > 1000          # every call took the one block
+    assert int(bad.sum()) > 0
 
 
 @pytest.mark.parametrize("case", ["hopper NT 1024x2048x4096", "split-K TN 128x128x262144"])
