@@ -445,9 +445,13 @@ def test_cuda_signature_and_handshake_text():
     (f,) = [s for s in fence if isinstance(s, kir.Fence)]
     assert any(ln.strip() == f"__threadfence();  // {f.label}: __threadfence()"
                for ln in source.splitlines())
-    # the release helper fences before its release store
-    helper = source[source.index("void sem_release"):]
-    assert helper.index("__threadfence();") < helper.index("st.release.gpu.global.b32")
+    # the release helpers are the release instructions alone: the fence that publishes the
+    # other threads' writes is the protocol's own Fence, before the barrier
+    for name, instruction in (("sem_release", "st.release.gpu.global.b32"),
+                              ("sem_arrive", "red.release.gpu.global.add.s32")):
+        helper = source[source.index(f"void {name}"):]
+        helper = helper[:helper.index("\n}")]
+        assert instruction in helper and "__threadfence" not in helper
 
 
 @pytest.mark.parametrize("which", sorted(VARIANTS))

@@ -19,10 +19,14 @@ access across them.
 
 Grid synchronization (split-K turnstiles, docs/hazards.md "Across blocks"): Fence is
 `__threadfence()`; SemWait spins on `ld.acquire.gpu.global.b32` of its i32 global cell
-until it reads the value; SemRelease is `__threadfence()` then
-`st.release.gpu.global.b32`, SemArrive `__threadfence()` then
+until it reads the value; SemRelease is `st.release.gpu.global.b32`, SemArrive
 `red.release.gpu.global.add.s32` (preamble helpers sem_wait / sem_release / sem_arrive,
-each with a "memory" clobber so that no ordinary global access moves across them).
+each with a "memory" clobber so that no ordinary global access moves across them). A
+release orders the releasing thread's own earlier accesses before it; the other threads'
+writes it publishes are fenced by their own Fence before the barrier that hands them to
+it (the protocols of lowering.passes.grid_reductions write both), so no fence of its own
+precedes the release: one __threadfence there was measured on the split-K's critical
+path (docs/perf.md).
 """
 
 from fuserir.instructions import CP_ASYNC, LDMATRIX, MMA_M16N8K16 as MMA
@@ -97,12 +101,10 @@ __device__ __forceinline__ void sem_wait(const i32* cell, i32 value) {
   } while (seen != value);
 }
 __device__ __forceinline__ void sem_release(i32* cell, i32 value) {
-  __threadfence();
   asm volatile("st.release.gpu.global.b32 [%0], %1;"
                :: "l"(gmem_addr(cell)), "r"(value) : "memory");
 }
 __device__ __forceinline__ void sem_arrive(i32* cell, i32 value) {
-  __threadfence();
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;"
                :: "l"(gmem_addr(cell)), "r"(value) : "memory");
 }

@@ -503,7 +503,7 @@ class SemWait(Stmt):
 @dataclass(eq=False)
 class SemRelease(Stmt):
     """Each active thread stores `sem[index] = value` (i32 global) with a release store
-    (__threadfence(); st.release.gpu.global.b32): it publishes the global writes the
+    (st.release.gpu.global.b32): it publishes the global writes the
     block's threads fenced before it (after a Barrier; the releasing thread's own always)
     and what the block had acquired, to whoever waits for `value` on that cell."""
 
@@ -524,7 +524,7 @@ class SemRelease(Stmt):
 @dataclass(eq=False)
 class SemArrive(Stmt):
     """Each active thread adds `value` to the i32 global `sem[index]` with a release
-    read-modify-write (__threadfence(); red.release.gpu.global.add.s32): like SemRelease
+    read-modify-write (red.release.gpu.global.add.s32): like SemRelease
     it publishes the global writes the block's threads fenced before it and what the
     block had acquired; unlike a store it joins the cell's release sequence instead of
     ending it, so a SemWait that reads the sum of several arrivals acquires what each of

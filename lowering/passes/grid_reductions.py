@@ -23,8 +23,9 @@ if last > 0: work[tile, z, e, thread] = acc[e]; Fence; Barrier
              if thread 0: SemArrive(arrived[tile] += 1); SemWait(arrived[tile] == splits)
              Barrier
              for p in slice z of the tile (L = a multiple of the threads, L * splits >= E T):
-                 sums[tile, p] = (g0 op g1) op (g2 op g3), g_i = work[tile, i, p] op
-                                 work[tile, i + 4, p] op ... (four lane groups, in order)
+                 sums[tile, p] = ((g0 op g1) op (g2 op g3)) op ((g4 op g5) op (g6 op g7)),
+                                 g_i = work[tile, i, p] op work[tile, i + 8, p] op ...
+                                 (eight lane groups, in order)
              Fence; Barrier; if thread 0: SemArrive(done[tile] += 1)
 if z == last:
   if last > 0: if thread 0: SemWait(done[tile] == splits)
@@ -164,9 +165,11 @@ def _turnstile(ctx, kernel, tv, rest):
 
 
 WARP = 32
-SUM_GROUPS = 4     # a slice's splits summed by 4 groups of a warp's lanes, combined by shuffles
+# The slice sum is latency bound (each lane's reads of the splits' partials): more lane
+# groups and more reads in flight shorten it (docs/perf.md, "the split-K's tail").
+SUM_GROUPS = 8     # a slice's splits summed by 8 groups of a warp's lanes, combined by shuffles
 SUM_VECTOR = 4     # each lane sums 4 neighbouring positions, read 16 bytes at a time
-SUM_UNROLL = 8     # 8 splits a lane reads in flight together
+SUM_UNROLL = 16    # 16 splits a lane reads in flight together
 
 
 def _parallel(ctx, kernel, tv, rest):
@@ -182,7 +185,8 @@ def _parallel(ctx, kernel, tv, rest):
         raise ScheduleError(f"{tv.name}: a parallel grid reduction needs a block of a "
                             f"constant multiple of {WARP} threads")
     per_split = binop("mul", acc.size, g.threads)               # E T: one CTA's partials
-    # A round: each warp sums 32 positions x 4 (vectors) over its 4 groups of splits.
+    # A round: each warp sums 32 / SUM_GROUPS positions x 4 (vectors) over its groups of
+    # splits.
     lanes = WARP // SUM_GROUPS
     per_round = const(threads // WARP * lanes * SUM_VECTOR)
     rounds = binop("ceildiv", binop("ceildiv", per_split, g.splits), per_round)
@@ -204,8 +208,9 @@ def _parallel(ctx, kernel, tv, rest):
     mine = binop("add", binop("mul", e, g.threads), g.thread)   # element e of this thread
     write = kir.ForLoop(e, acc.size, [kir.Store(work, partial(g.z, mine), kir.Load(acc, e))],
                         "unroll")
-    # The slice: the positions z L + r R + (warp 32 + lane % 8) 4 + v of the tile's E T;
-    # lane / 8 is the lane's group, which sums the splits group, group + 4, ...
+    # The slice: the positions z L + r R + (warp lanes + lane % lanes) 4 + v of the tile's
+    # E T (lanes = 32 / SUM_GROUPS); lane / lanes is the lane's group, which sums the
+    # splits group, group + SUM_GROUPS, ...
     r, s, v = g.fresh_var("r"), g.fresh_var("s"), g.fresh_var("v")
     lane = binop("mod", g.thread, const(WARP))
     group = binop("div", lane, const(lanes))
@@ -226,19 +231,21 @@ def _parallel(ctx, kernel, tv, rest):
     def fold(value):
         return kir.Store(total, v, kir.BinOp(op, kir.Load(total, v), value, acc.dtype))
 
-    # the clamp keeps the index in the tile's rows; the guard skips the clamped reads
+    # the clamp keeps the index in the tile's rows, so every read is made (none waits on
+    # a branch); a clamped read folds the identity instead
     clamped = binop("min", split, g.last)
-    add_split = kir.IfThenElse(binop("lt", split, g.splits), [
+    add_split = [
         kir.Store(loaded, zero, kir.Load(work, partial(clamped, position), width=SUM_VECTOR),
                   width=SUM_VECTOR),
-        each([fold(kir.Load(loaded, v))])])
+        each([fold(kir.Select(binop("lt", split, g.splits), kir.Load(loaded, v),
+                              identity(op, acc.dtype), acc.dtype))])]
     in_tile = binop("lt", position, per_split)       # the same for a warp's lanes
     combine_groups = [each([fold(kir.ShuffleXor(kir.Load(total, v), mask))])
                       for mask in (lanes << k for k in range(SUM_GROUPS.bit_length() - 1))]
     sum_slice = kir.ForLoop(r, rounds, [
         each([kir.Store(total, v, identity(op, acc.dtype))]),
         kir.IfThenElse(in_tile, [kir.ForLoop(s, binop("ceildiv", g.splits, const(SUM_GROUPS)),
-                                             [add_split], "unroll", factor=SUM_UNROLL)]),
+                                             add_split, "unroll", factor=SUM_UNROLL)]),
         *combine_groups,
         kir.IfThenElse(binop("and", in_tile, binop("eq", group, zero)), [
             kir.Store(sums, binop("add", binop("mul", g.tile, row), position),
