@@ -352,6 +352,17 @@ PARALLEL_STAGES = 6   # the parallel split-K's streaming: more bytes in flight p
 PARALLEL_K_TILES = 16  # ... and its fewest K tiles per split (fewer: the sum costs more)
 NARROW_ROWS = 64      # M at most this: CTA tiles of 64 rows (a decode step's M of 1-64)
 NARROW_STAGES = 8     # ... 64x64, 8 stages (docs/perf.md: H100 16x4096x4096 41.8 -> 25.5 us)
+# The parallel split-K's tiles, most preferred first: partial sums of at most 48 KB a CTA
+# (128x128 tiles' 64 KB cost more to sum than their fewer operand bytes saved: docs/perf.md)
+PARALLEL_TILES = ((128, 64), (64, 128), (64, 192))
+
+
+def _streamed_bytes(m, n, k, tile):
+    """The operand bytes a tiling streams into shared memory, per element size: each
+    column of tiles reads A's K x M, each row of tiles B's K x N (TMA reads no element
+    past the arrays' ends)."""
+    tm, tn = tile
+    return k * (ceil_div(n, tn) * m + ceil_div(m, tm) * n)
 
 
 def _rows_of(m, n, k, layout, elements):
@@ -392,13 +403,15 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       them, at most 8;
     * where that would chain more than 8 serial splits (a skinny output and a long K:
       memory bound), the parallel split-K (arrival counters, the sum spread over the
-      CTAs, deterministic): tiles of 128x64 (64x64 for M of at most 64; half the
-      partial sums per CTA of a
-      128x128 tile; the CTAs of neighbouring tiles share the operand bytes in L2), as
-      many splits as give every SM one CTA (the whole grid resident at once, as the
-      protocol needs) keeping at least 16 K tiles per split, each split every
-      splitk-th K tile (interleaved), 6 stages (docs/perf.md: 128x64 tiles and these
-      splits measured fastest of those tried at each seed shape); on a device model
+      CTAs, deterministic): of the tiles 128x64, 64x128 and 64x192 the one that streams
+      the fewest operand bytes into shared memory, the first on a tie (64x64 for M of
+      at most 64; partial sums of at most 48 KB per CTA: those of 128x128 tiles cost
+      more to sum than their fewer operand bytes save; the CTAs of neighbouring tiles
+      share the operand bytes in L2; H100: 128x64 at 128x128x262144, 64x192 at
+      136x184x175704 measured fastest, docs/perf.md), as many splits as give every SM
+      one CTA (the whole grid resident at once, as the protocol needs) keeping at least
+      16 K tiles per split, each split every splitk-th K tile (interleaved), 6 stages,
+      the output stored from the registers (one CTA per tile writes it); on a device model
       with deterministic=False the atomic split-K instead (the partials added by
       red.global.add: the last bits may differ run to run)."""
     sms, limit = device.sms, device.shared_limit
@@ -433,7 +446,10 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     if fill * tiles <= sms:
         splitk = max(1, min(sms // tiles, k_tiles // 4))
         if splitk > TWO_KERNEL_SPLITS:
-            tn = 64
+            if not narrow:     # the tiling that streams the fewest operand bytes
+                tm, tn = min(PARALLEL_TILES, key=lambda t: _streamed_bytes(m, n, k, t))
+            else:
+                tn = 64
             tiles = ceil_div(m, tm) * ceil_div(n, tn)
             splitk = max(1, min(sms // tiles, k_tiles // PARALLEL_K_TILES))
             mode = "parallel" if device.deterministic else "atomic"
@@ -466,8 +482,12 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
             "whose last bits differ run to run (deterministic=False): the CTAs of a tile "
             "add their partials atomically, each split every splitk-th K tile"
             if mode == "atomic" else "")))
-    # (narrow tiles: a few rows of output, stored from the registers as measured)
-    smem_epilogue = not narrow and tm * tn * out_itemsize <= stages * stage_bytes
+    # (narrow tiles: a few rows of output, stored from the registers as measured; a grid
+    # split-K's one tile written by one CTA: 2.1 us slower through shared memory at
+    # 128x128x262144 on the H100, docs/perf.md)
+    grid_split = mode in ("parallel", "atomic")
+    smem_epilogue = not narrow and not grid_split and \
+        tm * tn * out_itemsize <= stages * stage_bytes
     why(f"{stages} stages of {stage_bytes} bytes within {limit} bytes of shared memory; "
         + ("the output staged through shared memory over the operand stages (8-11% "
            "faster than from registers at 4096^3 and 1024x2048x4096: docs/perf.md)"
