@@ -349,7 +349,10 @@ def _copy_layout(smem, warps):
 
 HOPPER_STAGES = 4
 PARALLEL_STAGES = 6   # the parallel split-K's streaming: more bytes in flight per SM
-PARALLEL_K_TILES = 16  # ... and its fewest K tiles per split (fewer: the sum costs more)
+# ... and its fewest K tiles per split: 4 for 128-row tiles (128x128x16384 on the H100:
+# 16 splits of 16 K tiles 20.1 us, 64 of 4 18.6 us; docs/perf.md), 16 for 64-row ones
+PARALLEL_K_TILES = 4
+NARROW_K_TILES = 16
 NARROW_ROWS = 64      # M at most this: CTA tiles of 64 rows (a decode step's M of 1-64)
 NARROW_STAGES = 8     # ... 64x64, 8 stages (docs/perf.md: H100 16x4096x4096 41.8 -> 25.5 us)
 # The parallel split-K's tiles, most preferred first: partial sums of at most 48 KB a CTA
@@ -410,7 +413,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       share the operand bytes in L2; H100: 128x64 at 128x128x262144, 64x192 at
       136x184x175704 measured fastest, docs/perf.md), as many splits as give every SM
       one CTA (the whole grid resident at once, as the protocol needs) keeping at least
-      16 K tiles per split, each split every splitk-th K tile (interleaved), 6 stages,
+      4 K tiles per split (16 for 64-row tiles), each split every splitk-th K tile (interleaved), 6 stages,
       the output stored from the registers (one CTA per tile writes it); on a device model
       with deterministic=False the atomic split-K instead (the partials added by
       red.global.add: the last bits may differ run to run)."""
@@ -451,7 +454,8 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
             else:
                 tn = 64
             tiles = ceil_div(m, tm) * ceil_div(n, tn)
-            splitk = max(1, min(sms // tiles, k_tiles // PARALLEL_K_TILES))
+            fewest = NARROW_K_TILES if narrow else PARALLEL_K_TILES
+            splitk = max(1, min(sms // tiles, k_tiles // fewest))
             mode = "parallel" if device.deterministic else "atomic"
             most = NARROW_STAGES if narrow else PARALLEL_STAGES
     groups = tm // WGMMA.m
