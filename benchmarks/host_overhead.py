@@ -5,8 +5,10 @@
 Cases (each an unscheduled fusion, scheduled automatically for its sizes on this GPU):
 * `hopper NT`: C = A^T B, NT 1024x2048x4096 f16 (the Hopper TMA plan: one kernel with
   tensor maps, re-pointed at each call's buffers);
-* `split-K TN`: 128x128x262144 f16 (the two-kernel split-K plan: f32 partials in the
-  call's scratch block, then the reduction);
+* `split-K TN`: 128x128x262144 f16 (on Hopper the parallel split-K: one kernel with
+  tensor maps, its partials in the call's scratch block and its arrival counters in the
+  stream's block of zeros; before Hopper the two-kernel split-K: f32 partials, then the
+  reduction);
 * `pointwise`: out = bf16(gelu(x * 0.5 + y) - sigmoid(y) / 4), 1024x1024 f32.
 
 Method. Inputs rotate over --sets freshly allocated buffer sets (so tensor maps meet new
