@@ -25,8 +25,9 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
 """
 
 from ..errors import ScheduleError
-from ..ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, ExpandOp, LoadStoreOp,
-                        MatmulOp, PermuteOp, ReductionOp, SqueezeOp, UnaryOp, WhereOp)
+from ..ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, FullOp,
+                        LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp, SliceOp,
+                        SqueezeOp, UnaryOp, WhereOp)
 from ..ir.tensor import MemoryType
 from .. import ops
 from ..ir import extent as ext
@@ -178,8 +179,9 @@ def clone_definition(tv):
     return apply_like(expr, expr.inputs)
 
 
-def apply_like(expr, inputs):
-    """Build expr's operation again on `inputs` (tensors or scalars), in their fusion."""
+def apply_like(expr, inputs, fusion=None):
+    """Build expr's operation again on `inputs` (tensors or scalars), in their fusion (or
+    in `fusion`, for an expression with no tensor input: a full)."""
     if isinstance(expr, UnaryOp):
         if expr.op == "gelu":
             return ops.gelu(inputs[0], expr.approximate)
@@ -202,6 +204,15 @@ def apply_like(expr, inputs):
         return ops.squeeze(inputs[0], expr.dims)
     if isinstance(expr, ExpandOp):
         return ops.expand(inputs[0], [a.extent for a in expr.output.root])
+    if isinstance(expr, SliceOp):
+        return ops.slice(inputs[0], expr.starts, expr.ends, expr.steps)
+    if isinstance(expr, PadOp):
+        return ops.pad(inputs[0], expr.pad_widths, inputs[1])
+    if isinstance(expr, CatOp):
+        return ops.cat(inputs, expr.dim)
+    if isinstance(expr, FullOp):
+        return ops.full([a.extent for a in expr.output.root], inputs[0], expr.output.dtype,
+                        fusion or expr.output.fusion)
     if isinstance(expr, ReductionOp):
         return ops.REDUCTIONS[expr.op](inputs[0], list(expr.axes))
     if isinstance(expr, MatmulOp):
