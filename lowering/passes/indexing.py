@@ -4,9 +4,11 @@ The written tensor's element is named by its loop indices: a global tensor is in
 its root indices (loop indices replayed backwards through its splits and merges) times
 its strides; a shared or local buffer by its kept loop indices times the allocation
 layout. A producer is read at the element the consumer's root indices name (through the
-expression's root map; broadcast axes read index 0): globally through its strides, and in
-a buffer by replaying the producer's own transforms forwards to its loop indices. All
-index math is C integer arithmetic in the kernel's index type.
+expression's root map and index maps: a slice's start + step * i, a pad's or cat's shift
+clamped into the producer; broadcast axes read index 0): globally through its strides, and
+in a buffer by replaying the producer's own transforms forwards to its loop indices. A pad
+or cat selects the pad value or the input whose range holds the index. All index math is C
+integer arithmetic in the kernel's index type.
 
 Values are typed explicitly: f16/bf16 operands are converted to f32 before arithmetic and
 the result is rounded to the output type, as the reference evaluator does. A reduction's
