@@ -143,6 +143,13 @@ def test_errors(build, message):
     ("y = cat([x, x], dim=3)", "2:7", "cat: dim 3 is out of range for x with 2 axes"),
     ("y = x + full([M, N], 2, bool)", "2:24", "full: literal 2 cannot take the dtype bool of "
      "its result"),
+    ("y = slice(x, [0, 0], [M, N], strides=[1, N])", "2:40", "slice: strides must be a list "
+     "of integers"),
+    ("y = slice(x, [0, 0.5], [M, N])", "2:20", "slice: start_indices must be sizes: "
+     "integers, names of sizes and + - * / of them"),
+    ("y = pad(x, 2)", "2:14", "pad: pad_widths must be a list of sizes (integers, names of "
+     "sizes or expressions of them: N - 2, D / 2)"),
+    ("y = cat(x, dim=0)", "2:11", "cat: tensors must be a list of tensors"),
 ])
 def test_dsl_errors_are_located(statement, where, message):
     text = f"fusion f(x: f32[M, N], b: f32[M, K]) {{\n  {statement}\n  output y\n}}\n"
@@ -253,6 +260,7 @@ def test_every_op_in_kernels_equals_the_reference_and_numpy(rng):
     ("y = pad(x, [2, 1, 0, 2], value=1)", lambda x: np.pad(x, ((0, 2), (2, 1)),
                                                             constant_values=1)),
     ("y = pad(x, [0, 0, 1, 0])", lambda x: np.pad(x, ((1, 0), (0, 0)))),
+    ("y = pad(x, [0, N], value=0)", lambda x: np.pad(x, ((0, 0), (0, x.shape[1])))),
     ("y = cat([x, x, slice(x, [0, 1], [M, N])], dim=1)",
      lambda x: np.concatenate([x, x, x[:, 1:]], axis=1)),
     ("y = cat([slice(x, [2, 0], [M, N]), slice(x, [0, 0], [2, N])], dim=0)",
