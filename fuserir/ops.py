@@ -601,12 +601,14 @@ UNARY = {name: globals()[name] for name in UNARY_OPS}
 # arange (fuserir.slicing): built of the builders above
 from .composite import addcmul, clamp, lerp, threshold, truediv  # noqa: E402
 from .slicing import arange, cat, full, iota, pad, slice  # noqa: E402,A004
+from .reshaping import reshape  # noqa: E402
 
 BINARY = {**{name: globals()[name] for name in BINARY_OPS}, "truediv": truediv}
 TERNARY = {"clamp": clamp, "lerp": lerp, "addcmul": addcmul, "threshold": threshold}
 REDUCTIONS = {"sum": sum, "max": max}
 VIEWS = {name: globals()[name] for name in ("permute", "transpose", "squeeze", "unsqueeze",
                                             "expand", "broadcast_in_dim")}
+VIEWS["reshape"] = reshape
 POSITIONS = {name: globals()[name] for name in ("axis_index", "triu", "tril")}
 
 SLICING = {"slice": slice, "pad": pad, "cat": cat}

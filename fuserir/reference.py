@@ -34,8 +34,8 @@ from .dtypes import DataType
 from .errors import EvaluationError
 from .ir import extent as ext
 from .ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, FullOp,
-                       LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp, SliceOp,
-                       SqueezeOp, UnaryOp, WhereOp)
+                       LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp, ReshapeOp,
+                       SliceOp, SqueezeOp, UnaryOp, WhereOp)
 from .ir.iterdomain import Split, history
 from .ir.tensor import Scalar
 
@@ -230,6 +230,9 @@ def _evaluate_expr(expr, values, env):
         widths = [(ext.evaluate(a, env), ext.evaluate(b, env)) for a, b in expr.widths]
         fill = _operand(expr.inputs[1], values, out.dtype).astype(out.dtype.numpy)
         return np.pad(values[expr.inputs[0]], widths, constant_values=fill)
+    if isinstance(expr, ReshapeOp):
+        shape = [ext.evaluate(a.extent, env) for a in out.logical]
+        return np.reshape(values[expr.inputs[0]], shape).copy()
     if isinstance(expr, CatOp):
         return np.concatenate([values[t] for t in expr.inputs], axis=expr.dim)
     if isinstance(expr, FullOp):

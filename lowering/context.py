@@ -30,6 +30,7 @@ from types import MappingProxyType
 from fuserir.dtypes import DataType
 from fuserir.errors import ScheduleError
 from fuserir.ir import extent as ext
+from fuserir.ir.exprs import ReshapeOp
 from fuserir.ir.iterdomain import ParallelType, Split, history
 from fuserir.transforms import concrete_loop
 
@@ -356,6 +357,8 @@ class LoweringContext:
             consumer = self._inlined_into(producer)
             outer = index
             index = self.producer_indices(consumer.definition, producer, outer)
+            if isinstance(producer.definition, ReshapeOp):
+                index = self._reshaped_root(producer, index)
             for a in producer.root + producer.logical:
                 if a.is_broadcast or a not in index:
                     index[a] = self.const(0)
@@ -368,7 +371,8 @@ class LoweringContext:
         the output element at `consumer_index` ({output root axis: index}): the same index
         along the root map, except where expr.index_maps gives an axis start + step * i
         (clamped into the producer's extent where the map says so)."""
-        index = {p: consumer_index[c] for c, p in expr.root_map(producer).items()}
+        index = {p: consumer_index.get(c, self.const(0))   # (a root axis of extent 1 that
+                 for c, p in expr.root_map(producer).items()}   # a reshape drops: at 0)
         for axis, m in expr.index_maps(producer).items():
             i = self.binop("add", self.extent(m.start),
                            self.binop("mul", self.const(m.step), index.get(axis, self.const(0))))
@@ -376,6 +380,22 @@ class LoweringContext:
                 last = self.binop("sub", self.extent(axis.extent), self.const(1))
                 i = self.binop("min", self.binop("max", i, self.const(0)), last)
             index[axis] = i
+        return index
+
+    def _reshaped_root(self, tv, index):
+        """`index` (of a reshape's logical axes) extended to its root axes: the merges and
+        splits that made the logical domain of the root, replayed backwards."""
+        index = dict(index)
+        for t in reversed(history(tv.logical)):
+            if not all(o in index for o in t.outputs):
+                continue
+            inner = self.extent(t.inner.extent)
+            if isinstance(t, Split):
+                index[t.input] = self.binop("add", self.binop("mul", index[t.outer], inner),
+                                            index[t.inner])
+            else:
+                index[t.outer] = self.binop("div", index[t.output], inner)
+                index[t.inner] = self.binop("mod", index[t.output], inner)
         return index
 
     def _loop_root_indices(self, tv):

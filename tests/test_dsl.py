@@ -221,6 +221,7 @@ EVERY_OP["cat"] = ("cat([x, y * 2], 0)", lambda i: np.concatenate([i["x"], 2 * i
                    DataType.f32)
 EVERY_OP["full"] = ("full([M, N], 1.5, f32)", lambda i: np.full((3, 6), 1.5), DataType.f32)
 EVERY_OP["iota"] = ("iota(N, 1, 2, f32)", lambda i: 1 + 2 * np.arange(6), DataType.f32)
+EVERY_OP["reshape"] = ("reshape(m, [N, M])", lambda i: i["m"].reshape(6, 3), DataType.f32)
 EVERY_OP["arange"] = ("arange(2, N)", lambda i: np.arange(2, 6), DataType.i64)
 COMPOSED = {"transpose": "permute", "unsqueeze": "broadcast", "broadcast_in_dim": "expand",
             "size": "div", "triu": "where", "tril": "where", "iota": "add", "arange": "add"}

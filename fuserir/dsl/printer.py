@@ -36,7 +36,8 @@ from ..errors import FusionError
 from ..ir import extent as ext
 from ..ir.extent import Sym
 from ..ir.exprs import (AxisIndexOp, BroadcastOp, CastOp, CatOp, ExpandOp, FullOp, MatmulOp,
-                        PadOp, PermuteOp, ReductionOp, SliceOp, SqueezeOp, UnaryOp)
+                        PadOp, PermuteOp, ReductionOp, ReshapeOp, SliceOp, SqueezeOp,
+                        UnaryOp)
 from ..ir.tensor import Scalar, TensorView
 from .walk import walk
 
@@ -174,7 +175,7 @@ def _attribute_arguments(expr):
         return [f"dims={_value(list(expr.dims))}"]
     if isinstance(expr, ExpandOp):
         return [f"shape=[{', '.join(str(a.extent) for a in expr.output.root)}]"]
-    if isinstance(expr, SliceOp):
+    if isinstance(expr, (SliceOp, ReshapeOp)):
         return [f"{k}={_value(list(v))}" for k, v in expr.attributes()]
     if isinstance(expr, UnaryOp) and expr.op == "gelu" and expr.approximate != "none":
         return [f'approximate="{expr.approximate}"']

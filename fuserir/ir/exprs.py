@@ -344,3 +344,20 @@ class FullOp(Expr):
 def _negated(e):
     from . import extent as ext
     return ext.scale(e, -1)
+
+
+class ReshapeOp(Expr):
+    """x's elements, in row-major order, in another shape (torch.reshape, nvFuser's
+    reshape): the output's root axes are x's axes, and its logical domain (its shape) is
+    made of them by merges and splits, each group of root axes whose extents multiply to
+    the product of a group of result extents merged into one axis, then split into those
+    (fuserir.reshaping). Lowering replays them as it replays a schedule's."""
+
+    op = "reshape"
+
+    def __init__(self, x, output, shape):
+        super().__init__([x], output)
+        self.shape = tuple(shape)
+
+    def attributes(self):
+        return (("shape", self.shape),)

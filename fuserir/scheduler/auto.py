@@ -26,8 +26,8 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
 
 from ..errors import ScheduleError
 from ..ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, FullOp,
-                        LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp, SliceOp,
-                        SqueezeOp, UnaryOp, WhereOp)
+                        LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp, ReshapeOp,
+                        SliceOp, SqueezeOp, UnaryOp, WhereOp)
 from ..ir.tensor import MemoryType
 from .. import ops
 from ..ir import extent as ext
@@ -119,7 +119,7 @@ def _classify(fusion, axes, rank):
     for t in fusion.tensors:
         if t.is_input:
             continue
-        if len(t.root) == rank and (t.rank == rank or isinstance(t.definition, ReductionOp)):
+        if len(t.logical) == rank and (t.rank == rank or isinstance(t.definition, ReductionOp)):
             full.append(t)
         elif t.rank == rank - len(axes):
             reduced.append(t)
@@ -204,6 +204,8 @@ def apply_like(expr, inputs, fusion=None):
         return ops.squeeze(inputs[0], expr.dims)
     if isinstance(expr, ExpandOp):
         return ops.expand(inputs[0], [a.extent for a in expr.output.root])
+    if isinstance(expr, ReshapeOp):
+        return ops.reshape(inputs[0], expr.shape)
     if isinstance(expr, SliceOp):
         return ops.slice(inputs[0], expr.starts, expr.ends, expr.steps)
     if isinstance(expr, PadOp):
@@ -233,7 +235,7 @@ def _schedule_reduction(fusion, persistent):
         for x in fusion.inputs:
             if len(fusion.uses(x)) > 1 and x.rank == rank:
                 x.cache_after(MemoryType.shared)
-        full = [t for t in fusion.tensors if not t.is_input and len(t.root) == rank
+        full = [t for t in fusion.tensors if not t.is_input and len(t.logical) == rank
                 and (t.rank == rank or isinstance(t.definition, ReductionOp))]
         reduced = [t for t in fusion.tensors if not t.is_input and t not in full]
     threads = NORMALIZATION_THREADS if broadcasts_back else REDUCTION_THREADS

@@ -46,7 +46,7 @@ from fuserir import dtypes, op_table
 from fuserir.dtypes import DataType
 from fuserir.ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp,
                               FullOp, LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp,
-                              SliceOp, SqueezeOp, UnaryOp, WhereOp)
+                              ReshapeOp, SliceOp, SqueezeOp, UnaryOp, WhereOp)
 from fuserir.ir.tensor import Scalar
 
 from fuserir.errors import ScheduleError
@@ -192,7 +192,8 @@ def pointwise_value(ctx, expr, index):
         axis = out.root[expr.dim]
         return convert(index.get(axis, ctx.const(0)) if not axis.is_broadcast
                        else ctx.const(0), out.dtype)
-    if isinstance(expr, (LoadStoreOp, BroadcastOp, PermuteOp, SqueezeOp, ExpandOp, SliceOp)):
+    if isinstance(expr, (LoadStoreOp, BroadcastOp, PermuteOp, SqueezeOp, ExpandOp, SliceOp,
+                         ReshapeOp)):
         return load(ctx, expr, expr.inputs[0], index)   # a copy or a view: root_map says where
     if isinstance(expr, PadOp):       # x's element where it lies in x, else the pad value
         x, fill = expr.inputs
