@@ -131,3 +131,16 @@ def test_a_reshaped_output_also_read_by_others(rng):
     expected = (x.transpose(0, 2, 1, 3).reshape(8, 3, 5) * 2).reshape(2, 4, 15) + 1
     np.testing.assert_allclose(out["y"], expected, rtol=1e-6)
     np.testing.assert_array_equal(out["z"], s.reshape(3, 8))
+
+
+@pytest.mark.gpu
+def test_reshapes_on_the_gpu():
+    import cupy as cp
+    rng = np.random.default_rng(3)
+    f = fuserir.parse(PROGRAM)
+    x = rng.standard_normal((3, 50, 4, 16)).astype(np.float32)
+    s = rng.standard_normal((6, 4)).astype(np.float32)
+    out = codegen.compile(f, backend="cuda").run({"x": cp.asarray(x), "s": cp.asarray(s)})
+    ref = fuserir.evaluate(f, {"x": x, "s": s})
+    for name in ref:
+        np.testing.assert_array_equal(cp.asnumpy(out[name]), ref[name], err_msg=name)
