@@ -360,3 +360,43 @@ def test_slices_pads_and_cats_on_the_gpu():
     for name in ref:
         np.testing.assert_allclose(cp.asnumpy(out[name]), ref[name], rtol=2 ** -20,
                                    atol=1e-6, err_msg=name)
+
+
+def test_a_declared_run_time_scalar_bounds_a_slice(rng):
+    """A bound may be a run-time scalar: one kernel for every value, each checked."""
+    f = Fusion("f")
+    x = f.new_input("x", D.f32, ["N"])
+    f.declare("k")
+    y = ops.slice(x, ["k"], ["N"])
+    f.add_output(ops.mul(y, 2))
+    out_name = f.outputs[0].name
+    data = rng.standard_normal(9).astype(np.float32)
+    exe = codegen.compile(f, backend="interp")
+    for k in (1, 4):
+        np.testing.assert_array_equal(exe.run({"x": data, "k": k})[out_name], 2 * data[k:])
+    with pytest.raises(EvaluationError, match=r"slice of x, axis 0: the start must lie in the "
+                       r"axis: needs k \+ 1 <= N, but k \+ 1 = 10 and N = 9 here"):
+        exe.run({"x": data, "k": 9})
+
+
+def test_an_empty_arange_is_refused_when_the_sizes_are_bound():
+    f = fuserir.parse("fusion f(x: f32[N]) {\n  y = cast(arange(2, N), f32) + 1\n"
+                      "  output y\n}\n")
+    np.testing.assert_array_equal(fuserir.evaluate(f, {"x": np.ones(5, np.float32)})["y"],
+                                  [3, 4, 5])
+    with pytest.raises(EvaluationError) as caught:
+        fuserir.evaluate(f, {"x": np.ones(2, np.float32)})
+    assert str(caught.value) == ("arange(2, N, 1): the range must hold at least one element: "
+                                 "needs 1 <= N - 2, but N - 2 = 0 here")
+
+
+def test_a_shifted_axis_is_not_exactly_mapped_to_its_input():
+    """The sync analysis proves accesses of one thread through the exact map: a slice's
+    axis reads another index of its input, so the two are not joined."""
+    from lowering.support.analysis import build_exact_map
+    f = fuserir.parse("fusion f(x: f32[M, N]) {\n  y = slice(x, [0, 1], [M, N])\n"
+                      "  output y\n}\n")
+    x, y = f.tensor("x"), f.tensor("y")
+    exact = build_exact_map(f)
+    assert exact.find(y.root[0]) is exact.find(x.root[0])
+    assert exact.find(y.root[1]) is not exact.find(x.root[1])
