@@ -227,6 +227,9 @@ def full(shape, fill_value, dtype, fusion=None):
         if isinstance(v, int) and v < 1:
             raise FusionError(f"full: size {v} of shape {list(shape)} is not positive")
     _check_known("full", fusion, sizes)
+    for v in sizes:
+        if isinstance(v, (ext.Linear, ext.FloorDiv)):     # (N - 1 may be 0)
+            fusion.require(1, v, f"full: size {v} of its shape must be at least 1")
     if isinstance(fill_value, TensorView):
         if fill_value.rank:
             raise FusionError(f"full: fill_value {fill_value.name} has {fill_value.rank} "

@@ -400,3 +400,14 @@ def test_a_shifted_axis_is_not_exactly_mapped_to_its_input():
     exact = build_exact_map(f)
     assert exact.find(y.root[0]) is exact.find(x.root[0])
     assert exact.find(y.root[1]) is not exact.find(x.root[1])
+
+
+def test_a_size_expression_of_a_full_must_be_positive_when_bound():
+    f = fuserir.parse("fusion f(x: f32[N]) {\n  y = full([N - 1], 2, f32) + slice(x, [1], [N])\n"
+                      "  output y\n}\n")
+    np.testing.assert_array_equal(fuserir.evaluate(f, {"x": np.ones(3, np.float32)})["y"],
+                                  [3, 3])
+    with pytest.raises(EvaluationError) as caught:
+        fuserir.evaluate(f, {"x": np.ones(1, np.float32)})
+    assert str(caught.value) == ("full: size N - 1 of its shape must be at least 1: needs "
+                                 "1 <= N - 1, but N - 1 = 0 here")
