@@ -22,7 +22,7 @@ from fuserir.errors import FuserirError, ScheduleError
 from fuserir.ir import extent as ext
 from fuserir.ir.fusion import Fusion
 from fuserir.ir.iterdomain import IterDomain
-from fuserir.ir.tensor import MemoryType, Scalar, TensorView
+from fuserir.ir.tensor import MemoryType, TensorView
 from fuserir.scheduler.auto import apply_like, schedule_auto
 from lowering.support.analysis import live_tensors
 from lowering.errors import HazardError
@@ -54,13 +54,12 @@ def extract(fusion, exprs, name):
     # a size its inputs do not bind (an expand to a size of the whole fusion's other
     # inputs): a run-time scalar of the segment, which run() binds from the whole's
     for e in exprs:
-        extents = [a.extent for a in e.output.root]
-        extents += [v.value for v in e.inputs if isinstance(v, Scalar) and v.is_size]
+        extents = [a.extent for a in e.output.root] + e.extents()
         for size in sorted(set().union(*map(ext.symbols, extents))):
             if size not in sub.size_symbols():
                 sub.declare(size)
     for e in exprs:
-        out = apply_like(e, [made.get(v, v) for v in e.inputs])
+        out = apply_like(e, [made.get(v, v) for v in e.inputs], sub)
         sub.rename(out, e.output.name, named=e.output.is_named)
         made[e.output] = out
     later = {v for e in fusion.exprs if e not in exprs for v in e.tensor_inputs}

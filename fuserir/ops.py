@@ -269,103 +269,6 @@ def where(cond, a, b):
     return out
 
 
-# -- ops made of the ops above ---------------------------------------------------------------
-# truediv, clamp, lerp, addcmul and threshold mean what torch's do, and each is a few of the
-# ops above: the IR, the evaluators and CUDA need nothing of their own for them (a fusion
-# prints them as those ops). Where a chain of arithmetic on f16/bf16 operands would round
-# after every step, it is computed in f32 and rounded once.
-
-def _computed_in(v, dtype):
-    """A tensor operand converted to `dtype` (a number stays a literal)."""
-    return cast(v, dtype) if isinstance(v, TensorView) and v.dtype is not dtype else v
-
-
-def _as_float(v):
-    """A tensor of integers or bool as f32; a float tensor or a number as it is."""
-    return v if not isinstance(v, TensorView) or v.dtype.is_float else cast(v, DataType.f32)
-
-
-def truediv(a, b):
-    """a / b, with integer and bool operands divided as f32 (torch.true_divide); div on
-    floats."""
-    _fusion_of("truediv", [a, b])
-    return div(_as_float(a), _as_float(b))
-
-
-def _bound(op, v, x, argument):
-    """A bound of `op` on tensor x: a tensor, or a number as a literal of x's dtype."""
-    return v if isinstance(v, TensorView) else _literal(op, v, x.dtype, x.name, argument)
-
-
-def clamp(x, min=None, max=None):  # noqa: A002 - torch's names
-    """x limited to [min, max], either bound left out where None: maximum(x, min), then
-    minimum with max, so that NaN (in x or a bound) propagates and min > max gives max,
-    as torch.clamp."""
-    _check_tensor("clamp", x)
-    if x.dtype is DataType.bool:
-        raise FusionError(f"clamp: operand {x.name} is bool; cast it first")
-    if min is None and max is None:
-        raise FusionError("clamp: give min, max or both")
-    if min is not None:
-        x = maximum(x, _bound("clamp", min, x, "min"))
-    if max is not None:
-        x = minimum(x, _bound("clamp", max, x, "max"))
-    return x
-
-
-def threshold(x, threshold, value):
-    """value where x <= threshold, else x (torch.nn.functional.threshold: NaN is kept)."""
-    _check_tensor("threshold", x)
-    return where(le(x, _bound("threshold", threshold, x, "threshold")),
-                 _bound("threshold", value, x, "value"), x)
-
-
-def _float_operands(op, tensors):
-    """The promoted dtype of `op`'s tensor operands, each of which must be a float."""
-    for t in tensors:
-        if not t.dtype.is_float:
-            raise FusionError(f"{op}: operand {t.name} is {t.dtype}; {op} takes floats")
-    return functools.reduce(dtypes.promote, [t.dtype for t in tensors])
-
-
-def lerp(start, end, weight):
-    """start + weight (end - start), as torch.lerp computes it: so from start where weight
-    < 0.5, else as end - (end - start) (1 - weight), which gives start at weight 0 and end
-    at weight 1 exactly. Float operands; `weight` a tensor or a number."""
-    _check_tensor("lerp", start, "start")
-    _check_tensor("lerp", end, "end")
-    weighted = isinstance(weight, TensorView)
-    dtype = _float_operands("lerp", [start, end] + ([weight] if weighted else []))
-    compute = dtype.compute
-    start, end = _computed_in(start, compute), _computed_in(end, compute)
-    difference = end - start
-    if weighted:
-        weight = _computed_in(weight, compute)
-        near_start = start + weight * difference
-        near_end = end - difference * (1 - weight)
-        result = where(lt(weight, 0.5), near_start, near_end)
-    else:
-        w = _literal("lerp", weight, compute, start.name, "weight").value
-        w = compute.numpy.type(w)
-        result = start + float(w) * difference if w < 0.5 else \
-            end - difference * float(compute.numpy.type(1) - w)
-    return _computed_in(result, dtype)
-
-
-def addcmul(x, tensor1, tensor2, value=1):
-    """x + value * tensor1 * tensor2 (torch.addcmul), in that order."""
-    for name, t in (("x", x), ("tensor1", tensor1), ("tensor2", tensor2)):
-        _check_tensor("addcmul", t, name)
-    dtype = functools.reduce(dtypes.promote, [x.dtype, tensor1.dtype, tensor2.dtype])
-    if dtype is DataType.bool:
-        raise FusionError("addcmul: operands are bool; cast them first")
-    compute = dtype.compute
-    x, tensor1, tensor2 = (_computed_in(t, compute) for t in (x, tensor1, tensor2))
-    if not isinstance(value, TensorView):
-        value = _literal("addcmul", value, compute, tensor1.name, "value")
-    return _computed_in(x + value * tensor1 * tensor2, dtype)
-
-
 # -- type and shape ------------------------------------------------------------------------
 def cast(x, dtype):
     _check_tensor("cast", x)
@@ -504,23 +407,30 @@ def _extent(op, value):
     """A size as a builder or the DSL gives it: an integer, or the name of a size."""
     if isinstance(value, str) and value.isidentifier():
         return ext.Sym(value)
-    if isinstance(value, (ext.Sym, ext.CeilDiv, ext.Mul)):
+    if isinstance(value, ext.EXTENTS):
         return value
+    if isinstance(value, Scalar) and value.is_size:
+        return value.value
     if isinstance(value, bool) or not isinstance(value, int) or value < -1 or value == 0:
         raise FusionError(f"{op}: size {value!r} is neither a positive integer, -1 (keep) "
                           "nor the name of a size")
     return value
 
 
-def _expand(op, x, shape):
-    shape = [_extent(op, v) for v in shape]
-    known = {*x.fusion.size_symbols(), *x.fusion.scalars}
-    for size in shape:
+def _check_known(op, fusion, sizes):
+    """Every symbol of `sizes` must be a size of an input or a declared run-time scalar."""
+    known = {*fusion.size_symbols(), *fusion.scalars}
+    for size in sizes:
         unknown = sorted(ext.symbols(size) - known) if not isinstance(size, int) else []
         if unknown:
             raise FusionError(f"{op}: size {unknown[0]} is neither a size of an input of "
-                              f"{x.fusion.name} ({', '.join(x.fusion.size_symbols()) or 'none'}) "
+                              f"{fusion.name} ({', '.join(fusion.size_symbols()) or 'none'}) "
                               "nor a declared run-time scalar")
+
+
+def _expand(op, x, shape):
+    shape = [_extent(op, v) for v in shape]
+    _check_known(op, x.fusion, shape)
     if len(shape) != x.rank:
         raise FusionError(f"{op}: shape {[str(v) for v in shape]} has {len(shape)} sizes, "
                           f"{x.name} has {x.rank} axes")
@@ -687,9 +597,19 @@ def matmul(a, b, layout="TT"):
 
 
 UNARY = {name: globals()[name] for name in UNARY_OPS}
-BINARY = {name: globals()[name] for name in BINARY_OPS + ("truediv",)}
-TERNARY = {name: globals()[name] for name in ("clamp", "lerp", "addcmul", "threshold")}
+# truediv, clamp, threshold, lerp, addcmul (fuserir.composite), slice, pad, cat, full, iota,
+# arange (fuserir.slicing): built of the builders above
+from .composite import addcmul, clamp, lerp, threshold, truediv  # noqa: E402
+from .slicing import arange, cat, full, iota, pad, slice  # noqa: E402,A004
+from .reshaping import reshape  # noqa: E402
+
+BINARY = {**{name: globals()[name] for name in BINARY_OPS}, "truediv": truediv}
+TERNARY = {"clamp": clamp, "lerp": lerp, "addcmul": addcmul, "threshold": threshold}
 REDUCTIONS = {"sum": sum, "max": max}
 VIEWS = {name: globals()[name] for name in ("permute", "transpose", "squeeze", "unsqueeze",
                                             "expand", "broadcast_in_dim")}
+VIEWS["reshape"] = reshape
 POSITIONS = {name: globals()[name] for name in ("axis_index", "triu", "tril")}
+
+SLICING = {"slice": slice, "pad": pad, "cat": cat}
+FACTORIES = {"full": full, "iota": iota, "arange": arange}

@@ -33,8 +33,9 @@ from . import dtypes, numerics, op_table
 from .dtypes import DataType
 from .errors import EvaluationError
 from .ir import extent as ext
-from .ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, ExpandOp, LoadStoreOp,
-                       MatmulOp, PermuteOp, ReductionOp, SqueezeOp, UnaryOp, WhereOp)
+from .ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, FullOp,
+                       LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp, ReshapeOp,
+                       SliceOp, SqueezeOp, UnaryOp, WhereOp)
 from .ir.iterdomain import Split, history
 from .ir.tensor import Scalar
 
@@ -140,7 +141,21 @@ def bind_inputs(fusion, inputs, convert=None):
                                           f"{size}, but {extent.name} = {bound} from "
                                           f"{origin[extent.name]}")
         arrays[tv] = array
+    check_requirements(fusion, env)
     return arrays, env
+
+
+def check_requirements(fusion, env):
+    """Refuse sizes that break one of the fusion's requirements (Fusion.require): a slice
+    bound past its axis, say, which only the bound sizes show."""
+    for lhs, rhs, what in fusion.requirements:
+        if not (ext.symbols(lhs) | ext.symbols(rhs)) <= set(env):
+            continue     # a scalar with no value yet: whoever needs it says so
+        a, b = ext.evaluate(lhs, env), ext.evaluate(rhs, env)
+        if a > b:
+            values = " and ".join(f"{e} = {v}" for e, v in ((lhs, a), (rhs, b))
+                                  if not isinstance(e, int))
+            raise EvaluationError(f"{what}: needs {lhs} <= {rhs}, but {values} here")
 
 
 def to_numpy(value):
@@ -207,6 +222,23 @@ def _evaluate_expr(expr, values, env):
     if isinstance(expr, ExpandOp):
         shape = [ext.evaluate(a.extent, env) for a in out.root]
         return np.broadcast_to(values[expr.inputs[0]], shape).copy()
+    if isinstance(expr, SliceOp):
+        index = tuple(slice(ext.evaluate(a, env), ext.evaluate(b, env), step)
+                      for a, b, step in zip(expr.starts, expr.ends, expr.steps))
+        return values[expr.inputs[0]][index].copy()
+    if isinstance(expr, PadOp):
+        widths = [(ext.evaluate(a, env), ext.evaluate(b, env)) for a, b in expr.widths]
+        fill = _operand(expr.inputs[1], values, out.dtype).astype(out.dtype.numpy)
+        return np.pad(values[expr.inputs[0]], widths, constant_values=fill)
+    if isinstance(expr, ReshapeOp):
+        shape = [ext.evaluate(a.extent, env) for a in out.logical]
+        return np.reshape(values[expr.inputs[0]], shape).copy()
+    if isinstance(expr, CatOp):
+        return np.concatenate([values[t] for t in expr.inputs], axis=expr.dim)
+    if isinstance(expr, FullOp):
+        shape = [ext.evaluate(a.extent, env) for a in out.root]
+        return np.full(shape, _operand(expr.inputs[0], values, out.dtype),
+                       dtype=out.dtype.numpy)
     if isinstance(expr, ReductionOp):
         return _reduction(expr, values, env)
     if isinstance(expr, MatmulOp):

@@ -30,6 +30,7 @@ from types import MappingProxyType
 from fuserir.dtypes import DataType
 from fuserir.errors import ScheduleError
 from fuserir.ir import extent as ext
+from fuserir.ir.exprs import ReshapeOp
 from fuserir.ir.iterdomain import ParallelType, Split, history
 from fuserir.transforms import concrete_loop
 
@@ -254,6 +255,14 @@ class LoweringContext:
             return self.scalar_vars[e.name]
         if isinstance(e, ext.CeilDiv):
             return self.binop("ceildiv", self.extent(e.numerator), self.extent(e.denominator))
+        if isinstance(e, ext.FloorDiv):      # of sizes, never negative: C's division
+            return self.binop("div", self.extent(e.numerator), self.extent(e.denominator))
+        if isinstance(e, ext.Linear):
+            total = self.const(e.const)
+            for term, c in e.terms:
+                total = self.binop("add", total, self.binop("mul", self.const(c),
+                                                            self.extent(term)))
+            return total
         return self.binop("mul", self.extent(e.lhs), self.extent(e.rhs))
 
     def binop(self, op, a, b):
@@ -347,13 +356,47 @@ class LoweringContext:
         for producer in reversed(chain):
             consumer = self._inlined_into(producer)
             outer = index
-            index = {p: outer[c] for c, p in consumer.definition.root_map(producer).items()}
+            index = self.producer_indices(consumer.definition, producer, outer)
+            if isinstance(producer.definition, ReshapeOp):
+                index = self._reshaped_root(producer, index)
             for a in producer.root + producer.logical:
                 if a.is_broadcast or a not in index:
                     index[a] = self.const(0)
             if memo is not None:
                 memo[producer, known] = index
         return dict(index)
+
+    def producer_indices(self, expr, producer, consumer_index):
+        """{producer shape axis: index} of the element of `producer` that `expr` reads for
+        the output element at `consumer_index` ({output root axis: index}): the same index
+        along the root map, except where expr.index_maps gives an axis start + step * i
+        (clamped into the producer's extent where the map says so)."""
+        index = {p: consumer_index.get(c, self.const(0))   # (a root axis of extent 1 that
+                 for c, p in expr.root_map(producer).items()}   # a reshape drops: at 0)
+        for axis, m in expr.index_maps(producer).items():
+            i = self.binop("add", self.extent(m.start),
+                           self.binop("mul", self.const(m.step), index.get(axis, self.const(0))))
+            if m.clamped:
+                last = self.binop("sub", self.extent(axis.extent), self.const(1))
+                i = self.binop("min", self.binop("max", i, self.const(0)), last)
+            index[axis] = i
+        return index
+
+    def _reshaped_root(self, tv, index):
+        """`index` (of a reshape's logical axes) extended to its root axes: the merges and
+        splits that made the logical domain of the root, replayed backwards."""
+        index = dict(index)
+        for t in reversed(history(tv.logical)):
+            if not all(o in index for o in t.outputs):
+                continue
+            inner = self.extent(t.inner.extent)
+            if isinstance(t, Split):
+                index[t.input] = self.binop("add", self.binop("mul", index[t.outer], inner),
+                                            index[t.inner])
+            else:
+                index[t.outer] = self.binop("div", index[t.output], inner)
+                index[t.inner] = self.binop("mod", index[t.output], inner)
+        return index
 
     def _loop_root_indices(self, tv):
         """root_indices of a tensor that runs its own loops."""

@@ -214,8 +214,17 @@ EVERY_OP["axis_index"] = ("axis_index(m, -1)", lambda i: np.broadcast_to(np.aran
 EVERY_OP["triu"] = ("triu(m, 1)", lambda i: np.triu(i["m"], 1), DataType.f32)
 EVERY_OP["tril"] = ("tril(m, diagonal=-1)", lambda i: np.tril(i["m"], -1), DataType.f32)
 # ops the builders write with others: the expression they leave
+EVERY_OP["slice"] = ("slice(m, [1, 0], [M, N], [1, 2])", lambda i: i["m"][1:, ::2], DataType.f32)
+EVERY_OP["pad"] = ("pad(x, [1, 2], value=-1)",
+                   lambda i: np.pad(i["x"], (1, 2), constant_values=-1), DataType.f32)
+EVERY_OP["cat"] = ("cat([x, y * 2], 0)", lambda i: np.concatenate([i["x"], 2 * i["y"]]),
+                   DataType.f32)
+EVERY_OP["full"] = ("full([M, N], 1.5, f32)", lambda i: np.full((3, 6), 1.5), DataType.f32)
+EVERY_OP["iota"] = ("iota(N, 1, 2, f32)", lambda i: 1 + 2 * np.arange(6), DataType.f32)
+EVERY_OP["reshape"] = ("reshape(m, [N, M])", lambda i: i["m"].reshape(6, 3), DataType.f32)
+EVERY_OP["arange"] = ("arange(2, N)", lambda i: np.arange(2, 6), DataType.i64)
 COMPOSED = {"transpose": "permute", "unsqueeze": "broadcast", "broadcast_in_dim": "expand",
-            "size": "div", "triu": "where", "tril": "where"}
+            "size": "div", "triu": "where", "tril": "where", "iota": "add", "arange": "add"}
 # The elementwise ops after the first few (tests/test_ops_elementwise.py tests each in
 # depth); x and y are in [0.5, 4]
 EVERY_OP.update({
@@ -289,7 +298,7 @@ EXTRA_FORMS = [
 def test_every_op_is_callable_from_the_dsl():
     assert set(EVERY_OP) == set(OPS)
     assert set(ops.UNARY) | set(ops.BINARY) | set(ops.TERNARY) | set(ops.VIEWS) | \
-        set(ops.POSITIONS) | {
+        set(ops.POSITIONS) | set(ops.SLICING) | set(ops.FACTORIES) | {
         "where", "cast", "set", "broadcast", "sum", "max", "matmul", "size"} == set(OPS)
 
 

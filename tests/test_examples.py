@@ -125,3 +125,80 @@ def test_center_rows_in_the_reference_and_the_interpreter(rng):
     np.testing.assert_allclose(ref, expected, rtol=1e-5, atol=1e-6)
     out = codegen.compile(f, backend="interp").run({"x": x, "w": w})["out"]
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+# -- the gallery: one example per op family, in the reference and the interpreter -------------
+
+def gallery(name, inputs):
+    """The example's outputs from the reference evaluator and from the interpreter
+    (automatic schedules), and the number of kernels the interpreter ran."""
+    import codegen
+    f = load(name)
+    exe = codegen.compile(f, backend="interp")
+    return fuserir.evaluate(f, inputs), exe.run(inputs), len(exe.kernels)
+
+
+def test_views_gallery(rng):
+    x = rng.standard_normal((2, 5, 3, 4)).astype(np.float32)
+    scale = rng.standard_normal(3).astype(np.float32)
+    bias = rng.standard_normal((1, 5)).astype(np.float32)
+    expected = (x.transpose(0, 2, 1, 3) * scale[None, :, None, None]
+                + bias[0][None, None, :, None]).transpose(0, 1, 3, 2).reshape(6, 4, 5)
+    ref, out, kernels = gallery("views.fz", {"x": x, "scale": scale, "bias": bias})
+    assert kernels == 1 and out["out"].shape == (6, 4, 5)
+    np.testing.assert_allclose(ref["out"], expected, rtol=1e-6)
+    np.testing.assert_array_equal(out["out"], ref["out"])
+
+
+def test_sizes_and_scalars_gallery(rng):
+    x = rng.standard_normal((3, 9)).astype(np.float32)
+    expected = x * 0.5 + np.arange(9) / 8 + 1 / 9
+    ref, out, _ = gallery("ramp.fz", {"x": x, "alpha": 0.5})
+    np.testing.assert_allclose(ref["y"], expected, rtol=1e-6)
+    np.testing.assert_allclose(out["y"], expected, rtol=1e-6)
+
+
+def test_masks_gallery(rng):
+    scores = rng.standard_normal((2, 6, 6)).astype(np.float32)
+    scores[0, 4, 1] = np.nan
+    valid = rng.random((2, 6)) < 0.7
+    keep = np.tril(np.ones((6, 6), bool))[None] & valid[:, None, :]
+    masked = np.where(keep, scores, -np.inf)
+    expected = np.where(np.isnan(masked), 0, masked)
+    ref, out, kernels = gallery("causal_mask.fz", {"scores": scores, "valid": valid})
+    assert kernels == 1 and out["clean"][0, 4, 1] == (0 if valid[0, 1] else -np.inf)
+    np.testing.assert_array_equal(ref["clean"], expected)
+    np.testing.assert_array_equal(out["clean"], expected)
+
+
+def test_slicing_gallery(rng):
+    x = rng.standard_normal((4, 11)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    circular = (np.roll(x64, 1, axis=1) + x64 + np.roll(x64, -1, axis=1)) / 3
+    zeros = np.pad(x64, ((0, 0), (1, 1)))
+    padded = (zeros[:, :-2] + x64 + zeros[:, 2:]) / 3
+    ref, out, kernels = gallery("smooth.fz", {"x": x})
+    assert kernels >= 2            # outputs of two shapes: at least two kernels
+    for name, expected in [("circular", circular), ("padded", padded),
+                           ("evens", circular[:, ::2])]:
+        np.testing.assert_allclose(ref[name], expected, rtol=1e-6, atol=1e-7, err_msg=name)
+        np.testing.assert_array_equal(out[name], ref[name], err_msg=name)
+
+
+def test_rotary_embedding_gallery(rng):
+    """Rotary position embedding: slices and a cat (rotate_half), cos and sin broadcast over
+    batch and heads; one kernel, against numpy in f64."""
+    import ml_dtypes
+    b, h, s, d = 2, 3, 5, 8
+    x = rng.standard_normal((b, h, s, d)).astype(ml_dtypes.bfloat16)
+    angle = np.arange(s)[:, None] / 10000 ** (np.arange(d // 2) * 2 / d)[None, :]
+    angle = np.concatenate([angle, angle], axis=1)
+    cos, sin = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+    x64 = x.astype(np.float64)
+    rotated = np.concatenate([-x64[..., d // 2:], x64[..., :d // 2]], axis=-1)
+    expected = x64 * cos + rotated * sin
+    ref, out, kernels = gallery("rotary.fz", {"x": x, "cos": cos, "sin": sin})
+    assert kernels == 1 and out["out"].dtype == ml_dtypes.bfloat16
+    np.testing.assert_allclose(ref["out"].astype(np.float64), expected, rtol=2 ** -7,
+                               atol=1e-6)
+    np.testing.assert_array_equal(out["out"], ref["out"])

@@ -43,6 +43,7 @@ from ..errors import FusionError, LiteralError, ScheduleError
 from ..ir.exprs import LAYOUTS
 from ..ir.fusion import Fusion
 from ..ir.iterdomain import ParallelType
+from ..ir import extent as ext
 from ..ir.extent import Sym
 from ..ir.tensor import MemoryType, Scalar, TensorView
 from .syntax import Source, read_file, syntax_tree
@@ -50,7 +51,11 @@ from .walk import run, walk
 
 OPS = {name: getattr(ops, name) for name in (*ops.UNARY, *ops.BINARY, *ops.TERNARY)
        + ("where", "cast", "set", "broadcast", "sum", "max", "matmul", "size")
-       + tuple(ops.VIEWS) + tuple(ops.POSITIONS)}
+       + tuple(ops.VIEWS) + tuple(ops.POSITIONS) + tuple(ops.SLICING)
+       + tuple(ops.FACTORIES)}
+# Arithmetic on sizes folds into a size (`D / 2`, `N - 1`: / rounds down), in bounds and
+# wherever a size is a value
+SIZE_ARITHMETIC = {"+": ext.add, "-": ext.sub, "*": None, "/": ext.floordiv}
 INFIX = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne",
          "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 SCHEDULE_METHODS = ("split", "merge", "reorder", "parallelize", "vectorize", "rfactor",
@@ -75,6 +80,8 @@ PARAMETER_KINDS = {
     "ptype": "parallel type", "memory_type": "memory type", "consumer": "tensor",
     "dims": "axes", "dim": "int", "dim0": "int", "dim1": "int", "broadcast_dims": "axes",
     "shape": "shape", "diagonal": "int",
+    "start_indices": "sizes", "end_indices": "sizes", "strides": "ints",
+    "pad_widths": "sizes", "tensors": "tensors", "length": "size",
 }
 _CHOICES = {
     "dtype": (dtypes.DTYPE_NAMES, dtypes.from_name),
@@ -138,6 +145,8 @@ _CONSTANT_KINDS = {
               lambda v: isinstance(v, list) and all(isinstance(f, bool) for f in v)),
     "axes": ("an integer or a list of integers",
              lambda v: _is_int(v) or (isinstance(v, list) and all(map(_is_int, v)))),
+    "ints": ("a list of integers",
+             lambda v: isinstance(v, list) and all(map(_is_int, v))),
     "map": ("a map {old: new} of axis numbers",
             lambda v: isinstance(v, dict) and all(map(_is_int, [*v, *v.values()]))),
 }
@@ -360,16 +369,37 @@ class _Builder:
     def _binary(self, node, lhs, operator, rhs):
         a = yield lhs
         b = yield rhs
+        sizes = [v for v in (a, b) if isinstance(v, Scalar) and v.is_size]
+        if sizes and operator in SIZE_ARITHMETIC and all(
+                _is_int(v) or (isinstance(v, Scalar) and v.is_size) for v in (a, b)):
+            return Scalar(self.size_arithmetic(operator, a, b, node), dtypes.DataType.i64)
         with self.located(operator, {"a": lhs, "b": rhs}):
             return OPS[INFIX[operator]](a, b)
+
+    def size_arithmetic(self, operator, a, b, node):
+        """a OPERATOR b of sizes and integers, as a size (extent)."""
+        a, b = (v.value if isinstance(v, Scalar) else v for v in (a, b))
+        if operator == "*":
+            if not (_is_int(a) or _is_int(b)):
+                return ext.mul(a, b)
+            return ext.scale(b, a) if _is_int(a) else ext.scale(a, b)
+        if operator == "/" and (b == 0 or (_is_int(b) and b < 0)):
+            raise self.error(f"size division by {b}: a size is divided by a positive "
+                             "integer or a size", node)
+        return SIZE_ARITHMETIC[operator](a, b)
 
     def _call(self, node, name, *args):
         if name not in OPS:
             raise self.error(f"unknown operation '{name}'{_suggestion(name, OPS)}", name)
-        positional, keywords, nodes = yield from self.bind(name, inspect.signature(OPS[name]),
-                                                           args)
+        signature = inspect.signature(OPS[name])
+        implicit = {}
+        if "fusion" in signature.parameters:     # (full, iota: the fusion being built)
+            implicit["fusion"] = self.fusion
+            signature = signature.replace(parameters=[
+                p for n, p in signature.parameters.items() if n != "fusion"])
+        positional, keywords, nodes = yield from self.bind(name, signature, args)
         with self.located(name, nodes):
-            return OPS[name](*positional, **keywords)
+            return OPS[name](*positional, **keywords, **implicit)
 
     # -- arguments -------------------------------------------------------------------------
     def bind(self, what, signature, args):
@@ -420,6 +450,18 @@ class _Builder:
             return str(node.children[0])  # a named run-time scalar
         if kind == "shape":
             return self.sizes(what, param, node)
+        if kind in ("sizes", "size"):
+            return self.size_values(what, param, node, kind == "sizes")
+        if kind == "tensors":
+            if node.data != "list_literal":
+                raise self.error(f"{what}: {param} must be a list of tensors", node)
+            tensors = []
+            for item in node.children:
+                value = yield item
+                if not isinstance(value, TensorView):
+                    raise self.error(f"{what}: {param} must be a list of tensors", item)
+                tensors.append(value)
+            return tensors
         description, accepts = _CONSTANT_KINDS[kind]
         value = self.constant(node)
         if value is _NOT_CONSTANT or not accepts(value):
@@ -427,7 +469,8 @@ class _Builder:
         return value
 
     def sizes(self, what, param, node):
-        """A list of sizes: integers (-1: keep the axis's own) or names of sizes."""
+        """A list of sizes: integers (-1: keep the axis's own), names of sizes, or size
+        expressions (`N - 2`, `D / 2`)."""
         def bad(at):
             return self.error(f"{what}: {param} must be a list of sizes (integers or names "
                               "of sizes)", at)
@@ -435,11 +478,65 @@ class _Builder:
             raise bad(node)
         sizes = []
         for item in node.children:
-            value = str(item.children[0]) if item.data == "name" else self.constant(item)
-            if not (isinstance(value, str) or _is_int(value)):
+            if item.data in ("binary", "call"):
+                value = self.size_expression(what, param, item)
+            else:
+                value = str(item.children[0]) if item.data == "name" else self.constant(item)
+            if not (isinstance(value, (str, *ext.EXTENTS)) or _is_int(value)):
                 raise bad(item)
             sizes.append(value)
         return sizes
+
+    def size_values(self, what, param, node, many):
+        """A size expression (integers, names of sizes, + - * /), or a list of them."""
+        if not many:
+            return self.size_expression(what, param, node)
+        if node.data != "list_literal":
+            raise self.error(f"{what}: {param} must be a list of sizes (integers, names of "
+                             "sizes or expressions of them: N - 2, D / 2)", node)
+        return [self.size_expression(what, param, item) for item in node.children]
+
+    def size_expression(self, what, param, node):
+        """The extent a size expression denotes: integers and names of sizes or run-time
+        scalars, under + - * / (a size divided rounds down) and unary -."""
+        def step(n):
+            if n.data == "integer":
+                return self.int64(n.children[0], "integer")
+            if n.data == "name":
+                name = str(n.children[0])
+                if name in self.fusion.size_symbols() or name in self.fusion.scalars:
+                    return Sym(name)
+                known = ", ".join(self.fusion.size_symbols()) or "none"
+                raise self.error(f"{what}: '{name}' in {param} is not a size of the inputs of "
+                                 f"{self.fusion.name} ({known}) nor a declared run-time "
+                                 "scalar", n)
+            if n.data == "negate":
+                return self._size_negate(n.children[1])
+            if n.data == "binary" and str(n.children[1]) in SIZE_ARITHMETIC:
+                return self._size_binary(n)
+            if n.data == "call" and n.children[0] == "ceildiv" and len(n.children) == 3 \
+                    and all(a.data != "keyword" for a in n.children[1:]):
+                return self._size_ceildiv(*n.children[1:])   # as split extents print
+            raise self.error(f"{what}: {param} must be sizes: integers, names of sizes and "
+                             "+ - * / of them", n)
+        return walk(node, step)
+
+    @staticmethod
+    def _size_negate(operand):
+        value = yield operand
+        return ext.scale(value, -1)
+
+    @staticmethod
+    def _size_ceildiv(numerator, denominator):
+        a = yield numerator
+        b = yield denominator
+        return ext.ceildiv(a, b)
+
+    def _size_binary(self, node):
+        lhs, operator, rhs = node.children
+        a = yield lhs
+        b = yield rhs
+        return self.size_arithmetic(str(operator), a, b, node)
 
     def bare_name(self, what, param, node, description):
         if node.data != "name":

@@ -33,9 +33,11 @@ from enum import Enum
 
 from ..dtypes import DataType
 from ..errors import FusionError
+from ..ir import extent as ext
 from ..ir.extent import Sym
-from ..ir.exprs import (AxisIndexOp, BroadcastOp, CastOp, ExpandOp, MatmulOp, PermuteOp,
-                        ReductionOp, SqueezeOp, UnaryOp)
+from ..ir.exprs import (AxisIndexOp, BroadcastOp, CastOp, CatOp, ExpandOp, FullOp, MatmulOp,
+                        PadOp, PermuteOp, ReductionOp, ReshapeOp, SliceOp, SqueezeOp,
+                        UnaryOp)
 from ..ir.tensor import Scalar, TensorView
 from .walk import walk
 
@@ -101,6 +103,19 @@ class _Definition:
         if expr.op == "neg":
             return f"-{(yield from self.operand(operands[0], ATOM))}", UNARY
         args = []
+        if isinstance(expr, CatOp):          # cat([a, b], dim=1): the operands in a list
+            for v in operands:
+                args.append((yield from self.operand(v, COMPARISON)))
+            return f"cat([{', '.join(args)}], dim={expr.dim})", ATOM
+        if isinstance(expr, PadOp):          # pad(x, pad_widths=[...], value=v)
+            x = yield from self.operand(operands[0], COMPARISON)
+            value = yield from self.operand(operands[1], COMPARISON)
+            return (f"pad({x}, pad_widths={_value(list(expr.pad_widths))}, value={value})",
+                    ATOM)
+        if isinstance(expr, FullOp):         # full(shape=[...], fill_value=v, dtype=d)
+            value = yield from self.operand(operands[0], COMPARISON)
+            shape = _value([a.extent for a in expr.output.root])
+            return f"full(shape={shape}, fill_value={value}, dtype={expr.output.dtype})", ATOM
         for v in operands:
             args.append((yield from self.operand(v, COMPARISON)))
         return f"{expr.op}({', '.join(args + _attribute_arguments(expr))})", ATOM
@@ -160,6 +175,8 @@ def _attribute_arguments(expr):
         return [f"dims={_value(list(expr.dims))}"]
     if isinstance(expr, ExpandOp):
         return [f"shape=[{', '.join(str(a.extent) for a in expr.output.root)}]"]
+    if isinstance(expr, (SliceOp, ReshapeOp)):
+        return [f"{k}={_value(list(v))}" for k, v in expr.attributes()]
     if isinstance(expr, UnaryOp) and expr.op == "gelu" and expr.approximate != "none":
         return [f'approximate="{expr.approximate}"']
     return []
@@ -168,8 +185,8 @@ def _attribute_arguments(expr):
 def _literal(scalar):
     """A literal's text (a size's: its name); its dtype comes back from the tensor
     operand beside it."""
-    if scalar.is_size:
-        return str(scalar.value)
+    if scalar.is_size:     # a compound size in parentheses: (D / 2) reads back as one
+        return str(scalar.value) if isinstance(scalar.value, Sym) else f"({scalar.value})"
     if scalar.dtype is DataType.bool:
         return "true" if scalar.value else "false"
     if not scalar.dtype.is_float:
@@ -208,6 +225,8 @@ def _value(value):
         return value.value
     if isinstance(value, (TensorView, Sym)):
         return value.name
+    if isinstance(value, ext.EXTENTS):
+        return str(value)      # a size expression: N - 2, D / 2
     if isinstance(value, dict):
         return "{" + ", ".join(f"{_value(k)}: {_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, (list, tuple)):

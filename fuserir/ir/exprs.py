@@ -2,9 +2,13 @@
 
 Every expression knows how its output's root axes correspond to each tensor input's shape
 axes (`root_map`). That correspondence is what compute_at replays transforms along and what
-lowering will index producers by. Matmul is one expression whose output domain is
+lowering will index producers by: the same index on both sides, unless `index_maps` gives
+an axis an affine map (a slice reads x at start + step * i, a pad at i - left, clamped into
+x's extent where the pad value stands instead). Matmul is one expression whose output domain is
 [M, N, rK]: a multiply fused with a sum over K, so split-K is an ordinary split + rfactor.
 """
+
+from dataclasses import dataclass
 
 from .. import op_table
 from .tensor import TensorView
@@ -14,6 +18,18 @@ UNARY_OPS = tuple(op_table.FUSION_UNARY)
 BINARY_OPS = tuple(op_table.FUSION_BINARY)
 REDUCTION_OPS = ("sum", "max")
 LAYOUTS = ("TT", "TN", "NT", "NN")
+
+
+@dataclass(frozen=True)
+class AxisMap:
+    """How an expression reads a producer axis: at start + step * (the output's index),
+    clamped into [0, extent) when `clamped` (a pad or cat reads there a valid element whose
+    value it does not use: the read stays inside the producer). `start` is an extent (an
+    integer, possibly negative, or a size expression); `step` a positive integer."""
+
+    start: object = 0
+    step: int = 1
+    clamped: bool = False
 
 
 class Expr:
@@ -41,6 +57,20 @@ class Expr:
     def _input_positions(self, index):
         """For each output root axis, the position in input `index`'s shape axes (or None)."""
         return list(range(len(self.output.root)))
+
+    def index_maps(self, producer):
+        """{producer shape axis: AxisMap} for the axes of `producer` (a tensor input) that
+        are not read at the output's own index along the root map (see AxisMap)."""
+        return {}
+
+    def extents(self):
+        """The extents the expression reads beyond its output's root (index-map starts,
+        sizes as values): sizes a kernel computing it takes as parameters."""
+        found = [v.value for v in self.inputs if getattr(v, "is_size", False)]
+        for producer in self.tensor_inputs:
+            found += [m.start for m in self.index_maps(producer).values()]
+            found += [a.extent for a in producer.shape_axes]
+        return found
 
     def attributes(self):
         """The non-operand parameters, as (name, value) pairs, for printing and equality."""
@@ -228,3 +258,106 @@ class AxisIndexOp(Expr):
 
     def attributes(self):
         return (("dim", self.dim),)
+
+
+class SliceOp(Expr):
+    """out[.., i, ..] = x[.., start + step * i, ..] along each axis: the elements of x from
+    start (included) to end (excluded) every step-th (torch's x[start:end:step], nvFuser's
+    slice). Bounds are extents (integers or size expressions), each checked to lie in x's
+    axis when the sizes are known (fuserir.ops.slice)."""
+
+    op = "slice"
+
+    def __init__(self, x, output, starts, ends, steps):
+        super().__init__([x], output)
+        self.starts, self.ends, self.steps = tuple(starts), tuple(ends), tuple(steps)
+
+    def index_maps(self, producer):
+        return {axis: AxisMap(start, step) for axis, start, step
+                in zip(producer.shape_axes, self.starts, self.steps)
+                if start != 0 or step != 1}
+
+    def attributes(self):
+        return (("start_indices", self.starts), ("end_indices", self.ends),
+                ("strides", self.steps))
+
+
+class PadOp(Expr):
+    """x with `widths[d] = (before, after)` elements of `value` added around each axis d:
+    out[.., i, ..] = x[.., i - before, ..] where that lies in x, else value (torch's
+    F.pad with a constant). `pad_widths` is the flat list as given (pairs for the last axis
+    first, as torch and nvFuser take them)."""
+
+    op = "pad"
+
+    def __init__(self, x, value, output, pad_widths, widths):
+        super().__init__([x, value], output)
+        self.pad_widths = tuple(pad_widths)
+        self.widths = tuple(widths)
+
+    def index_maps(self, producer):
+        if producer is not self.inputs[0]:
+            return {}
+        return {axis: AxisMap(_negated(before), 1, True) for axis, (before, after)
+                in zip(producer.shape_axes, self.widths) if before != 0 or after != 0}
+
+    def attributes(self):
+        return (("pad_widths", self.pad_widths),)
+
+
+class CatOp(Expr):
+    """The inputs joined along axis `dim` (torch.cat): out[.., i, ..] is input k's element
+    at i - offsets[k] for the k with offsets[k] <= i < offsets[k + 1] (offsets: the sums of
+    the extents before input k along dim). Each input is read clamped into its own extent,
+    so computing every input at every element reads only elements that exist; the value
+    of the one whose range holds i is kept."""
+
+    op = "cat"
+
+    def __init__(self, tensors, output, dim, offsets):
+        super().__init__(tensors, output)
+        self.dim = dim
+        self.offsets = tuple(offsets)     # one per input, then the total
+
+    def index_maps(self, producer):
+        k = self.inputs.index(producer)
+        return {producer.shape_axes[self.dim]: AxisMap(_negated(self.offsets[k]), 1, True)}
+
+    def attributes(self):
+        return (("dim", self.dim),)
+
+
+class FullOp(Expr):
+    """A tensor of `value` everywhere, of the output's shape and dtype (nvFuser's full): an
+    expression with no tensor input."""
+
+    op = "full"
+
+    def __init__(self, value, output):
+        super().__init__([value], output)
+
+    def attributes(self):
+        return (("shape", tuple(a.extent for a in self.output.root)),
+                ("dtype", self.output.dtype))
+
+
+def _negated(e):
+    from . import extent as ext
+    return ext.scale(e, -1)
+
+
+class ReshapeOp(Expr):
+    """x's elements, in row-major order, in another shape (torch.reshape, nvFuser's
+    reshape): the output's root axes are x's axes, and its logical domain (its shape) is
+    made of them by merges and splits, each group of root axes whose extents multiply to
+    the product of a group of result extents merged into one axis, then split into those
+    (fuserir.reshaping). Lowering replays them as it replays a schedule's."""
+
+    op = "reshape"
+
+    def __init__(self, x, output, shape):
+        super().__init__([x], output)
+        self.shape = tuple(shape)
+
+    def attributes(self):
+        return (("shape", self.shape),)

@@ -58,6 +58,7 @@ class Fusion:
         self.trace: list[TraceEntry] = []
         self.scalars: dict[str, int | None] = {}           # declared run-time scalars: name -> default (None: none)
         self.definition_exprs: list[Any] = []  # copies of the expressions as defined, in creation order
+        self.requirements: list[Any] = []      # (lhs, rhs, what): extents lhs <= rhs when run
         self._next_serial = 0  # creation order of graph nodes (an int: fusions deep-copy)
         self._by_name: dict[str, TensorView] = {}     # tensor name -> TensorView, for every tensor in the graph
         self._recording_depth = 0
@@ -223,6 +224,13 @@ class Fusion:
         for i in itertools.count(1):
             if f"{base}_{i}" not in names:
                 return f"{base}_{i}"
+
+    def require(self, lhs, rhs, what):
+        """Record that extent `lhs` must be at most extent `rhs` when the fusion runs (a
+        slice bound inside its axis, say); binding the inputs checks it and refuses the
+        sizes otherwise, with `what` (the op, tensor and axis) and both values."""
+        if (lhs, rhs, what) not in self.requirements:
+            self.requirements.append((lhs, rhs, what))
 
     # -- run-time scalars ----------------------------------------------------------------
     def declare_scalar(self, name: str, default: int | None = None) -> Any:

@@ -25,8 +25,9 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
 """
 
 from ..errors import ScheduleError
-from ..ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, ExpandOp, LoadStoreOp,
-                        MatmulOp, PermuteOp, ReductionOp, SqueezeOp, UnaryOp, WhereOp)
+from ..ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, FullOp,
+                        LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp, ReshapeOp,
+                        SliceOp, SqueezeOp, UnaryOp, WhereOp)
 from ..ir.tensor import MemoryType
 from .. import ops
 from ..ir import extent as ext
@@ -118,7 +119,7 @@ def _classify(fusion, axes, rank):
     for t in fusion.tensors:
         if t.is_input:
             continue
-        if len(t.root) == rank and (t.rank == rank or isinstance(t.definition, ReductionOp)):
+        if len(t.logical) == rank and (t.rank == rank or isinstance(t.definition, ReductionOp)):
             full.append(t)
         elif t.rank == rank - len(axes):
             reduced.append(t)
@@ -178,8 +179,9 @@ def clone_definition(tv):
     return apply_like(expr, expr.inputs)
 
 
-def apply_like(expr, inputs):
-    """Build expr's operation again on `inputs` (tensors or scalars), in their fusion."""
+def apply_like(expr, inputs, fusion=None):
+    """Build expr's operation again on `inputs` (tensors or scalars), in their fusion (or
+    in `fusion`, for an expression with no tensor input: a full)."""
     if isinstance(expr, UnaryOp):
         if expr.op == "gelu":
             return ops.gelu(inputs[0], expr.approximate)
@@ -202,6 +204,17 @@ def apply_like(expr, inputs):
         return ops.squeeze(inputs[0], expr.dims)
     if isinstance(expr, ExpandOp):
         return ops.expand(inputs[0], [a.extent for a in expr.output.root])
+    if isinstance(expr, ReshapeOp):
+        return ops.reshape(inputs[0], expr.shape)
+    if isinstance(expr, SliceOp):
+        return ops.slice(inputs[0], expr.starts, expr.ends, expr.steps)
+    if isinstance(expr, PadOp):
+        return ops.pad(inputs[0], expr.pad_widths, inputs[1])
+    if isinstance(expr, CatOp):
+        return ops.cat(inputs, expr.dim)
+    if isinstance(expr, FullOp):
+        return ops.full([a.extent for a in expr.output.root], inputs[0], expr.output.dtype,
+                        fusion or expr.output.fusion)
     if isinstance(expr, ReductionOp):
         return ops.REDUCTIONS[expr.op](inputs[0], list(expr.axes))
     if isinstance(expr, MatmulOp):
@@ -222,7 +235,7 @@ def _schedule_reduction(fusion, persistent):
         for x in fusion.inputs:
             if len(fusion.uses(x)) > 1 and x.rank == rank:
                 x.cache_after(MemoryType.shared)
-        full = [t for t in fusion.tensors if not t.is_input and len(t.root) == rank
+        full = [t for t in fusion.tensors if not t.is_input and len(t.logical) == rank
                 and (t.rank == rank or isinstance(t.definition, ReductionOp))]
         reduced = [t for t in fusion.tensors if not t.is_input and t not in full]
     threads = NORMALIZATION_THREADS if broadcasts_back else REDUCTION_THREADS

@@ -159,7 +159,9 @@ def max_inline_position(tv: TensorView) -> int:
     It stops before a vectorized or mma axis; where tv has several consumers, after the
     loops they all share; and for a reduction, before a consumer axis that does not map
     to one of its iteration axes (a broadcast the consumer resolves), which would recompute
-    the whole reduction in every iteration of that loop. A tensor with no consumer gives 0.
+    the whole reduction in every iteration of that loop. A tensor that a slice, pad or cat
+    reads at other indices than its own (Expr.index_maps) is inlined fully or not at all. A
+    tensor with no consumer gives 0.
     It only asks: inline_most places the tensor there.
 
     >>> import fuserir
@@ -197,6 +199,9 @@ def max_inline_position(tv: TensorView) -> int:
             if not all(r in mapped for r in roots_of(a)):
                 limit = i
                 break
+    if any(c.definition.index_maps(tv) for c in consumers) and (
+            limit < first.ndim or len(consumers) > 1):
+        limit = 0     # shared loops would run over the reader's indices, not tv's
     return limit
 
 

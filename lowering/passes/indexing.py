@@ -4,9 +4,11 @@ The written tensor's element is named by its loop indices: a global tensor is in
 its root indices (loop indices replayed backwards through its splits and merges) times
 its strides; a shared or local buffer by its kept loop indices times the allocation
 layout. A producer is read at the element the consumer's root indices name (through the
-expression's root map; broadcast axes read index 0): globally through its strides, and in
-a buffer by replaying the producer's own transforms forwards to its loop indices. All
-index math is C integer arithmetic in the kernel's index type.
+expression's root map and index maps: a slice's start + step * i, a pad's or cat's shift
+clamped into the producer; broadcast axes read index 0): globally through its strides, and
+in a buffer by replaying the producer's own transforms forwards to its loop indices. A pad
+or cat selects the pad value or the input whose range holds the index. All index math is C
+integer arithmetic in the kernel's index type.
 
 Values are typed explicitly: f16/bf16 operands are converted to f32 before arithmetic and
 the result is rounded to the output type, as the reference evaluator does. A reduction's
@@ -42,9 +44,9 @@ import numpy as np
 
 from fuserir import dtypes, op_table
 from fuserir.dtypes import DataType
-from fuserir.ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, ExpandOp,
-                              LoadStoreOp, MatmulOp, PermuteOp, ReductionOp, SqueezeOp,
-                              UnaryOp, WhereOp)
+from fuserir.ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp,
+                              FullOp, LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp,
+                              ReshapeOp, SliceOp, SqueezeOp, UnaryOp, WhereOp)
 from fuserir.ir.tensor import Scalar
 
 from fuserir.errors import ScheduleError
@@ -138,8 +140,7 @@ def accumulator_index(ctx, tv):
 def load(ctx, expr, producer, consumer_index):
     """Read `producer` at the element the consumer (expr's output) is computing."""
     consumer = expr.output
-    logical = {p_axis: consumer_index[c_axis]
-               for c_axis, p_axis in expr.root_map(producer).items()}
+    logical = ctx.producer_indices(expr, producer, consumer_index)
     for axis in producer.shape_axes:
         if axis.is_broadcast or axis not in logical or axis.extent == 1:
             logical[axis] = ctx.const(0)       # (an expand reads an axis of extent 1 at 0)
@@ -191,8 +192,33 @@ def pointwise_value(ctx, expr, index):
         axis = out.root[expr.dim]
         return convert(index.get(axis, ctx.const(0)) if not axis.is_broadcast
                        else ctx.const(0), out.dtype)
-    if isinstance(expr, (LoadStoreOp, BroadcastOp, PermuteOp, SqueezeOp, ExpandOp)):
+    if isinstance(expr, (LoadStoreOp, BroadcastOp, PermuteOp, SqueezeOp, ExpandOp, SliceOp,
+                         ReshapeOp)):
         return load(ctx, expr, expr.inputs[0], index)   # a copy or a view: root_map says where
+    if isinstance(expr, PadOp):       # x's element where it lies in x, else the pad value
+        x, fill = expr.inputs
+        inside = None
+        for axis, x_axis, (before, after) in zip(out.root, x.shape_axes, expr.widths):
+            if before == 0 and after == 0:
+                continue
+            i, start = index.get(axis, ctx.const(0)), ctx.extent(before)
+            end = ctx.binop("add", start, ctx.extent(x_axis.extent))
+            here = ctx.binop("and", ctx.binop("ge", i, start), ctx.binop("lt", i, end))
+            inside = here if inside is None else ctx.binop("and", inside, here)
+        compute = out.dtype.compute
+        value = convert(load(ctx, expr, x, index), compute)
+        if inside is not None:
+            value = kir.Select(inside, value, _operand(ctx, expr, fill, index, compute), compute)
+        return convert(value, out.dtype)
+    if isinstance(expr, CatOp):       # the input whose range along dim holds the index
+        i = index.get(out.root[expr.dim], ctx.const(0))
+        value = load(ctx, expr, expr.inputs[-1], index)
+        for k in range(len(expr.inputs) - 2, -1, -1):
+            value = kir.Select(ctx.binop("lt", i, ctx.extent(expr.offsets[k + 1])),
+                               load(ctx, expr, expr.inputs[k], index), value, out.dtype)
+        return value
+    if isinstance(expr, FullOp):
+        return convert(_operand(ctx, expr, expr.inputs[0], index, out.dtype.compute), out.dtype)
     raise NotImplementedError(type(expr).__name__)   # reductions: lower_part, by role
 
 

@@ -23,7 +23,6 @@ from fuserir.ir.exprs import MatmulOp, ReductionOp
 from fuserir.ir.graph import CycleError, DiGraph, topological_order
 from fuserir.ir import extent as ext
 from fuserir.ir.iterdomain import ParallelType, Split, history
-from fuserir.ir.tensor import Scalar
 
 from .. import kir
 from ..support.analysis import THREAD_TYPES, is_async_copy, reduction_thread
@@ -153,15 +152,14 @@ def _params(ctx):
 
 def _symbols(ctx):
     """Every size symbol and named split factor of the fusion, and every size an
-    expression reads as a value (`s / N`), in order of appearance: the kernel's scalar
+    expression reads (a size as a value, `s / N`; a slice's start), in order of appearance: the kernel's scalar
     parameters (so one kernel serves every size)."""
     names = []
     for tv in ctx.fusion.tensors:
         extents = [a.extent for a in tv.root]
         extents += [t.factor for t in history(tv.loop + tv.logical) if isinstance(t, Split)]
-        if tv.definition is not None:
-            extents += [v.value for v in tv.definition.inputs
-                        if isinstance(v, Scalar) and v.is_size]
+        if tv.definition is not None:      # sizes as values, index maps' starts
+            extents += tv.definition.extents()
         for e in extents:
             for name in sorted(ext.symbols(e)):
                 if name not in names:

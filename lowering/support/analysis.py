@@ -60,8 +60,9 @@ def build_exact_map(fusion):
         transforms.extend(history(tv.loop + tv.logical))
     for expr in fusion.exprs:
         for producer in expr.tensor_inputs:
+            shifted = expr.index_maps(producer)    # (a slice's axis: another index)
             for c_axis, p_axis in expr.root_map(producer).items():
-                if c_axis.is_broadcast == p_axis.is_broadcast:
+                if c_axis.is_broadcast == p_axis.is_broadcast and p_axis not in shifted:
                     uf.union(c_axis, p_axis)
     changed = True
     while changed:
@@ -246,6 +247,21 @@ class StoreInfo:
         self.memory = memory
 
 
+def _check_index_maps(ctx, tv):
+    """A tensor read through an index map (a slice, pad or cat reads another element than
+    its own) is fully inlined into that reader or computed in loops of its own: a loop
+    shared part way would run over the reader's indices, not the elements it reads."""
+    pos = tv.compute_at_pos or 0
+    for c in ctx.fusion.consumers(tv):
+        if pos and c.definition.index_maps(tv) and not (
+                pos == tv.ndim and tv.compute_at_consumer is c):
+            raise ScheduleError(
+                f"{tv.name} is computed at position {pos} of {tv.compute_at_consumer.name}, "
+                f"but {c.name} reads it through a {c.definition.op} (other elements than its "
+                f"own); inline {tv.name} fully into {c.name} (compute_at(-1)) or compute it "
+                "at position 0")
+
+
 def check_supported(ctx):
     """Refuse schedules this lowering does not support yet, with a clear ScheduleError."""
     for tv in ctx.fusion.tensors:
@@ -285,6 +301,7 @@ def check_supported(ctx):
                         f"{tv.compute_at_consumer.name}, but its consumer {c.name} does not "
                         f"run inside loop {i} of it; compute {c.name} inside those loops too "
                         f"or compute {tv.name} at a lower position")
+        _check_index_maps(ctx, tv)
         _check_mma(ctx, tv)
         _check_grid_reduction(ctx, tv)
         if tv.circular_buffer_stages is not None and not (
