@@ -152,8 +152,8 @@ def _params(ctx):
 
 def _symbols(ctx):
     """Every size symbol and named split factor of the fusion, and every size an
-    expression reads (a size as a value, `s / N`; a slice's start), in order of appearance: the kernel's scalar
-    parameters (so one kernel serves every size)."""
+    expression reads (a size as a value, `s / N`; a slice's start), in order of
+    appearance: the kernel's scalar parameters (so one kernel serves every size)."""
     names = []
     for tv in ctx.fusion.tensors:
         extents = [a.extent for a in tv.root]
