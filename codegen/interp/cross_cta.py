@@ -126,7 +126,8 @@ class _CrossCta:
 
     def _sem_release(self, s, act):
         """Release store: fence the active threads (a release orders the thread's own
-        earlier accesses before it), store the values, and publish to each cell the block's view: what it acquired
+        earlier accesses before it), store the values, and publish to each cell the
+        block's view: what it acquired
         (pending acquisitions too, where a releasing thread made them) and its own writes
         fenced by a releasing thread, or by any thread before the last barrier."""
         g, act, pos, val = self._semaphore(s, act, "sem_release")

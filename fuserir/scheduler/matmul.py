@@ -413,8 +413,9 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       share the operand bytes in L2; H100: 128x64 at 128x128x262144, 64x192 at
       136x184x175704 measured fastest, docs/perf.md), as many splits as give every SM
       one CTA (the whole grid resident at once, as the protocol needs) keeping at least
-      4 K tiles per split (16 for 64-row tiles), each split every splitk-th K tile (interleaved), 6 stages,
-      the output stored from the registers (one CTA per tile writes it); on a device model
+      4 K tiles per split (16 for 64-row tiles), each split every splitk-th K tile
+      (interleaved), 6 stages, the output stored from the registers (one CTA per tile
+      writes it); on a device model
       with deterministic=False the atomic split-K instead (the partials added by
       red.global.add: the last bits may differ run to run)."""
     sms, limit = device.sms, device.shared_limit
@@ -487,8 +488,8 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
             "add their partials atomically, each split every splitk-th K tile"
             if mode == "atomic" else "")))
     # (narrow tiles: a few rows of output, stored from the registers as measured; a grid
-    # split-K's one tile written by one CTA: 2.1 us slower through shared memory at
-    # 128x128x262144 on the H100, docs/perf.md)
+    # split-K's tile, written by one CTA: at 128x128x262144 on the H100 the plan took
+    # 70.4 us staged through shared memory, 68.3 us from the registers, docs/perf.md)
     grid_split = mode in ("parallel", "atomic")
     smem_epilogue = not narrow and not grid_split and \
         tm * tn * out_itemsize <= stages * stage_bytes
