@@ -137,6 +137,9 @@ def parser(description):
                    "(default 1024 MiB; 64 with --quick)")
     p.add_argument("--cases", help="comma-separated case names (default: all)")
     p.add_argument("--no-torch", action="store_true", help="skip the torch baseline")
+    p.add_argument("--torch-compile", action="store_true",
+                   help="also time torch.compile of each case's torch op (its compile "
+                        "happens in the warm-up, untimed)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     return p
 
@@ -160,7 +163,7 @@ def new_result(case, copy_gbps):
     """The result dict of `case` before it runs (the JSON holds these dicts)."""
     return {"case": case.name, "shape": str(case.shape(case.fusion.inputs[0])),
             "dtype": case.dtypes, "bytes": case.nbytes, "target": case.target,
-            "copy_gbps": copy_gbps, "fuserir": None, "torch": None}
+            "copy_gbps": copy_gbps, "fuserir": None, "torch": None, "torch_compile": None}
 
 
 def summarize(times_us):
@@ -354,6 +357,9 @@ class Bench:
         if self.torch and case.torch_op:
             tensors = self.to_torch(case, arrays)
             r["torch"] = self.time(lambda: case.torch_op(self.torch, tensors))
+            if getattr(self.args, "torch_compile", False):
+                compiled = self.torch.compile(lambda t: case.torch_op(self.torch, t))
+                r["torch_compile"] = self.time(lambda: compiled(tensors))
         return r
 
 
@@ -389,6 +395,19 @@ def _run(command):
         return None
 
 
+def compile_table(results):
+    """Markdown rows of fuserir against torch.compile, for the results that timed it."""
+    lines = ["| case | shape | dtype | fuserir (us) | torch.compile (us) | "
+             "fuserir/torch.compile | % of copy |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        if r.get("fuserir") and r.get("torch_compile"):
+            fz, tc = r["fuserir"]["median_us"], r["torch_compile"]["median_us"]
+            lines.append(f"| {r['case']} | {r['shape']} | {r['dtype']} | {fz:.1f} | "
+                         f"{tc:.1f} | {fz / tc:.2f} | "
+                         f"{100 * derived(r)['copy_fraction']:.1f} |")
+    return "\n".join(lines)
+
+
 def main(title, args, cases):
     """Run `cases` and print the report; exit status 0, or 1 where a check or case failed."""
     require_gpu()
@@ -419,6 +438,8 @@ def main(title, args, cases):
         status |= bool(r.get("error")) or r.get("ok") is False
         results.append(r)
         print(table_row(r), flush=True)
+    if any(r.get("torch_compile") for r in results):
+        print("\n" + compile_table(results), flush=True)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(
             {"title": title, "environment": env, "copy": copy, "results": results,

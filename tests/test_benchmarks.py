@@ -17,9 +17,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import common, pointwise, reduction  # noqa: E402
+from benchmarks import common, pointwise, reduction, shape_ops  # noqa: E402
 
-SCRIPTS = {"pointwise": pointwise, "reduction": reduction}
+SCRIPTS = {"pointwise": pointwise, "reduction": reduction, "shape_ops": shape_ops}
 
 
 def args_of(module, *argv):
@@ -75,11 +75,39 @@ def test_fusions_are_unscheduled_and_bytes_are_ideal():
     assert cases["softmax"].target == ("torch", 1.5)
 
 
+def test_shape_ops_cases_bytes_and_targets():
+    cases = {c.name: c for c in shape_ops.cases(args_of(shape_ops))}
+    assert sorted(cases) == sorted(f"{op}_{dtype}_{shape}" for op in
+                                   ("rotary", "transpose_add", "cat3")
+                                   for dtype in ("bf16", "f32")
+                                   for shape in ("8192x4096", "32768x1024"))
+    assert all(not c.fusion.trace and c.target == ("copy", 0.80) for c in cases.values())
+    elements = 8192 * 4096
+    assert cases["rotary_bf16_8192x4096"].nbytes == 2 * 4 * elements     # x, cos, sin, out
+    assert cases["transpose_add_f32_8192x4096"].nbytes == 4 * 3 * elements
+    assert cases["cat3_f32_32768x1024"].nbytes == 4 * 2 * 32768 * 1024    # in once, out once
+    assert [c.name for c in shape_ops.cases(args_of(shape_ops, "--quick"))][:3] == \
+        ["rotary_bf16_256x512", "transpose_add_bf16_256x512", "cat3_bf16_256x512"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--dtypes", "f16"], "--dtypes: each of bf16 and f32, not 'f16'"),
+    (["--shapes", "8192x4096x2"], "--shapes: each point is RxD, positive, D a multiple of 4"),
+    (["--shapes", "64x30"], "--shapes: each point is RxD, positive, D a multiple of 4"),
+    (["--shapes", "axb"], "--shapes: RxD points, comma-separated, not 'axb'"),
+])
+def test_shape_ops_refuses_bad_arguments(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        shape_ops.parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
 def tiny_cases():
     return (pointwise.cases(args_of(pointwise, "--rows", "5", "--cols", "40",
                                     "--elements", "300"))
             + reduction.cases(args_of(reduction, "--rows", "6", "--cols", "50",
-                                      "--softmax-rows", "4", "--softmax-cols", "33")))
+                                      "--softmax-rows", "4", "--softmax-cols", "33"))
+            + shape_ops.cases(args_of(shape_ops, "--shapes", "6x20,3x8")))
 
 
 @pytest.mark.parametrize("case", tiny_cases(), ids=lambda c: c.name)
