@@ -23,7 +23,8 @@ from .ir.iterdomain import IterDomain, IterKind
 from .ir.tensor import Scalar, TensorView
 from .composite import _computed_in
 from .ops import (_check_known, _check_tensor, _fusion_of, _literal, _new_tensor, _position,
-                  _same_axis, add, axis_index, broadcast, expand, mul, set)
+                  _same_axis, add, axis_index, broadcast, expand, ge, logical_and, lt, mul,
+                  set, where)
 
 
 # -- slices, pads, cats: other elements of the same tensors -----------------------------------
@@ -124,7 +125,9 @@ def pad(x, pad_widths, value=0):
     """x with `value` added around its axes (torch.nn.functional.pad with a constant,
     nvFuser's pad): `pad_widths` is a flat list of pairs (before, after), the last axis's
     pair first, covering the last len(pad_widths) / 2 axes; a width is a non-negative
-    integer or a size. `value` is a number (or a size) of x's dtype."""
+    integer or a size. `value` is a number (or a size) of x's dtype, or a rank-0 tensor of
+    x's dtype (a host scalar: x padded with zeros, then `value` where an element lies
+    outside x)."""
     _check_tensor("pad", x)
     if isinstance(pad_widths, (str, int)) or not hasattr(pad_widths, "__len__"):
         raise FusionError("pad: pad_widths must be a list of pairs (before, after), the last "
@@ -147,8 +150,7 @@ def pad(x, pad_widths, value=0):
                                   "adds elements (slice removes them)")
         per_axis[d] = (widths[2 * k], widths[2 * k + 1])
     if isinstance(value, TensorView):
-        raise FusionError(f"pad: value must be a number (or a size), not the tensor "
-                          f"{value.name}")
+        return _pad_with_tensor(x, given, per_axis, value)
     fill = _literal("pad", value, x.dtype, x.name, "value")
     root = [_same_axis(a) if (before, after) == (0, 0) else
             IterDomain(ext.add(ext.add(before, a.extent), after))
@@ -156,6 +158,30 @@ def pad(x, pad_widths, value=0):
     out = _new_tensor(x.fusion, x.dtype, root)
     x.fusion.add_expr(PadOp(x, fill, out, widths, per_axis))
     return out
+
+
+def _pad_with_tensor(x, pad_widths, per_axis, value):
+    """pad(x, pad_widths, value) for a rank-0 tensor `value`: x padded with zeros, and
+    `value` where an element lies outside x along a padded axis."""
+    if value.rank != 0 or value.dtype is not x.dtype:
+        raise FusionError(f"pad: value {value.name} must be a number, a size or a rank-0 "
+                          f"tensor of {x.name}'s dtype {x.dtype}; it is {value.dtype}"
+                          f"[{', '.join(map(str, value.shape))}]")
+    padded = pad(x, pad_widths, False if x.dtype is DataType.bool else 0)
+    inside = None
+    for d, ((before, after), axis) in enumerate(zip(per_axis, x.shape_axes)):
+        if (before, after) == (0, 0):
+            continue
+        i = axis_index(padded, d)
+        here = logical_and(ge(i, _as_value(before)),
+                           lt(i, _as_value(ext.add(before, axis.extent))))
+        inside = here if inside is None else logical_and(inside, here)
+    return padded if inside is None else where(inside, padded, value)
+
+
+def _as_value(extent):
+    """An extent as an operand: an integer, or a size as a value."""
+    return extent if isinstance(extent, int) else Scalar(extent, DataType.i64)
 
 
 def cat(tensors, dim):

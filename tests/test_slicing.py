@@ -91,8 +91,11 @@ def test_sizes_of_an_extent_simplify():
      "pairs, but x has 2 axes"),
     (lambda x, y, h, v: ops.pad(x, [1, -1]), "pad: width -1 for axis 1 of x is negative; pad "
      "adds elements (slice removes them)"),
-    (lambda x, y, h, v: ops.pad(x, [1, 1], v), "pad: value must be a number (or a size), not "
-     "the tensor v"),
+    (lambda x, y, h, v: ops.pad(x, [1, 1], v), "pad: value v must be a number, a size or a "
+     "rank-0 tensor of x's dtype f32; it is f32[N]"),
+    (lambda x, y, h, v: ops.pad(x, [1, 1], x.fusion.new_input("s16", D.f16, [])),
+     "pad: value s16 must be a number, a size or a rank-0 tensor of x's dtype f32; it is "
+     "f16[]"),
     (lambda x, y, h, v: ops.pad(x, [1, 1], 1e39), "pad: literal 1e+39 is out of range for "
      "the dtype f32 of x"),
     (lambda x, y, h, v: ops.cat([x, v], 0), "cat: x has 2 axes but v has 1; cat joins "
@@ -275,6 +278,23 @@ def test_one_kernel_of_each_op(body, numpy, dtype, rng):
     assert out.dtype == x.dtype
     np.testing.assert_array_equal(out, numpy(x))
     np.testing.assert_array_equal(fuserir.evaluate(f, {"x": x})["y"], numpy(x))
+
+
+@pytest.mark.parametrize("widths, numpy_widths", [
+    ("[1, 2]", ((0, 0), (1, 2))), ("[0, 0, 2, 1]", ((2, 1), (0, 0))),
+    ("[1, 0, 0, N]", ((0, "N"), (1, 0))), ("[0, 0]", ((0, 0), (0, 0)))])
+def test_a_rank_0_tensor_pads_with_its_value(widths, numpy_widths, rng):
+    """A host scalar as the pad value: in the reference and the interpreter, given as a
+    0-d array and as a Python number."""
+    f = fuserir.parse(f"fusion f(x: f32[M, N], s: f32[]) {{\n  y = pad(x, {widths}, s)\n"
+                      "  output y\n}\n")
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    pads = [tuple(x.shape[1] if w == "N" else w for w in pair) for pair in numpy_widths]
+    want = np.pad(x, pads, constant_values=-2.5)
+    for s in (np.array(-2.5, np.float32), -2.5):
+        np.testing.assert_array_equal(
+            codegen.compile(f, backend="interp").run({"x": x, "s": s})["y"], want)
+        np.testing.assert_array_equal(fuserir.evaluate(f, {"x": x, "s": s})["y"], want)
 
 
 @pytest.mark.parametrize("body, numpy", [
