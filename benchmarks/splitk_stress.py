@@ -37,21 +37,7 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=100)
     p.add_argument("--fresh", type=int, default=1000)
     args = p.parse_args(argv)
-    try:
-        args.shape_list = [tuple(int(d) for d in x.lower().split("x"))
-                           for x in args.shapes.split(",")]
-    except ValueError:
-        p.error("--shapes takes MxNxK points, comma-separated")
-    if any(len(x) != 3 or min(x) < 1 for x in args.shape_list):
-        p.error("--shapes: each point is MxNxK, three positive integers")
-    args.layout_list = [x.strip().upper() for x in args.layouts.split(",")]
-    args.dtype_list = [x.strip() for x in args.dtypes.split(",")]
-    for layout in args.layout_list:
-        if layout not in splitk_sweep.OPERANDS:
-            p.error(f"--layouts: unknown layout {layout!r} (TT, TN, NT, NN)")
-    for dtype in args.dtype_list:
-        if dtype not in splitk_sweep.RTOL:
-            p.error(f"--dtypes: {dtype!r} is not f16 or bf16")
+    splitk_sweep.check_points(p, args)
     if args.repeats < 1 or args.fresh < 0:
         p.error("--repeats must be at least 1, --fresh at least 0")
     return args

@@ -66,6 +66,21 @@ def parse_args(argv=None):
                                                  "--json, no GPU run")
     args = p.parse_args(argv)
     args.no_torch, args.copy_mib = False, 1024
+    check_points(p, args)
+    try:
+        args.mn_list = [int(x) for x in args.mn.split(",")]
+        args.k_list = [int(x) for x in args.k.split(",")]
+    except ValueError:
+        p.error("--mn and --k take comma-separated integers")
+    if args.source and not args.plot:
+        p.error("--from needs --plot")
+    return args
+
+
+def check_points(p, args):
+    """args.layout_list, dtype_list and shape_list (None without --shapes) from --layouts,
+    --dtypes and --shapes, or p.error naming what is wrong (this script's and
+    benchmarks/splitk_stress.py's)."""
     args.layout_list = [x.strip().upper() for x in args.layouts.split(",")]
     for layout in args.layout_list:
         if layout not in OPERANDS:
@@ -75,17 +90,12 @@ def parse_args(argv=None):
         if dtype not in RTOL:
             p.error(f"--dtypes: {dtype!r} is not f16 or bf16")
     try:
-        args.mn_list = [int(x) for x in args.mn.split(",")]
-        args.k_list = [int(x) for x in args.k.split(",")]
         args.shape_list = [tuple(int(d) for d in x.lower().split("x"))
                            for x in args.shapes.split(",")] if args.shapes else None
     except ValueError:
-        p.error("--mn and --k take comma-separated integers, --shapes MxNxK points")
+        p.error("--shapes takes MxNxK points, comma-separated")
     if args.shape_list and any(len(x) != 3 or min(x) < 1 for x in args.shape_list):
         p.error("--shapes: each point is MxNxK, three positive integers")
-    if args.source and not args.plot:
-        p.error("--from needs --plot")
-    return args
 
 
 def shapes(args):

@@ -287,7 +287,7 @@ def test_the_split_k_sweep_covers_the_skinny_and_decode_points():
     (["--from", "x.json"], "--from needs --plot"),
     (["--shapes", "128x128"], "--shapes: each point is MxNxK, three positive integers"),
     (["--shapes", "0x1x1"], "--shapes: each point is MxNxK, three positive integers"),
-    (["--shapes", "axbxc"], "--shapes MxNxK points"),
+    (["--shapes", "axbxc"], "--shapes takes MxNxK points, comma-separated"),
 ])
 def test_the_split_k_sweep_refuses_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit):
