@@ -423,6 +423,7 @@ schedule every_method {
   s_rf.parallelize(0, BIDy)
   xs.compute_at(s_rf, 3)
   xs.circular_buffer(3)
+  xs.pad_rows(64, pad=8)            # rows of 128 bytes + 16: copies stay 16-byte aligned
   xl = xs.cache_after(local)
   xl.inline_most()
   c = out.cache_before(local)
@@ -450,7 +451,7 @@ def test_every_scheduling_method(rng):
     assert s_rf.loop[0].parallel is ParallelType.BIDy
     assert (xs.memory_type, xs.compute_at_pos, xs.circular_buffer_stages) == \
         (MemoryType.shared, 3, 3)
-    assert xs.definition.async_copy
+    assert xs.definition.async_copy and xs.row_padding == (64, 8)
     assert f.tensor("c").memory_type is MemoryType.shared
     assert f.tensor("out").loop[-1].parallel is ParallelType.vectorize
     x = random_array(rng, DataType.f16, (5, 300))

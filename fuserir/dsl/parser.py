@@ -60,7 +60,7 @@ INFIX = {"+": "add", "-": "sub", "*": "mul", "/": "div", "==": "eq", "!=": "ne",
          "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 SCHEDULE_METHODS = ("split", "merge", "reorder", "parallelize", "vectorize", "rfactor",
                     "cache_after", "cache_before", "set_memory_type", "compute_at",
-                    "inline_most", "circular_buffer", "swizzle", "promote_reuse",
+                    "inline_most", "circular_buffer", "swizzle", "pad_rows", "promote_reuse",
                     "serial_grid_reduction", "parallel_grid_reduction",
                     "atomic_grid_reduction")
 SCHEDULERS = ("matmul", "scalar")
@@ -76,7 +76,7 @@ PARAMETER_KINDS = {
     "approximate": "string", "axis": "int", "pos": "int", "stages": "int",
     "factor": "factor", "inner": "bool", "async_copy": "bool", "ldmatrix": "bool",
     "tma": "bool", "warp_specialize": "parallel type",
-    "row": "int", "mapping": "map",
+    "row": "int", "pad": "int", "mapping": "map",
     "ptype": "parallel type", "memory_type": "memory type", "consumer": "tensor",
     "dims": "axes", "dim": "int", "dim0": "int", "dim1": "int", "broadcast_dims": "axes",
     "shape": "shape", "diagonal": "int",

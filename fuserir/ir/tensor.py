@@ -102,6 +102,7 @@ class TensorView(Val):
         self.circular_buffer_stages = None
         self.warp_specialized = None     # circular buffer loaded by a producer warp group
         self.swizzle_row = None          # XOR-swizzled shared tile: elements per row
+        self.row_padding = None          # padded shared tile: (elements per row, padding)
         self.reuse_shared = False        # promote_reuse: may reuse dead operand bytes
         self.grid_reduction = None     # over a block index: "serial", "parallel" or "atomic"
         self.compute_at_consumer = None  # the tensor whose loops compute_at shares
@@ -153,6 +154,8 @@ class TensorView(Val):
             text += f" warp-specialized={self.warp_specialized.value}"
         if self.swizzle_row is not None:
             text += f" swizzle={self.swizzle_row}"
+        if self.row_padding is not None:
+            text += " pad={}+{}".format(*self.row_padding)
         if self.reuse_shared:
             text += " reuse"
         if self.grid_reduction:
@@ -288,6 +291,13 @@ class TensorView(Val):
         the same map, so meaning is unchanged; 8 rows read column-wise hit 8 bank groups."""
         from .. import transforms
         transforms.swizzle(self, row)
+
+    @_traced
+    def pad_rows(self, row: int, pad: int = 1) -> None:
+        """Pad this shared tile: after each row of `row` elements of its buffer, `pad`
+        unused elements, so a column read by a warp spreads over the banks."""
+        from .. import transforms
+        transforms.pad_rows(self, row, pad)
 
     @_traced
     def promote_reuse(self) -> None:

@@ -7,6 +7,10 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
 
 * pointwise: every output is flattened, split into blocks of THREADS threads that each
   handle UNROLL elements a warp-width apart (so every access is coalesced);
+* transpose: a pointwise fusion with an input contiguous along another axis than its
+  output (read through a permute) is tiled on both innermost axes, that input staged
+  through a padded shared tile so that it is read and the output written coalesced
+  (fuserir.scheduler.transpose; transpose_plan says why not where it does not apply);
 * reduction and normalization: every tensor is viewed as [iteration, reduction] (the
   reduced axes merged into one); for an inner reduction one block handles a row, its
   threads striding the row and combining through a block reduction; a reduction broadcast
@@ -31,6 +35,7 @@ from ..ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, CatOp, Expan
 from ..ir.tensor import MemoryType
 from .. import ops
 from ..ir import extent as ext
+from .transpose import schedule_transpose, transpose_plan, transposes
 
 POINTWISE_THREADS = 128
 UNROLL = 4
@@ -56,7 +61,12 @@ def schedule_auto(fusion, persistent=True, sizes=None, device=None):
     elif any(isinstance(e, ReductionOp) for e in exprs):
         _schedule_reduction(fusion, persistent)
     else:
-        _schedule_pointwise(fusion)
+        plan = transpose_plan(fusion)
+        if plan is None:
+            _schedule_pointwise(fusion)
+        else:
+            _recompute_shared_intermediates(fusion, set())
+            schedule_transpose(fusion, plan)
     return fusion
 
 
@@ -326,14 +336,31 @@ def explain(fusion, sizes=None, device=None):
     why (`fuserir inspect`)."""
     exprs = fusion.exprs
     if not any(isinstance(e, MatmulOp) for e in exprs):
-        kind = ("reduction" if any(isinstance(e, ReductionOp) for e in exprs)
-                else "pointwise")
-        return [f"the {kind} scheduler (its schedule does not depend on the sizes)"]
+        return _explain_without_matmul(fusion)
     reasons = []
     params = matmul_params(fusion, sizes, device, reasons)
     if params is None:
         return reasons + ["one thread per output element, K serial"]
     return [f"the tensor-core matmul scheduler: {params}"] + reasons
+
+
+def _explain_without_matmul(fusion):
+    same = "its schedule does not depend on the sizes"
+    transposed = ", ".join(t.name for t in transposes(fusion))
+    if any(isinstance(e, ReductionOp) for e in fusion.exprs):
+        lines = [f"the reduction scheduler ({same})"]
+        if transposed:
+            lines.append(f"the transpose {transposed} is not staged through shared memory: "
+                         "the transpose scheduler takes no reduction")
+        return lines
+    reasons = []
+    plan = transpose_plan(fusion, reasons)
+    if plan is None:
+        return [f"the pointwise scheduler ({same})"] + reasons
+    out, staged, a = plan
+    return [f"the transpose scheduler ({same}): {out.name} tiled on its axes {a} and "
+            f"{out.rank - 1}, {', '.join(x.name for x in staged)} staged through padded "
+            "shared tiles"]
 
 
 def _schedule_tensor_cores(fusion, sizes, device):

@@ -2,8 +2,8 @@
 
 set_memory_type picks global, shared or local memory; circular_buffer keeps several
 copies of a loaded tile so loads run ahead of their use; swizzle permutes a shared tile's
-16-byte chunks against bank conflicts; promote_reuse lets a shared tile alias dead shared
-bytes. They change no loop axis: lowering and codegen read the annotations.
+16-byte chunks and pad_rows pads its rows, both against bank conflicts; promote_reuse lets
+a shared tile alias dead shared bytes. They change no loop axis: lowering and codegen read the annotations.
 """
 
 from __future__ import annotations
@@ -168,12 +168,60 @@ def swizzle(tv: TensorView, row: int) -> None:
     if isinstance(row, bool) or not isinstance(row, int) or row < 1:
         raise ScheduleError(f"swizzle: row must be a positive number of elements, got "
                             f"{row!r} (tensor {tv.name})")
+    if tv.row_padding is not None:
+        raise ScheduleError(f"swizzle: {tv.name} is padded (pad_rows); a tile is either "
+                            "padded or swizzled")
     if (row * tv.dtype.itemsize) % 128:
         raise ScheduleError(f"swizzle: a row of {row} x {tv.dtype} is "
                             f"{row * tv.dtype.itemsize} bytes; the XOR swizzle permutes 8 "
                             f"16-byte chunks, so a row must be a multiple of 128 bytes "
                             f"(tensor {tv.name})")
     tv.swizzle_row = row
+
+
+def pad_rows(tv: TensorView, row: int, pad: int = 1) -> None:
+    """Pad the shared tile `tv`: after each row of `row` elements, `pad` unused elements.
+
+    TensorView.pad_rows. Element i of tv's buffer is stored at i + (i / row) * pad (the
+    buffer grows by as much). Every access goes through the same map, so the meaning is
+    unchanged; with rows of 32 4-byte elements and pad 1, a warp reading down a column of
+    32 rows (a transpose through shared memory) hits 32 different banks.
+
+      row     elements per row of the buffer: a positive integer
+      pad     elements of padding after each row: a positive integer
+
+    Raises ScheduleError if tv is a fusion input, not in shared memory, swizzled, a TMA
+    copy (the hardware lays out its box), or row or pad is not a positive integer.
+
+    >>> import fuserir
+    >>> f = fuserir.parse("fusion f(x: f32[32, M]) { y = relu(x)  output y }")
+    >>> xs = f.tensor("x").cache_after("shared")
+    >>> print(xs.describe())
+    x_cache: f32[32, M] shared loop=[i{32} i{M}]
+    >>> xs.pad_rows(32)
+    >>> print(xs.describe())
+    x_cache: f32[32, M] shared loop=[i{32} i{M}] pad=32+1
+    >>> xs.pad_rows(32, 0)  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
+        ...
+    fuserir.errors.ScheduleError: pad_rows: pad must be a positive number of elements, got
+        0 (tensor x_cache)
+    """
+    _not_input("pad_rows", tv)
+    if tv.memory_type is not MemoryType.shared:
+        raise ScheduleError(f"pad_rows: {tv.name} is in {tv.memory_type} memory; only shared "
+                            "tiles are padded (bank conflicts are a shared-memory matter)")
+    if tv.swizzle_row is not None:
+        raise ScheduleError(f"pad_rows: {tv.name} is swizzled; a tile is either padded or "
+                            "swizzled")
+    if isinstance(tv.definition, LoadStoreOp) and tv.definition.tma:
+        raise ScheduleError(f"pad_rows: {tv.name} is a TMA copy; the hardware lays out its "
+                            "box, unpadded")
+    for name, value in (("row", row), ("pad", pad)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ScheduleError(f"pad_rows: {name} must be a positive number of elements, "
+                                f"got {value!r} (tensor {tv.name})")
+    tv.row_padding = (row, pad)
 
 
 def promote_reuse(tv: TensorView) -> None:

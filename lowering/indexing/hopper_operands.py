@@ -37,6 +37,9 @@ SWIZZLED_ROW_BYTES = 128        # the 128B mode: a tile's swizzled rows are 128 
 
 def swizzle_mode(tv):
     """The hardware swizzle mode of the shared tile tv: "none" or "128B"."""
+    if tv.row_padding is not None:
+        raise ScheduleError(f"{tv.name}: padded (pad_rows); TMA and wgmma read tiles laid "
+                            "out as their matrix descriptors say, unpadded")
     if tv.swizzle_row is None:
         return "none"
     if tv.swizzle_row * tv.dtype.itemsize != SWIZZLED_ROW_BYTES:

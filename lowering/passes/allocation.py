@@ -5,7 +5,9 @@ compute-at position (those loops enclose every use); a shared buffer keeps threa
 even left of the compute-at position (other threads read them) and drops block axes; a
 global tensor keeps all (inputs and outputs are kernel parameters). Broadcast and
 reduction axes hold no data. The buffer is laid out row-major over the kept loop axes;
-`ctx.layouts` records (loop position, stride) pairs for the indexing pass.
+`ctx.layouts` records (loop position, stride) pairs for the indexing pass. A padded shared
+tile (pad_rows) holds `pad` more elements after every row of `row` (the indexing pass
+skips them).
 
 A register tile of tensor-core fragments gets an innermost fragment position (the elements
 one lane holds of the instruction tile), a circular buffer an outermost stage position.
@@ -118,6 +120,10 @@ def run(ctx, kernel):
         memory = kir.Memory.shared if tv.memory_type is MemoryType.shared else kir.Memory.local
         layout, size = _layout(ctx, tv, _kept_positions(ctx, tv), _fragment(tv, memory),
                                tv.circular_buffer_stages or 1)
+        if tv.row_padding is not None:
+            row, pad = tv.row_padding       # every started row is followed by its padding
+            rows = ctx.binop("div", ctx.binop("add", size, ctx.const(row - 1)), ctx.const(row))
+            size = ctx.binop("add", size, ctx.binop("mul", rows, ctx.const(pad)))
         buffer = kir.Buffer(tv.name, tv.dtype, memory, size, tensor=tv.name, user=True)
         ctx.buffers[tv] = buffer
         place(buffer, layout, _alignment(tv) if memory is kir.Memory.shared else 16)

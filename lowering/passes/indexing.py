@@ -35,7 +35,8 @@ Tensor cores: an ldmatrix operand cache becomes `ldmatrix.x4/.x2[.trans]` with p
 addresses, the matmul's accumulate an `mma.sync`, a tensor in the accumulator layout (the
 epilogue's cast, the accumulator's init and final copy) a loop over the 4 elements each
 lane holds; the per-lane maps are lowering.indexing.fragments', everything above them came from
-transforms. A swizzled shared tensor's index goes through its XOR map. Index arithmetic is
+transforms. A swizzled shared tensor's index goes through its XOR map, a padded one's
+skips its rows' padding. Index arithmetic is
 simplified with value ranges (lowering.indexing.arith). Which loops become unrolled is the next
 pass's choice (unroll_register_loops).
 """
@@ -115,14 +116,24 @@ def swizzled(ctx, tv, index):
                      ctx.binop("mod", index, chunk_elems))
 
 
+def padded(ctx, tv, index):
+    """The row padding of tv (transforms.pad_rows): after each row of `row` elements,
+    `pad` unused ones, so element i sits at i + (i / row) * pad."""
+    if tv.row_padding is None:
+        return index
+    row, pad = tv.row_padding
+    return ctx.binop("add", index, ctx.binop("mul", ctx.binop("div", index, ctx.const(row)),
+                                             ctx.const(pad)))
+
+
 def buffer_index(ctx, tv, loop_index, swizzle=True):
     """Index into tv's buffer given {loop axis: index} (the allocation layout), through
     its swizzle unless `swizzle` is false (TMA and wgmma address logical bytes: the
-    hardware swizzles them)."""
+    hardware swizzles them), and through its row padding."""
     buffer = ctx.buffers[tv]
     index = _dot(ctx, [(_position_index(ctx, tv, p, loop_index), s)
                        for p, s in ctx.layouts[buffer]])
-    return swizzled(ctx, tv, index) if swizzle else index
+    return padded(ctx, tv, swizzled(ctx, tv, index) if swizzle else index)
 
 
 def global_index(ctx, tv, logical_index):
