@@ -10,6 +10,8 @@ the operand stages) with the Hopper tiles (CTA 128x128x64, two consumer warp gro
 every product and f32 sum exact, so outputs must equal the reference bit for bit.
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -353,6 +355,79 @@ def test_circular_buffer_warp_specialize_errors(tma, kwargs, message):
     with pytest.raises(ScheduleError) as caught:
         cache.circular_buffer(**kwargs)
     assert str(caught.value) == message
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(stages=3, producer_registers=40), "circular_buffer: producer_registers=40 needs a "
+     "producer warp group (warp_specialize=TIDy) (tensor A_cache)"),
+    (dict(stages=3, warp_specialize="TIDy", producer_registers=20), "circular_buffer: "
+     "producer_registers=20 is not a multiple of 8 from 24 to 256 (setmaxnreg's register "
+     "counts) (tensor A_cache)"),
+    (dict(stages=3, warp_specialize="TIDy", producer_registers=44), "circular_buffer: "
+     "producer_registers=44 is not a multiple of 8 from 24 to 256"),
+    (dict(stages=3, warp_specialize="TIDy", producer_registers=True), "circular_buffer: "
+     "producer_registers=True is not a multiple of 8 from 24 to 256"),
+])
+def test_circular_buffer_producer_registers_errors(kwargs, message):
+    cache = _placed_cache(_f(), kwargs.get("warp_specialize") is not None)
+    with pytest.raises(ScheduleError, match=re.escape(message)):
+        cache.circular_buffer(**kwargs)
+
+
+REGISTER_SPLIT = dict(HOPPER, cta_tile=(128, 192, 64), warp_tile=(64, 192, 64),
+                      instruction_tile=(64, 192, 16), producer_registers=40)
+
+
+def test_the_producer_gives_its_registers_to_the_consumers(rng):
+    """producer_registers: setmaxnreg.dec first in the producer, setmaxnreg.inc of the
+    consumers' share first in theirs, the kernel bounded to its block; the interpreter runs
+    it (setmaxnreg is a warp-group collective there) equal to float64."""
+    f = scheduled(REGISTER_SPLIT, layout="TN")
+    assert "A_cache.circular_buffer(4, warp_specialize=TIDy, producer_registers=40)" in str(f)
+    exe = codegen.compile(f, backend="interp")
+    kernel = exe.kernels[0].kir
+    roles = [s for s in kernel.body if isinstance(s, kir.IfThenElse)][-1]
+    producer = [s for s in roles.then_body if not isinstance(s, kir.Comment)]
+    assert isinstance(producer[0], kir.SetMaxNReg) and \
+        (producer[0].count, producer[0].increase) == (40, False)
+    consumer = roles.else_body[0]
+    # two consumer warp groups share 65536 - 128 x 40 registers: 236 each, 232 in 8s
+    assert isinstance(consumer, kir.SetMaxNReg) and (consumer.count, consumer.increase) == \
+        (232, True)
+    data = integer_inputs(rng, "TN", 136, 184, 64 * 3)
+    assert np.array_equal(exe.run(data)["out"], reference("TN", data).astype(np.float16))
+    source = codegen.compile(f, backend="cuda").kernels[0].source
+    assert '__global__ void __launch_bounds__(384, 1) ' in source
+
+
+def test_a_128x192_split_k_tile_fits_its_block_only_with_the_register_split():
+    """ptxas (NVRTC, no GPU): the parallel split-K kernel of 128x192 tiles needs 208
+    registers a thread, more than 384 threads can have (170); with the producer's
+    registers given to the consumers it compiles within the bound, without spills."""
+    from codegen import nvrtc
+    split_k = dict(REGISTER_SPLIT, stages=5, splitk_factor=66, splitk_mode="parallel",
+                   splitk_interleaved=True)
+    for registers, fits in ((None, False), (40, True)):
+        kernel = codegen.compile(scheduled(dict(split_k, producer_registers=registers)),
+                                 backend="cuda").kernels[0]
+        info = nvrtc.ptxas_info(kernel.source, kernel.name, arch="sm_90a")
+        assert (info["registers"] * 384 <= 65536) == fits, info["registers"]
+        assert info["spill_stores"] == 0
+
+
+def test_a_producer_keeping_more_registers_than_a_thread_has_is_refused():
+    f = scheduled(dict(REGISTER_SPLIT, cta_tile=(192, 128, 64), warp_tile=(64, 128, 64),
+                       instruction_tile=(64, 128, 16), producer_registers=136))
+    with pytest.raises(ScheduleError, match=re.escape(
+            "producer_registers=136 is more than the 128 registers a thread of a block of "
+            "512 threads has; the producer gives registers away")):
+        codegen.compile(f, backend="interp")
+
+
+def test_producer_registers_only_on_the_hopper_path():
+    with pytest.raises(ScheduleError, match="producer_registers: only the Hopper path has "
+                                            "a producer warp group"):
+        MatmulParams(producer_registers=40)
 
 
 def _lowering_error(f):

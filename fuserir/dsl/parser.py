@@ -75,7 +75,7 @@ PARAMETER_KINDS = {
     "dtype": "dtype", "layout": "layout", "flags": "flags", "axes": "axes",
     "approximate": "string", "axis": "int", "pos": "int", "stages": "int",
     "factor": "factor", "inner": "bool", "async_copy": "bool", "ldmatrix": "bool",
-    "tma": "bool", "warp_specialize": "parallel type",
+    "tma": "bool", "warp_specialize": "parallel type", "producer_registers": "int",
     "row": "int", "pad": "int", "mapping": "map",
     "ptype": "parallel type", "memory_type": "memory type", "consumer": "tensor",
     "dims": "axes", "dim": "int", "dim0": "int", "dim1": "int", "broadcast_dims": "axes",

@@ -55,7 +55,8 @@ def fusion_signature(fusion):
         tensor_sigs.append((ident[t], t.dtype.value, t.memory_type.value, t.is_input,
                             t.is_output, t.compute_at_pos,
                             ident[consumer] if consumer is not None else None,
-                            t.circular_buffer_stages, t.warp_specialized, t.swizzle_row,
+                            t.circular_buffer_stages, t.warp_specialized, t.producer_registers,
+                            t.swizzle_row,
                             t.row_padding, t.reuse_shared, t.grid_reduction,
                             _domain_signature(t)))
     expr_sigs = []

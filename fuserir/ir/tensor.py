@@ -101,6 +101,7 @@ class TensorView(Val):
         self.compute_at_pos = None      # None: placed by nobody yet (inlined by default)
         self.circular_buffer_stages = None
         self.warp_specialized = None     # circular buffer loaded by a producer warp group
+        self.producer_registers = None   # ... whose registers go to the consumers (setmaxnreg)
         self.swizzle_row = None          # XOR-swizzled shared tile: elements per row
         self.row_padding = None          # padded shared tile: (elements per row, padding)
         self.reuse_shared = False        # promote_reuse: may reuse dead operand bytes
@@ -152,6 +153,8 @@ class TensorView(Val):
             text += f" stages={self.circular_buffer_stages}"
         if self.warp_specialized is not None:
             text += f" warp-specialized={self.warp_specialized.value}"
+        if self.producer_registers is not None:
+            text += f" producer-registers={self.producer_registers}"
         if self.swizzle_row is not None:
             text += f" swizzle={self.swizzle_row}"
         if self.row_padding is not None:
@@ -276,13 +279,15 @@ class TensorView(Val):
 
     @_traced
     def circular_buffer(self, stages: int,
-                        warp_specialize: ParallelType | str | None = None) -> None:
+                        warp_specialize: ParallelType | str | None = None,
+                        producer_registers: int | None = None) -> None:
         """Keep `stages` copies of this tensor so loads run ahead of their use.
         warp_specialize (TIDy, for a TMA cache): the loads run in a producer warp group
         of their own, one more along that thread index, handing stages over through
-        mbarriers."""
+        mbarriers. producer_registers (with warp_specialize): the producer keeps that
+        many registers a thread and gives the rest to the consumers (setmaxnreg)."""
         from .. import transforms
-        transforms.circular_buffer(self, stages, warp_specialize)
+        transforms.circular_buffer(self, stages, warp_specialize, producer_registers)
 
     @_traced
     def swizzle(self, row: int) -> None:

@@ -55,7 +55,10 @@ def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
             smem.swizzle(SWIZZLE_ROW_BYTES // smem.dtype.itemsize)
             if not tma:
                 _producer_copies(smem)
-            smem.circular_buffer(params.stages, warp_specialize=ParallelType.TIDy)
+            registers = {} if params.producer_registers is None else \
+                {"producer_registers": params.producer_registers}
+            smem.circular_buffer(params.stages, warp_specialize=ParallelType.TIDy,
+                                 **registers)
 
     if params.splitk_mode == "two_kernel":
         return two_kernel(params, acc, out, {"a_smem": a_smem, "b_smem": b_smem},

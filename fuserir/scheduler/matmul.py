@@ -67,6 +67,9 @@ class MatmulParams:
     # path (whose producer warp group copies them element-wise where False); a bool for
     # both operands or a pair (A, B) for each
     async_gmem_load_operands: bool | tuple = True
+    # the Hopper path: the producer warp group's registers a thread, the rest given to
+    # the consumers (circular_buffer(producer_registers=...)); None: no reallocation
+    producer_registers: int | None = None
 
     def __post_init__(self):
         for name in ("cta_tile", "warp_tile", "instruction_tile", "async_gmem_load_operands"):
@@ -137,6 +140,8 @@ class MatmulParams:
         if self.stages > 1 and not all(self.async_loads) and not self.hopper:
             bad("a pipeline (stages > 1) needs async_gmem_load_operands=True (on the "
                 "mma.sync path: cp.async)")
+        if self.producer_registers is not None and not self.hopper:
+            bad("producer_registers: only the Hopper path has a producer warp group")
 
 
 HOPPER_K_TILE = 64            # elements: a K-major TMA box row of 128 bytes (16-bit operands)

@@ -54,7 +54,8 @@ def set_memory_type(tv: TensorView, memory_type: MemoryType | str) -> None:
 
 
 def circular_buffer(tv: TensorView, stages: int,
-                    warp_specialize: ParallelType | str | None = None) -> None:
+                    warp_specialize: ParallelType | str | None = None,
+                    producer_registers: int | None = None) -> None:
     """Keep `stages` copies of the loaded tensor `tv` so loads run ahead of their use.
 
     TensorView.circular_buffer. Lowering pipelines a circular buffer of async copies
@@ -70,12 +71,18 @@ def circular_buffer(tv: TensorView, stages: int,
       warp_specialize  for a TMA cache or a plain shared copy, the thread index (TIDy)
                        along which the producer warp group is added, after the
                        consumers' (TIDx: the 128 threads of a warp group)
+      producer_registers  with warp_specialize: the producer's registers a thread
+                       (a multiple of 8 from 24 to 256); the kernel is bounded to its
+                       block (__launch_bounds__) and the producer gives its other
+                       registers to the consumer warp groups (setmaxnreg): lowering
+                       computes their share
 
     Raises ScheduleError if tv is a fusion input, stages is not an integer >= 2, tv is not
     defined by a copy (set, or a cache_after/cache_before cache), lives in global memory, or
     is not computed inside a serial or unrolled loop of extent other than 1; or if
     warp_specialize is given for a cp.async copy or one outside shared memory, or is not
-    TIDy, or a TMA cache has no warp_specialize.
+    TIDy, or a TMA cache has no warp_specialize; or if producer_registers is given
+    without warp_specialize or is not a multiple of 8 from 24 to 256.
 
     >>> import fuserir
     >>> f = fuserir.parse("fusion f(A: f16[M, K], B: f16[K, N]) {"
@@ -131,8 +138,19 @@ def circular_buffer(tv: TensorView, stages: int,
     elif tma:
         raise ScheduleError(f"circular_buffer: {tv.name} is a TMA copy: its loads run in a "
                             "producer warp group (give warp_specialize=TIDy)")
+    if producer_registers is not None:
+        if warp_specialize is None:
+            raise ScheduleError(f"circular_buffer: producer_registers={producer_registers!r} "
+                                "needs a producer warp group (warp_specialize=TIDy) "
+                                f"(tensor {tv.name})")
+        if isinstance(producer_registers, bool) or not isinstance(producer_registers, int) \
+                or not 24 <= producer_registers <= 256 or producer_registers % 8:
+            raise ScheduleError(f"circular_buffer: producer_registers={producer_registers!r}"
+                                " is not a multiple of 8 from 24 to 256 (setmaxnreg's "
+                                f"register counts) (tensor {tv.name})")
     tv.circular_buffer_stages = stages
     tv.warp_specialized = warp_specialize
+    tv.producer_registers = producer_registers
 
 
 def swizzle(tv: TensorView, row: int) -> None:

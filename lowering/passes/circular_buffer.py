@@ -127,7 +127,13 @@ def _pipeline(ctx, kernel, axis, tensors):
         raise ScheduleError(f"{names} rotate over the same loop, but only some are "
                             "warp-specialized; load all of them by TMA or none")
     if specialized.pop():
-        return warp_specialized.build(ctx, kernel, loop, copies, rest, stages, names)
+        registers = {tv.producer_registers for tv in tensors}
+        if len(registers) > 1:
+            raise ScheduleError(f"{names} rotate over the same loop with different "
+                                f"producer_registers ({sorted(registers, key=str)}); give "
+                                "them the same")
+        return warp_specialized.build(ctx, kernel, loop, copies, rest, stages, names,
+                                      registers.pop())
 
     prologue = []
     for s in range(stages - 1):

@@ -17,6 +17,9 @@ empty[s], in one shared buffer):
           copies: tile i's element copies (ld.global, st.shared); arrive full[s]
           both (one operand each way): the copies; thread 0 arrive.expect_tx full[s]
                and the TMA loads, the other threads arrive full[s]
+    (with producer_registers P: setmaxnreg.dec P first; the consumers setmaxnreg.inc C
+     first, C their share of what the producer gave up, and the kernel bounded to its
+     block: __launch_bounds__(threads, 1))
     else (the W consumer warp groups, everything else the kernel does):
         for i: s = i % S
                wait full[s], parity (i / S) % 2        (tile i has landed)
@@ -45,6 +48,7 @@ from ..kir import effects, visit as kir_visit
 from .analysis import WARP_GROUP
 
 CONSUMER_BARRIER_ID = 1      # the named barrier that stands for the consumers' __syncthreads
+REGISTERS_PER_BLOCK = 65536  # a block's registers at most (sm_80, sm_90): the launch bound's
 
 
 def _special(ctx, kind, axis):
@@ -157,9 +161,27 @@ def _check_producer_copies(copies, names):
                             "need the consumers' threads")
 
 
-def build(ctx, kernel, loop, copies, rest, stages, names):
+def _register_split(groups, producer, names):
+    """(the producer's, each consumer's) registers a thread for a block of `groups`
+    consumer warp groups and a producer keeping `producer`: the consumers share what the
+    producer gives up, in multiples of 8, at most 256. Refused where the producer would
+    keep more than a thread of the bounded block has (setmaxnreg.dec only lowers)."""
+    threads = WARP_GROUP * (groups + 1)
+    bound = REGISTERS_PER_BLOCK // threads // 8 * 8
+    if producer > bound:
+        raise ScheduleError(f"{names}: producer_registers={producer} is more than the "
+                            f"{bound} registers a thread of a block of {threads} threads has; "
+                            "the producer gives registers away")
+    consumer = min(256, (REGISTERS_PER_BLOCK - WARP_GROUP * producer)
+                   // (WARP_GROUP * groups) // 8 * 8)
+    return producer, consumer
+
+
+def build(ctx, kernel, loop, copies, rest, stages, names, producer_registers=None):
     """Rewrite `kernel` (whose top-level loop `loop` holds `copies` then `rest`) into the
-    warp-specialized pipeline of the module header."""
+    warp-specialized pipeline of the module header; with `producer_registers`, the
+    producer gives its other registers to the consumers (setmaxnreg, first thing in each
+    role)."""
     if loop not in kernel.body:
         raise ScheduleError(f"{names}: a warp-specialized circular buffer rotates over a "
                             "loop of the kernel's outermost level, not one nested in "
@@ -214,10 +236,15 @@ def build(ctx, kernel, loop, copies, rest, stages, names):
                                                             ctx.const(consumers))],
                     "unroll"),
         kir.FenceMbarrierInit()])
+    produce = [producer if stores else
+               kir.IfThenElse(ctx.binop("eq", tx, ctx.const(0)), [producer])]
+    if producer_registers is not None:
+        mine, theirs = _register_split(groups, producer_registers, names)
+        produce.insert(0, kir.SetMaxNReg(mine, increase=False))
+        work = [kir.SetMaxNReg(theirs, increase=True)] + work
     roles = kir.IfThenElse(ctx.binop("eq", ty, ctx.const(groups)), [
         kir.Comment(f"the producer warp group: {kind} of {names}, {stages} stages ahead"),
-        producer if stores else kir.IfThenElse(ctx.binop("eq", tx, ctx.const(0)), [producer])],
-        work)
+        *produce], work)
     kernel.body = allocations + [kir.Allocate(bars), init, kir.Barrier(), roles]
     kernel.launch.block = (bx, ctx.const(groups + 1), bz)
     return kernel
