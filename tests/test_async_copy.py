@@ -10,7 +10,6 @@ import codegen
 import fuserir
 from codegen import HazardError, RaceError
 from fuserir.dtypes import DataType
-from fuserir.errors import FuserirError
 from lowering import kir
 
 F32 = """

@@ -21,7 +21,6 @@ import fuserir
 from codegen.errors import HazardError, RaceError
 from fuserir.errors import ScheduleError
 from fuserir.scheduler import MatmulParams, schedule_matmul
-from fuserir.scheduler.matmul import matmul_heuristic
 from lowering import kir
 
 OPERANDS = {"TT": ("[M, K]", "[K, N]"), "TN": ("[M, K]", "[N, K]"),

@@ -11,7 +11,6 @@ failed late in NVRTC or codegen.
 import re
 
 import numpy as np
-import pytest
 
 import codegen
 import fuserir

@@ -14,7 +14,7 @@ import fuserir
 from codegen import nvrtc
 from codegen.cuda import CodegenError, emit_cuda
 from codegen.interp import InterpError, run_kernel
-from fuserir.errors import FuserirError, ScheduleError
+from fuserir.errors import ScheduleError
 from lowering import kir
 from lowering.verify import bank_conflicts
 from lowering.context import LoweringContext
