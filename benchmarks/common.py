@@ -358,6 +358,10 @@ class Bench:
             tensors = self.to_torch(case, arrays)
             r["torch"] = self.time(lambda: case.torch_op(self.torch, tensors))
             if getattr(self.args, "torch_compile", False):
+                # Dynamo caches by code object: every case's lambda shares one, and past
+                # its recompile limit it would silently run eager. A reset per case keeps
+                # each measurement a compiled one.
+                self.torch._dynamo.reset()
                 compiled = self.torch.compile(lambda t: case.torch_op(self.torch, t))
                 r["torch_compile"] = self.time(lambda: compiled(tensors))
         return r

@@ -181,9 +181,12 @@ def test_ranges_answer_the_index_shapes_the_folds_use_and_nothing_more():
     assert ranges.of(ex.binop("ceildiv", size, c(128))) == (0, None)
     assert ranges.of(ex.binop("mod", size, c(64))) == (0, 63)
     assert ranges.of(ex.binop("xor", ex.binop("mod", t, c(8)), k)) == (0, 7)
+    # a remainder of a non-negative term by one that may be 0 is non-negative and at most
+    # the dividend (a % 0 = a): a block index modulo a run-time count of column blocks
+    assert ranges.of(ex.binop("mod", t, size)) == (0, 127)
+    assert ranges.of(ex.binop("mod", ex.sub(k, size), size)) == (None, None)
     # the folds apply to non-negative terms: a product of a possibly negative term, a
-    # remainder by a term that may be 0, a min with an unknown lower end stay unknown
+    # min with an unknown lower end stay unknown
     assert ranges.of(ex.mul(ex.sub(k, c(1)), c(4))) == (None, None)
-    assert ranges.of(ex.binop("mod", t, size)) == (None, None)
     assert ranges.of(ex.binop("min", ex.sub(k, size), c(4))) == (None, None)
     assert ranges.of(ex.binop("min", size, c(64))) == (0, None)

@@ -115,7 +115,7 @@ def test_integer_division_agrees_in_the_reference_and_the_interpreter(dtype):
     exe = codegen.compile(f, backend="interp")
     assert exe.run({"a": a, "b": b})["q"].tolist() == want
     source = exe.kernels[0].source
-    assert f"= div_{dtype}(a_[" in source            # a run-time divisor: the total form
+    assert f"= div_{dtype}(a_cache_[" in source      # a run-time divisor: the total form
     assert f"return b == 0 ? ({dtype})0 : b == -1 ?" in source
     assert f"{dtype} q = a / ((b == 0) | (b == -1) ? ({dtype})1 : b);" in source
 

@@ -135,12 +135,29 @@ def test_softmax_reads_the_row_once_into_shared_memory():
     assert len(global_reads) == 1
 
 
-def test_pointwise_accesses_are_unrolled_and_coalesced():
+def test_pointwise_accesses_are_16_byte_vectors_a_warp_apart():
+    """Each thread loads one 16-byte vector of each input and stores one of the output
+    (a warp: 32 consecutive vectors of a row), computing the 4 elements in an unrolled
+    loop; blocks of 32 x 4 threads."""
     fusion = fuserir.parse(CASES["add"][0])
     kernel = codegen.compile(fusion, backend="interp").kernels[0].kir
+    vectors = [s for s in kir.walk(kernel.body) if isinstance(s, kir.Store) and s.width != 1]
+    assert sorted((s.buffer.name, s.value.buffer.name, s.width) for s in vectors) == [
+        ("a_cache", "a", 4), ("b_cache", "b", 4), ("out", "out_cache", 4)]
     (loop,) = [s for s in kernel.body if isinstance(s, kir.ForLoop)]
     assert loop.kind == "unroll" and loop.extent.value == 4
-    assert kernel.launch.block[0].value == 128
+    assert [d.value for d in kernel.launch.block] == [32, 4, 1]
+
+
+@pytest.mark.parametrize("n", [700, 701, 6])
+def test_pointwise_vectors_run_at_sizes_that_are_no_whole_number_of_them(n):
+    """At 701 elements (and 6) the rows are no whole number of 4-element vectors: the
+    executable runs the variant with element copies, and the result is the same."""
+    fusion = fuserir.parse(CASES["add"][0])
+    exe = codegen.compile(fusion, backend="interp")
+    rng = np.random.default_rng(n)
+    a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    np.testing.assert_array_equal(exe.run({"a": a, "b": b})["out"], a + b)
 
 
 def test_a_fusion_that_already_has_a_schedule_is_not_rescheduled():

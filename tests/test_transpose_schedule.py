@@ -200,14 +200,23 @@ def test_the_kernel_compiles_to_a_cubin(case):
 
 
 POINTWISE_SCHEDULE = """schedule f {
+  z_cache = z.cache_before(local)
+  z.split(-1, 4)
+  z.split(-2, 32)
   z.merge(0)
-  z.merge(0)
-  z.split(0, 128)
   z.split(0, 4)
+  z.reorder({1: 2})
+  z.merge(0)
   z.parallelize(0, BIDx)
-  z.parallelize(1, unroll)
+  z.parallelize(1, TIDy)
   z.parallelize(2, TIDx)
-}"""
+  z.vectorize(3)
+  y_cache = y.cache_after(local)
+  y_cache.compute_at(z, 3)
+  y_cache.vectorize(-1)
+  z_cache.compute_at(z, 3)
+  z_cache.parallelize(-1, unroll)
+}"""   # x, read through the permute, is read element by element; y by vectors
 
 
 def test_a_permute_that_keeps_the_innermost_axis_keeps_the_pointwise_schedule():

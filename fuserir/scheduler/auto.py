@@ -5,8 +5,15 @@ Each scheduler only calls the public transforms. `schedule_auto(fusion)` picks o
 what the fusion contains and raises ScheduleError when none fits, so that the caller
 (codegen's segmentation) splits the fusion into kernels that each fit one:
 
-* pointwise: every output is flattened, split into blocks of THREADS threads that each
-  handle UNROLL elements a warp-width apart (so every access is coalesced);
+* pointwise: a single output whose innermost axis is not known to be short is cut into
+  16-byte vectors along that axis, LANES vectors of a row a warp (TIDx), VECTOR_ROWS rows
+  a block (TIDy), each thread one vector: the inputs read at the output's own element
+  (pointwise ops, casts, selects, slices from 0) are loaded into registers as vectors,
+  computed there, and the output stored as a vector (the executable runs a narrower
+  variant where an array's rows are no whole number of vectors). Other outputs are
+  flattened, split into blocks of THREADS threads that each handle UNROLL elements a
+  warp-width apart (so every access is coalesced); other inputs (broadcast, shifted,
+  transposed) are read element by element in either;
 * transpose: a pointwise fusion with an input contiguous along another axis than its
   output (read through a permute) is tiled on both innermost axes, that input staged
   through a padded shared tile so that it is read and the output written coalesced
@@ -39,6 +46,9 @@ from .transpose import schedule_transpose, transpose_plan, transposes
 
 POINTWISE_THREADS = 128
 UNROLL = 4
+VECTOR_BYTES = 16        # vectorized pointwise: bytes a thread loads of each input ...
+LANES = 32               # ... vectors of one row a warp handles (TIDx) ...
+VECTOR_ROWS = 4          # ... and rows a block handles (TIDy)
 REDUCTION_THREADS = 512
 NORMALIZATION_THREADS = 256
 MATMUL_THREADS = 128
@@ -95,6 +105,8 @@ def _schedule_pointwise(fusion):
     if len(shapes) > 1:
         raise ScheduleError(f"pointwise outputs of {fusion.name} differ in shape")
     _recompute_shared_intermediates(fusion, set())
+    if len(fusion.outputs) == 1 and _schedule_vectors(fusion, fusion.outputs[0]):
+        return
     for out in fusion.outputs:
         if out.ndim == 0:
             continue
@@ -104,6 +116,83 @@ def _schedule_pointwise(fusion):
         out.parallelize(0, "BIDx")
         out.parallelize(1, "unroll")
         out.parallelize(2, "TIDx")
+
+
+# Expressions whose output element reads each tensor input at the same index (unless the
+# expression's index maps shift it: a slice from a non-zero start, a pad, a cat).
+_SAME_INDEX = (BinaryOp, CastOp, CatOp, LoadStoreOp, PadOp, SliceOp, UnaryOp, WhereOp)
+
+
+def _read_at_output_index(fusion, out):
+    """The inputs of `fusion` that every read reads at `out`'s own element index: through
+    pointwise ops, casts, selects and unshifted slices only, same rank, no broadcast
+    axis. A vector of `out` then reads a vector of each of them."""
+    same = {out: True}        # tensor -> whether every read seen so far is at out's index
+    for e in reversed(fusion.exprs):
+        o = e.output
+        if o not in same:
+            continue
+        exact = same[o] and isinstance(e, _SAME_INDEX)
+        for p in e.tensor_inputs:
+            mapping = e.root_map(p)
+            at_index = (exact and not e.index_maps(p) and p.rank == out.rank
+                        and not any(a.is_broadcast for a in p.shape_axes)
+                        and all(mapping.get(r) is a for r, a in zip(o.root, p.shape_axes)))
+            same[p] = same.get(p, True) and at_index
+    return [x for x in fusion.inputs if same.get(x)]
+
+
+def _never_negative(extent):
+    """Whether `extent` is non-negative by its form alone (sizes, constants, and sums,
+    products and quotients of them), as lowering's index ranges will see it; an extent
+    such as N / 2 - 3 is non-negative only by a run-time check."""
+    if isinstance(extent, int):
+        return extent >= 0
+    if isinstance(extent, ext.Sym):
+        return True
+    if isinstance(extent, ext.Mul):
+        return _never_negative(extent.lhs) and _never_negative(extent.rhs)
+    if isinstance(extent, (ext.FloorDiv, ext.CeilDiv)):
+        return _never_negative(extent.numerator) and _never_negative(extent.denominator)
+    if isinstance(extent, ext.Linear):
+        return extent.const >= 0 and all(c > 0 and _never_negative(t)
+                                         for t, c in extent.terms)
+    return False
+
+
+def _schedule_vectors(fusion, out):
+    """The vectorized pointwise schedule of the module docstring, if it applies: False
+    (fusion untouched) where out's innermost axis is a broadcast, or a constant too short
+    for a warp's vectors or no whole number of them."""
+    if out.rank == 0 or out.ndim != out.rank or out.shape_axes[-1].is_broadcast:
+        return False
+    direct = _read_at_output_index(fusion, out)
+    width = VECTOR_BYTES // max(t.dtype.itemsize for t in [out, *direct])
+    inner = out.shape_axes[-1].extent
+    if isinstance(inner, int) and (inner % width or inner < width * LANES):
+        return False
+    if not _never_negative(inner):
+        return False        # lowering could not fold the vector's lane out of its index
+    computed = out.cache_before(MemoryType.local)
+    # [.., D] -> [rows, D / (w L), L, w] -> [blocks, VECTOR_ROWS, L, w]
+    out.split(-1, width)
+    out.split(-2, LANES)
+    for _ in range(out.rank - 2):
+        out.merge(0)
+    out.split(0, VECTOR_ROWS)
+    if out.rank > 1:
+        out.reorder({1: 2})
+        out.merge(0)
+    for i, ptype in enumerate(("BIDx", "TIDy", "TIDx")):
+        out.parallelize(i, ptype)
+    out.vectorize(3)
+    for x in direct:
+        vector = x.cache_after(MemoryType.local)
+        vector.compute_at(out, 3)
+        vector.vectorize(-1)
+    computed.compute_at(out, 3)
+    computed.parallelize(-1, "unroll")
+    return True
 
 
 # -- reductions and normalizations ---------------------------------------------------------

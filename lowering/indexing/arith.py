@@ -63,8 +63,8 @@ def _nonneg(x):
 
 def _answered(op, a, b):
     """Whether Ranges answers `a op b` (else it is unknown): sums and differences; a
-    product, quotient or xor of non-negative terms, a remainder of one by a positive
-    term, a min or max of terms with known lower bounds. That is all the folds need
+    product, quotient or xor of non-negative terms, a remainder of one by a non-negative
+    term (a % 0 = a: still non-negative), a min or max of terms with known lower bounds. That is all the folds need
     (they apply to non-negative index terms only), and where these give up, no fold is
     made."""
     if op in ("add", "sub"):
@@ -72,7 +72,7 @@ def _answered(op, a, b):
     if op in ("min", "max"):
         return a[0] is not None and b[0] is not None
     if op == "mod":
-        return _nonneg(a[0]) and b[0] is not None and b[0] > 0
+        return _nonneg(a[0]) and _nonneg(b[0])
     return op in ("mul", "div", "ceildiv", "xor") and _nonneg(a[0]) and _nonneg(b[0])
 
 

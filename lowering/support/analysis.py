@@ -106,7 +106,8 @@ def vector_copy_width(tv):
         return 0
     producer, width = expr.inputs[0], tv.loop[-1].extent
     memories = {tv.memory_type, producer.memory_type}
-    if producer.dtype is not tv.dtype or memories != {MemoryType.global_, MemoryType.shared}:
+    if producer.dtype is not tv.dtype or MemoryType.global_ not in memories or \
+            memories == {MemoryType.global_}:
         return 0
     return width if width > 1 and width * tv.dtype.itemsize in (4, 8, 16) else 0
 
