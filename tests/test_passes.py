@@ -622,3 +622,28 @@ def test_reuse_shared_aliases_only_dead_buffers_when_asked(promote):
     exe = codegen.compile(fuserir.parse(text), backend="interp")
     x = np.arange(300, dtype=np.float32)
     assert np.array_equal(exe.run({"x": x})["z"], x * 2 + 1)
+
+
+def test_a_cache_in_a_merged_loop_with_a_broadcast_is_bounded_by_its_real_axes():
+    """c's cache computed at y's loops, whose rows merge B (which c lacks: a loop-only
+    broadcast) with S: the rows loop runs over B * S, so the bound of the rows split is
+    the S index (rows % S) against S, not rows against S, which skipped every batch
+    after the first (their y read an unloaded cache)."""
+    from fuserir.ir.tensor import MemoryType
+    f = fuserir.parse("fusion f(x: f32[B, S, D], c: f32[S, D]) {\n"
+                      "  y = x * broadcast(c, [true, false, false])\n  output y\n}")
+    y = f.tensor("y")
+    computed = y.cache_before(MemoryType.local)
+    y.split(-1, 4)
+    y.merge(0)
+    y.split(0, 2)
+    for i, ptype in enumerate(("BIDx", "TIDx")):
+        y.parallelize(i, ptype)
+    c = f.tensor("c").cache_after(MemoryType.local)
+    c.compute_at(y, 3)
+    computed.compute_at(y, 3)
+    exe = codegen.compile(f, backend="interp")
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 5, 8)).astype(np.float32)
+    cv = rng.standard_normal((5, 8)).astype(np.float32)
+    np.testing.assert_array_equal(exe.run({"x": x, "c": cv})["y"], x * cv)

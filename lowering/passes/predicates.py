@@ -2,7 +2,9 @@
 
 Three kinds of guard, none where provably unnecessary:
 * bounds: the index of an axis that a split divides unevenly (not provably divisible)
-  past that axis's extent: the last tile of the split. This applies to every split in
+  past that axis's extent: the last tile of the split (where a broadcast is merged into
+  the split axis, a loop of the consumer's larger extent: the indices of the real axes
+  under it past theirs). This applies to every split in
   the history, not only splits of root axes: an uneven split of an inner piece makes
   its iterations overlap the next piece's, so that two threads would compute (and write)
   one element (nvFuser's non-divisible split predicates). The bound of a split's outer
@@ -28,7 +30,7 @@ them.
 """
 
 from fuserir.ir.exprs import LoadStoreOp
-from fuserir.ir.iterdomain import ParallelType, Split, history
+from fuserir.ir.iterdomain import ParallelType, Split, history, roots_of
 from fuserir.ir.tensor import MemoryType
 
 from .. import kir
@@ -77,6 +79,17 @@ def conditions(ctx, info, launch):
             continue
         if split_axis.is_reduction and bounded is tv and role != "accumulate":
             continue     # a reduction's init and final store sit outside its reduction loops
+        below = roots_of(split_axis)
+        own = set(bounded.root) | set(bounded.logical)
+        if any(r.is_broadcast and r not in own for r in below):
+            # A broadcast merged into the split axis (compute_at's loop-only b{1} for a
+            # consumer axis tv lacks): the shared loop runs over the consumer's larger
+            # extent, which the axis's own extent does not bound; the real axes under it
+            # are bounded instead (their indices wrap within them).
+            for r in below:
+                if not r.is_broadcast and r in index:
+                    bounds[r] = ctx.binop("lt", index[r], ctx.extent(r.extent))
+            continue
         bounds[split_axis] = ctx.binop("lt", index[split_axis], ctx.extent(split_axis.extent))
     if bounded is not tv:
         # The consumer's guards on loops this statement does not run inside do not apply.
