@@ -135,6 +135,12 @@ ARGUMENTS = [
     (schedule("y.reorder([1, 0])"), 6, 13,
      "reorder: mapping must be a map {old: new} of axis numbers"),
     (schedule("y.compute_at(y + 1, 1)"), 6, 16, "compute_at: consumer must be a tensor name"),
+    (schedule("xs = x.cache_after(local, consumers=y)"), 6, 39,
+     "cache_after: consumers must be a list of tensor names"),
+    (schedule("xs = x.cache_after(local, consumers=[y + 1])"), 6, 40,
+     "cache_after: consumers must be a tensor name"),
+    (schedule("xs = x.cache_after(local, consumers=[z])"), 6, 40,
+     "unknown tensor 'z' in fusion f"),
 ]
 
 

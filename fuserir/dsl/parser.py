@@ -82,6 +82,7 @@ PARAMETER_KINDS = {
     "shape": "shape", "diagonal": "int",
     "start_indices": "sizes", "end_indices": "sizes", "strides": "ints",
     "pad_widths": "sizes", "tensors": "tensors", "length": "size",
+    "consumers": "tensor names",
 }
 _CHOICES = {
     "dtype": (dtypes.DTYPE_NAMES, dtypes.from_name),
@@ -443,6 +444,11 @@ class _Builder:
             return (yield node)
         if kind == "tensor":
             return self.named_tensor(self.bare_name(what, param, node, "a tensor name"))
+        if kind == "tensor names":
+            if node.data != "list_literal":
+                raise self.error(f"{what}: {param} must be a list of tensor names", node)
+            return [self.named_tensor(self.bare_name(what, param, item, "a tensor name"))
+                    for item in node.children]
         if kind in _CHOICES:
             names = ", ".join(_CHOICES[kind][0])
             return self.choice(kind, self.bare_name(what, param, node, f"a {kind} ({names})"))

@@ -246,13 +246,16 @@ class TensorView(Val):
 
     @_traced
     def cache_after(self, memory_type: MemoryType | str, async_copy: bool = False,
-                    ldmatrix: bool = False, tma: bool = False) -> TensorView:
-        """Insert a copy of this tensor in `memory_type` that all its consumers then read.
-        async_copy: global -> shared by cp.async. ldmatrix: shared -> register fragments of
-        a tensor-core operand (its two innermost axes marked mma, lowered to ldmatrix).
-        tma: global -> shared by TMA, its innermost two axes one box per instruction."""
+                    ldmatrix: bool = False, tma: bool = False,
+                    consumers: Sequence[TensorView] | None = None) -> TensorView:
+        """Insert a copy of this tensor in `memory_type` that its consumers (all, or those
+        of `consumers`) then read. async_copy: global -> shared by cp.async. ldmatrix:
+        shared -> register fragments of a tensor-core operand (its two innermost axes
+        marked mma, lowered to ldmatrix). tma: global -> shared by TMA, its innermost two
+        axes one box per instruction."""
         from .. import transforms
-        return transforms.cache_after(self, memory_type, async_copy, ldmatrix, tma)
+        return transforms.cache_after(self, memory_type, async_copy, ldmatrix, tma,
+                                      consumers)
 
     @_traced
     def cache_before(self, memory_type: MemoryType | str) -> TensorView:

@@ -140,8 +140,9 @@ def rfactor(tv: TensorView, axes: Sequence[int]) -> TensorView:
 
 
 def cache_after(tv: TensorView, memory_type: MemoryType | str, async_copy: bool = False,
-                ldmatrix: bool = False, tma: bool = False) -> TensorView:
-    """Insert a copy of `tv` in `memory_type` that all its consumers then read; return it.
+                ldmatrix: bool = False, tma: bool = False,
+                consumers: Sequence[TensorView] | None = None) -> TensorView:
+    """Insert a copy of `tv` in `memory_type` that its consumers then read; return it.
 
     TensorView.cache_after. The usual way to stage an input: the copy (named `<tv>_cache`)
     has tv's shape as its loop domain, ready to be scheduled; tv itself is unchanged.
@@ -156,10 +157,15 @@ def cache_after(tv: TensorView, memory_type: MemoryType | str, async_copy: bool 
                    instruction moves (the inner one along the global tensor's contiguous
                    axis), any outer ones loops of boxes; it is circular-buffered with a
                    producer warp group (circular_buffer(stages, warp_specialize=TIDy))
+      consumers    the tensors computed from tv that read the copy instead (default:
+                   every one); the others keep reading tv itself, so that a cache placed
+                   in one consumer's loops serves that consumer only (nvFuser's cached
+                   uses)
 
-    Raises ScheduleError if the memory type is unknown, tv has no consumers, or async_copy,
-    ldmatrix or tma is asked for between the wrong memories (or ldmatrix for a non-matmul
-    use), or more than one of them.
+    Raises ScheduleError if the memory type is unknown, tv has no consumers, a tensor of
+    `consumers` is not computed from tv, or async_copy, ldmatrix or tma is asked for
+    between the wrong memories (or ldmatrix for a non-matmul use), or more than one of
+    them.
 
     >>> import fuserir
     >>> f = fuserir.parse("fusion f(x: f32[M, N]) { t = exp(x)  y = t * 2  output y }")
@@ -171,6 +177,17 @@ def cache_after(tv: TensorView, memory_type: MemoryType | str, async_copy: bool 
     x_cache: f32[M, N] shared loop=[i{M} i{N}]
     >>> f.producers(f.tensor("t"))
     [<TensorView x_cache: f32[M, N] shared>]
+    >>> g = fuserir.parse("fusion g(x: f32[N]) { y = exp(x) + relu(x)  output y }")
+    >>> g.tensor("x").cache_after("local", consumers=[g.tensor("t1")]).name
+    'x_cache'
+    >>> [e.output.name for e in g.uses(g.tensor("x"))]   # relu(x) still reads x
+    ['t2', 'x_cache']
+    >>> t1, t2 = g.tensor("t1"), g.tensor("t2")
+    >>> t1.cache_after("local", consumers=[t2])  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
+        ...
+    fuserir.errors.ScheduleError: cache_after: t2 is not computed from t1 (the tensors that
+        read it: y)
     >>> f.tensor("t").cache_after("local", async_copy=True)  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
         ...
@@ -182,6 +199,17 @@ def cache_after(tv: TensorView, memory_type: MemoryType | str, async_copy: bool 
     uses = fusion.uses(tv)
     if not uses:
         raise ScheduleError(f"cache_after: {tv.name} has no consumers to read the cache")
+    if consumers is not None:
+        readers = {e.output: e for e in uses}
+        for c in consumers:
+            if c not in readers:
+                names = ", ".join(t.name for t in readers)
+                raise ScheduleError(f"cache_after: {getattr(c, 'name', c)} is not computed "
+                                    f"from {tv.name} (the tensors that read it: {names})")
+        uses = [readers[c] for c in dict.fromkeys(consumers)]
+        if not uses:
+            raise ScheduleError(f"cache_after: consumers is empty; name the tensors that "
+                                f"read the cache of {tv.name}")
     if ldmatrix:
         if mt is not MemoryType.local:
             raise ScheduleError(f"cache_after: ldmatrix loads into registers (local), not "
