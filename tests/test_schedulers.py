@@ -1,6 +1,7 @@
 """Automatic schedules: fusions without a schedule compile and run, in the interpreter,
 equal to the reference; the plan (how many kernels, which scheduler) is what we expect."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -198,3 +199,97 @@ def test_any_fusion_without_a_schedule_compiles_and_runs():
         STATS["automatic schedules: kernels"] += len(exe.kernels)
 
     run()
+
+
+ROTARY_LIKE = """fusion f(x: f32[R, D], c: f32[R, D]) {
+  x1 = slice(x, [0, 0], [R, D / 2])
+  x2 = slice(x, [0, D / 2], [R, D])
+  out = x * c + cat([-x2, x1], dim=1)
+  output out
+}"""
+
+
+def test_an_input_also_read_shifted_is_cached_for_its_direct_reader_only():
+    """x is read at out's element by x * c and shifted by the cat of its halves: the
+    vector cache serves the product only, the slices keep reading x element by element,
+    and every size (a whole number of vectors or not) gives the reference's values."""
+    fusion = fuserir.parse(ROTARY_LIKE)
+    schedule_auto(fusion)
+    text = fuserir.print_fusion(fusion)
+    (product,) = [e.output for e in fusion.exprs if e.op == "mul"]
+    assert f"x_cache = x.cache_after(local, consumers=[{product.name}])" in text
+    assert "c_cache = c.cache_after(local)" in text
+    assert fuserir.print_fusion(fuserir.parse(text)) == text
+    exe = codegen.compile(fuserir.parse(ROTARY_LIKE), backend="interp")
+    rng = np.random.default_rng(3)
+    for shape in [(3, 256), (2, 260), (5, 6)]:
+        data = {n: rng.standard_normal(shape).astype(np.float32) for n in ("x", "c")}
+        np.testing.assert_array_equal(exe.run(data)["out"],
+                                      fuserir.evaluate(fusion, data)["out"])
+
+
+def test_a_bias_broadcast_over_rows_is_read_as_vectors_of_the_output_row():
+    """b [N] broadcast to [M, N] is read at the output's column: one vector load of b per
+    thread, like x's; the result matches at sizes that are and are not whole vectors."""
+    text = """fusion f(x: bf16[M, N], b: bf16[N]) {
+  y = relu(x + broadcast(b, [true, false]))
+  output y
+}"""
+    fusion = fuserir.parse(text)
+    exe = codegen.compile(fusion, backend="interp")
+    vectors = [s for s in kir.walk(exe.kernels[0].kir.body)
+               if isinstance(s, kir.Store) and s.width != 1]
+    assert sorted((s.buffer.name, s.width) for s in vectors) == [
+        ("b_cache", 8), ("x_cache", 8), ("y", 8)]
+    rng = np.random.default_rng(5)
+    for m, n in [(3, 256), (2, 260), (4, 5)]:
+        data = {"x": rng.standard_normal((m, n)).astype(ml_dtypes.bfloat16),
+                "b": rng.standard_normal(n).astype(ml_dtypes.bfloat16)}
+        np.testing.assert_array_equal(exe.run(data)["y"].astype(np.float32),
+                                      fuserir.evaluate(fusion, data)["y"].astype(np.float32))
+
+
+def test_a_broadcast_over_some_of_several_row_axes_is_read_as_vectors():
+    """c [S, D] broadcast over B of [B, S, D]: out's rows are B and S merged, c's cache
+    runs in that merged loop with B a loop-only broadcast; every row of every batch
+    reads c's row (the loop's index modulo S), none is skipped."""
+    text = """fusion f(x: f32[B, S, D], c: f32[S, D]) {
+  y = x * broadcast(c, [true, false, false])
+  output y
+}"""
+    fusion = fuserir.parse(text)
+    exe = codegen.compile(fusion, backend="interp")
+    assert "reinterpret_cast<const u32x4*>(&c_[" in exe.kernels[0].source
+    rng = np.random.default_rng(2)
+    for shape in [(2, 5, 8), (3, 3, 256), (2, 5, 6)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        c = rng.standard_normal(shape[1:]).astype(np.float32)
+        np.testing.assert_array_equal(exe.run({"x": x, "c": c})["y"], x * c)
+
+
+@pytest.mark.parametrize("body, want", [("x + x", lambda x: x + x),
+                                        ("x + x * 2", lambda x: x + x * 2)])
+def test_an_input_read_twice_by_one_tensor_is_one_vector_cache(body, want):
+    fusion = fuserir.parse(f"fusion f(x: f32[N]) {{ y = {body}  output y }}")
+    exe = codegen.compile(fusion, backend="interp")
+    assert exe.kernels[0].source.count("reinterpret_cast<const u32x4*>(&x_[") == 1
+    x = np.arange(10, dtype=np.float32)
+    np.testing.assert_array_equal(exe.run({"x": x})["y"], want(x))
+
+
+def test_a_broadcast_along_a_middle_axis_is_read_element_by_element():
+    """v [B, D] broadcast along axis 1 of [B, S, D]: in out's merged rows (B x S) the axis
+    v lacks is the inner part, which lowering would index by its own extent of 1, so v
+    gets no vector cache; x does, and every element is right."""
+    text = """fusion f(x: f32[B, S, D], v: f32[B, D]) {
+  y = x + broadcast(v, [false, true, false])
+  output y
+}"""
+    fusion = fuserir.parse(text)
+    exe = codegen.compile(fusion, backend="interp")
+    source = exe.kernels[0].source
+    assert "v_cache" not in source and "x_cache" in source
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 3, 8)).astype(np.float32)
+    v = rng.standard_normal((2, 8)).astype(np.float32)
+    np.testing.assert_array_equal(exe.run({"x": x, "v": v})["y"], x + v[:, None, :])

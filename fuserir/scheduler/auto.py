@@ -8,12 +8,13 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
 * pointwise: a single output whose innermost axis is not known to be short is cut into
   16-byte vectors along that axis, LANES vectors of a row a warp (TIDx), VECTOR_ROWS rows
   a block (TIDy), each thread one vector: the inputs read at the output's own element
-  (pointwise ops, casts, selects, slices from 0) are loaded into registers as vectors,
-  computed there, and the output stored as a vector (the executable runs a narrower
-  variant where an array's rows are no whole number of vectors). Other outputs are
-  flattened, split into blocks of THREADS threads that each handle UNROLL elements a
-  warp-width apart (so every access is coalesced); other inputs (broadcast, shifted,
-  transposed) are read element by element in either;
+  (pointwise ops, casts, selects, slices from 0, broadcasts over outer axes) are loaded
+  into registers as vectors (cache_after(local, consumers=...) where a tensor also reads
+  one shifted), computed there, and the output stored as a vector (the executable runs
+  a narrower variant where an array's rows are no whole number of vectors). Other
+  outputs are flattened, split into blocks of THREADS threads that each handle UNROLL
+  elements a warp-width apart (so every access is coalesced); other reads (shifted,
+  transposed, broadcast along the innermost axis) are element by element in either;
 * transpose: a pointwise fusion with an input contiguous along another axis than its
   output (read through a permute) is tiled on both innermost axes, that input staged
   through a padded shared tile so that it is read and the output written coalesced
@@ -118,28 +119,44 @@ def _schedule_pointwise(fusion):
         out.parallelize(2, "TIDx")
 
 
-# Expressions whose output element reads each tensor input at the same index (unless the
-# expression's index maps shift it: a slice from a non-zero start, a pad, a cat).
-_SAME_INDEX = (BinaryOp, CastOp, CatOp, LoadStoreOp, PadOp, SliceOp, UnaryOp, WhereOp)
+# Expressions whose output element reads each tensor input at its own index, or at the
+# index with the broadcast axes left out (unless the expression's index maps shift it: a
+# slice from a non-zero start, a pad, a cat).
+_SAME_INDEX = (BinaryOp, BroadcastOp, CastOp, CatOp, LoadStoreOp, PadOp, SliceOp, UnaryOp,
+               WhereOp)
 
 
 def _read_at_output_index(fusion, out):
-    """The inputs of `fusion` that every read reads at `out`'s own element index: through
-    pointwise ops, casts, selects and unshifted slices only, same rank, no broadcast
-    axis. A vector of `out` then reads a vector of each of them."""
-    same = {out: True}        # tensor -> whether every read seen so far is at out's index
+    """{input: the tensors that read it at `out`'s own element index} for the inputs of
+    `fusion` that some tensor reads so: through pointwise ops, casts, selects, unshifted
+    slices and broadcasts only, its axes in `out`'s order, its innermost at `out`'s
+    innermost (a bias of [N] broadcast to [M, N] is read at the output's column). A
+    vector of `out` then reads a vector of each of them."""
+    at = {out: list(range(out.rank))}   # tensor -> out's axis of each of its axes, or None
+    readers = {}
     for e in reversed(fusion.exprs):
         o = e.output
-        if o not in same:
+        if at.get(o) is None:
             continue
-        exact = same[o] and isinstance(e, _SAME_INDEX)
+        where = dict(zip(o.root, at[o])) if len(o.root) == len(o.shape_axes) else None
         for p in e.tensor_inputs:
-            mapping = e.root_map(p)
-            at_index = (exact and not e.index_maps(p) and p.rank == out.rank
-                        and not any(a.is_broadcast for a in p.shape_axes)
-                        and all(mapping.get(r) is a for r, a in zip(o.root, p.shape_axes)))
-            same[p] = same.get(p, True) and at_index
-    return [x for x in fusion.inputs if same.get(x)]
+            positions = None
+            if where is not None and isinstance(e, _SAME_INDEX) and not e.index_maps(p):
+                axis_of = {a: where[r] for r, a in e.root_map(p).items()}
+                positions = [None if a.is_broadcast else axis_of.get(a)
+                             for a in p.shape_axes]
+                if any(x is None and not a.is_broadcast
+                       for x, a in zip(positions, p.shape_axes)):
+                    positions = None
+            at[p] = positions if at.get(p, positions) == positions else None
+            # the input's axes must be out's last ones: what it lacks is outer, so that in
+            # out's merged rows a loop-only broadcast is the outer part of each merge (an
+            # inner one would be indexed by its own extent of 1, not the loop's)
+            if p.is_input and positions == list(range(out.rank - p.rank, out.rank)) and \
+                    all(a.extent == out.shape_axes[k].extent       # not a size-1 axis
+                        for a, k in zip(p.shape_axes, positions)):  # read at index 0
+                readers.setdefault(p, []).append(o)
+    return readers
 
 
 def _never_negative(extent):
@@ -166,8 +183,8 @@ def _schedule_vectors(fusion, out):
     for a warp's vectors or no whole number of them."""
     if out.rank == 0 or out.ndim != out.rank or out.shape_axes[-1].is_broadcast:
         return False
-    direct = _read_at_output_index(fusion, out)
-    width = VECTOR_BYTES // max(t.dtype.itemsize for t in [out, *direct])
+    readers = _read_at_output_index(fusion, out)
+    width = VECTOR_BYTES // max(t.dtype.itemsize for t in [out, *readers])
     inner = out.shape_axes[-1].extent
     if isinstance(inner, int) and (inner % width or inner < width * LANES):
         return False
@@ -186,8 +203,14 @@ def _schedule_vectors(fusion, out):
     for i, ptype in enumerate(("BIDx", "TIDy", "TIDx")):
         out.parallelize(i, ptype)
     out.vectorize(3)
-    for x in direct:
-        vector = x.cache_after(MemoryType.local)
+    for x, reading in readers.items():
+        # (out's definition moved to `computed`); a tensor that reads x elsewhere
+        # (shifted, broadcast along its rows) keeps reading x itself
+        reading = list(dict.fromkeys(computed if t is out else t for t in reading))
+        if len(reading) == len(fusion.uses(x)):
+            vector = x.cache_after(MemoryType.local)
+        else:
+            vector = x.cache_after(MemoryType.local, consumers=reading)
         vector.compute_at(out, 3)
         vector.vectorize(-1)
     computed.compute_at(out, 3)

@@ -21,6 +21,16 @@ other input, and every intermediate, is computed in z's loops as the pointwise s
 would. Sizes need not be multiples of the tile (lowering predicates the edges) and stay
 run-time values: one kernel serves every size.
 
+Where every tensor the tile's loops touch is narrower than 4 bytes (bf16, f16, 1-byte
+types), each access moves a 4-byte vector instead (PAIR_BYTES): the innermost TILE of
+each loop is split into TILE / w threads (TIDx) x w elements (vectorize), the tile copy
+moves pairs along A, the other inputs are loaded into registers as pairs before the
+tile's barrier, and the output is computed in registers and stored as pairs: half the
+instructions per byte (measured in docs/perf.md). The rows of 17 words keep the reads
+down a column conflict free; the tile's stores, two rows of 16 pairs a warp, meet on one
+bank (2 ways). Inputs other than the staged ones are loaded before the barrier whatever
+the width, so their loads overlap the tile's.
+
 Only the public transforms are called. `transpose_plan` says whether this applies, and
 why not where a transpose is left to the pointwise (or another) scheduler.
 """
@@ -33,6 +43,7 @@ from ..ir.tensor import MemoryType
 TILE = 32            # elements of each innermost axis a block handles
 ROWS = 8             # TIDy: a block is TILE x ROWS threads, TILE / ROWS elements each
 BANK_BYTES = 4       # a shared row of TILE is padded by one bank (one element where wider)
+PAIR_BYTES = 4       # elements narrower than this move in vectors of this many bytes
 
 # Expressions through which an output element reads its inputs at a permutation of its own
 # indices (so each input axis is one output axis, or none: a broadcast).
@@ -123,22 +134,48 @@ def schedule_transpose(fusion, plan):
     rank = out.rank
     if out.ndim != rank:
         raise ScheduleError(f"{out.name} already has a schedule")
+    early = _read_along_output(fusion, out, staged)
+    width = max(1, PAIR_BYTES // max(t.dtype.itemsize for t in [out, *staged, *early]))
+    computed = out.cache_before(MemoryType.local) if width > 1 else None
     # [.., A, .., I] -> [.., A/T, .., I/T, T of A, T of I] -> [tiles, T of A, T of I]
     out.split(rank - 1, TILE)
     out.split(a, TILE)
     out.reorder({a + 1: rank})
     for _ in range(rank - 1):
         out.merge(0)
-    out.split(1, ROWS)
-    for i, ptype in enumerate(("BIDx", "unroll", "TIDy", "TIDx")):
-        out.parallelize(i, ptype)
+    _rows_of_threads(out, width)
+    out.parallelize(0, "BIDx")
     for x in staged:
         tile = x.cache_after(MemoryType.shared)
         tile.compute_at(out, 1)
         # the replayed tile loops follow the output's order [tiles, T of A, T of I]: the
         # copy runs along A instead, the axis x is contiguous along
         tile.reorder({1: 2})
-        tile.split(1, ROWS)
-        for i, ptype in enumerate(("unroll", "TIDy", "TIDx"), start=1):
-            tile.parallelize(i, ptype)
+        _rows_of_threads(tile, width)
         tile.pad_rows(TILE, max(1, BANK_BYTES // tile.dtype.itemsize))
+    for y in early:
+        registers = y.cache_after(MemoryType.local)
+        registers.compute_at(out, 1)
+        _rows_of_threads(registers, width)
+    if computed is not None:
+        computed.compute_at(out, 4)
+        computed.parallelize(-1, "unroll")
+
+
+def _rows_of_threads(tv, width):
+    """[tiles, T, T] -> [tiles, T/ROWS (unroll), ROWS (TIDy), T/width (TIDx)(, width
+    (vectorize))]."""
+    tv.split(1, ROWS)
+    if width > 1:
+        tv.split(3, width)
+        tv.vectorize(4)
+    for i, ptype in enumerate(("unroll", "TIDy", "TIDx"), start=1):
+        tv.parallelize(i, ptype)
+
+
+def _read_along_output(fusion, out, staged):
+    """The inputs other than `staged` that out's loop reads at its own element."""
+    positions = _output_axes(fusion, out)
+    return [x for x in fusion.inputs if x not in staged and x.rank == out.rank
+            and positions.get(x) == list(range(out.rank))
+            and not any(a.is_broadcast for a in x.shape_axes)]
