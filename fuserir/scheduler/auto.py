@@ -14,7 +14,7 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
   a narrower variant where an array's rows are no whole number of vectors). Other
   outputs are flattened, split into blocks of THREADS threads that each handle UNROLL
   elements a warp-width apart (so every access is coalesced); other reads (shifted,
-  transposed, broadcast along the innermost axis) are element by element in either;
+  transposed, broadcast along an inner axis) are element by element in either;
 * transpose: a pointwise fusion with an input contiguous along another axis than its
   output (read through a permute) is tiled on both innermost axes, that input staged
   through a padded shared tile so that it is read and the output written coalesced
@@ -129,9 +129,9 @@ _SAME_INDEX = (BinaryOp, BroadcastOp, CastOp, CatOp, LoadStoreOp, PadOp, SliceOp
 def _read_at_output_index(fusion, out):
     """{input: the tensors that read it at `out`'s own element index} for the inputs of
     `fusion` that some tensor reads so: through pointwise ops, casts, selects, unshifted
-    slices and broadcasts only, its axes in `out`'s order, its innermost at `out`'s
-    innermost (a bias of [N] broadcast to [M, N] is read at the output's column). A
-    vector of `out` then reads a vector of each of them."""
+    slices and broadcasts only, its axes `out`'s last ones, of the same extents (a bias
+    of [N] broadcast to [M, N] is read at the output's column). A vector of `out` then
+    reads a vector of each of them."""
     at = {out: list(range(out.rank))}   # tensor -> out's axis of each of its axes, or None
     readers = {}
     for e in reversed(fusion.exprs):
@@ -152,7 +152,8 @@ def _read_at_output_index(fusion, out):
             # the input's axes must be out's last ones: what it lacks is outer, so that in
             # out's merged rows a loop-only broadcast is the outer part of each merge (an
             # inner one would be indexed by its own extent of 1, not the loop's)
-            if p.is_input and positions == list(range(out.rank - p.rank, out.rank)) and \
+            if p.is_input and p.rank > 0 and \
+                    positions == list(range(out.rank - p.rank, out.rank)) and \
                     all(a.extent == out.shape_axes[k].extent       # not a size-1 axis
                         for a, k in zip(p.shape_axes, positions)):  # read at index 0
                 readers.setdefault(p, []).append(o)

@@ -64,9 +64,9 @@ def _nonneg(x):
 def _answered(op, a, b):
     """Whether Ranges answers `a op b` (else it is unknown): sums and differences; a
     product, quotient or xor of non-negative terms, a remainder of one by a non-negative
-    term (a % 0 = a: still non-negative), a min or max of terms with known lower bounds. That is all the folds need
-    (they apply to non-negative index terms only), and where these give up, no fold is
-    made."""
+    term (a % 0 = a: still non-negative), a min or max of terms with known lower bounds.
+    That is all the folds need (they apply to non-negative index terms only), and where
+    these give up, no fold is made."""
     if op in ("add", "sub"):
         return True
     if op in ("min", "max"):
