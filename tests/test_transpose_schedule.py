@@ -248,13 +248,16 @@ def test_a_permute_that_keeps_the_innermost_axis_keeps_the_pointwise_schedule():
   z = permute(x, [1, 0, 2]) + y
   output z
 }""")
-    assert explain(fusion) == ["the pointwise scheduler (its schedule does not depend on "
-                               "the sizes)"]
+    assert explain(fusion) == ["the pointwise scheduler (16-byte vectors of z's rows)"]
+    assert explain(fusion, {"A": 3, "B": 5, "C": 40}) == [
+        "the pointwise scheduler (flattened: several outputs, or rows too short for a warp "
+        "of vectors)"]
     schedule_auto(fusion)
     assert fuserir.print_fusion(fusion).endswith(POINTWISE_SCHEDULE + "\n")
     exe = codegen.compile(fusion, backend="interp")
-    data = inputs_for(fusion, {"A": 3, "B": 5, "C": 40}, np.random.default_rng(1))
-    np.testing.assert_array_equal(exe.run(data)["z"], fuserir.evaluate(fusion, data)["z"])
+    for c in (40, 256):      # rows shorter than 32 vectors of 4, and long enough
+        data = inputs_for(fusion, {"A": 3, "B": 5, "C": c}, np.random.default_rng(1))
+        np.testing.assert_array_equal(exe.run(data)["z"], fuserir.evaluate(fusion, data)["z"])
 
 
 def test_a_reduction_with_a_transpose_keeps_the_reduction_scheduler_and_says_why():
@@ -279,7 +282,8 @@ def test_two_outputs_fall_back_to_the_pointwise_schedule_with_the_reason():
   output z, w
 }"""
     lines = explain(fuserir.parse(text))
-    assert lines == ["the pointwise scheduler (its schedule does not depend on the sizes)",
+    assert lines == ["the pointwise scheduler (flattened: several outputs, or rows too short "
+                     "for a warp of vectors)",
                      "not staged through shared memory: f has 2 outputs (one is tiled)"]
     exe = codegen.compile(fuserir.parse(text), backend="interp")
     data = inputs_for(exe.fusion, {"N": 20, "M": 36}, np.random.default_rng(4))

@@ -74,7 +74,7 @@ def schedule_auto(fusion, persistent=True, sizes=None, device=None):
     else:
         plan = transpose_plan(fusion)
         if plan is None:
-            _schedule_pointwise(fusion)
+            _schedule_pointwise(fusion, sizes)
         else:
             _recompute_shared_intermediates(fusion, set())
             schedule_transpose(fusion, plan)
@@ -101,12 +101,12 @@ def _flatten(tv):
         tv.merge(0)
 
 
-def _schedule_pointwise(fusion):
+def _schedule_pointwise(fusion, sizes=None):
     shapes = {tuple(str(e) for e in t.shape) for t in fusion.outputs}
     if len(shapes) > 1:
         raise ScheduleError(f"pointwise outputs of {fusion.name} differ in shape")
     _recompute_shared_intermediates(fusion, set())
-    if len(fusion.outputs) == 1 and _schedule_vectors(fusion, fusion.outputs[0]):
+    if _schedule_vectors(fusion, sizes):
         return
     for out in fusion.outputs:
         if out.ndim == 0:
@@ -178,19 +178,35 @@ def _never_negative(extent):
     return False
 
 
-def _schedule_vectors(fusion, out):
-    """The vectorized pointwise schedule of the module docstring, if it applies: False
-    (fusion untouched) where out's innermost axis is a broadcast, or a constant too short
-    for a warp's vectors or no whole number of them."""
+def _vector_plan(fusion, sizes):
+    """(output, {input: its readers at the output's element}, width) of the vectorized
+    pointwise schedule of the module docstring at `sizes` (a symbol not given counts as
+    LARGE), or None where it does not apply: several outputs, a broadcast innermost
+    axis, or one shorter than a warp's vectors (LANES x width elements: where rows are
+    short, most lanes would idle, and the flattened schedule keeps them busy) or, for a
+    constant, no whole number of vectors."""
+    if len(fusion.outputs) != 1:
+        return None
+    out = fusion.outputs[0]
     if out.rank == 0 or out.ndim != out.rank or out.shape_axes[-1].is_broadcast:
-        return False
+        return None
     readers = _read_at_output_index(fusion, out)
     width = VECTOR_BYTES // max(t.dtype.itemsize for t in [out, *readers])
     inner = out.shape_axes[-1].extent
-    if isinstance(inner, int) and (inner % width or inner < width * LANES):
+    if isinstance(inner, int) and inner % width:
+        return None
+    if not _never_negative(inner) or _size(inner, sizes or {}) < width * LANES:
+        return None         # (lowering could not fold the vector's lane out of the former)
+    return out, readers, width
+
+
+def _schedule_vectors(fusion, sizes):
+    """The vectorized pointwise schedule, if _vector_plan gives one (else False, the
+    fusion untouched)."""
+    plan = _vector_plan(fusion, sizes)
+    if plan is None:
         return False
-    if not _never_negative(inner):
-        return False        # lowering could not fold the vector's lane out of its index
+    out, readers, width = plan
     computed = out.cache_before(MemoryType.local)
     # [.., D] -> [rows, D / (w L), L, w] -> [blocks, VECTOR_ROWS, L, w]
     out.split(-1, width)
@@ -433,11 +449,14 @@ def schedule_key(fusion, sizes=None, device=None):
     """What the automatic schedule of `fusion` depends on at `sizes` on `device`, as
     (key, run-time scalars): two size classes with equal keys get the same schedule, so
     one compiled kernel serves both, each run passing its own scalars (a matmul's split-K
-    factor). Only a matmul's schedule depends on the sizes (and, on Hopper, on whether TMA
-    can read its operand arrays: device.tma)."""
+    factor). A matmul's schedule depends on the sizes (and, on Hopper, on whether TMA
+    can read its operand arrays: device.tma); a pointwise fusion's on whether its rows
+    are long enough for vectors."""
     params = matmul_params(fusion, sizes, device)
     if params is None:
-        return None, {}
+        if any(isinstance(e, (MatmulOp, ReductionOp)) for e in fusion.exprs):
+            return None, {}
+        return ("pointwise vectors", _vector_plan(fusion, sizes) is not None), {}
     from .matmul import SPLITK
     key = tuple((f, getattr(params, f)) for f in params.__dataclass_fields__
                 if f != "splitk_factor")
@@ -449,7 +468,7 @@ def explain(fusion, sizes=None, device=None):
     why (`fuserir inspect`)."""
     exprs = fusion.exprs
     if not any(isinstance(e, MatmulOp) for e in exprs):
-        return _explain_without_matmul(fusion)
+        return _explain_without_matmul(fusion, sizes)
     reasons = []
     params = matmul_params(fusion, sizes, device, reasons)
     if params is None:
@@ -457,7 +476,7 @@ def explain(fusion, sizes=None, device=None):
     return [f"the tensor-core matmul scheduler: {params}"] + reasons
 
 
-def _explain_without_matmul(fusion):
+def _explain_without_matmul(fusion, sizes):
     same = "its schedule does not depend on the sizes"
     transposed = ", ".join(t.name for t in transposes(fusion))
     if any(isinstance(e, ReductionOp) for e in fusion.exprs):
@@ -469,7 +488,10 @@ def _explain_without_matmul(fusion):
     reasons = []
     plan = transpose_plan(fusion, reasons)
     if plan is None:
-        return [f"the pointwise scheduler ({same})"] + reasons
+        vectors = _vector_plan(fusion, sizes)
+        how = (f"16-byte vectors of {vectors[0].name}'s rows" if vectors else
+               "flattened: several outputs, or rows too short for a warp of vectors")
+        return [f"the pointwise scheduler ({how})"] + reasons
     out, staged, a = plan
     return [f"the transpose scheduler ({same}): {out.name} tiled on its axes {a} and "
             f"{out.rank - 1}, {', '.join(x.name for x in staged)} staged through padded "
