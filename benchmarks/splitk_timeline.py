@@ -6,11 +6,11 @@
 The kernel is the Hopper path's NT matmul with a parallel split-K (benchmarks/matmul.py's
 --hopper --no-smem-epilogue --splitk-mode parallel --splitk-interleaved, 6 stages unless
 given) at M = N = 128. Its generated CUDA gets a read of %globaltimer by thread 0 of each
-CTA at six points (instrument()): the kernel's start, the end of the main loop (the grid
-reduction's first statement), past the wait for every split's partials, the slice summed,
-and, in the tile's last CTA, past the wait for every slice and at the epilogue's start.
-The instrumented source is compiled by NVRTC and launched with the plan's arguments after
-an L2 flush, several times; the last launch's times are printed per phase as the median
+CTA at five points (instrument()): the kernel's start, the end of the main loop (the grid
+reduction's first statement), past the wait for every split's partials, its own elements
+summed over the splits (the epilogue's start), and its own elements stored (the
+epilogue's end). The instrumented source is compiled by NVRTC and launched with the
+plan's arguments after an L2 flush, several times; the last launch's times are printed per phase as the median
 and the largest over CTAs of (time - the earliest CTA's start), in microseconds, with
 the output checked against the float64 product. The reads cost a few tens of nanoseconds
 each: this is for where the time goes, not for how much there is (benchmarks/matmul.py).
@@ -28,8 +28,8 @@ for path in (ROOT, ROOT / "benchmarks"):
 
 import matmul as bench_matmul  # noqa: E402
 
-PHASES = ("start", "main loop done", "all partials in", "slice summed",
-          "last CTA: slices in", "last CTA: epilogue")
+PHASES = ("start", "main loop done", "all partials in", "own elements summed",
+          "own elements stored")
 SLOTS = 8                  # timer slots per CTA in the device array
 MAX_CTAS = 1024
 
@@ -50,24 +50,33 @@ def instrument(source):
     CTAs: launch with M, N within one tile). NotInstrumentable names a point not found."""
     lines = source.split("\n")
 
-    def find(what, pattern, start=0):
-        for i in range(start, len(lines)):
+    def find(what, pattern, start=0, stop=None):
+        for i in range(start, len(lines) if stop is None else stop):
             if re.search(pattern, lines[i]):
                 return i
         raise NotInstrumentable(f"no {what} ({pattern!r}) in the kernel's source")
 
-    reduction = find("parallel grid reduction", r"parallel grid reduction of ")
+    def indent(i):
+        return len(lines[i]) - len(lines[i].lstrip())
+
+    def closing(i):             # the line that closes the block opened on line i
+        depth = 0
+        for j in range(i, len(lines)):
+            depth += lines[j].count("{") - lines[j].count("}")
+            if depth == 0:
+                return j
+        raise NotInstrumentable(f"line {i + 1} opens a block that does not close")
+
+    reduction = find("parallel grid reduction", r"parallel grid reduction of .* storing")
     arrived = find("bar.sync after the wait for every partial", r"bar\.sync",
                    find("wait for every partial", r"sem_wait\(&\w+_arrived", reduction))
-    summed = find("fence after the slice sums", r"__threadfence\(\);",
-                  find("first fence", r"__threadfence\(\);", reduction) + 1)
-    slices = find("bar.sync after the wait for every slice", r"bar\.sync",
-                  find("wait for every slice", r"sem_wait\(&\w+_done", summed))
-    epilogue = find("the epilogue's first loop", r"^\s*(#pragma unroll|for \()",
-                    find("the last reset", r"sem_release\(&\w+_done", slices) + 2)
+    protocol = find("the reduction's condition", r"^\s*if \(", reduction)
+    summed = closing(protocol) + 1
+    reset = find("the last CTA's wait", r"sem_wait\(&\w+_passed", summed)
+    stored = max(i for i in range(summed, reset) if indent(i) == indent(protocol)
+                 and lines[i].lstrip().startswith("if ("))
     inserts = [(find("the kernel's shared pool", r"extern __shared__"), 0),
-               (reduction, 1), (arrived + 1, 2), (summed, 3), (slices + 1, 4),
-               (epilogue, 5)]
+               (reduction, 1), (arrived + 1, 2), (summed, 3), (stored, 4)]
     for at, slot in sorted(inserts, reverse=True):
         lines.insert(at, _stamp(slot))
     text = "\n".join(lines)
@@ -125,7 +134,7 @@ def main(argv=None):
     print(f"K={k_size} splits={splits} CTA tile {params.cta_tile}, stages {params.stages}: "
           "us from the first CTA's start, median / largest over CTAs")
     for slot, name in enumerate(PHASES):
-        column = times[:, slot] if slot < 4 else times[-1:, slot]
+        column = times[:, slot]
         column = (column[column > 0] - origin) / 1000
         print(f"  {name:22s} {np.median(column):8.2f} / {column.max():8.2f}")
     ref = bench_matmul.nt_reference(cp, a, b)

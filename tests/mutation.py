@@ -18,7 +18,8 @@ where ("delete S42 sem_wait ...").
 `missed(fusion, ...)` runs the interpreter on each mutant at split-K 1, 2 and 5 with as
 many K tiles per split as the pipeline has stages (the size where a missed stage hand-off
 is invisible to a single order), then at 2 x stages + 1 tiles per split (every stage
-reused), under both role orders and one seeded random interleaving; it catches a mutant
+reused), under both role orders and one seeded random interleaving (and, for a
+co-resident kernel, with the latest ready block resumed first); it catches a mutant
 with a hazard, a refusal to run, or an output that differs from the unmutated kernel's on
 the same integer inputs. The score goes to the session summary (fuserir statistics).
 """
@@ -215,18 +216,21 @@ def outputs(kernel, args):
 def interpreter_catches(kernel, sizes_list, clean):
     """How the interpreter shows the mutant (a hazard, a refusal, a wrong output), or
     None where it runs clean at every size and interleaving."""
+    # a co-resident kernel's blocks wait on later ones: also resume the latest ready block
+    runs = [(how, "earliest") for how in ("then-first", "else-first", 0)]
+    runs += [("then-first", "latest")] if kernel.co_resident else []
     for n, sizes in enumerate(sizes_list):
-        for how in ("then-first", "else-first", 0):
+        for how, order in runs:
             args = arguments(kernel, sizes)
             try:
-                run_kernel(kernel, args, interleaving=how)
+                run_kernel(kernel, args, interleaving=how, block_order=order)
             except RaceError as e:
-                return f"{sorted({h.kind for h in e.hazards})} at {sizes} ({how})"
+                return f"{sorted({h.kind for h in e.hazards})} at {sizes} ({how}, {order})"
             except InterpError as e:
                 return f"refused to run: {e}"
             got = outputs(kernel, args)
             if any(not np.array_equal(got[k], clean[n][k]) for k in got):
-                return f"a wrong output at {sizes} ({how})"
+                return f"a wrong output at {sizes} ({how}, {order})"
     return None
 
 

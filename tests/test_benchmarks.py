@@ -374,20 +374,22 @@ def test_the_split_k_timeline_stamps_each_phase_of_the_generated_kernel():
     compiled = codegen.compile(fusion, backend="cuda").kernels[0]
     text = splitk_timeline.instrument(compiled.source)
     stamps = [line for line in text.split("\n") if "%%globaltimer" in line]
-    assert [int(line.split("+ ")[-1].split("]")[0]) for line in stamps] == list(range(6))
+    assert [int(line.split("+ ")[-1].split("]")[0]) for line in stamps] == list(range(5))
     order = [text.index(mark) for mark in (
         "extern __shared__", "parallel grid reduction of", "sem_wait(&acc_arrived",
-        "sem_wait(&acc_done", "sem_release(&acc_done")]
+        "sem_arrive(&acc_passed", "out_[", "sem_wait(&acc_passed")]
     assert order == sorted(order)
     lines = text.split("\n")
     at = {int(line.split("+ ")[-1].split("]")[0]): i for i, line in enumerate(lines)
           if "%%globaltimer" in line}
     assert "extern __shared__" in lines[at[0] + 1]
     assert "parallel grid reduction" in lines[at[1] + 1]
-    assert "bar.sync" in lines[at[2] - 1] and "sem_wait(&acc_arrived" in lines[at[2] - 3]
-    assert "__threadfence" in lines[at[3] + 1]
-    assert "bar.sync" in lines[at[4] - 1] and "sem_wait(&acc_done" in lines[at[4] - 3]
-    assert "for (" in lines[at[5] + 1] or "#pragma unroll" in lines[at[5] + 1]
+    assert "bar.sync" in lines[at[2] - 1] and "sem_wait(&acc_arrived" in lines[at[2] - 4]
+    # the epilogue: after the sums (a block's close), before the last CTA's reset
+    epilogue = "\n".join(lines[at[3]:at[4]])
+    assert lines[at[3] - 1].strip() == "}" and "out_[" in epilogue
+    assert "acc_work" not in epilogue and "sem_" not in epilogue
+    assert "sem_wait(&acc_passed" in "\n".join(lines[at[4]:at[4] + 5])
     nvrtc.compile_to_cubin(text, compiled.kir.name, "sm_90a")      # it still compiles
 
 

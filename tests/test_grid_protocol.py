@@ -227,16 +227,17 @@ def _hopper_parallel():
                            layout="NT", epilogue=True))[0]
 
 
-@pytest.mark.parametrize("build", [_sm80_parallel, _hopper_parallel],
-                         ids=["sm80 seed", "hopper bias relu"])
-def test_the_parallel_reduction_is_proved_and_each_of_its_syncs_dropped_alone_is_refused(build):
-    """Arrival counters: every CTA of a tile publishes its partials and arrives, waits
-    for all, sums its slice, arrives again; the last waits for every slice and resets
-    both counters. A co-resident kernel: waiting for CTAs launched later is no deadlock."""
-    kernel = build()
+def test_the_gathered_parallel_reduction_is_proved_and_each_of_its_syncs_dropped_alone_is_refused():
+    """The output staged through shared memory (the sm80 seed): every CTA of a tile
+    publishes its partials and arrives, waits for all, sums its slice, arrives again; the
+    last waits for every slice and resets both counters. A co-resident kernel: waiting for
+    CTAs launched later is no deadlock."""
+    kernel = _sm80_parallel()
     assert kernel.co_resident
     assert has_grid_protocol(kernel) and check_grid_protocol(kernel) == []
     lines = [s.line() for s in _protocol_syncs(kernel)]
+    assert any("each summing a slice" in s.line() for s in kir.walk(kernel.body)
+               if isinstance(s, kir.Comment))
     assert [x.split()[0] for x in lines if x.startswith("sem_")] == [
         "sem_arrive", "sem_wait", "sem_arrive", "sem_wait", "sem_release", "sem_release"]
     assert sum("__threadfence" in x for x in lines) == 2
@@ -246,6 +247,68 @@ def test_the_parallel_reduction_is_proved_and_each_of_its_syncs_dropped_alone_is
             verify(_without(kernel, s))
         found = {h.kind for h in info.value.hazards}
         assert _expected(s) in found, (s.line(), info.value)
+
+
+def _owned_store_guards(kernel):
+    """The conditions that keep each CTA's output stores to the elements it summed."""
+    return [s for s in kir.walk(kernel.body) if isinstance(s, kir.IfThenElse)
+            and " >= " in s.line() and "blockIdx.z" in s.line()
+            and any(isinstance(c, kir.Store) and c.buffer.name == "out"
+                    for c in kir.walk(s.then_body))]
+
+
+def test_the_stored_where_summed_parallel_reduction_is_proved_and_each_sync_dropped_is_refused():
+    """The output stored from registers: every CTA of a tile publishes its partials,
+    arrives and waits for all, then says it passed; it sums a run of the threads'
+    elements over the splits in order and stores those elements itself. The last CTA
+    waits until every CTA has passed the wait, then resets both counters. Each sync
+    dropped alone is refused: the handoff of the partials as "cross-cta", an arrival
+    as "deadlock", the wait for every CTA's passing as a "deadlock" (a CTA still waiting
+    for the count the reset took away), a reset as "workspace"."""
+    kernel = _hopper_parallel()
+    assert kernel.co_resident
+    assert has_grid_protocol(kernel) and check_grid_protocol(kernel) == []
+    assert any("each summing and storing a run" in s.line() for s in kir.walk(kernel.body)
+               if isinstance(s, kir.Comment))
+    syncs = _protocol_syncs(kernel)
+    lines = [s.line() for s in syncs]
+    sems = [x for x in lines if x.startswith("sem_")]
+    assert [x.split()[0] + " " + x.split()[1].split("[")[0] for x in sems] == [
+        "sem_arrive acc_arrived", "sem_wait acc_arrived", "sem_arrive acc_passed",
+        "sem_wait acc_passed", "sem_release acc_arrived", "sem_release acc_passed"]
+    assert sum("__threadfence" in x for x in lines) == 1
+    assert sum(x.startswith(("__syncthreads", "bar.sync")) for x in lines) == 2
+    expected = {sems[0]: "deadlock", sems[1]: "cross-cta", sems[2]: "deadlock",
+                sems[3]: "deadlock", sems[4]: "workspace", sems[5]: "workspace"}
+    for s in syncs:
+        with pytest.raises(HazardError) as info:
+            verify(_without(kernel, s))
+        found = {h.kind for h in info.value.hazards}
+        assert expected.get(s.line(), "cross-cta") in found, (s.line(), info.value)
+    assert len(_owned_store_guards(kernel)) == 1
+
+
+def test_output_stores_not_kept_to_the_summed_elements_race_across_ctas():
+    """Without the condition that keeps a CTA's stores to the elements it summed, every
+    CTA of a tile stores every element: the proof refuses it as a cross-CTA write after
+    write on the output, and the interpreter sees the race."""
+    from codegen.errors import RaceError
+    from codegen.interp import run_kernel
+    import mutation
+    kernel = copy.deepcopy(_hopper_parallel())
+    (guard,) = _owned_store_guards(kernel)
+    for s in [None] + list(kir.walk(kernel.body)):
+        for body in ([kernel.body] if s is None else s.bodies()):
+            if guard in body:
+                at = body.index(guard)
+                body[at:at + 1] = guard.then_body
+    findings = check_grid_protocol(kernel)
+    assert any(h.kind == "cross-cta" and h.buffer == "out" and "WAW" in str(h)
+               for h in findings), findings
+    with pytest.raises(RaceError) as info:
+        run_kernel(kernel, mutation.arguments(kernel, {"M": 256, "N": 128, "K": 64 * 4,
+                                                       "splitk": 2}))
+    assert "cross-cta" in {h.kind for h in info.value.hazards}, info.value
 
 
 def test_a_parallel_reduction_not_marked_co_resident_is_refused_as_a_deadlock():

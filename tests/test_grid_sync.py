@@ -569,3 +569,45 @@ def test_cuda_executor_gives_each_run_zeroed_semaphores(rng):
     for _ in range(3):
         y = exe.run({"x": x})["y"]
         assert cp.asnumpy(y).tobytes() == want.tobytes()
+
+
+# -- the block scheduler's two orders ----------------------------------------------------------
+
+def test_the_scheduler_resumes_the_earliest_or_the_latest_ready_block():
+    """Two blocks share a counter: each adds 1 and waits for 2; block 1 then resets it
+    without waiting for block 0 to pass (the bug). Resuming the earliest ready block lets
+    block 0 through as soon as the count is 2; resuming the latest runs block 1 to its
+    reset first, and block 0 waits forever: the deadlock the second order exposes."""
+    from codegen.interp.scheduler import Wait, schedule
+    for latest, stuck_blocks in ((False, []), (True, [0])):
+        cell, trace = {"n": 0}, []
+
+        def block(z):
+            cell["n"] += 1
+            yield None
+            yield Wait(None, lambda: cell["n"] == 2, "n")
+            trace.append(z)
+            if z == 1:
+                cell["n"] = 0
+
+        stuck = schedule([(z, block(z)) for z in (0, 1)], latest=latest)
+        assert [b for b, _ in stuck] == stuck_blocks
+        assert trace == ([0, 1] if not latest else [1])
+
+
+def test_the_turnstile_runs_in_the_latest_first_order_too(rng):
+    """Split z waits for z: resumed latest first, every later split waits until the
+    earlier ones release it, and the sum is the same, bit for bit."""
+    x = data(rng)
+    y = np.zeros(x.shape[1], np.float32)
+    run_kernel(turnstile(), {"x": x, "y": y, "S": x.shape[0], "N": x.shape[1]},
+               block_order="latest")
+    assert np.array_equal(y, split_order_sum(x))
+
+
+def test_run_kernel_refuses_an_unknown_block_order(rng):
+    x = data(rng)
+    with pytest.raises(InterpError, match="block_order 'random': expected one of earliest, "
+                                          "latest"):
+        run_kernel(turnstile(), {"x": x, "y": np.zeros(x.shape[1], np.float32),
+                                 "S": x.shape[0], "N": x.shape[1]}, block_order="random")

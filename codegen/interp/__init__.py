@@ -53,7 +53,8 @@ from fuserir.numerics import convert
 __all__ = ["run_kernel", "run_interleavings", "InterpError", "Wait", "schedule", "convert"]
 
 
-def run_kernel(kernel, args, blocks=None, workspaces=None, interleaving="then-first"):
+def run_kernel(kernel, args, blocks=None, workspaces=None, interleaving="then-first",
+               block_order="earliest"):
     """Run `kernel` on the CPU.
 
     args: each TensorParam's buffer name -> numpy array (outputs written in place; any
@@ -66,10 +67,13 @@ def run_kernel(kernel, args, blocks=None, workspaces=None, interleaving="then-fi
     check that semaphores are left reset). blocks: optional list of block indices
     (x, y, z) to run (others do not run). interleaving: how the roles of warp-specialized
     role branches interleave (roles.py): "then-first", "else-first", or an int seed of a
-    random choice at every switch point. Raises RaceError listing every hazard after the
-    run (outputs written), InterpError for what cannot be run at all.
+    random choice at every switch point. block_order: which block the scheduler resumes
+    of those that can go on (scheduler.py): "earliest" launched, or "latest" (where all
+    blocks are resident at once, a block waiting on others may fall behind them all).
+    Raises RaceError listing every hazard after the run (outputs written), InterpError
+    for what cannot be run at all.
     """
-    interp = _Interp(kernel, args, workspaces, interleaving)
+    interp = _Interp(kernel, args, workspaces, interleaving, block_order)
     interp.run(blocks)
     if interp.hazards:
         raise RaceError(interp.hazards, kernel.name)

@@ -104,9 +104,17 @@ class _SharedLayout:
         self.k = max(1, self.itemsize // grain)      # grains per element
 
 
+BLOCK_ORDERS = ("earliest", "latest")   # which ready block the scheduler resumes
+
+
 class _Interp:
-    def __init__(self, kernel, args, workspaces=None, interleaving="then-first"):
+    def __init__(self, kernel, args, workspaces=None, interleaving="then-first",
+                 block_order="earliest"):
+        if block_order not in BLOCK_ORDERS:
+            raise InterpError(f"block_order {block_order!r}: expected one of "
+                              f"{', '.join(BLOCK_ORDERS)}")
         self.kernel = kernel
+        self.block_order = block_order
         self.interleaving = Interleaving(interleaving)
         self.hazards = []
         self.seen = set()
@@ -340,7 +348,8 @@ class _Interp:
             order = sorted(chosen, key=lambda b: (b[2], b[1], b[0]))
         with np.errstate(all="ignore"), progress(f"interpreting {self.kernel.name}",
                                                  total=len(order), unit="block") as bar:
-            stuck = schedule([(b, self._block(b)) for b in order], done=bar.update)
+            stuck = schedule([(b, self._block(b)) for b in order], done=bar.update,
+                             latest=self.block_order == "latest")
         for block, wait in stuck:
             others = [b for b, _ in stuck]
             self.add(("deadlock", wait.stmt.label, wait.stmt.label), lambda: Hazard(

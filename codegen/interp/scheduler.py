@@ -29,15 +29,19 @@ class Wait:
         return self.why() if self.why is not None else f"waits on {self.what}"
 
 
-def schedule(coroutines, done=None):
+def schedule(coroutines, done=None, latest=False):
     """Run (block, generator) pairs, given in launch order, to completion: always resume
-    the earliest block that is not waiting (or whose Wait is ready). With no waits this is
-    block after block in launch order. Returns [(block, Wait)] of the blocks left waiting
-    forever when every remaining block waits (a deadlock), else []. `done()`, when given,
-    is called as each block finishes (a progress bar)."""
+    the earliest block that is not waiting (or whose Wait is ready); with `latest`, the
+    latest such block (a later block runs ahead of earlier ones, as it may where all are
+    resident at once). With no waits this is block after block in launch order (reversed
+    with `latest`). Returns [(block, Wait)] of the blocks left waiting forever when every
+    remaining block waits (a deadlock), else []. `done()`, when given, is called as each
+    block finishes (a progress bar)."""
     live = [[block, gen, None] for block, gen in coroutines]
     while live:
-        for i, entry in enumerate(live):
+        order = range(len(live) - 1, -1, -1) if latest else range(len(live))
+        for i in order:
+            entry = live[i]
             wait = entry[2]
             if wait is not None and not wait.ready():
                 continue

@@ -35,23 +35,23 @@ class NotLinear(Exception):
     atom holds a thread index or a loop variable)."""
 
 
-def polynomial(expr, atoms):
+def polynomial(expr, atoms, inside=""):
     """expr as {monomial: coefficient}, a monomial a sorted tuple of atom keys (blockIdx.a
     is the atom "block.a"); operators other than + - * and integer casts are atoms, kept
-    by key in `atoms`, and may not hold a block index."""
+    by key in `atoms`, and may not hold a block index but those of the axes `inside`."""
     if isinstance(expr, kir.Const):
         return {(): int(expr.value)}
     if isinstance(expr, kir.Cast) and expr.dtype.is_int and expr.a.dtype.is_int:
-        return polynomial(expr.a, atoms)
+        return polynomial(expr.a, atoms, inside)
     if isinstance(expr, kir.BinOp) and expr.op in ("add", "sub", "mul"):
-        a, b = polynomial(expr.a, atoms), polynomial(expr.b, atoms)
+        a, b = polynomial(expr.a, atoms, inside), polynomial(expr.b, atoms, inside)
         if expr.op == "mul":
             return times(a, b)
         return plus(a, b, 1 if expr.op == "add" else -1)
     if isinstance(expr, kir.Special) and expr.kind is kir.SpecialKind.blockIdx:
         return {(f"block.{expr.axis}",): 1}
     if any(isinstance(x, kir.Special) and x.kind is kir.SpecialKind.blockIdx
-           for x in kir.walk_expr(expr)):
+           and x.axis not in inside for x in kir.walk_expr(expr)):
         raise NotLinear(kir.format_expr(expr))
     key = kir.format_expr(expr)
     atoms[key] = expr
@@ -81,11 +81,13 @@ class Linear:
     atoms: dict               # atom key -> its kir expression
 
 
-def linear_in_blocks(index):
-    """The index's Linear form, or None where a block index is not a linear term."""
+def linear_in_blocks(index, inside=""):
+    """The index's Linear form, or None where a block index is not a linear term (but
+    those of the axes `inside`, which may also sit in the rest's atoms: the caller
+    evaluates those over the axis's values)."""
     atoms = {}
     try:
-        p = polynomial(index, atoms)
+        p = polynomial(index, atoms, inside)
     except NotLinear:
         return None
     coeffs, rest = {}, {}

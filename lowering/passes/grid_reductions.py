@@ -71,6 +71,7 @@ from fuserir.errors import ScheduleError
 from fuserir.ir.exprs import ReductionOp
 
 from .. import kir
+from ..kir import visit as kir_visit
 from ..contract import Pass
 from .indexing import combine, identity
 
@@ -165,18 +166,19 @@ def _turnstile(ctx, kernel, tv, rest):
 
 
 WARP = 32
-# The slice sum is latency bound (each lane's reads of the splits' partials): more lane
-# groups and more reads in flight shorten it (docs/perf.md, "the split-K's tail").
+# The gathered slice sum is latency bound (each lane's reads of the splits' partials): more
+# lane groups and more reads in flight shorten it (docs/perf.md, "the split-K's tail").
 SUM_GROUPS = 8     # a slice's splits summed by 8 groups of a warp's lanes, combined by shuffles
 SUM_VECTOR = 4     # each lane sums 4 neighbouring positions, read 16 bytes at a time
 SUM_UNROLL = 16    # 16 splits a lane reads in flight together
+OWN_AT_ONCE = 4    # stored where summed: a thread sums 4 of its elements at a time
 
 
 def _parallel(ctx, kernel, tv, rest):
     """The parallel grid reduction of `tv` (see the module docstring), `rest` the
-    statements after it."""
+    statements after it: stored where summed where `rest` stores register elements only,
+    else gathered by the last CTA."""
     g = _Grid(ctx, kernel, tv)
-    acc, op, binop, const = g.acc, g.op, ctx.binop, ctx.const
     try:
         threads = int(kir.evaluate_scalar(g.threads, {}))
     except (KeyError, TypeError):
@@ -184,6 +186,128 @@ def _parallel(ctx, kernel, tv, rest):
     if threads is None or threads % WARP:
         raise ScheduleError(f"{tv.name}: a parallel grid reduction needs a block of a "
                             f"constant multiple of {WARP} threads")
+    kernel.co_resident = True
+    stores = _element_stores(rest, g.acc)
+    if stores is not None:
+        return _stored_where_summed(ctx, kernel, g, rest, stores)
+    return _gathered(ctx, kernel, g, rest, threads)
+
+
+def _element_stores(rest, acc):
+    """{id(store): (store, element index, width)} for the global stores of `rest` when
+    each stores a register element of the accumulator's: it reads the accumulator, or
+    registers computed element by element from it (same index), at one index; None where
+    `rest` does anything else with memory (shared memory, a barrier, a store of something
+    else, registers of the accumulator's values at other indices)."""
+    derived = {id(acc)}                 # the accumulator and registers computed from it
+    stores = {}
+    for s in kir.walk(rest):
+        if s.bodies():
+            continue
+        fx = s.effects()
+        if fx.order is not None or any(a.memory is kir.Memory.shared for a in fx.accesses):
+            return None
+        loads = [x for e in kir.expressions(s) for x in kir.walk_expr(e)
+                 if isinstance(x, kir.Load)]
+        if any(x.buffer.memory is kir.Memory.shared for x in loads):
+            return None
+        reads = [x for x in loads if id(x.buffer) in derived]
+        if len({kir.format_expr(x.index) for x in reads}) > 1:
+            return None
+        if isinstance(s, kir.Store) and s.buffer.memory is kir.Memory.local:
+            if reads and kir.format_expr(reads[0].index) != kir.format_expr(s.index):
+                return None
+            if reads:
+                derived.add(id(s.buffer))
+        elif isinstance(s, kir.Store) and s.buffer.memory is kir.Memory.global_ and reads:
+            stores[id(s)] = (s, reads[0].index, max(x.width for x in reads))
+        elif any(a.write for a in fx.accesses) or (reads and not isinstance(s, kir.Store)):
+            return None
+    return stores or None
+
+
+class _Guard(kir_visit.StmtMutator):
+    """Each store of `stores` only where its element index satisfies `cond(index)`."""
+
+    def __init__(self, stores, cond):
+        self.stores, self.cond = stores, cond
+
+    def mutate_stmt(self, s):
+        if id(s) in self.stores:
+            _, index, _ = self.stores[id(s)]
+            return kir.IfThenElse(self.cond(index), [s])
+        return self.generic_mutate(s)
+
+
+def _stored_where_summed(ctx, kernel, g, rest, stores):
+    """Every CTA of the tile sums a run of the threads' register elements over the splits
+    and stores those elements itself: no second arrival to wait for, no sums to gather."""
+    acc, op, binop, const = g.acc, g.op, ctx.binop, ctx.const
+    row = binop("mul", acc.size, g.threads)                  # E T: one CTA's partials
+    work = g.workspace(kernel, "work", acc.dtype, binop("mul", binop("mul", g.tiles,
+                                                                     g.splits), row))
+    arrived = g.workspace(kernel, "arrived", DataType.i32, g.tiles, zeroed=True)
+    passed = g.workspace(kernel, "passed", DataType.i32, g.tiles, zeroed=True)
+
+    def partial(split, element):      # work[tile, split, element, thread]
+        return binop("add", binop("mul", binop("add", binop("mul", g.tile, g.splits), split),
+                                  row), binop("add", binop("mul", element, g.threads),
+                                              g.thread))
+
+    e = g.fresh_var("e")
+    write = kir.ForLoop(e, acc.size, [kir.Store(work, partial(g.z, e), kir.Load(acc, e))],
+                        "unroll")
+    # this CTA's elements: [first, end), a whole number of the widest store's vectors
+    width = max(w for _, _, w in stores.values())
+    per = binop("mul", binop("ceildiv", binop("ceildiv", acc.size, g.splits), const(width)),
+                const(width))
+    first = binop("mul", g.z, per)
+    end = binop("min", binop("add", first, per), acc.size)
+    guarded = _Guard(stores, lambda x: binop("and", binop("ge", x, first),
+                                             binop("lt", x, end))).mutate(rest)
+
+    k, s, u, j = (g.fresh_var(p) for p in "ksuj")
+    total = kir.Buffer(_fresh(f"{g.tv.name}_own", g.taken), acc.dtype, kir.Memory.local,
+                       size=const(OWN_AT_ONCE))
+    element = binop("add", first, binop("add", binop("mul", k, const(OWN_AT_ONCE)), u))
+    mine = binop("lt", element, end)
+    # (the clamp keeps the index in the tile's rows for the proof that tiles do not meet;
+    # an element past the end is not read: `mine` guards the read)
+    clamped = binop("min", element, binop("sub", acc.size, const(1)))
+
+    def each(body):
+        return kir.ForLoop(u, const(OWN_AT_ONCE), body, "unroll")
+
+    add = kir.Store(total, u, kir.BinOp(op, kir.Load(total, u),
+                                        kir.Load(work, partial(s, clamped)), acc.dtype))
+    take = kir.ForLoop(j, acc.size, [kir.Store(acc, j, kir.Select(
+        binop("and", mine, binop("eq", j, element)), kir.Load(total, u), kir.Load(acc, j),
+        acc.dtype))], "unroll")
+    sum_own = kir.ForLoop(k, binop("ceildiv", per, const(OWN_AT_ONCE)), [
+        each([kir.Store(total, u, identity(op, acc.dtype))]),
+        kir.ForLoop(s, g.splits, [each([kir.IfThenElse(mine, [add])])], "unroll",
+                    factor=SUM_UNROLL),
+        each([take])])
+    several = binop("gt", g.last, const(0))
+    return [kir.Comment(f"parallel grid reduction of {g.tv.name} over BIDz: the CTAs of a "
+                        "tile at once, each summing and storing a run of the elements"),
+            kir.Allocate(total),
+            kir.IfThenElse(several, [
+                write, kir.Fence(), kir.Barrier(),
+                g.thread0(kir.SemArrive(arrived, g.tile, const(1)),
+                          kir.SemWait(arrived, g.tile, g.splits),
+                          kir.SemArrive(passed, g.tile, const(1))),
+                kir.Barrier(), sum_own])] + guarded + [
+            kir.IfThenElse(several, [kir.IfThenElse(binop("eq", g.z, g.last), [
+                g.thread0(kir.SemWait(passed, g.tile, g.splits),
+                          kir.SemRelease(arrived, g.tile, const(0)),
+                          kir.SemRelease(passed, g.tile, const(0)))])])]
+
+
+def _gathered(ctx, kernel, g, rest, threads):
+    """Each CTA sums a slice of the tile's positions into the tile's sums; the last CTA
+    waits for every slice, reads the sums and runs `rest`."""
+    acc, op, binop, const = g.acc, g.op, ctx.binop, ctx.const
     per_split = binop("mul", acc.size, g.threads)               # E T: one CTA's partials
     # A round: each warp sums 32 / SUM_GROUPS positions x 4 (vectors) over its groups of
     # splits.
@@ -219,9 +343,9 @@ def _parallel(ctx, kernel, tv, rest):
     position = binop("add", binop("mul", g.z, slice_len), binop(
         "add", binop("mul", r, per_round), binop("mul", column, const(SUM_VECTOR))))
     split = binop("add", binop("mul", s, const(SUM_GROUPS)), group)
-    total = kir.Buffer(_fresh(f"{tv.name}_slice", g.taken), acc.dtype, kir.Memory.local,
+    total = kir.Buffer(_fresh(f"{g.tv.name}_slice", g.taken), acc.dtype, kir.Memory.local,
                        size=const(SUM_VECTOR))
-    loaded = kir.Buffer(_fresh(f"{tv.name}_loaded", g.taken), acc.dtype, kir.Memory.local,
+    loaded = kir.Buffer(_fresh(f"{g.tv.name}_loaded", g.taken), acc.dtype, kir.Memory.local,
                         size=const(SUM_VECTOR))
     zero = const(0)
 
@@ -253,8 +377,7 @@ def _parallel(ctx, kernel, tv, rest):
     read = kir.ForLoop(e, acc.size, [kir.Store(acc, e, kir.Load(
         sums, binop("add", binop("mul", g.tile, row), mine)))], "unroll")
     several = binop("gt", g.last, zero)
-    kernel.co_resident = True
-    return [kir.Comment(f"parallel grid reduction of {tv.name} over BIDz: the CTAs of a "
+    return [kir.Comment(f"parallel grid reduction of {g.tv.name} over BIDz: the CTAs of a "
                         "tile at once, each summing a slice"),
             kir.Allocate(total), kir.Allocate(loaded),
             kir.IfThenElse(several, [

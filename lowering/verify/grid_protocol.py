@@ -68,6 +68,7 @@ from ..errors import Hazard
 from ..indexing import separation
 
 _TURN = "z"
+_TURN_VAR = f"block.{_TURN}"      # the turn as a loop of the rest, a tile's blocks folded in
 _AXES = separation.AXES
 _LARGEST_CONSTANT = 6      # split factors up to 16 blocks a turn
 _STATES = 200_000          # interleavings of a turn's semaphore operations explored at most
@@ -113,6 +114,8 @@ class _Event:
     loops: tuple = ()         # an access in a region: ((var, extent), ...) around it
     nbytes: int = 0
     atomic: bool = False      # an atomic add: adds of several blocks do not conflict
+    executes: object = None   # an access in a region under conditions on its loops: bool
+                              # per (thread, iteration), where those conditions decide it
 
 
 class _Refused(Exception):
@@ -187,7 +190,8 @@ class _BlockWalk:
         self.threads, self.relevant = threads, relevant
         self.env = threads.env(z, g, grid_param)
         self.events = []            # in program order; a loop's accesses are one region
-        self.walk(kernel.body, np.ones(threads.count, bool), definite=True, loops=())
+        self.walk(kernel.body, np.ones(threads.count, bool), definite=True, loops=(),
+                  guards=())
 
     def value(self, expr, stmt, what):
         v = _values(expr, self.threads.names, self.env)
@@ -196,49 +200,71 @@ class _BlockWalk:
                                  "decided by blockIdx.z and gridDim.z")
         return int(v)
 
-    def walk(self, stmts, mask, definite, loops):
+    def walk(self, stmts, mask, definite, loops, guards):
         for s in stmts:
             if not mask.any() or id(s) not in self.relevant:
                 continue
             if isinstance(s, kir.ForLoop):
-                self.loop(s, mask, definite, loops)
+                self.loop(s, mask, definite, loops, guards)
             elif isinstance(s, kir.IfThenElse):
-                self.branch(s, mask, definite, loops)
+                self.branch(s, mask, definite, loops, guards)
             else:
-                self.statement(s, mask, definite, loops)
+                self.statement(s, mask, definite, loops, guards)
 
-    def loop(self, s, mask, definite, loops):
+    def loop(self, s, mask, definite, loops, guards):
         """Its accesses, one region in program order (iterated over `loops` where every
         extent is known); the fences and barriers inside it order nothing here."""
         extent = _values(s.extent, self.threads.names, self.env)
         known = extent is not None and np.ndim(extent) == 0
         first = len(self.events)
         inner = loops + ((s.var, int(extent)),) if known else loops
-        self.walk(s.body, mask, definite and known and extent > 0, inner)
+        self.walk(s.body, mask, definite and known and extent > 0, inner, guards)
         region = [e for e in self.events[first:] if e.kind == "access"]
         for e in region:
             if not known:
                 e.loops = None                  # iterations not enumerable
         self.events[first:] = region
 
-    def branch(self, s, mask, definite, loops):
+    def branch(self, s, mask, definite, loops, guards):
         v = _values(s.cond, self.threads.names, self.env)
-        if v is None:
-            self.walk(s.then_body, mask, False, loops)
-            self.walk(s.else_body, mask, False, loops)
+        if v is None:       # undecided here; on the loops' variables, decided per iteration
+            self.walk(s.then_body, mask, False, loops, guards + ((s.cond, True),))
+            self.walk(s.else_body, mask, False, loops, guards + ((s.cond, False),))
             return
         taken = np.broadcast_to(np.asarray(v, bool), mask.shape)
-        self.walk(s.then_body, mask & taken, definite, loops)
-        self.walk(s.else_body, mask & ~taken, definite, loops)
+        self.walk(s.then_body, mask & taken, definite, loops, guards)
+        self.walk(s.else_body, mask & ~taken, definite, loops, guards)
+
+    def executes(self, guards, loops):
+        """bool per (thread, iteration of `loops`): where the conditions `guards` (cond,
+        taken) hold, over those of their conjuncts that the thread, the turn and the loop
+        variables decide (the others may hold: a superset of the iterations that run);
+        None where none decides anything."""
+        n = len(loops)
+        env = dict(self.env)
+        env.update({f"%tid.{a}": self.threads.tid[a].reshape((-1,) + (1,) * n)
+                    for a in _AXES})
+        for i, (var, extent) in enumerate(loops):
+            axes = [1] * (n + 1)
+            axes[i + 1] = extent
+            env[var.name] = np.arange(extent).reshape(axes)
+        runs, decided = np.ones((self.threads.count,) + tuple(e for _, e in loops), bool), False
+        for cond, taken in guards:
+            for part in (_conjuncts(cond) if taken else [cond]):
+                v = _values(part, self.threads.names, env)
+                if v is not None:
+                    runs, decided = runs & (np.asarray(v, bool) == taken), True
+        return runs if decided else None
 
     def add(self, kind, s, mask, **kw):
         self.events.append(_Event(kind, s, mask.copy(), **kw))
 
-    def statement(self, s, mask, definite, loops):
+    def statement(self, s, mask, definite, loops, guards):
         effects = s.effects()
         for buffer, index, nbytes, write, atomic in _global_accesses(s, effects):
             self.add("access", s, mask, buffer=buffer, index=index, write=write,
-                     loops=loops, nbytes=nbytes, atomic=atomic)
+                     loops=loops, nbytes=nbytes, atomic=atomic,
+                     executes=self.executes(guards, loops) if guards else None)
         order = effects.order
         if _is_sem_op(effects):
             if not definite or loops:
@@ -255,6 +281,13 @@ class _BlockWalk:
         elif order is not None and order.kind == "barrier":
             if definite and (order.count is None or order.count == mask.sum()):
                 self.add("barrier", s, mask)
+
+
+def _conjuncts(cond):
+    """The terms of a conjunction (a && b && ...)."""
+    if isinstance(cond, kir.BinOp) and cond.op == "and":
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
 
 
 def _global_accesses(stmt, effects):
@@ -297,15 +330,17 @@ class _Separation:
         return self.spans[key]
 
     def _span(self, event, mask, fold_turn):
-        linear = separation.linear_in_blocks(event.index)
+        linear = separation.linear_in_blocks(event.index, inside=_TURN if fold_turn else "")
         if linear is None or event.loops is None:
             return None
         coeffs, rest, atoms, loops = linear.coeffs, linear.rest, linear.atoms, event.loops
-        if fold_turn and _TURN in coeffs:
+        # (the turn may also sit inside an atom of the rest, such as a clamp: min(z L + i, E))
+        if fold_turn and (_TURN in coeffs or any(_mentions_turn(x, None)
+                                                 for x in atoms.values())):
             coeffs = {a: c for a, c in coeffs.items() if a != _TURN}
-            turn = kir.Var(f"block.{_TURN}", event.index.dtype)
+            turn = kir.Var(_TURN_VAR, event.index.dtype)
             rest = separation.plus(rest, separation.times({(turn.name,): 1},
-                                                          linear.coeffs[_TURN]))
+                                                          linear.coeffs.get(_TURN, {})))
             atoms = {**atoms, turn.name: turn}
             loops = loops + ((turn, self.g),)
         values = self._rest_values(rest, atoms, mask, loops)
@@ -325,6 +360,8 @@ class _Separation:
             axes = [1] * (n + 1)
             axes[i + 1] = extent
             env[var.name] = np.arange(extent).reshape(axes)
+            if var.name == _TURN_VAR:              # the turn folded in: blockIdx.z too
+                env["%ctaid.z"] = env[var.name]
         total = np.zeros((1,) * (n + 1), np.int64)
         for m, c in rest.items():
             term = np.int64(c)
@@ -472,6 +509,7 @@ class _Proof:
         self.survey()
         threads = _Threads(self.kernel)
         param, factors = self.split_factors()
+        self.param = param
         self.group_axes = [a for a, ext in zip(_AXES, self.kernel.launch.grid)
                            if not (isinstance(ext, kir.Const) and ext.value == 1)
                            and (a != _TURN or not self.sems)]
@@ -559,7 +597,24 @@ class _Proof:
         if a.buffer is not b.buffer or not (a.write or b.write) or \
                 id(a.buffer) not in self.written or (a.atomic and b.atomic):
             return False
+        if self.apart(a, b):
+            return False
         return _TURN not in self.separation.axes(self.shape(a), self.shape(b))
+
+    def apart(self, a, b):
+        """Are a and b (two blocks') the same store of an output at points (thread,
+        iteration) that no two blocks share, under conditions on the iterations (the
+        parallel grid reduction's: each CTA stores the elements it summed)? Its index
+        does not read the turn, so a point names one element, a different point another
+        (the loop nest gives each element of a tile one thread and iteration, as it gives
+        each its tile)."""
+        if a.stmt is not b.stmt or id(a.buffer) in self.workspaces or a.executes is None \
+                or b.executes is None or a.executes.shape != b.executes.shape \
+                or _mentions_turn(a.index, self.param):
+            return False
+        shape = (-1,) + (1,) * (a.executes.ndim - 1)
+        return not (a.executes & a.threads.reshape(shape) & b.executes
+                    & b.threads.reshape(shape)).any()
 
 
 class _Turn:
