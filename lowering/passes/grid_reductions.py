@@ -271,27 +271,29 @@ def _stored_where_summed(ctx, kernel, g, rest, stores):
                        size=const(OWN_AT_ONCE))
     element = binop("add", first, binop("add", binop("mul", k, const(OWN_AT_ONCE)), u))
     mine = binop("lt", element, end)
-    # (the clamp keeps the index in the tile's rows for the proof that tiles do not meet;
-    # an element past the end is not read: `mine` guards the read)
-    clamped = binop("min", element, binop("sub", acc.size, const(1)))
+    # every read is made (a read under a branch waits for the one before it): one past
+    # this CTA's run re-reads its last element and folds the identity instead
+    clamped = binop("min", element, binop("sub", end, const(1)))
 
     def each(body):
         return kir.ForLoop(u, const(OWN_AT_ONCE), body, "unroll")
 
-    add = kir.Store(total, u, kir.BinOp(op, kir.Load(total, u),
-                                        kir.Load(work, partial(s, clamped)), acc.dtype))
+    loaded = kir.Buffer(_fresh(f"{g.tv.name}_loaded", g.taken), acc.dtype, kir.Memory.local,
+                        size=const(OWN_AT_ONCE))
+    add = [kir.Store(loaded, u, kir.Load(work, partial(s, clamped))),
+           kir.Store(total, u, kir.BinOp(op, kir.Load(total, u), kir.Select(
+               mine, kir.Load(loaded, u), identity(op, acc.dtype), acc.dtype), acc.dtype))]
     take = kir.ForLoop(j, acc.size, [kir.Store(acc, j, kir.Select(
         binop("and", mine, binop("eq", j, element)), kir.Load(total, u), kir.Load(acc, j),
         acc.dtype))], "unroll")
     sum_own = kir.ForLoop(k, binop("ceildiv", per, const(OWN_AT_ONCE)), [
         each([kir.Store(total, u, identity(op, acc.dtype))]),
-        kir.ForLoop(s, g.splits, [each([kir.IfThenElse(mine, [add])])], "unroll",
-                    factor=SUM_UNROLL),
+        kir.ForLoop(s, g.splits, [each(add)], "unroll", factor=SUM_UNROLL),
         each([take])])
     several = binop("gt", g.last, const(0))
     return [kir.Comment(f"parallel grid reduction of {g.tv.name} over BIDz: the CTAs of a "
                         "tile at once, each summing and storing a run of the elements"),
-            kir.Allocate(total),
+            kir.Allocate(total), kir.Allocate(loaded),
             kir.IfThenElse(several, [
                 write, kir.Fence(), kir.Barrier(),
                 g.thread0(kir.SemArrive(arrived, g.tile, const(1)),
