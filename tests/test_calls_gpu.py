@@ -53,7 +53,7 @@ def split_k(torch):
     if torch.cuda.get_device_capability() >= (9, 0):
         assert len(kernels) == 1
         assert [w.buffer.name for w in kernels[0].kir.workspaces][-2:] == [
-            "acc_arrived", "acc_done"]
+            "acc_arrived", "acc_passed"]
     else:
         assert len(kernels) == 2
     return exe

@@ -402,9 +402,9 @@ def test_the_producer_gives_its_registers_to_the_consumers(rng):
 def test_a_128x192_split_k_tile_fits_its_block_with_or_without_the_register_split():
     """ptxas (NVRTC, no GPU): the parallel split-K kernel of 128x192 tiles fits the 170
     registers a thread of 384 has, without spills, with the producer's registers given to
-    the consumers or not. (The reduction that gathered every slice in the last CTA kept
-    208 registers live and did not launch without the split; each CTA storing the
-    elements it summed keeps fewer.)"""
+    the consumers or not. (The reduction that gathered every slice in the last CTA took
+    208 registers and did not launch without the split; each CTA summing and storing its
+    own elements, two splits' reads in flight, takes 156.)"""
     from codegen import nvrtc
     split_k = dict(REGISTER_SPLIT, stages=5, splitk_factor=66, splitk_mode="parallel",
                    splitk_interleaved=True)

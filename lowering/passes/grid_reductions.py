@@ -171,7 +171,12 @@ WARP = 32
 SUM_GROUPS = 8     # a slice's splits summed by 8 groups of a warp's lanes, combined by shuffles
 SUM_VECTOR = 4     # each lane sums 4 neighbouring positions, read 16 bytes at a time
 SUM_UNROLL = 16    # 16 splits a lane reads in flight together
-OWN_AT_ONCE = 4    # stored where summed: a thread sums 4 of its elements at a time
+# stored where summed: splits' reads in flight per lane (two 16-byte vectors each) while
+# the accumulator stays live beside them: 8 where it holds at most 32 elements a thread,
+# else 2 (ptxas, sm_90a: a 128x128 tile's bias-relu kernel, 64 elements a thread, takes
+# 206 registers at 8, 167 at 2; 384 threads have 170)
+SMALL_ACCUMULATOR = 32
+SUM_LOADS, SUM_LOADS_LARGE = 8, 2
 
 
 def _parallel(ctx, kernel, tv, rest):
@@ -242,21 +247,20 @@ class _Guard(kir_visit.StmtMutator):
 def _stored_where_summed(ctx, kernel, g, rest, stores):
     """Every CTA of the tile sums a run of the threads' register elements over the splits
     and stores those elements itself: no second arrival to wait for, no sums to gather."""
-    acc, op, binop, const = g.acc, g.op, ctx.binop, ctx.const
+    acc, binop, const = g.acc, ctx.binop, ctx.const
     row = binop("mul", acc.size, g.threads)                  # E T: one CTA's partials
     work = g.workspace(kernel, "work", acc.dtype, binop("mul", binop("mul", g.tiles,
                                                                      g.splits), row))
     arrived = g.workspace(kernel, "arrived", DataType.i32, g.tiles, zeroed=True)
     passed = g.workspace(kernel, "passed", DataType.i32, g.tiles, zeroed=True)
 
-    def partial(split, element):      # work[tile, split, element, thread]
+    def partial(split, position):     # work[tile, split, position = element T + thread]
         return binop("add", binop("mul", binop("add", binop("mul", g.tile, g.splits), split),
-                                  row), binop("add", binop("mul", element, g.threads),
-                                              g.thread))
+                                  row), position)
 
     e = g.fresh_var("e")
-    write = kir.ForLoop(e, acc.size, [kir.Store(work, partial(g.z, e), kir.Load(acc, e))],
-                        "unroll")
+    write = kir.ForLoop(e, acc.size, [kir.Store(work, partial(g.z, binop(
+        "add", binop("mul", e, g.threads), g.thread)), kir.Load(acc, e))], "unroll")
     # this CTA's elements: [first, end), a whole number of the widest store's vectors
     width = max(w for _, _, w in stores.values())
     per = binop("mul", binop("ceildiv", binop("ceildiv", acc.size, g.splits), const(width)),
@@ -266,34 +270,11 @@ def _stored_where_summed(ctx, kernel, g, rest, stores):
     guarded = _Guard(stores, lambda x: binop("and", binop("ge", x, first),
                                              binop("lt", x, end))).mutate(rest)
 
-    k, s, u, j = (g.fresh_var(p) for p in "ksuj")
-    total = kir.Buffer(_fresh(f"{g.tv.name}_own", g.taken), acc.dtype, kir.Memory.local,
-                       size=const(OWN_AT_ONCE))
-    element = binop("add", first, binop("add", binop("mul", k, const(OWN_AT_ONCE)), u))
-    mine = binop("lt", element, end)
-    # every read is made (a read under a branch waits for the one before it): one past
-    # this CTA's run re-reads its last element and folds the identity instead
-    clamped = binop("min", element, binop("sub", end, const(1)))
-
-    def each(body):
-        return kir.ForLoop(u, const(OWN_AT_ONCE), body, "unroll")
-
-    loaded = kir.Buffer(_fresh(f"{g.tv.name}_loaded", g.taken), acc.dtype, kir.Memory.local,
-                        size=const(OWN_AT_ONCE))
-    add = [kir.Store(loaded, u, kir.Load(work, partial(s, clamped))),
-           kir.Store(total, u, kir.BinOp(op, kir.Load(total, u), kir.Select(
-               mine, kir.Load(loaded, u), identity(op, acc.dtype), acc.dtype), acc.dtype))]
-    take = kir.ForLoop(j, acc.size, [kir.Store(acc, j, kir.Select(
-        binop("and", mine, binop("eq", j, element)), kir.Load(total, u), kir.Load(acc, j),
-        acc.dtype))], "unroll")
-    sum_own = kir.ForLoop(k, binop("ceildiv", per, const(OWN_AT_ONCE)), [
-        each([kir.Store(total, u, identity(op, acc.dtype))]),
-        kir.ForLoop(s, g.splits, [each(add)], "unroll", factor=SUM_UNROLL),
-        each([take])])
+    sum_own, buffers = _sum_own_elements(ctx, g, work, partial, first, end)
     several = binop("gt", g.last, const(0))
     return [kir.Comment(f"parallel grid reduction of {g.tv.name} over BIDz: the CTAs of a "
                         "tile at once, each summing and storing a run of the elements"),
-            kir.Allocate(total), kir.Allocate(loaded),
+            *[kir.Allocate(b) for b in buffers],
             kir.IfThenElse(several, [
                 write, kir.Fence(), kir.Barrier(),
                 g.thread0(kir.SemArrive(arrived, g.tile, const(1)),
@@ -304,6 +285,81 @@ def _stored_where_summed(ctx, kernel, g, rest, stores):
                 g.thread0(kir.SemWait(passed, g.tile, g.splits),
                           kir.SemRelease(arrived, g.tile, const(0)),
                           kir.SemRelease(passed, g.tile, const(0)))])])]
+
+
+def _sum_own_elements(ctx, g, work, partial, first, end):
+    """The loop that sums this CTA's elements [first, end) of every thread over the splits
+    into the accumulator (kir, and the local buffers it uses). One element a round: a
+    warp sums its 32 threads' positions, the 16-byte vectors of 4 threads by 8 groups of
+    4 lanes (lane / 4: the group, splits group, group + 8, ...; lane % 4: the vector, in
+    each half-warp), combines the groups by shuffles (xor 4, 8, 16: every lane then holds
+    its vector's sums), and hands each thread its own sum through one more shuffle from
+    the lane that holds it (xor 0-3)."""
+    acc, op, binop, const = g.acc, g.op, ctx.binop, ctx.const
+    lanes = WARP // SUM_GROUPS                      # vectors a half-warp: 4
+    halves = WARP // (lanes * SUM_VECTOR)           # 2
+    r, s, j = (g.fresh_var(p) for p in "rsj")
+    lane = binop("mod", g.thread, const(WARP))
+    group, column = binop("div", lane, const(lanes)), binop("mod", lane, const(lanes))
+    element = binop("add", first, r)
+    here = binop("min", element, binop("sub", end, const(1)))     # (the proof's bound)
+    split = binop("add", binop("mul", s, const(SUM_GROUPS)), group)
+    clamped = binop("min", split, g.last)           # every read made; one past folds nothing
+    base = binop("add", binop("mul", here, g.threads),
+                 binop("mul", binop("div", g.thread, const(WARP)), const(WARP)))
+    total, loaded, swap = (
+        kir.Buffer(_fresh(f"{g.tv.name}_{name}", g.taken), acc.dtype, kir.Memory.local,
+                   size=const(n))
+        for name, n in (("sums", halves * SUM_VECTOR), ("loaded", halves * SUM_VECTOR),
+                        ("swap", lanes)))
+    ident = identity(op, acc.dtype)
+    in_flight = SUM_LOADS if acc.size.value <= SMALL_ACCUMULATOR else SUM_LOADS_LARGE
+
+    def at(h, v):
+        return const(h * SUM_VECTOR + v)
+
+    def fold(h, v, value):
+        return kir.Store(total, at(h, v), kir.BinOp(op, kir.Load(total, at(h, v)), value,
+                                                    acc.dtype))
+
+    cells = [(h, v) for h in range(halves) for v in range(SUM_VECTOR)]
+    loads = [kir.Store(loaded, at(h, 0), kir.Load(work, partial(clamped, binop(
+        "add", base, binop("add", const(h * lanes * SUM_VECTOR),
+                           binop("mul", column, const(SUM_VECTOR))))), width=SUM_VECTOR),
+        width=SUM_VECTOR) for h in range(halves)]
+    adds = [fold(h, v, kir.Select(binop("lt", split, g.splits), kir.Load(loaded, at(h, v)),
+                                  ident, acc.dtype)) for h, v in cells]
+    combine = [fold(h, v, kir.ShuffleXor(kir.Load(total, at(h, v)), lanes << k))
+               for k in range(SUM_GROUPS.bit_length() - 1) for h, v in cells]
+
+    def pick(index, values):              # values[index], index a run-time value
+        out = values[-1]
+        for i in range(len(values) - 2, -1, -1):
+            out = kir.Select(binop("eq", index, const(i)), values[i], out, acc.dtype)
+        return out
+
+    # lane l's own sum sits in lane (l % 16) / 4 (+ 4 k) of its half at vector element
+    # l % 4; lane l ^ m sends the element its partner wants, m = 0..3
+    sums = [kir.Load(total, at(h, v)) for h, v in cells]
+    half = binop("div", lane, const(lanes * SUM_VECTOR))
+    send = [kir.Store(swap, const(m), pick(binop("add", binop(
+        "mul", half, const(SUM_VECTOR)), binop("mod", binop("xor", lane, const(m)),
+                                               const(SUM_VECTOR))), sums))
+        for m in range(lanes)]
+    receive = [kir.Store(swap, const(m), kir.ShuffleXor(kir.Load(swap, const(m)), m))
+               for m in range(1, lanes)]
+    partner = binop("xor", column, binop("div", binop("mod", lane, const(lanes * SUM_VECTOR)),
+                                         const(SUM_VECTOR)))
+    mine = pick(partner, [kir.Load(swap, const(m)) for m in range(lanes)])
+    take = kir.ForLoop(j, acc.size, [kir.Store(acc, j, kir.Select(
+        binop("eq", j, element), mine, kir.Load(acc, j), acc.dtype))], "unroll")
+    body = [*(kir.Store(total, at(h, v), ident) for h, v in cells),
+            kir.ForLoop(s, binop("ceildiv", g.splits, const(SUM_GROUPS)), loads + adds,
+                        "unroll", factor=in_flight),
+            *combine, *send, *receive, take]
+    # one round an element; a CTA past the last element has none
+    return kir.ForLoop(r, binop("sub", binop("max", end, first), first), body), \
+        [total, loaded, swap]
 
 
 def _gathered(ctx, kernel, g, rest, threads):
