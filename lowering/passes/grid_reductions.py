@@ -172,11 +172,12 @@ SUM_GROUPS = 8     # a slice's splits summed by 8 groups of a warp's lanes, comb
 SUM_VECTOR = 4     # each lane sums 4 neighbouring positions, read 16 bytes at a time
 SUM_UNROLL = 16    # 16 splits a lane reads in flight together
 # stored where summed: splits' reads in flight per lane (two 16-byte vectors each) while
-# the accumulator stays live beside them: 8 where it holds at most 32 elements a thread,
-# else 2 (ptxas, sm_90a: a 128x128 tile's bias-relu kernel, 64 elements a thread, takes
-# 206 registers at 8, 167 at 2; 384 threads have 170)
+# the accumulator stays live beside them: 16 where it holds at most 32 elements a thread,
+# else 2 (ptxas, sm_90a: a 128x64 tile's kernel, 32 elements, takes 106 registers at 16;
+# a 128x128 tile's bias-relu kernel, 64 elements, 206 at 8 and 167 at 2, of the 170 a
+# thread of 384 has)
 SMALL_ACCUMULATOR = 32
-SUM_LOADS, SUM_LOADS_LARGE = 8, 2
+SUM_LOADS, SUM_LOADS_LARGE = 16, 2
 
 
 def _parallel(ctx, kernel, tv, rest):
