@@ -262,23 +262,16 @@ def _stored_where_summed(ctx, kernel, g, rest, stores):
     e = g.fresh_var("e")
     write = kir.ForLoop(e, acc.size, [kir.Store(work, partial(g.z, binop(
         "add", binop("mul", e, g.threads), g.thread)), kir.Load(acc, e))], "unroll")
-    # The work: units of `width` elements (the widest store's vector) of one warp's
-    # threads, unit (e / width) W + warp (W warps); this CTA's: [first, end)
+    # this CTA's elements: [first, end), a whole number of the widest store's vectors
     width = max(w for _, _, w in stores.values())
-    warps = binop("div", g.threads, const(WARP))
-    units = binop("mul", binop("div", acc.size, const(width)), warps)
-    per = binop("ceildiv", units, g.splits)
+    per = binop("mul", binop("ceildiv", binop("ceildiv", acc.size, g.splits), const(width)),
+                const(width))
     first = binop("mul", g.z, per)
-    end = binop("min", binop("add", first, per), units)
-    warp = binop("div", g.thread, const(WARP))
+    end = binop("min", binop("add", first, per), acc.size)
+    guarded = _Guard(stores, lambda x: binop("and", binop("ge", x, first),
+                                             binop("lt", x, end))).mutate(rest)
 
-    def unit(element):
-        return binop("add", binop("mul", binop("div", element, const(width)), warps), warp)
-
-    guarded = _Guard(stores, lambda x: binop("and", binop("ge", unit(x), first),
-                                             binop("lt", unit(x), end))).mutate(rest)
-    sum_own, buffers = _sum_own_elements(ctx, g, work, partial, (first, end, per, warps),
-                                         width)
+    sum_own, buffers = _sum_own_elements(ctx, g, work, partial, first, end)
     several = binop("gt", g.last, const(0))
     return [kir.Comment(f"parallel grid reduction of {g.tv.name} over BIDz: the CTAs of a "
                         "tile at once, each summing and storing a run of the elements"),
@@ -295,12 +288,10 @@ def _stored_where_summed(ctx, kernel, g, rest, stores):
                           kir.SemRelease(passed, g.tile, const(0)))])])]
 
 
-def _sum_own_elements(ctx, g, work, partial, units, width):
-    """The loop that sums this CTA's units over the splits into the accumulator (kir, and
-    the local buffers it uses): `units` = (first, end, per CTA, warps a CTA); unit u is
-    elements (u / warps) width + 0 .. width - 1 of warp u % warps's threads, so each warp
-    sums its units [first, end) (u = warp mod warps). One element a round: the warp sums
-    its 32 threads' positions, the 16-byte vectors of 4 threads by 8 groups of
+def _sum_own_elements(ctx, g, work, partial, first, end):
+    """The loop that sums this CTA's elements [first, end) of every thread over the splits
+    into the accumulator (kir, and the local buffers it uses). One element a round: a
+    warp sums its 32 threads' positions, the 16-byte vectors of 4 threads by 8 groups of
     4 lanes (lane / 4: the group, splits group, group + 8, ...; lane % 4: the vector, in
     each half-warp), combines the groups by shuffles (xor 4, 8, 16: every lane then holds
     its vector's sums), and hands each thread its own sum through one more shuffle from
@@ -308,17 +299,11 @@ def _sum_own_elements(ctx, g, work, partial, units, width):
     acc, op, binop, const = g.acc, g.op, ctx.binop, ctx.const
     lanes = WARP // SUM_GROUPS                      # vectors a half-warp: 4
     halves = WARP // (lanes * SUM_VECTOR)           # 2
-    first, end, per, warps = units
-    r, k, s, j = (g.fresh_var(p) for p in "rksj")
+    r, s, j = (g.fresh_var(p) for p in "rsj")
     lane = binop("mod", g.thread, const(WARP))
     group, column = binop("div", lane, const(lanes)), binop("mod", lane, const(lanes))
-    warp = binop("div", g.thread, const(WARP))
-    # this warp's r-th unit: first + (warp - first) mod warps + r warps
-    mine_first = binop("add", first, binop("mod", binop(
-        "sub", binop("add", warp, warps), binop("mod", first, warps)), warps))
-    u = binop("add", mine_first, binop("mul", r, warps))
-    element = binop("add", binop("mul", binop("div", u, warps), const(width)), k)
-    here = binop("min", element, binop("sub", acc.size, const(1)))   # (the proof's bound)
+    element = binop("add", first, r)
+    here = binop("min", element, binop("sub", end, const(1)))     # (the proof's bound)
     split = binop("add", binop("mul", s, const(SUM_GROUPS)), group)
     clamped = binop("min", split, g.last)           # every read made; one past folds nothing
     base = binop("add", binop("mul", here, g.threads),
@@ -373,10 +358,9 @@ def _sum_own_elements(ctx, g, work, partial, units, width):
             kir.ForLoop(s, binop("ceildiv", g.splits, const(SUM_GROUPS)), loads + adds,
                         "unroll", factor=in_flight),
             *combine, *send, *receive, take]
-    # a round an element: `width` a unit, at most ceil(per / warps) units a warp
-    rounds = kir.ForLoop(r, binop("ceildiv", per, warps), [kir.IfThenElse(
-        binop("lt", u, end), [kir.ForLoop(k, const(width), body, "unroll")])])
-    return rounds, [total, loaded, swap]
+    # one round an element; a CTA past the last element has none
+    return kir.ForLoop(r, binop("sub", binop("max", end, first), first), body), \
+        [total, loaded, swap]
 
 
 def _gathered(ctx, kernel, g, rest, threads):
