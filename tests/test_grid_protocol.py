@@ -223,16 +223,32 @@ def _sm80_parallel():
 
 
 def _hopper_parallel():
+    """128x128 tiles: 64 accumulator elements a thread, too many to keep live through
+    the sum beside 384 threads' registers: the gathered form."""
     return lower(scheduled(dict(HOPPER, splitk_mode="parallel", splitk_factor=2),
                            layout="NT", epilogue=True))[0]
 
 
-def test_the_gathered_parallel_reduction_is_proved_and_each_of_its_syncs_dropped_alone_is_refused():
-    """The output staged through shared memory (the sm80 seed): every CTA of a tile
-    publishes its partials and arrives, waits for all, sums its slice, arrives again; the
-    last waits for every slice and resets both counters. A co-resident kernel: waiting for
-    CTAs launched later is no deadlock."""
-    kernel = _sm80_parallel()
+NARROW = dict(HOPPER, cta_tile=(128, 64, 64), warp_tile=(64, 64, 64),
+              instruction_tile=(64, 64, 16))
+
+
+def _hopper_parallel_narrow():
+    """128x64 tiles: 32 accumulator elements a thread: stored where summed."""
+    return lower(scheduled(dict(NARROW, splitk_mode="parallel", splitk_factor=2),
+                           layout="NT", epilogue=True))[0]
+
+
+@pytest.mark.parametrize("build", [_sm80_parallel, _hopper_parallel],
+                         ids=["sm80 seed", "hopper 128x128 bias relu"])
+def test_the_gathered_parallel_reduction_is_proved_and_each_of_its_syncs_dropped_alone_is_refused(
+        build):
+    """The output staged through shared memory (the sm80 seed), or an accumulator too
+    large to keep live through the sum: every CTA of a tile publishes its partials and
+    arrives, waits for all, sums its slice, arrives again; the last waits for every slice
+    and resets both counters. A co-resident kernel: waiting for CTAs launched later is no
+    deadlock."""
+    kernel = build()
     assert kernel.co_resident
     assert has_grid_protocol(kernel) and check_grid_protocol(kernel) == []
     lines = [s.line() for s in _protocol_syncs(kernel)]
@@ -265,7 +281,7 @@ def test_the_stored_where_summed_parallel_reduction_is_proved_and_each_sync_drop
     dropped alone is refused: the handoff of the partials as "cross-cta", an arrival
     as "deadlock", the wait for every CTA's passing as a "deadlock" (a CTA still waiting
     for the count the reset took away), a reset as "workspace"."""
-    kernel = _hopper_parallel()
+    kernel = _hopper_parallel_narrow()
     assert kernel.co_resident
     assert has_grid_protocol(kernel) and check_grid_protocol(kernel) == []
     assert any("each summing and storing a run" in s.line() for s in kir.walk(kernel.body)
@@ -295,7 +311,7 @@ def test_output_stores_not_kept_to_the_summed_elements_race_across_ctas():
     from codegen.errors import RaceError
     from codegen.interp import run_kernel
     import mutation
-    kernel = copy.deepcopy(_hopper_parallel())
+    kernel = copy.deepcopy(_hopper_parallel_narrow())
     (guard,) = _owned_store_guards(kernel)
     for s in [None] + list(kir.walk(kernel.body)):
         for body in ([kernel.body] if s is None else s.bodies()):

@@ -1,7 +1,8 @@
 """The mutation test of the checkers on the Hopper kernels the matmul heuristics build
-(TMA, wgmma and mbarrier pipelines: serial split-K with an epilogue, two-kernel split-K,
-the producer-copies path): every mutant of their synchronization refused by the static
-verifier and caught by the interpreter, or argued harmless (tests/mutation.py)."""
+(TMA, wgmma and mbarrier pipelines: serial split-K with an epilogue, the parallel split-K
+whose CTAs store what they sum, two-kernel split-K, the producer-copies path): every
+mutant of their synchronization refused by the static verifier and caught by the
+interpreter, or argued harmless (tests/mutation.py)."""
 
 import codegen
 import pytest
@@ -13,9 +14,10 @@ import test_hopper_matmul as hopper
 CONFIGS = {
     "NT, serial split-K, bias relu": (lambda: hopper.scheduled(
         dict(hopper.HOPPER, splitk_factor=2), layout="NT", epilogue=True), 64 * 4, 64, 128),
-    "NT, parallel split-K": (lambda: hopper.scheduled(
-        dict(hopper.HOPPER, splitk_mode="parallel", splitk_factor=2), layout="NT"),
-        64 * 4, 64, 128),
+    "NT, parallel split-K, 128x64 tiles": (lambda: hopper.scheduled(
+        dict(hopper.HOPPER, cta_tile=(128, 64, 64), warp_tile=(64, 64, 64),
+             instruction_tile=(64, 64, 16), splitk_mode="parallel", splitk_factor=2),
+        layout="NT"), 64 * 4, 64, 128),
     "TT": (lambda: hopper.scheduled(dict(hopper.HOPPER), layout="TT"), 64 * 4, 64, 128),
     "TN, two kernels": (lambda: hopper.scheduled(
         dict(hopper.HOPPER, splitk_mode="two_kernel", splitk_factor=3), layout="TN"),

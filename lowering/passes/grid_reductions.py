@@ -73,6 +73,7 @@ from fuserir.ir.exprs import ReductionOp
 from .. import kir
 from ..kir import visit as kir_visit
 from ..contract import Pass
+from ..support.analysis import WARP_GROUP
 from .indexing import combine, identity
 
 
@@ -171,13 +172,16 @@ WARP = 32
 SUM_GROUPS = 8     # a slice's splits summed by 8 groups of a warp's lanes, combined by shuffles
 SUM_VECTOR = 4     # each lane sums 4 neighbouring positions, read 16 bytes at a time
 SUM_UNROLL = 16    # 16 splits a lane reads in flight together
-# stored where summed: splits' reads in flight per lane (two 16-byte vectors each) while
-# the accumulator stays live beside them: 16 where it holds at most 32 elements a thread,
-# else 2 (ptxas, sm_90a: a 128x64 tile's kernel, 32 elements, takes 106 registers at 16;
-# a 128x128 tile's bias-relu kernel, 64 elements, 206 at 8 and 167 at 2, of the 170 a
-# thread of 384 has)
+# Stored where summed: a batch of splits' reads in flight per lane (two 16-byte vectors
+# each), 16 where the accumulator holds at most 32 elements a thread, else 8; the form is
+# taken where the accumulator's registers, live through the sum, and SUM_REGISTERS more
+# fit a thread's share (ptxas, sm_90a: 128x64 tiles, 32 elements, 84 registers; 64x192
+# tiles, 96 elements, 180; 128x128 tiles' bias-relu kernel, 64 elements, 167-185, over
+# the 170 a thread of 384 has: gathered, 160)
 SMALL_ACCUMULATOR = 32
-SUM_LOADS, SUM_LOADS_LARGE = 16, 2
+SUM_LOADS, SUM_LOADS_LARGE = 16, 8
+SUM_REGISTERS = 112
+REGISTERS_PER_BLOCK, MAX_REGISTERS = 65536, 255
 
 
 def _parallel(ctx, kernel, tv, rest):
@@ -194,9 +198,20 @@ def _parallel(ctx, kernel, tv, rest):
                             f"constant multiple of {WARP} threads")
     kernel.co_resident = True
     stores = _element_stores(rest, g.acc)
-    if stores is not None:
+    if stores is not None and _accumulator_may_stay_live(ctx, g, threads):
         return _stored_where_summed(ctx, kernel, g, rest, stores)
     return _gathered(ctx, kernel, g, rest, threads)
+
+
+def _accumulator_may_stay_live(ctx, g, threads):
+    """Stored where summed keeps the accumulator's E registers live beside the sum's:
+    taken where E + SUM_REGISTERS fit a thread's share of the block's registers (the
+    producer warp group of a TMA pipeline counted in). Else the gathered form, whose sum
+    runs with the accumulator dead."""
+    if any(tv.warp_specialized is not None for tv in ctx.circular):
+        threads += WARP_GROUP
+    share = min(MAX_REGISTERS, REGISTERS_PER_BLOCK // threads)
+    return g.acc.size.value + SUM_REGISTERS <= share
 
 
 def _element_stores(rest, acc):
@@ -288,6 +303,16 @@ def _stored_where_summed(ctx, kernel, g, rest, stores):
                           kir.SemRelease(passed, g.tile, const(0)))])])]
 
 
+def _batches(ctx, batch, s, count, in_flight, body):
+    """for s in 0 .. count - 1, `in_flight` iterations at a time: a run-time loop of
+    batches of a constant, unrolled loop, so that each batch's reads are in flight
+    together (an unrolled run-time loop of fewer iterations than its factor runs them one
+    by one, each read waiting for the one before). `body` reads s as `batch * in_flight
+    + s` and makes the iterations past `count` harmless (a clamped read, the identity)."""
+    return kir.ForLoop(batch, ctx.binop("ceildiv", count, ctx.const(in_flight)),
+                       [kir.ForLoop(s, ctx.const(in_flight), body, "unroll")])
+
+
 def _sum_own_elements(ctx, g, work, partial, first, end):
     """The loop that sums this CTA's elements [first, end) of every thread over the splits
     into the accumulator (kir, and the local buffers it uses). One element a round: a
@@ -299,12 +324,14 @@ def _sum_own_elements(ctx, g, work, partial, first, end):
     acc, op, binop, const = g.acc, g.op, ctx.binop, ctx.const
     lanes = WARP // SUM_GROUPS                      # vectors a half-warp: 4
     halves = WARP // (lanes * SUM_VECTOR)           # 2
-    r, s, j = (g.fresh_var(p) for p in "rsj")
+    r, batch, s, j = (g.fresh_var(p) for p in ("r", "b", "s", "j"))
     lane = binop("mod", g.thread, const(WARP))
     group, column = binop("div", lane, const(lanes)), binop("mod", lane, const(lanes))
     element = binop("add", first, r)
     here = binop("min", element, binop("sub", end, const(1)))     # (the proof's bound)
-    split = binop("add", binop("mul", s, const(SUM_GROUPS)), group)
+    in_flight = SUM_LOADS if acc.size.value <= SMALL_ACCUMULATOR else SUM_LOADS_LARGE
+    split = binop("add", binop("mul", binop("add", binop("mul", batch, const(in_flight)), s),
+                               const(SUM_GROUPS)), group)
     clamped = binop("min", split, g.last)           # every read made; one past folds nothing
     base = binop("add", binop("mul", here, g.threads),
                  binop("mul", binop("div", g.thread, const(WARP)), const(WARP)))
@@ -314,7 +341,6 @@ def _sum_own_elements(ctx, g, work, partial, first, end):
         for name, n in (("sums", halves * SUM_VECTOR), ("loaded", halves * SUM_VECTOR),
                         ("swap", lanes)))
     ident = identity(op, acc.dtype)
-    in_flight = SUM_LOADS if acc.size.value <= SMALL_ACCUMULATOR else SUM_LOADS_LARGE
 
     def at(h, v):
         return const(h * SUM_VECTOR + v)
@@ -355,8 +381,8 @@ def _sum_own_elements(ctx, g, work, partial, first, end):
     take = kir.ForLoop(j, acc.size, [kir.Store(acc, j, kir.Select(
         binop("eq", j, element), mine, kir.Load(acc, j), acc.dtype))], "unroll")
     body = [*(kir.Store(total, at(h, v), ident) for h, v in cells),
-            kir.ForLoop(s, binop("ceildiv", g.splits, const(SUM_GROUPS)), loads + adds,
-                        "unroll", factor=in_flight),
+            _batches(ctx, batch, s, binop("ceildiv", g.splits, const(SUM_GROUPS)), in_flight,
+                     loads + adds),
             *combine, *send, *receive, take]
     # one round an element; a CTA past the last element has none
     return kir.ForLoop(r, binop("sub", binop("max", end, first), first), body), \
@@ -394,14 +420,15 @@ def _gathered(ctx, kernel, g, rest, threads):
     # The slice: the positions z L + r R + (warp lanes + lane % lanes) 4 + v of the tile's
     # E T (lanes = 32 / SUM_GROUPS); lane / lanes is the lane's group, which sums the
     # splits group, group + SUM_GROUPS, ...
-    r, s, v = g.fresh_var("r"), g.fresh_var("s"), g.fresh_var("v")
+    r, batch, s, v = (g.fresh_var(p) for p in ("r", "b", "s", "v"))
     lane = binop("mod", g.thread, const(WARP))
     group = binop("div", lane, const(lanes))
     column = binop("add", binop("mul", binop("div", g.thread, const(WARP)), const(lanes)),
                    binop("mod", lane, const(lanes)))
     position = binop("add", binop("mul", g.z, slice_len), binop(
         "add", binop("mul", r, per_round), binop("mul", column, const(SUM_VECTOR))))
-    split = binop("add", binop("mul", s, const(SUM_GROUPS)), group)
+    split = binop("add", binop("mul", binop("add", binop("mul", batch, const(SUM_UNROLL)), s),
+                               const(SUM_GROUPS)), group)
     total = kir.Buffer(_fresh(f"{g.tv.name}_slice", g.taken), acc.dtype, kir.Memory.local,
                        size=const(SUM_VECTOR))
     loaded = kir.Buffer(_fresh(f"{g.tv.name}_loaded", g.taken), acc.dtype, kir.Memory.local,
@@ -427,8 +454,9 @@ def _gathered(ctx, kernel, g, rest, threads):
                       for mask in (lanes << k for k in range(SUM_GROUPS.bit_length() - 1))]
     sum_slice = kir.ForLoop(r, rounds, [
         each([kir.Store(total, v, identity(op, acc.dtype))]),
-        kir.IfThenElse(in_tile, [kir.ForLoop(s, binop("ceildiv", g.splits, const(SUM_GROUPS)),
-                                             add_split, "unroll", factor=SUM_UNROLL)]),
+        kir.IfThenElse(in_tile, [_batches(ctx, batch, s, binop("ceildiv", g.splits,
+                                                               const(SUM_GROUPS)),
+                                          SUM_UNROLL, add_split)]),
         *combine_groups,
         kir.IfThenElse(binop("and", in_tile, binop("eq", group, zero)), [
             kir.Store(sums, binop("add", binop("mul", g.tile, row), position),
