@@ -301,6 +301,31 @@ def test_parallel_split_k_sums_in_split_order_for_every_factor(rng):
                           serial.run({**data, "splitk": 1})["out"].view(np.uint16))
 
 
+def test_the_two_forms_of_the_parallel_reduction_give_the_same_bits(rng):
+    """The output staged through shared memory makes the last CTA gather the sums; stored
+    from the registers, each CTA stores the elements it summed. Both sum every element
+    over the splits in the same order, so the outputs agree bit for bit at every split
+    factor, on inputs whose partial sums round."""
+    m, n, k = 104, 72, 32 * 6 + 7
+    data = {"A": rng.uniform(-1, 1, (k, m)).astype(np.float16),
+            "B": rng.uniform(-1, 1, (k, n)).astype(np.float16)}
+    forms = {}
+    for staged in (True, False):
+        exe = codegen.compile(seed_fusion(splitk_mode="parallel", use_smem_epilogue=staged,
+                                          promote_prologue_smem_reuse=staged),
+                              backend="interp")
+        (kernel,) = exe.kernels
+        (comment,) = [c.line() for c in kir.walk(kernel.kir.body)
+                      if isinstance(c, kir.Comment) and "grid reduction" in c.line()]
+        forms[staged] = (comment, exe)
+    assert "each summing a slice" in forms[True][0]
+    assert "each summing and storing a run" in forms[False][0]
+    for splitk in (2, 3, 5, 7):
+        gathered, stored = (forms[staged][1].run({**data, "splitk": splitk})["out"]
+                            for staged in (True, False))
+        assert np.array_equal(gathered.view(np.uint16), stored.view(np.uint16)), splitk
+
+
 @pytest.mark.gpu
 def test_gpu_seed_size_fresh_inputs_and_bitwise_repeatable():
     """The seed's split of 5 in turn; the modes whose CTAs wait for each other at 2 splits:

@@ -16,16 +16,40 @@ else:        if z > 0: if thread 0: SemRelease(sem[tile] = 0)   reset for the ne
              <the rest of the kernel: only the last split computes the epilogue>
 ```
 
-Parallel: every CTA of the tile at once, the sum spread over them, in a fixed order:
+Parallel: every CTA of the tile at once, the sum spread over them, in a fixed order. Where
+the rest of the kernel stores register elements of the accumulator (its output from the
+registers, element by element), each CTA stores the elements it summed ("stored where
+summed"):
+
+```text
+if last > 0: work[tile, z, e, thread] = acc[e]; Fence; Barrier
+             if thread 0: SemArrive(arrived[tile] += 1); SemWait(arrived[tile] == splits)
+                          SemArrive(passed[tile] += 1)
+             Barrier
+             for e in this CTA's run [first, end) of the elements (end - first = E / splits):
+                 each warp: its 32 threads' 16-byte vectors of work[tile, *, e, thread]
+                 summed by eight lane groups (group g: splits g, g + 8, ... in order),
+                 combined ((g0 op g1) op (g2 op g3)) op ((g4 op g5) op (g6 op g7)) (a
+                 butterfly: shuffles xor 4, 8, 16),
+                 each thread's own sum handed to it by one more shuffle: acc[e] = it
+<the rest of the kernel, its stores of element x only where first <= x < end>
+if last > 0 and z == last: if thread 0: SemWait(passed[tile] == splits)
+                                        SemRelease(arrived[tile] = 0)
+                                        SemRelease(passed[tile] = 0)
+```
+
+The last CTA resets the counters once every CTA has passed its wait (`passed`); nothing
+waits on the sums. Where the rest stages the output through shared memory, or the
+accumulator is too large to stay live through the sum beside its registers (E + 112 over
+a thread's share of the block's registers), the last CTA gathers the sums instead
+("gathered"): the accumulator is dead while the slices are summed:
 
 ```text
 if last > 0: work[tile, z, e, thread] = acc[e]; Fence; Barrier
              if thread 0: SemArrive(arrived[tile] += 1); SemWait(arrived[tile] == splits)
              Barrier
              for p in slice z of the tile (L = a multiple of the threads, L * splits >= E T):
-                 sums[tile, p] = ((g0 op g1) op (g2 op g3)) op ((g4 op g5) op (g6 op g7)),
-                                 g_i = work[tile, i, p] op work[tile, i + 8, p] op ...
-                                 (eight lane groups, in order)
+                 sums[tile, p] = the same eight lane groups' sum, in the same order
              Fence; Barrier; if thread 0: SemArrive(done[tile] += 1)
 if z == last:
   if last > 0: if thread 0: SemWait(done[tile] == splits)
@@ -33,6 +57,9 @@ if z == last:
                if thread 0: SemRelease(arrived[tile] = 0); SemRelease(done[tile] = 0)
   <the rest of the kernel>
 ```
+
+Both read each split's partials in batches of a constant, unrolled loop (a run-time loop
+unrolled by a factor larger than its count runs its reads one by one).
 
 Atomic (a sum only; opt-in: the adds land in an order the hardware picks, so the last
 bits may differ run to run): every CTA adds its partials into the tile's sums, the last
@@ -51,7 +78,7 @@ if z == last:
 
 The parallel sum costs each CTA a slice (E T / splits elements times the splits) instead
 of the whole tile, so it stays short with many splits, and its order is fixed: the same
-bits every run. Its CTAs (and the atomic reduction's last one) wait for CTAs launched
+bits every run (the two forms' bits are the same). Its CTAs (and the atomic reduction's last one) wait for CTAs launched
 after them, so the kernel is marked co_resident: the launcher refuses a grid the device
 cannot hold at once and launches it cooperatively (every block resident at once, even
 beside other streams' kernels).
