@@ -262,14 +262,22 @@ def _element_stores(rest, acc):
         reads = [x for x in loads if id(x.buffer) in derived]
         if len({kir.format_expr(x.index) for x in reads}) > 1:
             return None
-        if isinstance(s, kir.Store) and s.buffer.memory is kir.Memory.local:
-            if reads and kir.format_expr(reads[0].index) != kir.format_expr(s.index):
+        writes = [a for a in fx.accesses if a.write]
+        if not writes:
+            if reads:
+                return None
+            continue
+        (write,) = writes if len(writes) == 1 and writes[0].via == "store" else (None,)
+        if write is None:
+            return None
+        if write.memory is kir.Memory.local:
+            if reads and kir.format_expr(reads[0].index) != kir.format_expr(write.index):
                 return None
             if reads:
-                derived.add(id(s.buffer))
-        elif isinstance(s, kir.Store) and s.buffer.memory is kir.Memory.global_ and reads:
+                derived.add(id(write.buffer))
+        elif write.memory is kir.Memory.global_ and reads:
             stores[id(s)] = (s, reads[0].index, max(x.width for x in reads))
-        elif any(a.write for a in fx.accesses) or (reads and not isinstance(s, kir.Store)):
+        else:
             return None
     return stores or None
 
