@@ -199,14 +199,13 @@ WARP = 32
 SUM_GROUPS = 8     # a slice's splits summed by 8 groups of a warp's lanes, combined by shuffles
 SUM_VECTOR = 4     # each lane sums 4 neighbouring positions, read 16 bytes at a time
 SUM_UNROLL = 16    # 16 splits a lane reads in flight together
-# Stored where summed: a batch of splits' reads in flight per lane (two 16-byte vectors
-# each), 16 where the accumulator holds at most 32 elements a thread, else 8; the form is
-# taken where the accumulator's registers, live through the sum, and SUM_REGISTERS more
-# fit a thread's share (ptxas, sm_90a: 128x64 tiles, 32 elements, 84 registers; 64x192
-# tiles, 96 elements, 180; 128x128 tiles' bias-relu kernel, 64 elements, 167-185, over
-# the 170 a thread of 384 has: gathered, 160)
-SMALL_ACCUMULATOR = 32
-SUM_LOADS, SUM_LOADS_LARGE = 16, 8
+# Stored where summed: 8 splits' reads in flight per lane (two 16-byte vectors each; 4 and
+# 16 measured the same: docs/perf.md); the form is taken where the accumulator's
+# registers, live through the sum, and SUM_REGISTERS more fit a thread's share (ptxas,
+# sm_90a: 128x64 tiles, 32 elements, 84 registers; 64x192 tiles, 96 elements, 180;
+# 128x128 tiles' bias-relu kernel, 64 elements, 167-185, over the 170 a thread of 384
+# has: gathered, 160)
+SUM_LOADS = 8
 SUM_REGISTERS = 112
 REGISTERS_PER_BLOCK, MAX_REGISTERS = 65536, 255
 
@@ -364,8 +363,7 @@ def _sum_own_elements(ctx, g, work, partial, first, end):
     group, column = binop("div", lane, const(lanes)), binop("mod", lane, const(lanes))
     element = binop("add", first, r)
     here = binop("min", element, binop("sub", end, const(1)))     # (the proof's bound)
-    in_flight = SUM_LOADS if acc.size.value <= SMALL_ACCUMULATOR else SUM_LOADS_LARGE
-    split = binop("add", binop("mul", binop("add", binop("mul", batch, const(in_flight)), s),
+    split = binop("add", binop("mul", binop("add", binop("mul", batch, const(SUM_LOADS)), s),
                                const(SUM_GROUPS)), group)
     clamped = binop("min", split, g.last)           # every read made; one past folds nothing
     base = binop("add", binop("mul", here, g.threads),
@@ -416,7 +414,7 @@ def _sum_own_elements(ctx, g, work, partial, first, end):
     take = kir.ForLoop(j, acc.size, [kir.Store(acc, j, kir.Select(
         binop("eq", j, element), mine, kir.Load(acc, j), acc.dtype))], "unroll")
     body = [*(kir.Store(total, at(h, v), ident) for h, v in cells),
-            _batches(ctx, batch, s, binop("ceildiv", g.splits, const(SUM_GROUPS)), in_flight,
+            _batches(ctx, batch, s, binop("ceildiv", g.splits, const(SUM_GROUPS)), SUM_LOADS,
                      loads + adds),
             *combine, *send, *receive, take]
     # one round an element; a CTA past the last element has none
