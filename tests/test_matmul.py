@@ -306,9 +306,10 @@ def test_the_two_forms_of_the_parallel_reduction_give_the_same_bits(rng):
     from the registers, each CTA stores the elements it summed. Both sum every element
     over the splits in the same order, so the outputs agree bit for bit at every split
     factor, on inputs whose partial sums round."""
-    m, n, k = 104, 72, 32 * 6 + 7
+    m, n, k = 104, 72, 32 * 67 + 7
     data = {"A": rng.uniform(-1, 1, (k, m)).astype(np.float16),
             "B": rng.uniform(-1, 1, (k, n)).astype(np.float16)}
+    exact = data["A"].astype(np.float64).T @ data["B"].astype(np.float64)
     forms = {}
     for staged in (True, False):
         exe = codegen.compile(seed_fusion(splitk_mode="parallel", use_smem_epilogue=staged,
@@ -320,10 +321,13 @@ def test_the_two_forms_of_the_parallel_reduction_give_the_same_bits(rng):
         forms[staged] = (comment, exe)
     assert "each summing a slice" in forms[True][0]
     assert "each summing and storing a run" in forms[False][0]
-    for splitk in (2, 3, 5, 7):
+    # split factors past 8 a lane group: the reads in batches of 8, 4, 2 and 1 and a
+    # partial last iteration (59: 7 whole rounds of the 8 groups, then 3; 67: 8, then 3)
+    for splitk in (3, 59, 67):
         gathered, stored = (forms[staged][1].run({**data, "splitk": splitk})["out"]
                             for staged in (True, False))
         assert np.array_equal(gathered.view(np.uint16), stored.view(np.uint16)), splitk
+        np.testing.assert_allclose(stored.astype(np.float64), exact, rtol=3e-3, atol=3e-3)
 
 
 @pytest.mark.gpu

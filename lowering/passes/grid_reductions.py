@@ -194,18 +194,16 @@ def _turnstile(ctx, kernel, tv, rest):
 
 
 WARP = 32
-# The gathered slice sum is latency bound (each lane's reads of the splits' partials): more
-# lane groups and more reads in flight shorten it (docs/perf.md, "the split-K's tail").
+# The sums over the splits (both forms): 8 groups of a warp's lanes each take every 8th
+# split, SUM_LOADS of them read at a time, combined by shuffles (docs/perf.md, "the
+# split-K's tail": 4, 8 and 16 reads in flight measured the same)
 SUM_GROUPS = 8     # a slice's splits summed by 8 groups of a warp's lanes, combined by shuffles
 SUM_VECTOR = 4     # each lane sums 4 neighbouring positions, read 16 bytes at a time
-SUM_UNROLL = 16    # 16 splits a lane reads in flight together
-# Stored where summed: 8 splits' reads in flight per lane (two 16-byte vectors each; 4 and
-# 16 measured the same: docs/perf.md); the form is taken where the accumulator's
-# registers, live through the sum, and SUM_REGISTERS more fit a thread's share (ptxas,
-# sm_90a: 128x64 tiles, 32 elements, 84 registers; 64x192 tiles, 96 elements, 180;
-# 128x128 tiles' bias-relu kernel, 64 elements, 167-185, over the 170 a thread of 384
-# has: gathered, 160)
 SUM_LOADS = 8
+# Stored where summed is taken where the accumulator's registers, live through the sum,
+# and SUM_REGISTERS more fit a thread's share (ptxas, sm_90a: 128x64 tiles, 32 elements,
+# 84 registers; 64x192 tiles, 96 elements, 180; 128x128 tiles' bias-relu kernel, 64
+# elements, 167-185, over the 170 a thread of 384 has: gathered, 160)
 SUM_REGISTERS = 112
 REGISTERS_PER_BLOCK, MAX_REGISTERS = 65536, 255
 
@@ -337,14 +335,34 @@ def _stored_where_summed(ctx, kernel, g, rest, stores):
                           kir.SemRelease(passed, g.tile, const(0)))])])]
 
 
-def _batches(ctx, batch, s, count, in_flight, body):
-    """for s in 0 .. count - 1, `in_flight` iterations at a time: a run-time loop of
-    batches of a constant, unrolled loop, so that each batch's reads are in flight
-    together (an unrolled run-time loop of fewer iterations than its factor runs them one
-    by one, each read waiting for the one before). `body` reads s as `batch * in_flight
-    + s` and makes the iterations past `count` harmless (a clamped read, the identity)."""
-    return kir.ForLoop(batch, ctx.binop("ceildiv", count, ctx.const(in_flight)),
-                       [kir.ForLoop(s, ctx.const(in_flight), body, "unroll")])
+def _over_the_splits(ctx, g, group, make):
+    """make(s, checked) for s = 0 .. ceil(splits / SUM_GROUPS) - 1 (lane group `group`
+    reads split s SUM_GROUPS + group). First the iterations in which every group's split
+    exists: SUM_LOADS at a time (a run-time loop of a constant, unrolled loop: a batch's
+    reads in flight together, where `#pragma unroll` over a run-time count smaller than
+    its factor runs them one by one), then the rest in one batch each of 4, 2 and 1 where
+    their bit is set; then the partial last iteration, `checked` (its groups past the last
+    split read it again and fold nothing). Each call of make builds fresh statements."""
+    binop, const = ctx.binop, ctx.const
+    full = binop("div", g.splits, const(SUM_GROUPS))
+    b, s = g.fresh_var("b"), g.fresh_var("s")
+
+    def batch(start, n):              # iterations start .. start + n - 1, unrolled
+        return [kir.ForLoop(s, const(n), make(binop("add", start, s), False), "unroll")]
+
+    out = [kir.ForLoop(b, binop("div", full, const(SUM_LOADS)),
+                       batch(binop("mul", b, const(SUM_LOADS)), SUM_LOADS))]
+    done = binop("mul", binop("div", full, const(SUM_LOADS)), const(SUM_LOADS))
+    n = SUM_LOADS // 2
+    while n:
+        # the batch of n where full's bit n is set, after the larger ones
+        start = binop("add", done, binop("mul", binop("div", binop("mod", full, const(
+            SUM_LOADS)), const(2 * n)), const(2 * n)))
+        out.append(kir.IfThenElse(binop("gt", binop("mod", full, const(2 * n)),
+                                        const(n - 1)), batch(start, n)))
+        n //= 2
+    return out + [kir.IfThenElse(binop("gt", binop("mod", g.splits, const(SUM_GROUPS)),
+                                       const(0)), make(full, True))]
 
 
 def _sum_own_elements(ctx, g, work, partial, first, end):
@@ -358,14 +376,11 @@ def _sum_own_elements(ctx, g, work, partial, first, end):
     acc, op, binop, const = g.acc, g.op, ctx.binop, ctx.const
     lanes = WARP // SUM_GROUPS                      # vectors a half-warp: 4
     halves = WARP // (lanes * SUM_VECTOR)           # 2
-    r, batch, s, j = (g.fresh_var(p) for p in ("r", "b", "s", "j"))
+    r, j = g.fresh_var("r"), g.fresh_var("j")
     lane = binop("mod", g.thread, const(WARP))
     group, column = binop("div", lane, const(lanes)), binop("mod", lane, const(lanes))
     element = binop("add", first, r)
     here = binop("min", element, binop("sub", end, const(1)))     # (the proof's bound)
-    split = binop("add", binop("mul", binop("add", binop("mul", batch, const(SUM_LOADS)), s),
-                               const(SUM_GROUPS)), group)
-    clamped = binop("min", split, g.last)           # every read made; one past folds nothing
     base = binop("add", binop("mul", here, g.threads),
                  binop("mul", binop("div", g.thread, const(WARP)), const(WARP)))
     total, loaded, swap = (
@@ -383,12 +398,17 @@ def _sum_own_elements(ctx, g, work, partial, first, end):
                                                     acc.dtype))
 
     cells = [(h, v) for h in range(halves) for v in range(SUM_VECTOR)]
-    loads = [kir.Store(loaded, at(h, 0), kir.Load(work, partial(clamped, binop(
-        "add", base, binop("add", const(h * lanes * SUM_VECTOR),
-                           binop("mul", column, const(SUM_VECTOR))))), width=SUM_VECTOR),
-        width=SUM_VECTOR) for h in range(halves)]
-    adds = [fold(h, v, kir.Select(binop("lt", split, g.splits), kir.Load(loaded, at(h, v)),
-                                  ident, acc.dtype)) for h, v in cells]
+
+    def add_split(s, checked):
+        split = binop("add", binop("mul", s, const(SUM_GROUPS)), group)
+        read = binop("min", split, g.last) if checked else split
+        loads = [kir.Store(loaded, at(h, 0), kir.Load(work, partial(read, binop(
+            "add", base, binop("add", const(h * lanes * SUM_VECTOR),
+                               binop("mul", column, const(SUM_VECTOR))))), width=SUM_VECTOR),
+            width=SUM_VECTOR) for h in range(halves)]
+        return loads + [fold(h, v, kir.Select(binop("lt", split, g.splits), kir.Load(
+            loaded, at(h, v)), ident, acc.dtype) if checked else kir.Load(loaded, at(h, v)))
+            for h, v in cells]
     combine = [fold(h, v, kir.ShuffleXor(kir.Load(total, at(h, v)), lanes << k))
                for k in range(SUM_GROUPS.bit_length() - 1) for h, v in cells]
 
@@ -414,8 +434,7 @@ def _sum_own_elements(ctx, g, work, partial, first, end):
     take = kir.ForLoop(j, acc.size, [kir.Store(acc, j, kir.Select(
         binop("eq", j, element), mine, kir.Load(acc, j), acc.dtype))], "unroll")
     body = [*(kir.Store(total, at(h, v), ident) for h, v in cells),
-            _batches(ctx, batch, s, binop("ceildiv", g.splits, const(SUM_GROUPS)), SUM_LOADS,
-                     loads + adds),
+            *_over_the_splits(ctx, g, group, add_split),
             *combine, *send, *receive, take]
     # one round an element; a CTA past the last element has none
     return kir.ForLoop(r, binop("sub", binop("max", end, first), first), body), \
@@ -453,15 +472,13 @@ def _gathered(ctx, kernel, g, rest, threads):
     # The slice: the positions z L + r R + (warp lanes + lane % lanes) 4 + v of the tile's
     # E T (lanes = 32 / SUM_GROUPS); lane / lanes is the lane's group, which sums the
     # splits group, group + SUM_GROUPS, ...
-    r, batch, s, v = (g.fresh_var(p) for p in ("r", "b", "s", "v"))
+    r, v = g.fresh_var("r"), g.fresh_var("v")
     lane = binop("mod", g.thread, const(WARP))
     group = binop("div", lane, const(lanes))
     column = binop("add", binop("mul", binop("div", g.thread, const(WARP)), const(lanes)),
                    binop("mod", lane, const(lanes)))
     position = binop("add", binop("mul", g.z, slice_len), binop(
         "add", binop("mul", r, per_round), binop("mul", column, const(SUM_VECTOR))))
-    split = binop("add", binop("mul", binop("add", binop("mul", batch, const(SUM_UNROLL)), s),
-                               const(SUM_GROUPS)), group)
     total = kir.Buffer(_fresh(f"{g.tv.name}_slice", g.taken), acc.dtype, kir.Memory.local,
                        size=const(SUM_VECTOR))
     loaded = kir.Buffer(_fresh(f"{g.tv.name}_loaded", g.taken), acc.dtype, kir.Memory.local,
@@ -474,22 +491,23 @@ def _gathered(ctx, kernel, g, rest, threads):
     def fold(value):
         return kir.Store(total, v, kir.BinOp(op, kir.Load(total, v), value, acc.dtype))
 
-    # the clamp keeps the index in the tile's rows, so every read is made (none waits on
-    # a branch); a clamped read folds the identity instead
-    clamped = binop("min", split, g.last)
-    add_split = [
-        kir.Store(loaded, zero, kir.Load(work, partial(clamped, position), width=SUM_VECTOR),
-                  width=SUM_VECTOR),
-        each([fold(kir.Select(binop("lt", split, g.splits), kir.Load(loaded, v),
-                              identity(op, acc.dtype), acc.dtype))])]
+    def add_split(s, checked):
+        # checked: the clamp keeps the index in the tile's rows, so every read is made
+        # (none waits on a branch); a clamped read folds the identity instead
+        split = binop("add", binop("mul", s, const(SUM_GROUPS)), group)
+        read = binop("min", split, g.last) if checked else split
+        value = kir.Load(loaded, v)
+        return [kir.Store(loaded, zero, kir.Load(work, partial(read, position),
+                                                 width=SUM_VECTOR), width=SUM_VECTOR),
+                each([fold(kir.Select(binop("lt", split, g.splits), value,
+                                      identity(op, acc.dtype), acc.dtype)
+                           if checked else value)])]
     in_tile = binop("lt", position, per_split)       # the same for a warp's lanes
     combine_groups = [each([fold(kir.ShuffleXor(kir.Load(total, v), mask))])
                       for mask in (lanes << k for k in range(SUM_GROUPS.bit_length() - 1))]
     sum_slice = kir.ForLoop(r, rounds, [
         each([kir.Store(total, v, identity(op, acc.dtype))]),
-        kir.IfThenElse(in_tile, [_batches(ctx, batch, s, binop("ceildiv", g.splits,
-                                                               const(SUM_GROUPS)),
-                                          SUM_UNROLL, add_split)]),
+        kir.IfThenElse(in_tile, _over_the_splits(ctx, g, group, add_split)),
         *combine_groups,
         kir.IfThenElse(binop("and", in_tile, binop("eq", group, zero)), [
             kir.Store(sums, binop("add", binop("mul", g.tile, row), position),

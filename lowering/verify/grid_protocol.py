@@ -209,7 +209,8 @@ class _BlockWalk:
         first = len(self.events)
         inner = loops + ((s.var, int(extent)),) if known else loops
         self.walk(s.body, mask, definite and known and extent > 0, inner, guards)
-        region = [e for e in self.events[first:] if e.kind == "access"]
+        region = [e for e in self.events[first:] if e.kind == "access"
+                  and not (known and extent == 0)]          # a loop run no time: nothing
         for e in region:
             if not known:
                 e.loops = None                  # iterations not enumerable
