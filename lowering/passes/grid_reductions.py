@@ -26,7 +26,7 @@ if last > 0: work[tile, z, e, thread] = acc[e]; Fence; Barrier
              if thread 0: SemArrive(arrived[tile] += 1); SemWait(arrived[tile] == splits)
                           SemArrive(passed[tile] += 1)
              Barrier
-             for e in this CTA's run [first, end) of the elements (end - first = E / splits):
+             for e in this CTA's run [first, end) of the elements (about E / splits of them):
                  each warp: its 32 threads' 16-byte vectors of work[tile, *, e, thread]
                  summed by eight lane groups (group g: splits g, g + 8, ... in order),
                  combined ((g0 op g1) op (g2 op g3)) op ((g4 op g5) op (g6 op g7)) (a
