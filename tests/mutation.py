@@ -217,10 +217,11 @@ def interpreter_catches(kernel, sizes_list, clean):
     """How the interpreter shows the mutant (a hazard, a refusal, a wrong output), or
     None where it runs clean at every size and interleaving."""
     # a co-resident kernel's blocks wait on later ones: also resume the latest ready block
+    # (where a tile has several)
     runs = [(how, "earliest") for how in ("then-first", "else-first", 0)]
-    runs += [("then-first", "latest")] if kernel.co_resident else []
     for n, sizes in enumerate(sizes_list):
-        for how, order in runs:
+        latest = kernel.co_resident and sizes.get("splitk", 1) > 1
+        for how, order in runs + ([("then-first", "latest")] if latest else []):
             args = arguments(kernel, sizes)
             try:
                 run_kernel(kernel, args, interleaving=how, block_order=order)
