@@ -19,7 +19,8 @@ where ("delete S42 sem_wait ...").
 many K tiles per split as the pipeline has stages (the size where a missed stage hand-off
 is invisible to a single order), then at 2 x stages + 1 tiles per split (every stage
 reused), under both role orders and one seeded random interleaving (and, for a
-co-resident kernel, with the latest ready block resumed first); it catches a mutant
+co-resident kernel with several splits, with the latest ready block resumed first); it
+catches a mutant
 with a hazard, a refusal to run, or an output that differs from the unmutated kernel's on
 the same integer inputs. The score goes to the session summary (fuserir statistics).
 """
