@@ -20,9 +20,8 @@ many K tiles per split as the pipeline has stages (the size where a missed stage
 is invisible to a single order), then at 2 x stages + 1 tiles per split (every stage
 reused), under both role orders and one seeded random interleaving (and, for a
 co-resident kernel with several splits, with the latest ready block resumed first); it
-catches a mutant
-with a hazard, a refusal to run, or an output that differs from the unmutated kernel's on
-the same integer inputs. The score goes to the session summary (fuserir statistics).
+catches a mutant with a hazard, a refusal to run, or an output that differs from the
+unmutated kernel's on the same integer inputs. The score goes to the session summary (fuserir statistics).
 """
 
 import copy
