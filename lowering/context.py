@@ -403,11 +403,11 @@ class LoweringContext:
         index = {a: self.loop_index(tv, i) for i, a in enumerate(tv.loop)}
         for t in reversed(history(tv.loop)):
             if isinstance(t, Split):
-                inner = self.extent(t.inner.extent)
+                inner = self.extent(_concrete_extent(t.inner))
                 index[t.input] = self.binop("add", self.binop("mul", index[t.outer], inner),
                                             index[t.inner])
             else:
-                inner = self.extent(t.inner.extent)
+                inner = self.extent(_concrete_extent(t.inner))
                 index[t.outer] = self.binop("div", index[t.output], inner)
                 index[t.inner] = self.binop("mod", index[t.output], inner)
         for a in list(index):
@@ -499,3 +499,18 @@ class LoweringContext:
             owner.append((p.value, cls))
         return tuple(owner)
 
+
+def _concrete_extent(axis):
+    """The extent a loop index of `axis` ranges over: its own, but where it derives from a
+    broadcast axis that shares a consumer's loops (IterDomain.concrete_extent), the
+    consumer's (a [B, D] input's loop-only S axis merged under B in a [B, S, D] output's
+    rows: the merged index is the output's, b S + s, not b + 0)."""
+    if axis.definition is None:
+        return axis.concrete_extent if axis.is_broadcast and \
+            axis.concrete_extent is not None else axis.extent
+    t = axis.definition
+    if isinstance(t, Split):
+        fixed = t.inner if t.inner_split else t.outer          # the factor's side
+        return axis.extent if axis is fixed else ext.ceildiv(_concrete_extent(t.input),
+                                                              t.factor)
+    return ext.mul(_concrete_extent(t.outer), _concrete_extent(t.inner))

@@ -647,3 +647,30 @@ def test_a_cache_in_a_merged_loop_with_a_broadcast_is_bounded_by_its_real_axes()
     x = rng.standard_normal((3, 5, 8)).astype(np.float32)
     cv = rng.standard_normal((5, 8)).astype(np.float32)
     np.testing.assert_array_equal(exe.run({"x": x, "c": cv})["y"], x * cv)
+
+
+def test_a_loop_only_broadcast_inside_a_merge_is_indexed_by_the_consumers_extent():
+    """v [B, D] cached in registers at y's loops, whose rows merge B with S (which v
+    lacks: a loop-only broadcast, the merge's inner part). The row index is b S + s, so
+    v's batch is row / S: dividing by the broadcast's own extent of 1 read batch `row`,
+    out of bounds or another batch's row, for every row but the first S."""
+    from fuserir.ir.tensor import MemoryType
+    f = fuserir.parse("fusion f(x: f32[B, S, D], v: f32[B, D]) {\n"
+                      "  y = x + broadcast(v, [false, true, false])\n  output y\n}")
+    y = f.tensor("y")
+    computed = y.cache_before(MemoryType.local)
+    y.split(-1, 4)
+    y.merge(0)
+    y.split(0, 2)
+    for i, ptype in enumerate(("BIDx", "TIDx")):
+        y.parallelize(i, ptype)
+    for name in ("x", "v"):
+        cache = f.tensor(name).cache_after(MemoryType.local)
+        cache.compute_at(y, 3)
+        cache.vectorize(-1)
+    computed.compute_at(y, 3)
+    exe = codegen.compile(f, backend="interp")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 5, 8)).astype(np.float32)
+    v = rng.standard_normal((3, 8)).astype(np.float32)
+    np.testing.assert_array_equal(exe.run({"x": x, "v": v})["y"], x + v[:, None, :])

@@ -277,10 +277,11 @@ def test_an_input_read_twice_by_one_tensor_is_one_vector_cache(body, want):
     np.testing.assert_array_equal(exe.run({"x": x})["y"], want(x))
 
 
-def test_a_broadcast_along_a_middle_axis_is_read_element_by_element():
+def test_a_broadcast_along_a_middle_axis_is_read_as_vectors():
     """v [B, D] broadcast along axis 1 of [B, S, D]: in out's merged rows (B x S) the axis
-    v lacks is the inner part, which lowering would index by its own extent of 1, so v
-    gets no vector cache; x does, and every element is right."""
+    v lacks is the inner part of the merge, a loop-only broadcast whose loop runs over S:
+    lowering divides the row by S (not by the broadcast's own extent of 1), so v gets a
+    vector cache like x, and every element is right."""
     text = """fusion f(x: f32[B, S, D], v: f32[B, D]) {
   y = x + broadcast(v, [false, true, false])
   output y
@@ -288,8 +289,11 @@ def test_a_broadcast_along_a_middle_axis_is_read_element_by_element():
     fusion = fuserir.parse(text)
     exe = codegen.compile(fusion, backend="interp")
     source = exe.kernels[0].source
-    assert "v_cache" not in source and "x_cache" in source
+    assert "v_cache" in source and "x_cache" in source
     rng = np.random.default_rng(6)
-    x = rng.standard_normal((2, 3, 8)).astype(np.float32)
-    v = rng.standard_normal((2, 8)).astype(np.float32)
-    np.testing.assert_array_equal(exe.run({"x": x, "v": v})["y"], x + v[:, None, :])
+    for b, s, d in ((2, 3, 128), (3, 5, 256)):
+        x = rng.standard_normal((b, s, d)).astype(np.float32)
+        v = rng.standard_normal((b, d)).astype(np.float32)
+        np.testing.assert_array_equal(exe.run({"x": x, "v": v})["y"], x + v[:, None, :])
+
+

@@ -61,6 +61,9 @@ class IterDomain:
         self.kind = kind
         self.parallel = parallel
         self.definition = definition  # Split or Merge that produced this axis, or None
+        # a broadcast axis sharing a consumer's loops (compute_at): the extent of the
+        # consumer axis it stands for there, which the shared loops' indices range over
+        self.concrete_extent = None
         self.serial = next(_ids)
 
     @property

@@ -129,9 +129,10 @@ _SAME_INDEX = (BinaryOp, BroadcastOp, CastOp, CatOp, LoadStoreOp, PadOp, SliceOp
 def _read_at_output_index(fusion, out):
     """{input: the tensors that read it at `out`'s own element index} for the inputs of
     `fusion` that some tensor reads so: through pointwise ops, casts, selects, unshifted
-    slices and broadcasts only, its axes `out`'s last ones, of the same extents (a bias
-    of [N] broadcast to [M, N] is read at the output's column). A vector of `out` then
-    reads a vector of each of them."""
+    slices and broadcasts only, its axes some of `out`'s in order, its last `out`'s last,
+    of the same extents (a bias of [N] broadcast to [M, N] is read at the output's column,
+    a mask [B, D] of [B, S, D] at its batch and column). A vector of `out` then reads a
+    vector of each of them."""
     at = {out: list(range(out.rank))}   # tensor -> out's axis of each of its axes, or None
     readers = {}
     for e in reversed(fusion.exprs):
@@ -149,11 +150,10 @@ def _read_at_output_index(fusion, out):
                        for x, a in zip(positions, p.shape_axes)):
                     positions = None
             at[p] = positions if at.get(p, positions) == positions else None
-            # the input's axes must be out's last ones: what it lacks is outer, so that in
-            # out's merged rows a loop-only broadcast is the outer part of each merge (an
-            # inner one would be indexed by its own extent of 1, not the loop's)
-            if p.is_input and p.rank > 0 and \
-                    positions == list(range(out.rank - p.rank, out.rank)) and \
+            # the input's axes are out's in order, its last out's last (a vector of it is a
+            # vector of out); what it lacks is a loop-only broadcast in out's merged rows
+            if p.is_input and p.rank > 0 and positions is not None and \
+                    positions == sorted(set(positions)) and positions[-1] == out.rank - 1 and \
                     all(a.extent == out.shape_axes[k].extent       # not a size-1 axis
                         for a, k in zip(p.shape_axes, positions)):  # read at index 0
                 readers.setdefault(p, []).append(o)

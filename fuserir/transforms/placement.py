@@ -28,6 +28,9 @@ def compute_at(tv: TensorView, consumer: TensorView, pos: int) -> None:
     Every tensor on a path between the two shares the same loops (those that no compute_at
     of their own placed stay unplaced, free to be inlined deeper). A consumer axis tv lacks
     (a broadcast) becomes a loop-only broadcast axis b{1}: tv is computed once per iteration.
+    A broadcast axis of tv (loop-only or its own) that stands for a real consumer axis
+    records that axis's extent (IterDomain.concrete_extent), which the shared loop runs
+    over: lowering replays tv's merges backwards over it.
 
       consumer  a tensor of the same fusion that uses tv, directly or indirectly
       pos       0 ... consumer's loop count; a negative one counts from loop count + 1, so
@@ -108,6 +111,11 @@ def _replay_at(producer, consumer, pos):
     # A consumer axis with no producer counterpart (a new broadcast, say) becomes a loop-only
     # broadcast axis of the producer: the producer is computed once per iteration of it.
     axis_map = {r: root_map.get(r) or IterDomain(1, IterKind.broadcast) for r in needed}
+    for r, a in axis_map.items():
+        # a broadcast where the consumer has a real axis runs over that axis's extent in
+        # the shared loops: lowering divides a merged loop index by it
+        if a.is_broadcast:
+            a.concrete_extent = r.concrete_extent if r.is_broadcast else r.extent
     axis_map = replay(transforms, axis_map)
     new_shared = [axis_map[a] for a in shared]
     for old, new in zip(shared, new_shared):
