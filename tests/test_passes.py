@@ -624,14 +624,11 @@ def test_reuse_shared_aliases_only_dead_buffers_when_asked(promote):
     assert np.array_equal(exe.run({"x": x})["z"], x * 2 + 1)
 
 
-def test_a_cache_in_a_merged_loop_with_a_broadcast_is_bounded_by_its_real_axes():
-    """c's cache computed at y's loops, whose rows merge B (which c lacks: a loop-only
-    broadcast) with S: the rows loop runs over B * S, so the bound of the rows split is
-    the S index (rows % S) against S, not rows against S, which skipped every batch
-    after the first (their y read an unloaded cache)."""
+def _in_merged_rows(program, cached, vectorized=False):
+    """`program`'s y in rows of its merged outer axes, split in two (BIDx, TIDx), by
+    vectors of 4 of its last axis, the inputs `cached` in registers at those loops."""
     from fuserir.ir.tensor import MemoryType
-    f = fuserir.parse("fusion f(x: f32[B, S, D], c: f32[S, D]) {\n"
-                      "  y = x * broadcast(c, [true, false, false])\n  output y\n}")
+    f = fuserir.parse(program)
     y = f.tensor("y")
     computed = y.cache_before(MemoryType.local)
     y.split(-1, 4)
@@ -639,10 +636,22 @@ def test_a_cache_in_a_merged_loop_with_a_broadcast_is_bounded_by_its_real_axes()
     y.split(0, 2)
     for i, ptype in enumerate(("BIDx", "TIDx")):
         y.parallelize(i, ptype)
-    c = f.tensor("c").cache_after(MemoryType.local)
-    c.compute_at(y, 3)
+    for name in cached:
+        cache = f.tensor(name).cache_after(MemoryType.local)
+        cache.compute_at(y, 3)
+        if vectorized:
+            cache.vectorize(-1)
     computed.compute_at(y, 3)
-    exe = codegen.compile(f, backend="interp")
+    return codegen.compile(f, backend="interp")
+
+
+def test_a_cache_in_a_merged_loop_with_a_broadcast_is_bounded_by_its_real_axes():
+    """c's cache computed at y's loops, whose rows merge B (which c lacks: a loop-only
+    broadcast) with S: the rows loop runs over B * S, so the bound of the rows split is
+    the S index (rows % S) against S, not rows against S, which skipped every batch
+    after the first (their y read an unloaded cache)."""
+    exe = _in_merged_rows("fusion f(x: f32[B, S, D], c: f32[S, D]) {\n"
+                          "  y = x * broadcast(c, [true, false, false])\n  output y\n}", ["c"])
     rng = np.random.default_rng(4)
     x = rng.standard_normal((3, 5, 8)).astype(np.float32)
     cv = rng.standard_normal((5, 8)).astype(np.float32)
@@ -654,22 +663,9 @@ def test_a_loop_only_broadcast_inside_a_merge_is_indexed_by_the_consumers_extent
     lacks: a loop-only broadcast, the merge's inner part). The row index is b S + s, so
     v's batch is row / S: dividing by the broadcast's own extent of 1 read batch `row`,
     out of bounds or another batch's row, for every row but the first S."""
-    from fuserir.ir.tensor import MemoryType
-    f = fuserir.parse("fusion f(x: f32[B, S, D], v: f32[B, D]) {\n"
-                      "  y = x + broadcast(v, [false, true, false])\n  output y\n}")
-    y = f.tensor("y")
-    computed = y.cache_before(MemoryType.local)
-    y.split(-1, 4)
-    y.merge(0)
-    y.split(0, 2)
-    for i, ptype in enumerate(("BIDx", "TIDx")):
-        y.parallelize(i, ptype)
-    for name in ("x", "v"):
-        cache = f.tensor(name).cache_after(MemoryType.local)
-        cache.compute_at(y, 3)
-        cache.vectorize(-1)
-    computed.compute_at(y, 3)
-    exe = codegen.compile(f, backend="interp")
+    exe = _in_merged_rows("fusion f(x: f32[B, S, D], v: f32[B, D]) {\n"
+                          "  y = x + broadcast(v, [false, true, false])\n  output y\n}",
+                          ["x", "v"], vectorized=True)
     rng = np.random.default_rng(5)
     x = rng.standard_normal((3, 5, 8)).astype(np.float32)
     v = rng.standard_normal((3, 8)).astype(np.float32)
