@@ -40,8 +40,8 @@ if last > 0 and z == last: if thread 0: SemWait(passed[tile] == splits)
 
 The last CTA resets the counters once every CTA has passed its wait (`passed`); nothing
 waits on the sums. Where the rest stages the output through shared memory, or the
-accumulator is too large to stay live through the sum beside its registers (E + 112 over
-a thread's share of the block's registers), the last CTA gathers the sums instead
+accumulator is too large to stay live through the sum (its E registers and 112 more
+exceed a thread's share of the block's), the last CTA gathers the sums instead
 ("gathered"): the accumulator is dead while the slices are summed:
 
 ```text
@@ -58,8 +58,9 @@ if z == last:
   <the rest of the kernel>
 ```
 
-Both read each split's partials in batches of a constant, unrolled loop (a run-time loop
-unrolled by a factor larger than its count runs its reads one by one).
+Both read the splits' partials in batches of a constant, unrolled loop (a run-time loop
+unrolled by a factor larger than its count runs its reads one by one), and both give the
+same bits.
 
 Atomic (a sum only; opt-in: the adds land in an order the hardware picks, so the last
 bits may differ run to run): every CTA adds its partials into the tile's sums, the last
