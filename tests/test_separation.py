@@ -61,3 +61,20 @@ def test_two_indices_with_different_coefficients_separate_nothing():
     a, atoms = span(tile_major(), 0, 128 * 256 - 1)
     b, more = span(tile_major(elements=64), 0, 64 * 256 - 1)
     assert grid_of().separated(a, b, {**atoms, **more}) == ()
+
+
+def test_a_block_index_inside_an_atom_is_allowed_only_for_the_axes_asked():
+    """A clamp min(z L + i, E - 1) holds blockIdx.z: not linear in the blocks, unless the
+    caller evaluates the turn's values itself (inside="z"); then x and y still separate
+    tiles, the clamp an atom of the rest."""
+    clamp = ex.binop("min", ex.add(ex.mul(ex.bid("z"), ex.const(4)), kir.Var("i", ex.I32)),
+                     ex.const(31))
+    tile = ex.add(ex.bid("x"), ex.mul(GX, ex.bid("y")))
+    index = ex.add(ex.mul(tile, ex.const(32)), clamp)
+    assert separation.linear_in_blocks(index) is None
+    linear = separation.linear_in_blocks(index, inside="z")
+    assert set(linear.coeffs) == {"x", "y"}
+    assert any("blockIdx.z" in key for key in linear.atoms)
+    # a block index of another axis inside an atom stays refused
+    inside_x = ex.binop("min", ex.bid("x"), ex.const(3))
+    assert separation.linear_in_blocks(inside_x, inside="z") is None
