@@ -153,7 +153,8 @@ def _read_at_output_index(fusion, out):
             # the input's axes are out's in order, its last out's last (a vector of it is a
             # vector of out); what it lacks is a loop-only broadcast in out's merged rows
             if p.is_input and p.rank > 0 and positions is not None and \
-                    positions == sorted(set(positions)) and positions[-1] == out.rank - 1 and \
+                    None not in positions and positions == sorted(set(positions)) and \
+                    positions[-1] == out.rank - 1 and \
                     all(a.extent == out.shape_axes[k].extent       # not a size-1 axis
                         for a, k in zip(p.shape_axes, positions)):  # read at index 0
                 readers.setdefault(p, []).append(o)
