@@ -8,13 +8,13 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
 * pointwise: a single output whose innermost axis is not known to be short is cut into
   16-byte vectors along that axis, LANES vectors of a row a warp (TIDx), VECTOR_ROWS rows
   a block (TIDy), each thread one vector: the inputs read at the output's own element
-  (pointwise ops, casts, selects, slices from 0, broadcasts over outer axes) are loaded
-  into registers as vectors (cache_after(local, consumers=...) where a tensor also reads
-  one shifted), computed there, and the output stored as a vector (the executable runs
-  a narrower variant where an array's rows are no whole number of vectors). Other
-  outputs are flattened, split into blocks of THREADS threads that each handle UNROLL
-  elements a warp-width apart (so every access is coalesced); other reads (shifted,
-  transposed, broadcast along an inner axis) are element by element in either;
+  (pointwise ops, casts, selects, slices from 0, broadcasts over any axis but the last)
+  are loaded into registers as vectors (cache_after(local, consumers=...) where a tensor
+  also reads one shifted), computed there, and the output stored as a vector (the
+  executable runs a narrower variant where an array's rows are no whole number of
+  vectors). Other outputs are flattened, split into blocks of THREADS threads that each
+  handle UNROLL elements a warp-width apart (so every access is coalesced); other reads
+  (shifted, transposed, broadcast along the last axis) are element by element in either;
 * transpose: a pointwise fusion with an input contiguous along another axis than its
   output (read through a permute) is tiled on both innermost axes, that input staged
   through a padded shared tile so that it is read and the output written coalesced
