@@ -34,7 +34,7 @@ import numpy as np
 from fuserir.dtypes import DataType
 from fuserir.instructions import (SWIZZLE_BYTES, TMA_ADDRESS_ALIGN, TMA_BOX_MAX,
                                   TMA_DIM_LIMIT, TMA_RANKS, TMA_STRIDE_ALIGN,
-                                  tma_stride_ok)
+                                  element_runs, tma_map_strides, tma_stride_ok)
 from lowering import kir
 
 from . import gpu_stack
@@ -119,7 +119,8 @@ def tensor_map_fields(kernel, tmap, array, scalars):
         if not 1 <= n <= TMA_DIM_LIMIT:
             bad(f"size {d} ({kir.format_expr(tmap.sizes[d])}) is {n}; a dimension has "
                 f"1..2^32 elements")
-    if _extents(dims, (1, *strides)) != _extents(array.shape, array_strides):
+    strides = tma_map_strides(dims, strides, itemsize)
+    if element_runs(dims, (1, *strides)) != element_runs(array.shape, array_strides):
         bad(f"dimensions {dims} with element strides {(1, *strides)} (innermost first) "
             f"do not cover the array of shape {tuple(array.shape)} and element strides "
             f"{array_strides} exactly")
@@ -142,20 +143,6 @@ def tensor_map_fields(kernel, tmap, array, scalars):
     fields = TensorMapFields(DTYPE_CODES[tmap.dtype], dims, byte_strides, box,
                              SWIZZLE_CODES[tmap.swizzle], (1,) * rank, where=where)
     return at_address(fields, array.data.ptr)
-
-
-def _extents(shape, strides):
-    """The (element stride, extent) runs an array's elements form, canonical: extent-1
-    axes dropped, sorted by stride, an axis merged into the previous one where it
-    continues it (stride = the previous stride x extent). Two layouts with equal runs
-    address the same elements."""
-    runs = []
-    for stride, n in sorted((s, n) for n, s in zip(shape, strides) if n != 1):
-        if runs and runs[-1][0] * runs[-1][1] == stride:
-            runs[-1] = (runs[-1][0], runs[-1][1] * n)
-        else:
-            runs.append((stride, n))
-    return runs
 
 
 def at_address(fields, address):

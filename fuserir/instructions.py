@@ -31,6 +31,7 @@ tests/test_instructions_sm90.py check every lane against those figures spelled o
 independently, and tests/test_hopper_probes.py checks them against the H200.
 """
 
+import math
 from dataclasses import dataclass
 
 from .dtypes import DataType
@@ -351,6 +352,34 @@ BULK_COPY_ALIGN = 16
 def tma_stride_ok(nbytes):
     """May a tensor map have a global stride of `nbytes` bytes?"""
     return 0 < nbytes < TMA_STRIDE_LIMIT and nbytes % TMA_STRIDE_ALIGN == 0
+
+
+def tma_map_strides(dims, strides, itemsize):
+    """A tensor map's element strides of dimensions 1.. (`dims` its sizes innermost
+    first), each dimension of one element given a nominal stride instead (the dense one,
+    rounded up to TMA_STRIDE_ALIGN bytes): the map never steps along it, but the encoder
+    checks every stride (a decode matmul's A stored K x 1 and boxed along K: its second
+    dimension has one element and the array's stride 1 there)."""
+    align = TMA_STRIDE_ALIGN // math.gcd(TMA_STRIDE_ALIGN, itemsize)
+    out, dense = [], dims[0]
+    for n, s in zip(dims[1:], strides):
+        out.append(-(-dense // align) * align if n == 1 else s)
+        dense *= n
+    return tuple(out)
+
+
+def element_runs(shape, strides):
+    """The (element stride, extent) runs an array's elements form, canonical: extent-1
+    axes dropped, sorted by stride, an axis merged into the previous one where it
+    continues it (stride = the previous stride x extent). Two layouts with equal runs
+    address the same elements (a tensor map checked against its array)."""
+    runs = []
+    for stride, n in sorted((s, n) for n, s in zip(shape, strides) if n != 1):
+        if runs and runs[-1][0] * runs[-1][1] == stride:
+            runs[-1] = (runs[-1][0], runs[-1][1] * n)
+        else:
+            runs.append((stride, n))
+    return runs
 
 MBARRIER = AsyncProxyInstruction(
     name="mbarrier", arch=90, ptx={

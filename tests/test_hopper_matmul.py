@@ -19,6 +19,7 @@ import codegen
 from fuserir.device import H200
 import fuserir
 from codegen.errors import HazardError, RaceError
+from codegen.interp import InterpError
 from fuserir.errors import ScheduleError
 from fuserir.scheduler import MatmulParams, schedule_matmul
 from lowering import kir
@@ -278,6 +279,38 @@ def test_one_operand_copied_the_other_by_tma_equals_float64(mixed_exe, m, rng):
     data = integer_inputs(rng, "NT", m, n, k)
     out = mixed_exe.run({**data, "splitk": 2})["out"]
     assert np.array_equal(out, reference("NT", data).astype(np.float16))
+
+
+ALONG_K = dict(HOPPER, staged_along_k=(True, False))    # A [K, M] boxed along K
+
+
+@pytest.fixture(scope="module")
+def along_k_exe():
+    return codegen.compile(scheduled(dict(ALONG_K, splitk_factor=2), layout="NT"),
+                           backend="interp")
+
+
+def test_an_operand_staged_along_k_equals_float64(along_k_exe, rng):
+    """M = 1 with A stored K x M: A's K is contiguous, its tile is boxed along K (a
+    K-major wgmma operand, as a row-major A's) and both operands come by TMA; A's tensor
+    map runs along K, its second dimension of one element given a nominal stride."""
+    n, k = 200, 64 * 3 + 8
+    data = integer_inputs(rng, "NT", 1, n, k)
+    out = along_k_exe.run({**data, "splitk": 2})["out"]
+    assert np.array_equal(out, reference("NT", data).astype(np.float16))
+    kernel = along_k_exe.kernels[0].kir
+    (a_map,) = [t for t in kernel.tensor_maps if t.tensor.buffer.name == "A"]
+    assert [kir.format_expr(x) for x in a_map.sizes] == ["K", "M"]
+
+
+def test_an_operand_staged_along_k_refuses_rows_longer_than_one(along_k_exe, rng):
+    """The schedule assumed M = 1 (the heuristic's size class); at M = 2 K is not
+    contiguous and A's tensor map would read the wrong elements: refused, naming why."""
+    data = integer_inputs(rng, "NT", 2, 200, 64 * 3)
+    with pytest.raises(InterpError, match=r"tensor map A_map has sizes \[192, 2\] and "
+                       r"element strides \(1, 1\) \(innermost first\), which do not "
+                       r"cover A of shape \(192, 2\) and element strides \(2, 1\)"):
+        along_k_exe.run({**data, "splitk": 2})
 
 
 def test_a_mixed_producer_copies_then_thread_0_expects_and_issues_the_boxes(mixed_exe):

@@ -357,7 +357,7 @@ def bad_map(**change):
     return x, kir.TensorMap(**fields)
 
 
-@pytest.mark.parametrize("change, message", [
+@pytest.mark.parametrize("change, message, shape", [(*case, (40, 104))[:3] for case in [
     (dict(box=(64, 16, 2)), "has a box of rank 3, 2 sizes and 1 strides"),
     (dict(box=(64, 0)), "has box (64, 0): extents must be 1..256"),
     (dict(box=(64, 257)), "has box (64, 257): extents must be 1..256"),
@@ -365,18 +365,19 @@ def bad_map(**change):
                           "be exactly 64"),
     (dict(box=(4, 16), swizzle="none"), "has a box row of 4 x 2 = 8 bytes: with swizzle "
                                         "none it must be a multiple of 16"),
-    (dict(strides=[c(100)]), "has stride 100 elements (200 bytes) in dimension 1: a "
-                             "positive multiple of 16 bytes below 2^40"),
-    (dict(strides=[c(1 << 39, DataType.i64)]), "has stride 549755813888 elements "
-                                               "(1099511627776 bytes) in dimension 1"),
+    (dict(), "has stride 100 elements (200 bytes) in dimension 1: a positive multiple of "
+             "16 bytes below 2^40", (40, 100)),
+    (dict(strides=[c(1 << 39, DataType.i64)]), "has sizes [104, 40] and element strides (1, "
+     "549755813888) (innermost first), which do not cover x of shape (40, 104) and element "
+     "strides (104, 1) exactly"),
     (dict(sizes=[c(104), c(0)]), "has sizes [104, 0]: each must be positive"),
     (dict(tensor=tensor("z", F16, 2)), "is over z, which is not a tensor parameter"),
-])
-def test_tensor_map_rules(change, message):
+]])
+def test_tensor_map_rules(change, message, shape):
     x, m = bad_map(**change)
     k = kernel("maps", [x], [m], [])
     with pytest.raises(InterpError) as info:
-        run_kernel(k, {"x": np.zeros((40, 104), np.float16)})
+        run_kernel(k, {"x": np.zeros(shape, np.float16)})
     assert f"kernel maps: tensor map m {message}" in str(info.value)
 
 

@@ -509,16 +509,20 @@ def test_hopper_heuristic_gives_a_decode_step_64_row_tiles(size, tiles, splitk, 
 
 
 @pytest.mark.parametrize("layout", ["NT", "NN"])
-def test_hopper_heuristic_loads_by_tma_the_operand_it_can_read(layout):
-    """M = 1 with A stored K x M (a decode step): A's rows are one element, which only
-    copies read; B, 8 KB rows, still comes by TMA."""
+def test_hopper_heuristic_stages_a_one_element_row_operand_along_k(layout):
+    """M = 1 with A stored K x M (a decode step): A's rows are one element long, so A is
+    contiguous along K: staged along K and read by TMA like a row-major A, not copied
+    element by element."""
     reasons = []
     p = matmul_heuristic(1, 4096, 4096, layout=layout, reasons=reasons)
-    assert p.hopper and p.async_gmem_load_operands == (False, True)
-    assert reasons[0] == (f"1x4096x4096 {layout}: A's rows are of an odd number of elements: "
-                          "the producer warp group copies the tiles of A element-wise, "
-                          "into the same swizzled layout, and loads B's by TMA")
-    assert matmul_heuristic(1, 4096, 4096, layout="T" + layout[1]).async_gmem_load_operands
+    assert p.hopper and p.async_loads == (True, True) and p.staged_along_k == (True, False)
+    assert reasons[0] == (f"1x4096x4096 {layout}: A's stored rows are one element long "
+                          "(M = 1), so it is contiguous along K: staged along K, its K runs "
+                          "read by TMA")
+    assert matmul_heuristic(2, 4096, 4096, layout=layout).staged_along_k == (False, False)
+    assert matmul_heuristic(1, 4096, 4096, layout="T" + layout[1]).staged_along_k == \
+        (False, False)
+    assert matmul_heuristic(64, 1, 4096, layout="TT").staged_along_k == (False, True)
 
 
 @pytest.mark.parametrize("kwargs, message", [

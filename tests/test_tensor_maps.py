@@ -79,6 +79,20 @@ def test_a_2d_map_of_a_transposed_array():
     assert f.dims == (96, 40) and f.strides == (192,) and f.box == (64, 32)
 
 
+def test_a_dimension_of_one_element_takes_a_nominal_stride():
+    """a[M, K] with M = 1 mapped along K (a decode matmul's A stored K x 1, boxed along
+    its contiguous K): the array's stride along M (one element: 2 bytes) is no tensor
+    map stride, but the map never steps along M, so it gets the dense one rounded up to
+    16 bytes; at M = 2 the same map would read the wrong elements: refused."""
+    kernel = tma_kernel(sizes=lambda a: [a.sizes[0], a.sizes[1]],
+                        strides=lambda a: [a.strides[1]], box=(64, 64))
+    f = fields_of(kernel, fake((4097, 1)), M=4097, K=1)
+    assert f.dims == (4097, 1) and f.strides == (8208,)
+    with pytest.raises(ValueError, match=r"dimensions \(4097, 2\) with element strides "
+                                         r"\(1, 1\) \(innermost first\) do not cover"):
+        fields_of(kernel, fake((4097, 2)), M=4097, K=2)
+
+
 def test_a_3d_map_of_a_row_major_and_a_transposed_array():
     f = fields_of(tma_kernel(box=(64, 16, 2), rank=3), fake((3, 48, 128)), M=48, K=128, B=3)
     assert f.dims == (128, 48, 3) and f.strides == (256, 48 * 256) and f.box == (64, 16, 2)

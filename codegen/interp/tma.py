@@ -5,7 +5,9 @@ fence.
     kernel.tensor_maps entry's sizes and strides are evaluated (uniform) and checked
     against cuTensorMapEncodeTiled's rules (fuserir.instructions' TMA_* limits): rank =
     len(box) = len(sizes) = len(strides) + 1 in TMA_RANKS, box extents 1..256, sizes
-    positive, strides * itemsize positive multiples of 16 below 2^40, box[0] * itemsize a
+    positive, sizes and strides covering exactly the array's elements (as the launcher
+    checks; a dimension of one element takes the dense stride: tma_map_strides),
+    strides * itemsize positive multiples of 16 below 2^40, box[0] * itemsize a
     multiple of 16 and, swizzled, exactly the swizzle's span; the tensor is a kernel
     tensor parameter. TMA coordinates (x0, x1, ...) name tensor element offset x0 + x1 *
     strides[0] + x2 * strides[1] ..., inside iff 0 <= x_d < sizes[d] for every d; x0 *
@@ -54,7 +56,8 @@ from codegen.errors import Hazard
 from codegen.interp.base import switch_point, _NONE, InterpError, _point
 from fuserir.instructions import (BULK_COPY_ALIGN, SWIZZLE_BYTES, TMA_BOX_MAX,
                                   TMA_COORD_ALIGN, TMA_RANKS, TMA_SMEM_ALIGN,
-                                  TMA_STRIDE_ALIGN, swizzle, tma_stride_ok)
+                                  TMA_STRIDE_ALIGN, element_runs, swizzle,
+                                  tma_map_strides, tma_stride_ok)
 from lowering import kir
 
 
@@ -108,6 +111,11 @@ def bind_tensor_maps(kernel, globals_, uniform):
                    for d, e in enumerate(m.strides)]
         if any(n < 1 for n in sizes):
             raise bad(f"has sizes {sizes}: each must be positive")
+        strides = list(tma_map_strides(sizes, strides, item))
+        if element_runs(sizes, (1, *strides)) != element_runs(g.shape, g.strides):
+            raise bad(f"has sizes {sizes} and element strides {(1, *strides)} (innermost "
+                      f"first), which do not cover {m.tensor.buffer.name} of shape "
+                      f"{tuple(g.shape)} and element strides {tuple(g.strides)} exactly")
         for d, s in enumerate(strides):
             nbytes = s * item
             if not tma_stride_ok(nbytes):

@@ -49,9 +49,10 @@ def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
     b_smem = b.cache_after(MemoryType.shared, tma=b_tma)
 
     def stage_operands(mm):
-        for smem, tma in ((a_smem, a_tma), (b_smem, b_tma)):
+        for smem, tma, along_k in zip((a_smem, b_smem), (a_tma, b_tma),
+                                      params.staged_along_k):
             smem.compute_at(mm, 4)
-            _box_layout(smem)
+            _box_layout(smem, along_k)
             smem.swizzle(SWIZZLE_ROW_BYTES // smem.dtype.itemsize)
             if not tma:
                 _producer_copies(smem)
@@ -80,17 +81,19 @@ def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
             "fused": fused}
 
 
-def _box_layout(smem):
+def _box_layout(smem, along_k=False):
     """A shared operand tile as TMA boxes: [.., chunks, rows, 64] with the operand's
     contiguous axis innermost, split into rows of 128 bytes where it is longer (each
-    chunk one box; the box's rows run along the other axis)."""
+    chunk one box; the box's rows run along the other axis). The contiguous axis is the
+    array's last, or with `along_k` its first (K: the last has one element,
+    MatmulParams.staged_along_k)."""
     pos = smem.compute_at_pos
     broadcasts_first(smem, pos)
     pos += sum(a.is_broadcast for a in smem.loop[pos:])
-    if smem.ndim - pos != 2:
+    if smem.ndim - pos != 2 or len(smem.root) != 2:
         raise ScheduleError(f"schedule_matmul: unexpected loop structure of {smem.name}: "
                             f"{smem.describe()}")
-    contiguous = smem.root[-1]
+    contiguous = smem.root[0 if along_k else -1]
     if contiguous in roots_of(smem.loop[pos]):
         smem.reorder({pos: pos + 1, pos + 1: pos})
     row = SWIZZLE_ROW_BYTES // smem.dtype.itemsize

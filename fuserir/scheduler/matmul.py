@@ -70,9 +70,15 @@ class MatmulParams:
     # the Hopper path: the producer warp group's registers a thread, the rest given to
     # the consumers (circular_buffer(producer_registers=...)); None: no reallocation
     producer_registers: int | None = None
+    # the Hopper path: (A, B), stage the operand with its K axis innermost although its
+    # array's last axis is M (N). The heuristic sets it where that last axis has one
+    # element (M = 1 with A stored K x M), so that K is the contiguous axis: TMA then
+    # reads the operand's K runs as box rows instead of the producer copying elements
+    staged_along_k: tuple = (False, False)
 
     def __post_init__(self):
-        for name in ("cta_tile", "warp_tile", "instruction_tile", "async_gmem_load_operands"):
+        for name in ("cta_tile", "warp_tile", "instruction_tile", "async_gmem_load_operands",
+                     "staged_along_k"):
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):
                 setattr(self, name, tuple(value))
@@ -142,6 +148,12 @@ class MatmulParams:
                 "mma.sync path: cp.async)")
         if self.producer_registers is not None and not self.hopper:
             bad("producer_registers: only the Hopper path has a producer warp group")
+        along = self.staged_along_k
+        if not (isinstance(along, tuple) and len(along) == 2
+                and all(isinstance(x, bool) for x in along)):
+            bad(f"staged_along_k must be a pair of true or false (A, B), got {along!r}")
+        if any(along) and not self.hopper:
+            bad("staged_along_k: only the Hopper path stages its operands by TMA boxes")
 
 
 HOPPER_K_TILE = 64            # elements: a K-major TMA box row of 128 bytes (16-bit operands)
@@ -381,12 +393,22 @@ def _rows_of(m, n, k, layout, elements):
     return a_row % elements == 0 and b_row % elements == 0
 
 
+def _along_k(m, n, layout):
+    """(A, B): is the operand's stored row (its last axis) one element long while K is
+    another axis (M = 1 with A stored K x M, N = 1 with B stored K x N)? Then K is its
+    contiguous axis, and the Hopper path stages it along K (staged_along_k)."""
+    return (layout[0] == "N" and m == 1, layout[1] == "T" and n == 1)
+
+
 def _tma_readable(m, n, k, layout, itemsize=2):
     """(A, B): can TMA read each operand (row-major per `layout`, of `itemsize`-byte
-    elements)? Its row stride must be one a tensor map may have."""
+    elements)? Its row stride must be one a tensor map may have; an operand staged along
+    K steps no stride but K's (1): its other axis has one element."""
     a_row = k if layout[0] == "T" else m
     b_row = n if layout[1] == "T" else k
-    return tma_stride_ok(a_row * itemsize), tma_stride_ok(b_row * itemsize)
+    along = _along_k(m, n, layout)
+    return (along[0] or tma_stride_ok(a_row * itemsize),
+            along[1] or tma_stride_ok(b_row * itemsize))
 
 
 def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
@@ -399,8 +421,9 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       cp.asyncs of 4 or 8 bytes stay pipelined (5x the producer's element copies at
       4096x4096x4100 on the H200); rows of an odd number of elements take the Hopper path
       with the producer warp group copying them (1.16x the mma.sync path's element
-      copies at 4096x4096x4097: docs/perf.md), an operand TMA can read still by TMA
-      (a decode matmul's M = 1 with A stored K x M: A's rows are one element long);
+      copies at 4096x4096x4097: docs/perf.md), an operand TMA can read still by TMA;
+      an operand whose stored rows are one element long (a decode matmul's M = 1 with
+      A stored K x M) is contiguous along K: staged along K, read by TMA;
     * CTA tile 128x256 (two consumer warp groups of 64x256) when those tiles give every
       SM one, else 128x128 (two of 64x128); K tile 64; 4 stages; the output staged
       through shared memory over the operand stages where it fits; for M of at most 64
@@ -430,6 +453,12 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
         return None
     readable = _tma_readable(m, n, k, layout)
     tma = all(readable)
+    along = _along_k(m, n, layout)
+    if any(along):
+        which = along.index(True)
+        why(f"{m}x{n}x{k} {layout}: {'AB'[which]}'s stored rows are one element long "
+            f"({'MN'[which]} = 1), so it is contiguous along K: staged along K, its K runs "
+            "read by TMA")
     if not tma and _rows_of(m, n, k, layout, 2):
         why(f"{m}x{n}x{k} {layout}: an operand's rows are not a multiple of 16 bytes, which "
             "TMA needs, but of 4: the mma.sync path's narrower cp.asyncs")
@@ -509,7 +538,8 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
                         use_smem_epilogue=smem_epilogue,
                         promote_prologue_smem_reuse=smem_epilogue,
                         async_gmem_load_operands=tma if tma or not any(readable)
-                        else readable)
+                        else readable,
+                        staged_along_k=along)
 
 
 

@@ -4,8 +4,12 @@ box, and a wgmma operand's matrix layout.
 A TMA copy (cache_after(shared, tma=True)) moves a box per instruction: its two innermost
 loop axes, past its compute-at position. Each must run along one axis of the global tensor
 it caches, as the innermost piece of that axis's splits (so box element b lands at the
-box origin's coordinate + b), the inner one along the global tensor's contiguous axis:
-box dimension 0, as the hardware counts them. Outer axes of its own are loops of boxes.
+box origin's coordinate + b), the inner one along the axis the global tensor's
+elements are contiguous on: box dimension 0, as the hardware counts them. That axis is
+the tensor's last, or another where the last has one element (a decode matmul's A stored
+K x 1, staged along K); lowering cannot know extents, so the launch checks it: the tensor
+map's dimension 0 has stride 1 there, and a map that does not cover the array exactly is
+refused (codegen.tensor_maps). Outer axes of its own are loops of boxes.
 The tile's swizzle (transforms.swizzle) is the box's swizzle mode: none, or rows of 128
 bytes (the 128B mode, whose XOR of 16-byte chunks with the row index modulo 8 is exactly
 the tile's swizzle when the tile starts on a 1024-byte boundary, which allocation makes
@@ -97,10 +101,9 @@ def tma_box(tv):
             raise ScheduleError(f"{where}: box axis {axis} is not the innermost piece of "
                                 "one of its axes (split an axis, keep its inner part last)")
         dims.append(root_map[root])
-    if dims[0] is not source.shape_axes[-1] or dims[1] is dims[0]:
-        raise ScheduleError(f"{where}: the innermost box axis must run along "
-                            f"{source.name}'s contiguous (last) axis and the other along "
-                            "its other axis")
+    if dims[1] is dims[0]:
+        raise ScheduleError(f"{where}: the two box axes must run along two different axes "
+                            f"of {source.name}")
     mode = swizzle_mode(tv)
     row_bytes = inner.extent * tv.dtype.itemsize
     if mode == "128B" and row_bytes != SWIZZLED_ROW_BYTES:
