@@ -338,32 +338,34 @@ def _stored_where_summed(ctx, kernel, g, rest, stores):
 
 def _over_the_splits(ctx, g, group, make):
     """make(s, checked) for s = 0 .. ceil(splits / SUM_GROUPS) - 1 (lane group `group`
-    reads split s SUM_GROUPS + group). First the iterations in which every group's split
-    exists: SUM_LOADS at a time (a run-time loop of a constant, unrolled loop: a batch's
-    reads in flight together, where `#pragma unroll` over a run-time count smaller than
-    its factor runs them one by one), then the rest in one batch each of 4, 2 and 1 where
-    their bit is set; then the partial last iteration, `checked` (its groups past the last
-    split read it again and fold nothing). Each call of make builds fresh statements."""
+    reads split s SUM_GROUPS + group) in as few batches as the registers allow: a batch's
+    reads are in flight together, but a branch between two batches makes the second's
+    wait for the first's. Batches of SUM_LOADS iterations while that many complete ones
+    (every group's split exists) are left (a run-time loop of a constant, unrolled loop:
+    `#pragma unroll` over a run-time count smaller than its factor runs the reads one by
+    one), then the 0 .. SUM_LOADS iterations left as one `checked` batch, the smallest
+    of 1, 2, 4 .. SUM_LOADS iterations that holds them (a group whose split does not
+    exist reads the last split again and folds nothing). Each call of make builds fresh
+    statements."""
     binop, const = ctx.binop, ctx.const
-    full = binop("div", g.splits, const(SUM_GROUPS))
+    full = binop("div", binop("div", g.splits, const(SUM_GROUPS)), const(SUM_LOADS))
     b, s = g.fresh_var("b"), g.fresh_var("s")
 
-    def batch(start, n):              # iterations start .. start + n - 1, unrolled
-        return [kir.ForLoop(s, const(n), make(binop("add", start, s), False), "unroll")]
+    def batch(first, n, checked):         # iterations first .. first + n - 1, unrolled
+        return [kir.ForLoop(s, const(n), make(binop("add", first, s), checked), "unroll")]
 
-    out = [kir.ForLoop(b, binop("div", full, const(SUM_LOADS)),
-                       batch(binop("mul", b, const(SUM_LOADS)), SUM_LOADS))]
-    done = binop("mul", binop("div", full, const(SUM_LOADS)), const(SUM_LOADS))
-    n = SUM_LOADS // 2
-    while n:
-        # the batch of n where full's bit n is set, after the larger ones
-        start = binop("add", done, binop("mul", binop("div", binop("mod", full, const(
-            SUM_LOADS)), const(2 * n)), const(2 * n)))
-        out.append(kir.IfThenElse(binop("gt", binop("mod", full, const(2 * n)),
-                                        const(n - 1)), batch(start, n)))
-        n //= 2
-    return out + [kir.IfThenElse(binop("gt", binop("mod", g.splits, const(SUM_GROUPS)),
-                                       const(0)), make(full, True))]
+    start = binop("mul", full, const(SUM_LOADS))
+    rest = binop("sub", binop("ceildiv", g.splits, const(SUM_GROUPS)), start)
+    sizes = [1 << i for i in range(SUM_LOADS.bit_length()) if 1 << i <= SUM_LOADS]
+    chain = []
+    for n, smaller in zip(reversed(sizes), [*reversed(sizes[:-1]), 0]):
+        # rest in (smaller, n]: one batch of n; the else of the test before
+        step = kir.IfThenElse(binop("gt", rest, const(smaller)), batch(start, n, True))
+        if chain:
+            chain[-1].else_body = [step]
+        chain.append(step)
+    return [kir.ForLoop(b, full, batch(binop("mul", b, const(SUM_LOADS)), SUM_LOADS,
+                                       False)), chain[0]]
 
 
 def _sum_own_elements(ctx, g, work, partial, first, end):
