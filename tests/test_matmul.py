@@ -322,9 +322,10 @@ def test_the_two_forms_of_the_parallel_reduction_give_the_same_bits(rng):
         forms[staged] = (comment, exe)
     assert "each summing a slice" in forms[True][0]
     assert "each summing and storing a run" in forms[False][0]
-    # split factors past 8 a lane group: the reads in batches of 8, 4, 2 and 1 and a
-    # partial last iteration (59: 7 whole rounds of the 8 groups, then 3; 67: 8, then 3)
-    for splitk in (3, 59, 67):
+    # the reads over the splits: whole batches of 8 iterations of the 8 lane groups, then
+    # one checked batch of 1, 2, 4 or 8 iterations (3: 1 iteration; 13: 2; 21: 3 in a
+    # batch of 4; 59: 8; 67: a whole batch, then 1)
+    for splitk in (3, 13, 21, 59, 67):
         gathered, stored = (forms[staged][1].run({**data, "splitk": splitk})["out"]
                             for staged in (True, False))
         assert np.array_equal(gathered.view(np.uint16), stored.view(np.uint16)), splitk
