@@ -102,6 +102,7 @@ from .. import kir
 from ..kir import visit as kir_visit
 from ..contract import Pass
 from ..support.analysis import WARP_GROUP
+from ..support.warp_specialized import register_split
 from .indexing import combine, identity
 
 
@@ -231,12 +232,16 @@ def _parallel(ctx, kernel, tv, rest):
 def _accumulator_may_stay_live(ctx, g, threads):
     """Stored where summed keeps the accumulator's E registers live beside the sum's:
     taken where E + SUM_REGISTERS fit a thread's share of the block's registers (the
-    producer warp group of a TMA pipeline counted in). Else the gathered form, whose sum
-    runs with the accumulator dead."""
-    if any(tv.warp_specialized is not None for tv in ctx.circular):
-        threads += WARP_GROUP
-    share = min(MAX_REGISTERS, REGISTERS_PER_BLOCK // threads)
-    return g.acc.size.value + SUM_REGISTERS <= share
+    producer warp group of a TMA pipeline counted in, and where it gives registers to the
+    consumers (setmaxnreg), a consumer's share after the split). Else the gathered form,
+    whose sum runs with the accumulator dead."""
+    share = REGISTERS_PER_BLOCK // threads
+    specialized = [tv for tv in ctx.circular if tv.warp_specialized is not None]
+    if specialized:
+        producer = specialized[0].producer_registers
+        share = REGISTERS_PER_BLOCK // (threads + WARP_GROUP) if producer is None else \
+            register_split(threads // WARP_GROUP, producer, g.tv.name)[1]
+    return g.acc.size.value + SUM_REGISTERS <= min(MAX_REGISTERS, share)
 
 
 def _element_stores(rest, acc):

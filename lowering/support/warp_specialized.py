@@ -161,7 +161,7 @@ def _check_producer_copies(copies, names):
                             "need the consumers' threads")
 
 
-def _register_split(groups, producer, names):
+def register_split(groups, producer, names):
     """(the producer's, each consumer's) registers a thread for a block of `groups`
     consumer warp groups and a producer keeping `producer`: the consumers share what the
     producer gives up, in multiples of 8, at most 256. Refused where the producer would
@@ -239,7 +239,7 @@ def build(ctx, kernel, loop, copies, rest, stages, names, producer_registers=Non
     produce = [producer if stores else
                kir.IfThenElse(ctx.binop("eq", tx, ctx.const(0)), [producer])]
     if producer_registers is not None:
-        mine, theirs = _register_split(groups, producer_registers, names)
+        mine, theirs = register_split(groups, producer_registers, names)
         produce.insert(0, kir.SetMaxNReg(mine, increase=False))
         work = [kir.SetMaxNReg(theirs, increase=True)] + work
     roles = kir.IfThenElse(ctx.binop("eq", ty, ctx.const(groups)), [
