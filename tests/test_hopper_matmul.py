@@ -435,7 +435,8 @@ def test_the_producer_gives_its_registers_to_the_consumers(rng):
 def test_a_128x192_split_k_tile_fits_its_block_only_with_the_register_split():
     """ptxas (NVRTC, no GPU): the parallel split-K kernel of 128x192 tiles needs 205
     registers a thread, more than 384 threads can have (170); with the producer's
-    registers given to the consumers it compiles within the bound, without spills."""
+    registers given to the consumers it compiles within the bound, without spills, and
+    the accumulator stays live through the sum: each CTA stores what it sums."""
     from codegen import nvrtc
     split_k = dict(REGISTER_SPLIT, stages=5, splitk_factor=66, splitk_mode="parallel",
                    splitk_interleaved=True)
@@ -445,6 +446,20 @@ def test_a_128x192_split_k_tile_fits_its_block_only_with_the_register_split():
         info = nvrtc.ptxas_info(kernel.source, kernel.name, arch="sm_90a")
         assert (info["registers"] * 384 <= 65536) == fits, info["registers"]
         assert info["spill_stores"] == 0
+        assert ("each summing and storing a run" in kernel.source) == fits
+
+
+def test_the_register_split_parallel_split_k_equals_float64(rng):
+    """The heuristic's plan for skinny outputs whose N fills 192 columns: 128x192 tiles,
+    the producer's registers given away, each CTA summing and storing a run of the
+    elements; the interpreter runs it (3 splits, ragged tiles) equal to float64."""
+    f = scheduled(dict(REGISTER_SPLIT, stages=5, splitk_factor=3, splitk_mode="parallel",
+                       splitk_interleaved=True))
+    exe = codegen.compile(f, backend="interp")
+    assert "each summing and storing a run" in exe.kernels[0].kir_text
+    data = integer_inputs(rng, "NT", 136, 184, 64 * 5 + 8)
+    out = exe.run({**data, "splitk": 3})["out"]
+    assert np.array_equal(out, reference("NT", data).astype(np.float16))
 
 
 def test_a_producer_keeping_more_registers_than_a_thread_has_is_refused():

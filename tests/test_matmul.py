@@ -421,8 +421,10 @@ def test_hopper_heuristic_takes_wgmma_and_tma(size, layout, tile, splitk):
 
 @pytest.mark.parametrize("size, tile, splitk, stages", [
     ((128, 128, 262144), (128, 64, 64), 66, 6),     # two tiles of 128x64 x 66 splits
-    ((136, 184, 175704), (64, 192, 64), 44, 6),     # three tiles of 64x192 x 44: A's
-                                                    # bytes streamed once, B's three times
+    ((136, 184, 175704), (128, 192, 64), 66, 5),    # two tiles of 128x192 x 66: N fills
+                                                    # their columns; B streamed twice, not
+                                                    # three times as by 64x192 tiles
+    ((136, 128, 175704), (64, 128, 64), 44, 6),     # 128x192 would be a third empty
     ((64, 64, 65536), (64, 64, 64), 64, 8),         # 1024 K tiles: at least 16 per split;
     ((256, 256, 65536), (128, 64, 64), 16, 6),      # (M <= 64: 64-row tiles)
 ])
@@ -435,6 +437,8 @@ def test_hopper_heuristic_takes_the_parallel_split_k_where_serial_splits_would_c
     assert p.hopper and (p.cta_tile, p.splitk_factor, p.splitk_mode, p.stages) == \
         (tile, splitk, "parallel", stages)
     assert p.splitk_interleaved and not p.use_smem_epilogue
+    # the 128x192 accumulator fits only with the producer's registers given away
+    assert p.producer_registers == (40 if tile[:2] == (128, 192) else None)
     tiles = -(-size[0] // tile[0]) * -(-size[1] // tile[1])
     assert tiles * splitk <= H200.sms
     assert reasons[1].startswith(f"split-K {splitk} (parallel): {tiles} tiles x {splitk} "

@@ -375,6 +375,12 @@ NARROW_STAGES = 8     # ... 64x64, 8 stages (docs/perf.md: H100 16x4096x4096 41.
 # The parallel split-K's tiles, most preferred first: partial sums of at most 48 KB a CTA
 # (128x128 tiles' 64 KB cost more to sum than their fewer operand bytes saved: docs/perf.md)
 PARALLEL_TILES = ((128, 64), (64, 128), (64, 192))
+# ... and one more where N fills its 192 columns (at most a sixth of them past N) and it
+# streams fewer bytes: 128x192, whose accumulator fits (and stays live through the sum)
+# only with the producer's registers given to the consumers (H100 136x184x175704: 76.6 ->
+# 69.5 us against 64x192; at 128x128x262144, a third of its columns absent, 70.6 against
+# 128x64's 64.2: docs/perf.md)
+FILLED_PARALLEL_TILE, FILLED_PRODUCER_REGISTERS = (128, 192), 40
 
 
 def _streamed_bytes(m, n, k, tile):
@@ -438,11 +444,14 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       the fewest operand bytes into shared memory, the first on a tie (64x64 for M of
       at most 64; partial sums of at most 48 KB per CTA: those of 128x128 tiles cost
       more to sum than their fewer operand bytes save; the CTAs of neighbouring tiles
-      share the operand bytes in L2; H100: 128x64 at 128x128x262144, 64x192 at
-      136x184x175704 measured fastest, docs/perf.md), as many splits as give every SM
+      share the operand bytes in L2; H100: 128x64 at 128x128x262144 measured fastest,
+      docs/perf.md); 128x192 instead where N fills its columns (at most a sixth of them
+      past N) and it streams fewer bytes still, the producer warp group keeping 40
+      registers a thread so that the consumers' accumulators fit (H100: 136x184x175704
+      9% faster than on 64x192 tiles); as many splits as give every SM
       one CTA (the whole grid resident at once, as the protocol needs) keeping at least
       4 K tiles per split (16 for 64-row tiles), each split every splitk-th K tile
-      (interleaved), 6 stages, the output stored from the registers (one CTA per tile
+      (interleaved), 6 stages (as many as fit), the output stored from the registers (one CTA per tile
       writes it); on a device model
       with deterministic=False the atomic split-K instead (the partials added by
       red.global.add: the last bits may differ run to run)."""
@@ -478,6 +487,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     tiles = ceil_div(m, tm) * ceil_div(n, tn)
     k_tiles = ceil_div(k, tk)
     splitk, mode, most = 1, "serial", NARROW_STAGES if narrow else HOPPER_STAGES
+    producer = None
     # split K where the tiles fill at most half the SMs; narrow tiles, a quarter (64 of
     # them streamed 16x4096x4096 unsplit as fast as split in two: docs/perf.md)
     fill = 4 if narrow else 2
@@ -486,6 +496,10 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
         if splitk > TWO_KERNEL_SPLITS:
             if not narrow:     # the tiling that streams the fewest operand bytes
                 tm, tn = min(PARALLEL_TILES, key=lambda t: _streamed_bytes(m, n, k, t))
+                wide_n = FILLED_PARALLEL_TILE[1]
+                if 6 * (ceil_div(n, wide_n) * wide_n - n) <= wide_n and _streamed_bytes(
+                        m, n, k, FILLED_PARALLEL_TILE) < _streamed_bytes(m, n, k, (tm, tn)):
+                    (tm, tn), producer = FILLED_PARALLEL_TILE, FILLED_PRODUCER_REGISTERS
             else:
                 tn = 64
             tiles = ceil_div(m, tm) * ceil_div(n, tn)
@@ -521,6 +535,10 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
             "whose last bits differ run to run (deterministic=False): the CTAs of a tile "
             "add their partials atomically, each split every splitk-th K tile"
             if mode == "atomic" else "")))
+    if producer is not None:
+        why(f"tiles of {tm}x{tn}, whose columns N fills, stream the fewest operand bytes; "
+            f"the producer warp group keeps {producer} registers a thread, the rest go to "
+            "the consumers (setmaxnreg), so that their accumulators fit")
     # (narrow tiles: a few rows of output, stored from the registers as measured; a grid
     # split-K's tile, written by one CTA: at 128x128x262144 on the H100 the plan took
     # 70.4 us staged through shared memory, 68.3 us from the registers, docs/perf.md)
@@ -539,7 +557,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
                         promote_prologue_smem_reuse=smem_epilogue,
                         async_gmem_load_operands=tma if tma or not any(readable)
                         else readable,
-                        staged_along_k=along)
+                        staged_along_k=along, producer_registers=producer)
 
 
 
