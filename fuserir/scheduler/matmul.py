@@ -448,10 +448,10 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       docs/perf.md); 128x192 instead where N fills its columns (at most a sixth of them
       past N) and it streams fewer bytes still, the producer warp group keeping 40
       registers a thread so that the consumers' accumulators fit (H100: 136x184x175704
-      9% faster than on 64x192 tiles); as many splits as give every SM
-      one CTA (the whole grid resident at once, as the protocol needs) keeping at least
-      4 K tiles per split (16 for 64-row tiles), each split every splitk-th K tile
-      (interleaved), 6 stages (as many as fit), the output stored from the registers (one CTA per tile
+      9% faster than on 64x192 tiles); as many splits as give every SM one CTA (the
+      whole grid resident at once, as the protocol needs) keeping at least 4 K tiles per
+      split (16 for 64-row tiles), each split every splitk-th K tile (interleaved), 6
+      stages (as many as fit), the output stored from the registers (one CTA per tile
       writes it); on a device model
       with deterministic=False the atomic split-K instead (the partials added by
       red.global.add: the last bits may differ run to run)."""
