@@ -381,6 +381,7 @@ def element_runs(shape, strides):
             runs.append((stride, n))
     return runs
 
+
 MBARRIER = AsyncProxyInstruction(
     name="mbarrier", arch=90, ptx={
         "init": "mbarrier.init.shared::cta.b64",
