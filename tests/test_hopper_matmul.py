@@ -303,6 +303,16 @@ def test_an_operand_staged_along_k_equals_float64(along_k_exe, rng):
     assert [kir.format_expr(x) for x in a_map.sizes] == ["K", "M"]
 
 
+def test_b_staged_along_k_equals_float64(rng):
+    """N = 1 with B stored K x N (TT, a matrix-vector product): B's K is contiguous, its
+    tile boxed along K, a K-major wgmma operand like a transposed B's."""
+    exe = codegen.compile(scheduled(dict(HOPPER, staged_along_k=(False, True)),
+                                    layout="TT"), backend="interp")
+    data = integer_inputs(rng, "TT", 136, 1, 64 * 2 + 8)
+    out = exe.run({**data, "splitk": 1})["out"]
+    assert np.array_equal(out, reference("TT", data).astype(np.float16))
+
+
 def test_an_operand_staged_along_k_refuses_rows_longer_than_one(along_k_exe, rng):
     """The schedule assumed M = 1 (the heuristic's size class); at M = 2 K is not
     contiguous and A's tensor map would read the wrong elements: refused, naming why."""
