@@ -1,19 +1,22 @@
 """Where a parallel split-K kernel's time goes: a timeline of its phases per CTA.
 
-    python3 benchmarks/splitk_timeline.py K [benchmarks/matmul.py options]
+    python3 benchmarks/splitk_timeline.py K [--mn MxN] [benchmarks/matmul.py options]
         e.g. 8448 --splitk 66 --cta-tile 128x64x64
+             175704 --mn 136x184 --splitk 66 --cta-tile 128x192x64 --warp-tile 64x192x64
+                    --stages 5 --producer-registers 40
 
 The kernel is the Hopper path's NT matmul with a parallel split-K (benchmarks/matmul.py's
 --hopper --no-smem-epilogue --splitk-mode parallel --splitk-interleaved, 6 stages unless
-given) at M = N = 128. Its generated CUDA gets a read of %globaltimer by thread 0 of each
-CTA at five points (instrument()): the kernel's start, the end of the main loop (the grid
-reduction's first statement), past the wait for every split's partials, its own elements
-summed over the splits (the epilogue's start), and its own elements stored (the
-epilogue's end). The instrumented source is compiled by NVRTC and launched with the
-plan's arguments after an L2 flush, several times; the last launch's times are printed per phase as the median
-and the largest over CTAs of (time - the earliest CTA's start), in microseconds, with
-the output checked against the float64 product. The reads cost a few tens of nanoseconds
-each: this is for where the time goes, not for how much there is (benchmarks/matmul.py).
+given) at M x N (--mn, default 128x128). Its generated CUDA gets a read of %globaltimer
+by thread 0 of each CTA (of every tile) at five points (instrument()): the kernel's
+start, the end of the main loop (the grid reduction's first statement), past the wait for
+every split's partials, its own elements summed over the splits (the epilogue's start),
+and its own elements stored (the epilogue's end). The instrumented source is compiled by
+NVRTC and launched with the plan's arguments after an L2 flush, several times; the last
+launch's times are printed per phase as the median and the largest over CTAs of (time -
+the earliest CTA's start), in microseconds, with the output checked against the float64
+product. The reads cost a few tens of nanoseconds each: this is for where the time goes,
+not for how much there is (benchmarks/matmul.py).
 """
 
 import hashlib
@@ -41,13 +44,14 @@ class NotInstrumentable(Exception):
 def _stamp(slot):
     return ("if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) { "
             "unsigned long long t_; asm volatile(\"mov.u64 %0, %%globaltimer;\" : "
-            f"\"=l\"(t_)); fz_timeline[blockIdx.z * {SLOTS} + {slot}] = t_; }}")
+            "\"=l\"(t_)); fz_timeline[(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * "
+            f"blockIdx.z)) * {SLOTS} + {slot}] = t_; }}")
 
 
 def instrument(source):
     """The parallel split-K kernel's CUDA `source` with a %globaltimer read at each of
-    PHASES into the device array fz_timeline[blockIdx.z * SLOTS + phase] (one tile's
-    CTAs: launch with M, N within one tile). NotInstrumentable names a point not found."""
+    PHASES into the device array fz_timeline[block * SLOTS + phase] (block: the CTA's
+    linear index in the grid). NotInstrumentable names a point not found."""
     lines = source.split("\n")
 
     def find(what, pattern, start=0, stop=None):
@@ -86,18 +90,28 @@ def instrument(source):
 
 
 def parse_args(argv):
+    """(K, (M, N), benchmarks/matmul.py's arguments) from the command line."""
     if not argv or not argv[0].isdigit():
         raise SystemExit(__doc__)
-    given = set(argv[1:])
+    rest, mn = list(argv[1:]), (128, 128)
+    if "--mn" in rest:
+        at = rest.index("--mn")
+        try:
+            mn = tuple(int(x) for x in rest[at + 1].split("x"))
+        except (IndexError, ValueError):
+            mn = ()
+        if len(mn) != 2 or min(mn) < 1:
+            raise SystemExit("--mn takes MxN, two positive sizes (e.g. 136x184)")
+        del rest[at:at + 2]
     extra = ["--hopper", "--no-smem-epilogue", "--splitk-mode", "parallel",
-             "--splitk-interleaved"] + ([] if "--stages" in given else ["--stages", "6"])
-    return int(argv[0]), bench_matmul.parse_args(extra + argv[1:])
+             "--splitk-interleaved"] + ([] if "--stages" in rest else ["--stages", "6"])
+    return int(argv[0]), mn, bench_matmul.parse_args(extra + rest)
 
 
 def main(argv=None):
     import numpy as np
     from benchmarks import common
-    k_size, args = parse_args(sys.argv[1:] if argv is None else argv)
+    k_size, (m, n), args = parse_args(sys.argv[1:] if argv is None else argv)
     common.require_gpu()
     import cupy as cp
     import codegen
@@ -108,7 +122,6 @@ def main(argv=None):
     kernel = compiled.kir
     cubin = nvrtc.compile_to_cubin(instrument(compiled.source), kernel.name,
                                    kernel_arch(kernel, nvrtc.default_arch()))
-    m = n = 128
     rng = cp.random.default_rng(0)
     a = rng.uniform(-1, 1, (k_size, m), dtype=cp.float32).astype(cp.float16)
     b = rng.uniform(-1, 1, (k_size, n), dtype=cp.float32).astype(cp.float16)
@@ -116,9 +129,10 @@ def main(argv=None):
     out = cp.full((m, n), cp.nan, dtype=cp.float16)
     bound = {"A": a, "B": b, "out": out, **scalars,
              **launching.new_workspaces(kernel, scalars)}
-    splits = args.splitk
-    if splits > MAX_CTAS:
-        raise SystemExit(f"at most {MAX_CTAS} splits")
+    tm, tn, _ = params.cta_tile
+    ctas = -(-m // tm) * -(-n // tn) * args.splitk
+    if ctas > MAX_CTAS:
+        raise SystemExit(f"{ctas} CTAs; at most {MAX_CTAS}")
     flush = cp.empty(256 << 18, dtype=cp.float32)
     host = np.zeros(SLOTS * MAX_CTAS, dtype=np.uint64)
     for _ in range(12):
@@ -129,10 +143,11 @@ def main(argv=None):
                                  hashlib.sha256(cubin).hexdigest())]
     cp.cuda.runtime.memcpy(host.ctypes.data, module.get_global_var("fz_timeline"),
                            host.nbytes, cp.cuda.runtime.memcpyDeviceToHost)
-    times = host[:splits * SLOTS].reshape(splits, SLOTS).astype(np.int64)
+    times = host[:ctas * SLOTS].reshape(ctas, SLOTS).astype(np.int64)
     origin = times[:, 0].min()
-    print(f"K={k_size} splits={splits} CTA tile {params.cta_tile}, stages {params.stages}: "
-          "us from the first CTA's start, median / largest over CTAs")
+    print(f"{m}x{n}x{k_size} splits={args.splitk} ({ctas} CTAs) CTA tile {params.cta_tile}, "
+          f"stages {params.stages}: us from the first CTA's start, median / largest over "
+          "CTAs")
     for slot, name in enumerate(PHASES):
         column = times[:, slot]
         column = (column[column > 0] - origin) / 1000

@@ -368,13 +368,21 @@ from codegen import nvrtc  # noqa: E402
 
 
 def test_the_split_k_timeline_stamps_each_phase_of_the_generated_kernel():
-    k, args = splitk_timeline.parse_args(["8448", "--splitk", "66", "--cta-tile", "128x64x64"])
-    assert k == 8448 and args.splitk_mode == "parallel" and args.stages == 6
+    k, mn, args = splitk_timeline.parse_args(["8448", "--splitk", "66", "--cta-tile",
+                                              "128x64x64"])
+    assert k == 8448 and mn == (128, 128) and args.splitk_mode == "parallel" and \
+        args.stages == 6
+    assert splitk_timeline.parse_args(["175704", "--mn", "136x184"])[1] == (136, 184)
+    with pytest.raises(SystemExit, match="--mn takes MxN"):
+        splitk_timeline.parse_args(["8448", "--mn", "136"])
     fusion, _ = matmul_bench.build(args)
     compiled = codegen.compile(fusion, backend="cuda").kernels[0]
     text = splitk_timeline.instrument(compiled.source)
     stamps = [line for line in text.split("\n") if "%%globaltimer" in line]
     assert [int(line.split("+ ")[-1].split("]")[0]) for line in stamps] == list(range(5))
+    # every CTA of every tile its own slots: the block's linear index in the grid
+    assert all("(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) * 8"
+               in line for line in stamps)
     order = [text.index(mark) for mark in (
         "extern __shared__", "parallel grid reduction of", "sem_wait(&acc_arrived",
         "sem_arrive(&acc_passed", "out_[", "sem_wait(&acc_passed")]
