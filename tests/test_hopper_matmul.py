@@ -457,6 +457,10 @@ def test_a_128x192_split_k_tile_fits_its_block_only_with_the_register_split():
         assert (info["registers"] * 384 <= 65536) == fits, info["registers"]
         assert info["spill_stores"] == 0
         assert ("each summing and storing a run" in kernel.source) == fits
+        if fits:     # the round's sum written back by a select of one picked value per
+            # element (a pick inside each select compiled to branches: docs/perf.md)
+            assert re.search(r"acc_acc\[(j\d+)\] = \(\1 == [^?]*\) \? acc_own\[0\] : "
+                             r"acc_acc\[\1\];", kernel.source)
 
 
 def test_the_register_split_parallel_split_k_equals_float64(rng):

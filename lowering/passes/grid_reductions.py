@@ -391,11 +391,11 @@ def _sum_own_elements(ctx, g, work, partial, first, end):
     here = binop("min", element, binop("sub", end, const(1)))     # (the proof's bound)
     base = binop("add", binop("mul", here, g.threads),
                  binop("mul", binop("div", g.thread, const(WARP)), const(WARP)))
-    total, loaded, swap = (
+    total, loaded, swap, own = (
         kir.Buffer(_fresh(f"{g.tv.name}_{name}", g.taken), acc.dtype, kir.Memory.local,
                    size=const(n))
         for name, n in (("sums", halves * SUM_VECTOR), ("loaded", halves * SUM_VECTOR),
-                        ("swap", lanes)))
+                        ("swap", lanes), ("own", 1)))
     ident = identity(op, acc.dtype)
 
     def at(h, v):
@@ -438,15 +438,19 @@ def _sum_own_elements(ctx, g, work, partial, first, end):
                for m in range(1, lanes)]
     partner = binop("xor", column, binop("div", binop("mod", lane, const(lanes * SUM_VECTOR)),
                                          const(SUM_VECTOR)))
-    mine = pick(partner, [kir.Load(swap, const(m)) for m in range(lanes)])
+    # the thread's own sum, picked once: inside each element's select below, NVCC
+    # evaluated the pick lazily, a branch or two an element (75 a round: docs/perf.md)
+    mine = kir.Store(own, const(0), pick(partner, [kir.Load(swap, const(m))
+                                                   for m in range(lanes)]))
     take = kir.ForLoop(j, acc.size, [kir.Store(acc, j, kir.Select(
-        binop("eq", j, element), mine, kir.Load(acc, j), acc.dtype))], "unroll")
+        binop("eq", j, element), kir.Load(own, const(0)), kir.Load(acc, j), acc.dtype))],
+        "unroll")
     body = [*(kir.Store(total, at(h, v), ident) for h, v in cells),
             *_over_the_splits(ctx, g, group, add_split),
-            *combine, *send, *receive, take]
+            *combine, *send, *receive, mine, take]
     # one round an element; a CTA past the last element has none
     return kir.ForLoop(r, binop("sub", binop("max", end, first), first), body), \
-        [total, loaded, swap]
+        [total, loaded, swap, own]
 
 
 def _gathered(ctx, kernel, g, rest, threads):
