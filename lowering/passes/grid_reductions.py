@@ -438,7 +438,7 @@ def _sum_own_elements(ctx, g, work, partial, first, end):
                for m in range(1, lanes)]
     partner = binop("xor", column, binop("div", binop("mod", lane, const(lanes * SUM_VECTOR)),
                                          const(SUM_VECTOR)))
-    # the thread's own sum, picked once: inside each element's select below, NVCC
+    # the thread's own sum, picked once: inside each element's select below, NVRTC
     # evaluated the pick lazily, a branch or two an element (75 a round: docs/perf.md)
     mine = kir.Store(own, const(0), pick(partner, [kir.Load(swap, const(m))
                                                    for m in range(lanes)]))
