@@ -655,9 +655,10 @@ def _matmul_operands(fusion):
 def _tma_reads_strides(operands, arrays):
     """Do the matmul operands (`operands`, names) among `arrays` give TMA what their sizes
     promise: each one's last axis contiguous, its other strides multiples of 16 bytes,
-    or the array row-major contiguous (whose rows are the sizes' business:
-    matmul_heuristic decides by them)? (Their addresses are not part of an input
-    signature: _planned checks them.)"""
+    or the array's elements laid out as row-major contiguous ones (whose rows are the
+    sizes' business: matmul_heuristic decides by them; the strides of axes of one
+    element aside, as torch's `x.t()` of a 1 x K row gives them)? (Their addresses are
+    not part of an input signature: _planned checks them.)"""
     for name in operands & set(arrays):
         array = arrays[name]
         strides = array.strides if hasattr(array, "strides") else \
@@ -665,7 +666,8 @@ def _tma_reads_strides(operands, arrays):
         item = array.itemsize if hasattr(array, "itemsize") else array.element_size()
         shape = tuple(array.shape)
         packed = tuple(item * math.prod(shape[i + 1:]) for i in range(len(shape)))
-        if strides and strides != packed and (
+        laid_out = [(s, p) for n, s, p in zip(shape, strides, packed) if n != 1]
+        if strides and any(s != p for s, p in laid_out) and (
                 strides[-1] != item or not all(map(tma_stride_ok, strides[:-1]))):
             return False
     return True

@@ -145,3 +145,16 @@ def test_interleavings_are_for_the_interpreter(fusion):
     exe = codegen.compile(fusion, backend="cuda")
     with pytest.raises(FuserirError, match="the interpreter's options only"):
         exe.run({}, interleavings=(0,))
+
+
+def test_tma_reads_an_operand_whose_only_odd_strides_are_of_axes_of_one_element():
+    """A matmul operand's arrays are read by TMA where laid out as row-major contiguous
+    ones, the strides of its axes of one element aside (torch's `x.t()` of a 1 x K row:
+    shape (K, 1), strides (1, K)); a transposed 2 x 2 (the same elements, not the same
+    layout) or a strided column is not."""
+    reads = executable._tma_reads_strides
+    row = np.zeros((1, 4096), np.float16)
+    assert reads({"A"}, {"A": row.T}) and reads({"A"}, {"A": row})
+    assert not reads({"A"}, {"A": np.zeros((2, 2), np.float16).T})
+    assert not reads({"A"}, {"A": np.zeros((4096, 4), np.float16)[:, :1]})
+    assert reads({"A"}, {"B": np.zeros((2, 2), np.float16).T})     # not an operand
