@@ -91,6 +91,9 @@ def parse_args(argv=None):
                    help="the seed benchmark matrix (layouts x warps x stages x shapes x "
                         "splitk 2..6 x smem epilogue) instead")
     p.add_argument("--matrix-shapes", default=MATRIX_SHAPES)
+    p.add_argument("--swap-mn", action="store_true",
+                   help="with --hopper: the instruction's M along the output's N "
+                        "(MatmulParams.swap_mn; --cta-tile then names N x M x K)")
     p.add_argument("--producer-registers", type=int,
                    help="with --hopper: the producer warp group keeps this many registers "
                         "a thread, the consumers get the rest (setmaxnreg)")
@@ -127,7 +130,8 @@ def build(args, shape=None):
                               splitk_interleaved=args.splitk_interleaved,
                               use_smem_epilogue=not args.no_smem_epilogue,
                               promote_prologue_smem_reuse=not args.no_smem_epilogue,
-                              producer_registers=args.producer_registers)
+                              producer_registers=args.producer_registers,
+                              swap_mn=args.swap_mn)
     else:
         params = MatmulParams(cta_tile=args.cta_tile, warp_tile=args.warp_tile,
                               stages=args.stages, splitk_factor=args.splitk,

@@ -130,7 +130,8 @@ def main(argv=None):
     bound = {"A": a, "B": b, "out": out, **scalars,
              **launching.new_workspaces(kernel, scalars)}
     tm, tn, _ = params.cta_tile
-    ctas = -(-m // tm) * -(-n // tn) * args.splitk
+    rows, columns = (n, m) if params.swap_mn else (m, n)    # the tiles' rows: M or N
+    ctas = -(-rows // tm) * -(-columns // tn) * args.splitk
     if ctas > MAX_CTAS:
         raise SystemExit(f"{ctas} CTAs; at most {MAX_CTAS}")
     flush = cp.empty(256 << 18, dtype=cp.float32)

@@ -491,6 +491,57 @@ def test_producer_registers_only_on_the_hopper_path():
         MatmulParams(producer_registers=40)
 
 
+SWAPPED = dict(cta_tile=(192, 40, 64), warp_tile=(64, 40, 64), instruction_tile=(64, 40, 16),
+               stages=2, producer_registers=40, swap_mn=True)
+
+
+@pytest.mark.parametrize("layout, changes", [
+    ("TT", dict(splitk_mode="parallel", splitk_interleaved=True)),       # 3 warp groups
+    ("TN", dict(cta_tile=(64, 136, 64), warp_tile=(64, 136, 64),         # 1 warp group
+                instruction_tile=(64, 136, 16), producer_registers=None)),
+    ("NN", dict(cta_tile=(128, 64, 64), warp_tile=(64, 64, 64),          # A M-major: its
+                instruction_tile=(64, 64, 16), splitk_mode="atomic",     # 64 columns one
+                splitk_interleaved=True, producer_registers=None)),      # TMA box
+])
+def test_swapped_m_and_n_equal_float64_with_a_fused_epilogue(layout, changes, rng):
+    """swap_mn: the instruction's M runs along N (tiles of N x M), so the registers hold
+    D^T = B^T A^T; the bias broadcast along N is added along the instruction's rows, the
+    output stored transposed from the registers. Ragged tiles both ways, a partial K box,
+    3 splits in the split-K modes, the interpreter bitwise equal to the reference."""
+    f = scheduled({**SWAPPED, "splitk_factor": 3, **changes}, layout=layout, epilogue=True)
+    exe = codegen.compile(f, backend="interp")
+    m = 40 if layout[0] == "N" else 37          # A stored K x M: rows TMA can step
+    data = integer_inputs(rng, layout, m, 200, 64 * 3 + 8, epilogue=True)
+    expected = fuserir.evaluate(matmul_fusion(layout, "f16", True), data)["out"]
+    for splitk in (1, 3):
+        out = exe.run({**data, "splitk": splitk})["out"]
+        assert np.array_equal(out.view(np.uint16), expected.view(np.uint16)), splitk
+
+
+def test_swapped_m_and_n_give_b_tile_to_the_wgmmas_a_operand():
+    """B's tile (TT: stored K x N, so MN-major) is the wgmma's A operand, A's (K-major)
+    its B, and the instruction's n is M's tile (40)."""
+    f = scheduled(dict(SWAPPED, splitk_factor=1), layout="TT")
+    kernel = codegen.compile(f, backend="interp").kernels[0].kir
+    (mma,) = {(s.a.name, s.b.name, s.n, s.trans_a, s.trans_b)
+              for s in kir.walk(kernel.body) if isinstance(s, kir.Wgmma)}
+    assert mma == ("B_cache", "A_cache", 40, True, False)
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(cta_tile=(128, 128, 32), warp_tile=(64, 64, 32), instruction_tile=(16, 8, 16)),
+     "swap_mn: only the Hopper path (wgmma) swaps the instruction's M and N"),
+    (dict(use_smem_epilogue=True), "swap_mn: the output is stored from the registers (no "
+     "use_smem_epilogue) and split-K, if any, is serial, parallel or atomic (not two_kernel)"),
+    (dict(splitk_mode="two_kernel"), "swap_mn: the output is stored from the registers"),
+    (dict(swap_mn=1), "swap_mn must be true or false, got 1"),
+])
+def test_swapped_m_and_n_errors(changes, message):
+    params = {**HOPPER, "swap_mn": True, **changes}
+    with pytest.raises(ScheduleError, match=re.escape(message)):
+        MatmulParams(**params)
+
+
 def _lowering_error(f):
     from lowering.pipeline import lower
     with pytest.raises(ScheduleError) as caught:
@@ -543,6 +594,9 @@ GPU_CASES = {
                                    (136, 200, 64 * 3 + 8), 2),
     "NT M=1 A copied B by TMA split 2": (dict(MIXED, splitk_factor=2), "NT", "f16", False,
                                          (1, 200, 64 * 3 + 8), 2),
+    "TT M and N swapped, parallel split 3": (
+        dict(SWAPPED, splitk_factor=3, splitk_mode="parallel", splitk_interleaved=True),
+        "TT", "f16", True, (37, 200, 64 * 3 + 8), 3),
 }
 
 

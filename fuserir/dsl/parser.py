@@ -646,7 +646,8 @@ class _Builder:
                          f"{', '.join(SCHEDULERS)}", name)
 
     def matmul_scheduler(self, name, args):
-        from ..scheduler.matmul import SHORT_KEYS, params_from_keys, schedule_matmul
+        from ..scheduler.matmul import schedule_matmul
+        from ..scheduler.matmul_params import SHORT_KEYS, params_from_keys
         keys = {}
         for arg in args:
             if arg.data != "keyword":

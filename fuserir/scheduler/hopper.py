@@ -65,6 +65,8 @@ def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
         return two_kernel(params, acc, out, {"a_smem": a_smem, "b_smem": b_smem},
                           stage_operands)
 
+    if params.swap_mn:        # [N, M]: the tiles' rows, the instruction's M, along N
+        out.reorder({0: 1, 1: 0})
     c_smem = output_tiles(fusion, params, acc, out, fused, WARP_GROUP)
 
     acc.split(4, tk)                          # [Mo, No, Mt, Nt, rKt, rK64]

@@ -24,7 +24,6 @@ from the sizes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import device as devices
@@ -35,6 +34,7 @@ from ..ir.iterdomain import ParallelType, roots_of
 from ..ir.tensor import MemoryType
 from ..numerics import ceil_div
 from .hopper import schedule_hopper_matmul
+from .matmul_params import HOPPER_K_TILE, MatmulParams
 from .matmul_tiles import (SPLITK, broadcasts_first, grid_reduction, output_tiles, split_k,
                            tensor_core_loops, two_kernel)
 
@@ -44,165 +44,6 @@ if TYPE_CHECKING:
 
 POINTWISE = (UnaryOp, BinaryOp, CastOp, WhereOp)
 TWO_KERNEL_SPLITS = 8          # the heuristic's most serial splits
-# split-K's ways to combine the splits: in turn (a turnstile), at once (each CTA of a tile
-# sums a slice, in a fixed order), by atomic adds (opt-in: the last bits may differ run to
-# run), or in a second kernel
-SPLITK_MODES = ("serial", "parallel", "atomic", "two_kernel")
-
-
-@dataclass
-class MatmulParams:
-    """How to schedule a matmul. Tiles are (M, N, K) in elements."""
-
-    cta_tile: tuple = (128, 128, 32)
-    warp_tile: tuple = (64, 64, 32)
-    instruction_tile: tuple = MMA.shape        # the tensor-core instruction tile
-    stages: int = 3
-    splitk_factor: int = 1
-    splitk_mode: str = "serial"
-    splitk_interleaved: bool = False     # a split: every splitk-th K tile (split_k)
-    use_smem_epilogue: bool = False
-    promote_prologue_smem_reuse: bool = False
-    # operands loaded asynchronously: cp.async on the mma.sync path, TMA on the Hopper
-    # path (whose producer warp group copies them element-wise where False); a bool for
-    # both operands or a pair (A, B) for each
-    async_gmem_load_operands: bool | tuple = True
-    # the Hopper path: the producer warp group's registers a thread, the rest given to
-    # the consumers (circular_buffer(producer_registers=...)); None: no reallocation
-    producer_registers: int | None = None
-    # the Hopper path: (A, B), stage the operand with its K axis innermost although its
-    # array's last axis is M (N). The heuristic sets it where that last axis has one
-    # element (M = 1 with A stored K x M), so that K is the contiguous axis: TMA then
-    # reads the operand's K runs as box rows instead of the producer copying elements
-    staged_along_k: tuple = (False, False)
-
-    def __post_init__(self):
-        for name in ("cta_tile", "warp_tile", "instruction_tile", "async_gmem_load_operands",
-                     "staged_along_k"):
-            value = getattr(self, name)
-            if isinstance(value, (list, tuple)):
-                setattr(self, name, tuple(value))
-        self.check()
-
-    @property
-    def async_loads(self):
-        """(A, B): is each operand loaded asynchronously (async_gmem_load_operands)?"""
-        value = self.async_gmem_load_operands
-        return value if isinstance(value, tuple) else (value, value)
-
-    @property
-    def hopper(self):
-        """Is this a Hopper schedule (wgmma + TMA: the instruction tile a wgmma's)?"""
-        return self.instruction_tile[0] == WGMMA.m
-
-    @property
-    def warps(self):
-        """Warps of the block's tile grid (on the Hopper path: warp groups, whose tiles
-        warp_tile then names)."""
-        return (self.cta_tile[0] // self.warp_tile[0]) * (self.cta_tile[1] // self.warp_tile[1])
-
-    def check(self):
-        def bad(why):
-            raise ScheduleError(f"MatmulParams: {why}")
-
-        for name in ("cta_tile", "warp_tile", "instruction_tile"):
-            tile = getattr(self, name)
-            if not isinstance(tile, tuple) or len(tile) != 3 or not all(isinstance(t, int) and not isinstance(t, bool)
-                                         and t > 0 for t in tile):
-                bad(f"{name} must be three positive integers (M, N, K), got {tile}")
-        wgmma = [WGMMA.shape(n) for n in WGMMA.widths]
-        if self.instruction_tile != MMA.shape and self.instruction_tile not in wgmma:
-            bad(f"instruction_tile {self.instruction_tile}: the tensor-core instructions are "
-                f"{MMA.name} {MMA.shape} and {WGMMA.name} (64, n, 16), n a multiple of 8 "
-                "up to 256")
-        for i, dim in enumerate("MNK"):
-            if self.cta_tile[i] % self.warp_tile[i]:
-                bad(f"cta_tile {dim} ({self.cta_tile[i]}) is not a multiple of warp_tile "
-                    f"{dim} ({self.warp_tile[i]})")
-            if self.warp_tile[i] % self.instruction_tile[i]:
-                bad(f"warp_tile {dim} ({self.warp_tile[i]}) is not a multiple of the "
-                    f"instruction tile {dim} ({self.instruction_tile[i]})")
-        if self.cta_tile[2] != self.warp_tile[2]:
-            bad(f"cta_tile K ({self.cta_tile[2]}) must equal warp_tile K "
-                f"({self.warp_tile[2]}): warps split M and N, not K")
-        if self.hopper:
-            _check_hopper(self, bad)
-        elif not 1 <= self.warps <= 32:
-            bad(f"{self.warps} warps (cta_tile / warp_tile); a block has 1 to 32")
-        if isinstance(self.stages, bool) or not isinstance(self.stages, int) \
-                or self.stages < 1:
-            bad(f"stages must be an integer >= 1, got {self.stages!r}")
-        if isinstance(self.splitk_factor, bool) or not isinstance(self.splitk_factor, int) \
-                or self.splitk_factor < 1:
-            bad(f"splitk_factor must be an integer >= 1, got {self.splitk_factor!r}")
-        if self.splitk_mode not in SPLITK_MODES:
-            bad(f"splitk_mode {self.splitk_mode!r}: expected "
-                + " or ".join(repr(m) for m in SPLITK_MODES))
-        loads = self.async_gmem_load_operands
-        if not (isinstance(loads, bool) or (isinstance(loads, tuple) and len(loads) == 2
-                                           and all(isinstance(x, bool) for x in loads))):
-            bad(f"async_gmem_load_operands must be true or false, or a pair of them (A, B), "
-                f"got {loads!r}")
-        if self.stages > 1 and not all(self.async_loads) and not self.hopper:
-            bad("a pipeline (stages > 1) needs async_gmem_load_operands=True (on the "
-                "mma.sync path: cp.async)")
-        if self.producer_registers is not None and not self.hopper:
-            bad("producer_registers: only the Hopper path has a producer warp group")
-        along = self.staged_along_k
-        if not (isinstance(along, tuple) and len(along) == 2
-                and all(isinstance(x, bool) for x in along)):
-            bad(f"staged_along_k must be a pair of true or false (A, B), got {along!r}")
-        if any(along) and not self.hopper:
-            bad("staged_along_k: only the Hopper path stages its operands by TMA boxes")
-
-
-HOPPER_K_TILE = 64            # elements: a K-major TMA box row of 128 bytes (16-bit operands)
-
-
-def _check_hopper(params, bad):
-    """What a Hopper schedule adds to MatmulParams.check."""
-    groups = params.warps
-    if not 1 <= groups <= 3:
-        bad(f"{groups} consumer warp groups (cta_tile / warp_tile); the Hopper path has 1 "
-            "to 3, plus the producer")
-    if params.warp_tile[1] != params.instruction_tile[1]:
-        bad(f"warp_tile N ({params.warp_tile[1]}) must equal the wgmma's n "
-            f"({params.instruction_tile[1]}): one instruction spans a warp group's columns")
-    if params.cta_tile[2] % HOPPER_K_TILE:
-        bad(f"cta_tile K ({params.cta_tile[2]}) must be a multiple of {HOPPER_K_TILE} on "
-            "the Hopper path (TMA boxes of 128-byte rows)")
-    if params.stages < 2:
-        bad("the Hopper path pipelines its TMA loads: stages must be at least 2")
-
-
-# The DSL's short keys (the foundation issue's spelling) and the MatmulParams fields.
-SHORT_KEYS = {"splitk": "splitk_factor", "smem_epilogue": "use_smem_epilogue"}
-
-
-def params_from_keys(keys, error):
-    """MatmulParams from the DSL's `matmul(key=value, ...)`. `error(key, message)` makes
-    the exception to raise for a bad key. smem_epilogue=true implies
-    promote_prologue_smem_reuse=true unless that is given."""
-    names = [f.name for f in fields(MatmulParams)]
-    values, spelled = {}, {}
-    for key, value in keys.items():
-        field_name = SHORT_KEYS.get(key, key)
-        if field_name not in names:
-            raise error(key, f"matmul has no parameter '{key}' (short keys: "
-                        f"{', '.join(SHORT_KEYS)}; fields: {', '.join(names)})")
-        if field_name in values:
-            raise error(key, f"matmul: '{spelled[field_name]}' and '{key}' name the same "
-                        "parameter")
-        values[field_name], spelled[field_name] = value, key
-    if values.get("use_smem_epilogue") and "promote_prologue_smem_reuse" not in values:
-        values["promote_prologue_smem_reuse"] = True
-    try:
-        return MatmulParams(**values)
-    except ScheduleError as e:
-        bad = next((k for k in keys if SHORT_KEYS.get(k, k) in str(e)), next(iter(keys)))
-        raise error(bad, str(e)) from None
-
-
 def _device(device):
     if device is None:
         return devices.DEFAULT
@@ -381,6 +222,30 @@ PARALLEL_TILES = ((128, 64), (64, 128), (64, 192))
 # 69.5 us against 64x192; at 128x128x262144, a third of its columns absent, 70.6 against
 # 128x64's 64.2: docs/perf.md)
 FILLED_PARALLEL_TILE, FILLED_PRODUCER_REGISTERS = (128, 192), 40
+# ... and, where N fills 192 rows of the instruction's M, the tile swapped (swap_mn): 192
+# rows along N in three consumer warp groups, M in the instruction's N (any multiple of 8,
+# at most 136: ptxas fits the accumulator in the 128 registers of 512 threads with no
+# spill, the producer's given to the consumers), so that an M that is no multiple of 64
+# (136x184) is one tile and each operand byte is streamed once
+SWAPPED_ROWS, SWAPPED_MOST_COLUMNS = 192, 136
+
+
+def _fills(size, tile):
+    """Does `size` fill its tiles of `tile` (at most a sixth of the last one past it)?"""
+    return 6 * (ceil_div(size, tile) * tile - size) <= tile
+
+
+def _swapped_tile(m, n, layout):
+    """The parallel split-K's swapped tile (rows along N, columns along M) where it
+    applies: N fills its rows, M rounded up to 8 fits the columns, and A's tile, whose
+    rows the instruction's N now runs along, is K-major or a whole number of 128-byte
+    rows (TMA boxes of 64 elements); else None."""
+    columns = ceil_div(m, 8) * 8
+    if not _fills(n, SWAPPED_ROWS) or columns > SWAPPED_MOST_COLUMNS:
+        return None
+    if layout[0] == "N" and columns % HOPPER_K_TILE:
+        return None
+    return SWAPPED_ROWS, columns
 
 
 def _streamed_bytes(m, n, k, tile):
@@ -448,7 +313,10 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       docs/perf.md); 128x192 instead where N fills its columns (at most a sixth of them
       past N) and it streams fewer bytes still, the producer warp group keeping 40
       registers a thread so that the consumers' accumulators fit (H100: 136x184x175704
-      9% faster than on 64x192 tiles); as many splits as give every SM one CTA (the
+      9% faster than on 64x192 tiles); or, fewer bytes still, the instruction's M along
+      N and its N along M (swap_mn) on tiles of 192 rows of N (three consumer warp groups)
+      by M rounded up to 8 (at most 136) where N fills the rows: an M that is no multiple
+      of 64 is then one tile (136x184: each operand byte streamed once, not B twice); as many splits as give every SM one CTA (the
       whole grid resident at once, as the protocol needs) keeping at least 4 K tiles per
       split (16 for 64-row tiles), each split every splitk-th K tile (interleaved), 6
       stages (as many as fit), the output stored from the registers (one CTA per tile
@@ -487,7 +355,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     tiles = ceil_div(m, tm) * ceil_div(n, tn)
     k_tiles = ceil_div(k, tk)
     splitk, mode, most = 1, "serial", NARROW_STAGES if narrow else HOPPER_STAGES
-    producer = None
+    producer, swap = None, False
     # split K where the tiles fill at most half the SMs; narrow tiles, a quarter (64 of
     # them streamed 16x4096x4096 unsplit as fast as split in two: docs/perf.md)
     fill = 4 if narrow else 2
@@ -496,13 +364,16 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
         if splitk > TWO_KERNEL_SPLITS:
             if not narrow:     # the tiling that streams the fewest operand bytes
                 tm, tn = min(PARALLEL_TILES, key=lambda t: _streamed_bytes(m, n, k, t))
-                wide_n = FILLED_PARALLEL_TILE[1]
-                if 6 * (ceil_div(n, wide_n) * wide_n - n) <= wide_n and _streamed_bytes(
+                if _fills(n, FILLED_PARALLEL_TILE[1]) and _streamed_bytes(
                         m, n, k, FILLED_PARALLEL_TILE) < _streamed_bytes(m, n, k, (tm, tn)):
                     (tm, tn), producer = FILLED_PARALLEL_TILE, FILLED_PRODUCER_REGISTERS
+                swapped = _swapped_tile(m, n, layout)
+                if swapped and _streamed_bytes(n, m, k, swapped) < _streamed_bytes(
+                        m, n, k, (tm, tn)):
+                    (tm, tn), producer, swap = swapped, FILLED_PRODUCER_REGISTERS, True
             else:
                 tn = 64
-            tiles = ceil_div(m, tm) * ceil_div(n, tn)
+            tiles = ceil_div(n if swap else m, tm) * ceil_div(m if swap else n, tn)
             fewest = NARROW_K_TILES if narrow else PARALLEL_K_TILES
             splitk = max(1, min(sms // tiles, k_tiles // fewest))
             mode = "parallel" if device.deterministic else "atomic"
@@ -523,7 +394,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
            f"{tiles} tiles of {tm}x{tn} (M of at most {NARROW_ROWS}: one warp group's rows, "
            "half the tensor-core work of 128-row tiles on rows that are not there)"
            if narrow else
-           f"{tiles} tiles of 128x{tn} (tiles of 128x256 would leave SMs idle)"))
+           f"{tiles} tiles of {tm}x{tn} (tiles of 128x256 would leave SMs idle)"))
     why(f"split-K {splitk} ({mode}): " + (
         f"the tiles fill more than {'a quarter' if narrow else 'half'} of the SMs"
         if splitk == 1 else f"{tiles} tiles x {splitk} splits, {k_tiles // splitk} K "
@@ -535,7 +406,13 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
             "whose last bits differ run to run (deterministic=False): the CTAs of a tile "
             "add their partials atomically, each split every splitk-th K tile"
             if mode == "atomic" else "")))
-    if producer is not None:
+    if swap:
+        why(f"the instruction's M along N and its N along M (swap_mn): tiles of {tm} rows "
+            f"of N (which N fills) by {tn} of M, so that M, no multiple of 64, is one tile "
+            "and each operand byte is streamed once; the producer warp group keeps "
+            f"{producer} registers a thread, the rest go to the three consumers "
+            "(setmaxnreg), so that their accumulators fit")
+    elif producer is not None:
         why(f"tiles of {tm}x{tn}, whose columns N fills, stream the fewest operand bytes; "
             f"the producer warp group keeps {producer} registers a thread, the rest go to "
             "the consumers (setmaxnreg), so that their accumulators fit")
@@ -557,7 +434,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
                         promote_prologue_smem_reuse=smem_epilogue,
                         async_gmem_load_operands=tma if tma or not any(readable)
                         else readable,
-                        staged_along_k=along, producer_registers=producer)
+                        staged_along_k=along, producer_registers=producer, swap_mn=swap)
 
 
 

@@ -48,6 +48,7 @@ from fuserir.dtypes import DataType
 from fuserir.ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp,
                               FullOp, LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp,
                               ReshapeOp, SliceOp, SqueezeOp, UnaryOp, WhereOp)
+from fuserir.ir.iterdomain import roots_of
 from fuserir.ir.tensor import Scalar
 
 from fuserir.errors import ScheduleError
@@ -482,11 +483,16 @@ def wgmma(ctx, tv):
     """wgmma of one instruction tile: acc (64 x n) += A (64 x 16) x B (16 x n), both from
     their shared tiles through descriptors read off the tiles' layouts."""
     expr = tv.definition
-    m_axis, n_axis, k_axis = [ctx.concrete_axis(tv, i) for i in mma_positions(tv)]
+    positions = mma_positions(tv)
+    m_axis, n_axis, k_axis = [ctx.concrete_axis(tv, i) for i in positions]
     n = n_axis.extent
+    # The instruction's M runs along the output's N where the schedule swapped them
+    # (MatmulParams.swap_mn: D^T = B^T A^T): B's tile is then the wgmma's A operand.
+    inputs = expr.inputs[::-1] if tv.root[1] in roots_of(tv.loop[positions[0]]) \
+        else expr.inputs
     operands = []
-    for operand, row_axis in zip(expr.inputs, (m_axis, n_axis)):
-        rows = hopper_operands.operand_rows(operand is expr.inputs[0], n)
+    for operand, row_axis in zip(inputs, (m_axis, n_axis)):
+        rows = hopper_operands.operand_rows(operand is inputs[0], n)
         start, table = _operand_table(ctx, expr, operand, row_axis, k_axis, rows)
         where = f"{tv.name}: its operand {operand.name}"
         layout, trans = hopper_operands.matrix_layout(table, hopper_operands.swizzle_mode(operand),
