@@ -316,7 +316,8 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       9% faster than on 64x192 tiles); or, fewer bytes still, the instruction's M along
       N and its N along M (swap_mn) on tiles of 192 rows of N (three consumer warp groups)
       by M rounded up to 8 (at most 136) where N fills the rows: an M that is no multiple
-      of 64 is then one tile (136x184: each operand byte streamed once, not B twice); as many splits as give every SM one CTA (the
+      of 64 is then one tile (136x184: each operand byte streamed once, not B twice); as
+      many splits as give every SM one CTA (the
       whole grid resident at once, as the protocol needs) keeping at least 4 K tiles per
       split (16 for 64-row tiles), each split every splitk-th K tile (interleaved), 6
       stages (as many as fit), the output stored from the registers (one CTA per tile
