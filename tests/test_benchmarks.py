@@ -404,3 +404,32 @@ def test_the_split_k_timeline_stamps_each_phase_of_the_generated_kernel():
 def test_the_split_k_timeline_names_a_kernel_it_cannot_stamp():
     with pytest.raises(splitk_timeline.NotInstrumentable, match="no parallel grid reduction"):
         splitk_timeline.instrument('extern "C" __global__ void k() {}')
+
+
+def test_the_plan_comparison_parses_plans():
+    from benchmarks import matmul_plans
+    args = matmul_plans.parse_args(["TT", "136x184x175704", "128x192x64x4:66:parallel:r40",
+                                    "192x136x64x3:132:atomic:r40:swap"])
+    first, second = args.params
+    assert (first.cta_tile, first.warp_tile, first.instruction_tile, first.stages) == \
+        ((128, 192, 64), (64, 192, 64), (64, 192, 16), 4)
+    assert (first.splitk_factor, first.splitk_mode, first.splitk_interleaved,
+            first.producer_registers, first.swap_mn) == (66, "parallel", True, 40, False)
+    assert (second.cta_tile, second.splitk_mode, second.swap_mn) == \
+        ((192, 136, 64), "atomic", True)
+    assert args.size == (136, 184, 175704)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["TT", "136x184", "128x64x64x6:66:parallel"], "shape '136x184': expected MxNxK"),
+    (["TT", "8x8x8", "128x64x64:66:parallel"], "TILExSTAGES is four sizes"),
+    (["TT", "8x8x8", "128x64x64x6:66"], "expected TILExSTAGES:SPLITS:MODE"),
+    (["TT", "8x8x8", "128x64x64x6:66:parallel:fast"], "unknown option 'fast' (rN or swap)"),
+    (["TT", "8x8x8", "128x64x64x6:66:sideways"], "splitk_mode 'sideways': expected"),
+    (["XY", "8x8x8", "128x64x64x6:66:parallel"], "invalid choice: 'XY'"),
+])
+def test_the_plan_comparison_refuses_bad_arguments(argv, message, capsys):
+    from benchmarks import matmul_plans
+    with pytest.raises(SystemExit):
+        matmul_plans.parse_args(argv)
+    assert message in capsys.readouterr().err

@@ -421,7 +421,7 @@ def test_hopper_heuristic_takes_wgmma_and_tma(size, layout, tile, splitk):
 
 @pytest.mark.parametrize("size, tile, splitk, stages", [
     ((128, 128, 262144), (128, 64, 64), 66, 6),     # two tiles of 128x64 x 66 splits
-    ((136, 184, 175704), (128, 192, 64), 66, 5),    # two tiles of 128x192 x 66: N fills
+    ((136, 184, 175704), (128, 192, 64), 66, 4),    # two tiles of 128x192 x 66: N fills
                                                     # their columns; B streamed twice, not
                                                     # three times as by 64x192 tiles
     ((136, 128, 175704), (64, 128, 64), 44, 6),     # 128x192 would be a third empty
@@ -528,32 +528,6 @@ def test_hopper_heuristic_stages_a_one_element_row_operand_along_k(layout):
     assert matmul_heuristic(1, 4096, 4096, layout="T" + layout[1]).staged_along_k == \
         (False, False)
     assert matmul_heuristic(64, 1, 4096, layout="TT").staged_along_k == (False, True)
-
-
-@pytest.mark.parametrize("layout, swapped", [("TT", True), ("TN", True), ("NT", False),
-                                             ("NN", False)])
-def test_hopper_heuristic_swaps_m_and_n_where_m_is_one_tile_only_that_way(layout, swapped):
-    """136x184x175704: M (136) is no multiple of wgmma's 64 rows, but N fills 192 rows of
-    three warp groups and 136 is a multiple of 8 (wgmma's N): with the instruction's M
-    along N (swap_mn), one tile of 192x136 x 132 splits streams each operand byte once
-    (128x192 tiles stream B twice). Where A is stored K x M (NT, NN) its 136 columns are
-    no whole number of 64-element TMA boxes: the 128x192 plan."""
-    reasons = []
-    p = matmul_heuristic(136, 184, 175704, layout=layout, reasons=reasons)
-    if swapped:
-        assert (p.cta_tile, p.warp_tile, p.instruction_tile) == \
-            ((192, 136, 64), (64, 136, 64), (64, 136, 16))
-        assert (p.splitk_factor, p.splitk_mode, p.stages, p.producer_registers) == \
-            (132, "parallel", 5, 40)
-        assert p.swap_mn and not p.use_smem_epilogue
-        assert reasons[1].startswith("split-K 132 (parallel): 1 tiles x 132 splits")
-        assert "the instruction's M along N and its N along M (swap_mn): tiles of 192 " \
-            "rows of N" in reasons[2]
-    else:
-        assert (p.cta_tile, p.splitk_factor, p.swap_mn) == ((128, 192, 64), 66, False)
-    for size in ((128, 128, 262144), (136, 128, 175704), (256, 256, 65536),
-                 (136, 240, 175704)):         # 240 leaves a fifth of 2 x 192 rows empty
-        assert not matmul_heuristic(*size, layout=layout).swap_mn, size
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -222,30 +222,14 @@ PARALLEL_TILES = ((128, 64), (64, 128), (64, 192))
 # 69.5 us against 64x192; at 128x128x262144, a third of its columns absent, 70.6 against
 # 128x64's 64.2: docs/perf.md)
 FILLED_PARALLEL_TILE, FILLED_PRODUCER_REGISTERS = (128, 192), 40
-# ... and, where N fills 192 rows of the instruction's M, the tile swapped (swap_mn): 192
-# rows along N in three consumer warp groups, M in the instruction's N (any multiple of 8,
-# at most 136: ptxas fits the accumulator in the 128 registers of 512 threads with no
-# spill, the producer's given to the consumers), so that an M that is no multiple of 64
-# (136x184) is one tile and each operand byte is streamed once
-SWAPPED_ROWS, SWAPPED_MOST_COLUMNS = 192, 136
+# ... in 4 stages, not the 5 that fit (H100, 136x184x175704: 66.1-67.9 us against
+# 67.6-68.9 in TT, TN and NT; docs/perf.md)
+FILLED_STAGES = 4
 
 
 def _fills(size, tile):
     """Does `size` fill its tiles of `tile` (at most a sixth of the last one past it)?"""
     return 6 * (ceil_div(size, tile) * tile - size) <= tile
-
-
-def _swapped_tile(m, n, layout):
-    """The parallel split-K's swapped tile (rows along N, columns along M) where it
-    applies: N fills its rows, M rounded up to 8 fits the columns, and A's tile, whose
-    rows the instruction's N now runs along, is K-major or a whole number of 128-byte
-    rows (TMA boxes of 64 elements); else None."""
-    columns = ceil_div(m, 8) * 8
-    if not _fills(n, SWAPPED_ROWS) or columns > SWAPPED_MOST_COLUMNS:
-        return None
-    if layout[0] == "N" and columns % HOPPER_K_TILE:
-        return None
-    return SWAPPED_ROWS, columns
 
 
 def _streamed_bytes(m, n, k, tile):
@@ -313,16 +297,14 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       docs/perf.md); 128x192 instead where N fills its columns (at most a sixth of them
       past N) and it streams fewer bytes still, the producer warp group keeping 40
       registers a thread so that the consumers' accumulators fit (H100: 136x184x175704
-      9% faster than on 64x192 tiles); or, fewer bytes still, the instruction's M along
-      N and its N along M (swap_mn) on tiles of 192 rows of N (three consumer warp groups)
-      by M rounded up to 8 (at most 136) where N fills the rows: an M that is no multiple
-      of 64 is then one tile (136x184: each operand byte streamed once, not B twice); as
-      many splits as give every SM one CTA (the
-      whole grid resident at once, as the protocol needs) keeping at least 4 K tiles per
-      split (16 for 64-row tiles), each split every splitk-th K tile (interleaved), 6
-      stages (as many as fit), the output stored from the registers (one CTA per tile
-      writes it); on a device model
-      with deterministic=False the atomic split-K instead (the partials added by
+      9% faster than on 64x192 tiles) in 4 stages (1-3% faster than 5 there); not the
+      instruction's M along N (swap_mn: one 192x136 tile at 136x184, each operand byte
+      streamed once, measured no faster: docs/perf.md); as many splits as give every SM
+      one CTA (the whole grid resident at once, as the protocol needs) keeping at least
+      4 K tiles per split (16 for 64-row tiles), each split every splitk-th K tile
+      (interleaved), 6 stages (as many as fit) but for 128x192, the output stored from
+      the registers (one CTA per tile writes it); on a device model with
+      deterministic=False the atomic split-K instead (the partials added by
       red.global.add: the last bits may differ run to run)."""
     sms, limit = device.sms, device.shared_limit
     if not device.tma:
@@ -356,7 +338,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     tiles = ceil_div(m, tm) * ceil_div(n, tn)
     k_tiles = ceil_div(k, tk)
     splitk, mode, most = 1, "serial", NARROW_STAGES if narrow else HOPPER_STAGES
-    producer, swap = None, False
+    producer = None
     # split K where the tiles fill at most half the SMs; narrow tiles, a quarter (64 of
     # them streamed 16x4096x4096 unsplit as fast as split in two: docs/perf.md)
     fill = 4 if narrow else 2
@@ -368,17 +350,14 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
                 if _fills(n, FILLED_PARALLEL_TILE[1]) and _streamed_bytes(
                         m, n, k, FILLED_PARALLEL_TILE) < _streamed_bytes(m, n, k, (tm, tn)):
                     (tm, tn), producer = FILLED_PARALLEL_TILE, FILLED_PRODUCER_REGISTERS
-                swapped = _swapped_tile(m, n, layout)
-                if swapped and _streamed_bytes(n, m, k, swapped) < _streamed_bytes(
-                        m, n, k, (tm, tn)):
-                    (tm, tn), producer, swap = swapped, FILLED_PRODUCER_REGISTERS, True
             else:
                 tn = 64
-            tiles = ceil_div(n if swap else m, tm) * ceil_div(m if swap else n, tn)
+            tiles = ceil_div(m, tm) * ceil_div(n, tn)
             fewest = NARROW_K_TILES if narrow else PARALLEL_K_TILES
             splitk = max(1, min(sms // tiles, k_tiles // fewest))
             mode = "parallel" if device.deterministic else "atomic"
-            most = NARROW_STAGES if narrow else PARALLEL_STAGES
+            most = NARROW_STAGES if narrow else \
+                FILLED_STAGES if producer is not None else PARALLEL_STAGES
     groups = tm // WGMMA.m
     stage_bytes = (tm + tn) * tk * 2
     # narrow tiles past one per SM: as many stages as let two CTAs share an SM (one wave)
@@ -407,13 +386,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
             "whose last bits differ run to run (deterministic=False): the CTAs of a tile "
             "add their partials atomically, each split every splitk-th K tile"
             if mode == "atomic" else "")))
-    if swap:
-        why(f"the instruction's M along N and its N along M (swap_mn): tiles of {tm} rows "
-            f"of N (which N fills) by {tn} of M, so that M, no multiple of 64, is one tile "
-            "and each operand byte is streamed once; the producer warp group keeps "
-            f"{producer} registers a thread, the rest go to the three consumers "
-            "(setmaxnreg), so that their accumulators fit")
-    elif producer is not None:
+    if producer is not None:
         why(f"tiles of {tm}x{tn}, whose columns N fills, stream the fewest operand bytes; "
             f"the producer warp group keeps {producer} registers a thread, the rest go to "
             "the consumers (setmaxnreg), so that their accumulators fit")
@@ -435,7 +408,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
                         promote_prologue_smem_reuse=smem_epilogue,
                         async_gmem_load_operands=tma if tma or not any(readable)
                         else readable,
-                        staged_along_k=along, producer_registers=producer, swap_mn=swap)
+                        staged_along_k=along, producer_registers=producer)
 
 
 

@@ -1,0 +1,115 @@
+"""Explicit Hopper plans for one layout and shape, timed side by side against cuBLAS: what
+docs/perf.md's comparisons of tiles, stages, split modes and swap_mn ran.
+
+    python3 benchmarks/matmul_plans.py LAYOUT MxNxK PLAN [PLAN ...] [--repeat 30]
+
+        PLAN  TILExSTAGES:SPLITS:MODE[:rREGISTERS][:swap], e.g.
+              128x192x64x4:66:parallel:r40   (CTA tile 128x192x64, 4 stages, 66 parallel
+                                               splits, the producer keeping 40 registers)
+              192x136x64x3:132:parallel:r40:swap   (swap_mn: 192 rows of N x 136 of M)
+
+Each plan is benchmarks/matmul.py's layout fusion (`out = cast(matmul(A, B), f16)`)
+scheduled with MatmulParams (one consumer warp group per 64 rows, the output from the
+registers, a parallel or atomic split interleaved), checked against the float64 product
+(benchmarks/matmul.py's tolerance) and timed as its kernels alone (cold L2, median);
+torch.matmul (cuBLAS) on the same arrays in the same process. A plan the scheduler or
+lowering refuses prints its error and the others go on.
+"""
+
+import argparse
+import pathlib
+import sys
+import types
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+for path in (ROOT, ROOT / "benchmarks"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+import matmul as bench_matmul  # noqa: E402
+
+
+def parse_plan(text):
+    """MatmulParams from a PLAN (see the module docstring); ValueError says what is
+    wrong."""
+    from fuserir.scheduler.matmul_params import MatmulParams
+    fields = text.split(":")
+    if len(fields) < 3:
+        raise ValueError(f"plan {text!r}: expected TILExSTAGES:SPLITS:MODE[:rN][:swap]")
+    try:
+        tm, tn, tk, stages = (int(x) for x in fields[0].split("x"))
+        splits = int(fields[1])
+    except ValueError:
+        raise ValueError(f"plan {text!r}: TILExSTAGES is four sizes (e.g. 128x64x64x6) "
+                         "and SPLITS a number") from None
+    registers, swap = None, False
+    for extra in fields[3:]:
+        if extra == "swap":
+            swap = True
+        elif extra.startswith("r") and extra[1:].isdigit():
+            registers = int(extra[1:])
+        else:
+            raise ValueError(f"plan {text!r}: unknown option {extra!r} (rN or swap)")
+    mode = fields[2]
+    return MatmulParams(cta_tile=(tm, tn, tk), warp_tile=(64, tn, tk),
+                        instruction_tile=(64, tn, 16), stages=stages, splitk_factor=splits,
+                        splitk_mode=mode, splitk_interleaved=mode in ("parallel", "atomic"),
+                        producer_registers=registers, swap_mn=swap)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("layout", choices=sorted(bench_matmul.OPERANDS))
+    p.add_argument("shape", help="MxNxK")
+    p.add_argument("plans", nargs="+", metavar="PLAN")
+    p.add_argument("--repeat", type=int, default=30)
+    args = p.parse_args(argv)
+    try:
+        args.size = tuple(int(x) for x in args.shape.split("x"))
+    except ValueError:
+        args.size = ()
+    if len(args.size) != 3 or min(args.size) < 1:
+        p.error(f"shape {args.shape!r}: expected MxNxK, three positive sizes")
+    try:
+        args.params = [parse_plan(text) for text in args.plans]
+    except Exception as error:  # noqa: BLE001 - ValueError or MatmulParams' ScheduleError
+        p.error(str(error))
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from benchmarks import common
+    common.require_gpu()
+    import cupy as cp
+    import codegen
+    from fuserir.scheduler.matmul import schedule_matmul
+    bench = common.Bench(types.SimpleNamespace(no_torch=False, repeat=args.repeat,
+                                               warmup=3))
+    layout, (m, n, k) = args.layout, args.size
+    a, b = bench_matmul.layout_inputs(cp, cp.random.default_rng(0), layout, m, n, k)
+    ref = bench_matmul.layout_reference(cp, layout, a, b)
+    ta, tb = bench_matmul.as_row_major(bench.torch, layout, a, b)
+    cublas = bench.time(lambda: bench.torch.matmul(ta, tb))["median_us"]
+    print(f"{layout} {m}x{n}x{k}: cuBLAS {cublas:.1f} us")
+    for text, params in zip(args.plans, args.params):
+        fusion = bench_matmul.layout_fusion(layout)
+        try:
+            schedule_matmul(fusion, params)
+            exe = codegen.compile(fusion, backend="cuda")
+        except Exception as error:  # noqa: BLE001 - report the refusal, go on
+            print(f"  {text}: refused: {type(error).__name__}: {error}")
+            continue
+        bad = bench_matmul.mismatches(cp, exe.run({"A": a, "B": b})["out"], ref, k)
+        launch = bench_matmul.kernels_alone(exe, exe.steps, {"A": a, "B": b},
+                                            {"M": m, "N": n, "K": k, **fusion.scalars})
+        us = bench.time(launch)["median_us"]
+        print(f"  {text}: {us:.1f} us, cuBLAS/plan {cublas / us:.2f}x, {bad} mismatches",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
