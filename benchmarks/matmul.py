@@ -120,6 +120,16 @@ def parse_args(argv=None):
 
 
 def build(args, shape=None):
+    """The seed's NT fusion scheduled with params_of(args, shape)."""
+    params = params_of(args, shape)
+    fusion = fuserir.parse(DEFINITION)
+    schedule_matmul(fusion, params)
+    return fusion, params
+
+
+def params_of(args, shape=None):
+    """The MatmulParams the arguments name (the heuristic's for `shape` with
+    --heuristic)."""
     if args.heuristic:
         params = matmul_heuristic(*shape, layout="NT")
     elif args.hopper:
@@ -139,9 +149,7 @@ def build(args, shape=None):
                               splitk_interleaved=args.splitk_interleaved,
                               use_smem_epilogue=not args.no_smem_epilogue,
                               promote_prologue_smem_reuse=not args.no_smem_epilogue)
-    fusion = fuserir.parse(DEFINITION)
-    schedule_matmul(fusion, params)
-    return fusion, params
+    return params
 
 
 def nt_reference(cp, a, b):

@@ -1,13 +1,17 @@
 """Where a parallel split-K kernel's time goes: a timeline of its phases per CTA.
 
-    python3 benchmarks/splitk_timeline.py K [--mn MxN] [benchmarks/matmul.py options]
+    python3 benchmarks/splitk_timeline.py K [--mn MxN] [--layout TT|TN|NT|NN]
+                                            [benchmarks/matmul.py options]
         e.g. 8448 --splitk 66 --cta-tile 128x64x64
              175704 --mn 136x184 --splitk 66 --cta-tile 128x192x64 --warp-tile 64x192x64
                     --stages 5 --producer-registers 40
+             175704 --mn 136x184 --layout TT --splitk 132 --cta-tile 192x136x64
+                    --stages 3 --producer-registers 40 --swap-mn
 
-The kernel is the Hopper path's NT matmul with a parallel split-K (benchmarks/matmul.py's
---hopper --no-smem-epilogue --splitk-mode parallel --splitk-interleaved, 6 stages unless
-given) at M x N (--mn, default 128x128). Its generated CUDA gets a read of %globaltimer
+The kernel is the Hopper path's matmul (benchmarks/matmul.py's layout fusion, NT unless
+--layout) with a parallel split-K (benchmarks/matmul.py's --hopper --no-smem-epilogue
+--splitk-mode parallel --splitk-interleaved, 6 stages unless given) at M x N (--mn,
+default 128x128). Its generated CUDA gets a read of %globaltimer
 by thread 0 of each CTA (of every tile) at five points (instrument()): the kernel's
 start, the end of the main loop (the grid reduction's first statement), past the wait for
 every split's partials, its own elements summed over the splits (the epilogue's start),
@@ -90,10 +94,17 @@ def instrument(source):
 
 
 def parse_args(argv):
-    """(K, (M, N), benchmarks/matmul.py's arguments) from the command line."""
+    """(K, (M, N), benchmarks/matmul.py's arguments, with .layout) from the command
+    line."""
     if not argv or not argv[0].isdigit():
         raise SystemExit(__doc__)
-    rest, mn = list(argv[1:]), (128, 128)
+    rest, mn, layout = list(argv[1:]), (128, 128), "NT"
+    if "--layout" in rest:
+        at = rest.index("--layout")
+        layout = rest[at + 1].upper() if at + 1 < len(rest) else ""
+        if layout not in bench_matmul.OPERANDS:
+            raise SystemExit("--layout takes TT, TN, NT or NN")
+        del rest[at:at + 2]
     if "--mn" in rest:
         at = rest.index("--mn")
         try:
@@ -105,7 +116,9 @@ def parse_args(argv):
         del rest[at:at + 2]
     extra = ["--hopper", "--no-smem-epilogue", "--splitk-mode", "parallel",
              "--splitk-interleaved"] + ([] if "--stages" in rest else ["--stages", "6"])
-    return int(argv[0]), mn, bench_matmul.parse_args(extra + rest)
+    args = bench_matmul.parse_args(extra + rest)
+    args.layout = layout
+    return int(argv[0]), mn, args
 
 
 def main(argv=None):
@@ -117,14 +130,16 @@ def main(argv=None):
     import codegen
     from codegen import launch as launching, nvrtc
     from driver.build import kernel_arch
-    fusion, params = bench_matmul.build(args)
+    from fuserir.scheduler.matmul import schedule_matmul
+    params = bench_matmul.params_of(args)
+    fusion = bench_matmul.layout_fusion(args.layout)
+    schedule_matmul(fusion, params)
     compiled = codegen.compile(fusion, backend="cuda").kernels[0]
     kernel = compiled.kir
     cubin = nvrtc.compile_to_cubin(instrument(compiled.source), kernel.name,
                                    kernel_arch(kernel, nvrtc.default_arch()))
-    rng = cp.random.default_rng(0)
-    a = rng.uniform(-1, 1, (k_size, m), dtype=cp.float32).astype(cp.float16)
-    b = rng.uniform(-1, 1, (k_size, n), dtype=cp.float32).astype(cp.float16)
+    a, b = bench_matmul.layout_inputs(cp, cp.random.default_rng(0), args.layout, m, n,
+                                      k_size)
     scalars = {"M": m, "N": n, "K": k_size, "splitk": args.splitk}
     out = cp.full((m, n), cp.nan, dtype=cp.float16)
     bound = {"A": a, "B": b, "out": out, **scalars,
@@ -146,14 +161,15 @@ def main(argv=None):
                            host.nbytes, cp.cuda.runtime.memcpyDeviceToHost)
     times = host[:ctas * SLOTS].reshape(ctas, SLOTS).astype(np.int64)
     origin = times[:, 0].min()
-    print(f"{m}x{n}x{k_size} splits={args.splitk} ({ctas} CTAs) CTA tile {params.cta_tile}, "
+    print(f"{args.layout} {m}x{n}x{k_size} splits={args.splitk} ({ctas} CTAs) CTA tile "
+          f"{params.cta_tile}{' (rows along N: swap_mn)' if params.swap_mn else ''}, "
           f"stages {params.stages}: us from the first CTA's start, median / largest over "
           "CTAs")
     for slot, name in enumerate(PHASES):
         column = times[:, slot]
         column = (column[column > 0] - origin) / 1000
         print(f"  {name:22s} {np.median(column):8.2f} / {column.max():8.2f}")
-    ref = bench_matmul.nt_reference(cp, a, b)
+    ref = bench_matmul.layout_reference(cp, args.layout, a, b)
     print("  mismatches:", bench_matmul.mismatches(cp, out, ref, k_size))
     return 0
 

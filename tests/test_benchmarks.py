@@ -401,6 +401,25 @@ def test_the_split_k_timeline_stamps_each_phase_of_the_generated_kernel():
     nvrtc.compile_to_cubin(text, compiled.kir.name, "sm_90a")      # it still compiles
 
 
+def test_the_split_k_timeline_takes_a_layout_and_the_swapped_plan():
+    """--layout TT with --swap-mn: the layout fusion scheduled with the swapped tiles, its
+    kernel stamped at the same five points."""
+    from fuserir.scheduler.matmul import schedule_matmul
+    k, mn, args = splitk_timeline.parse_args([
+        "175704", "--mn", "136x184", "--layout", "tt", "--splitk", "132", "--cta-tile",
+        "192x136x64", "--stages", "3", "--producer-registers", "40", "--swap-mn"])
+    assert (k, mn, args.layout) == (175704, (136, 184), "TT")
+    params = matmul_bench.params_of(args)
+    assert params.swap_mn and params.cta_tile == (192, 136, 64)
+    fusion = matmul_bench.layout_fusion(args.layout)
+    schedule_matmul(fusion, params)
+    compiled = codegen.compile(fusion, backend="cuda").kernels[0]
+    text = splitk_timeline.instrument(compiled.source)
+    assert text.count("%%globaltimer") == 5
+    with pytest.raises(SystemExit, match="--layout takes TT, TN, NT or NN"):
+        splitk_timeline.parse_args(["8448", "--layout", "XT"])
+
+
 def test_the_split_k_timeline_names_a_kernel_it_cannot_stamp():
     with pytest.raises(splitk_timeline.NotInstrumentable, match="no parallel grid reduction"):
         splitk_timeline.instrument('extern "C" __global__ void k() {}')
