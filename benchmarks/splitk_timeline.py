@@ -5,21 +5,22 @@
         e.g. 8448 --splitk 66 --cta-tile 128x64x64
              175704 --mn 136x184 --splitk 66 --cta-tile 128x192x64 --warp-tile 64x192x64
                     --stages 5 --producer-registers 40
-             175704 --mn 136x184 --layout TT --splitk 132 --cta-tile 192x136x64
-                    --stages 3 --producer-registers 40 --swap-mn
+             175704 --mn 136x184 --layout TN --splitk 66 --cta-tile 128x192x64
+                    --warp-tile 64x192x64 --stages 4 --producer-registers 40
 
 The kernel is the Hopper path's matmul (benchmarks/matmul.py's layout fusion, NT unless
 --layout) with a parallel split-K (benchmarks/matmul.py's --hopper --no-smem-epilogue
 --splitk-mode parallel --splitk-interleaved, 6 stages unless given) at M x N (--mn,
-default 128x128). Its generated CUDA gets a read of %globaltimer
-by thread 0 of each CTA (of every tile) at five points (instrument()): the kernel's
-start, the end of the main loop (the grid reduction's first statement), past the wait for
-every split's partials, its own elements summed over the splits (the epilogue's start),
-and its own elements stored (the epilogue's end). The instrumented source is compiled by
-NVRTC and launched with the plan's arguments after an L2 flush, several times; the last
-launch's times are printed per phase as the median and the largest over CTAs of (time -
-the earliest CTA's start), in microseconds, with the output checked against the float64
-product. The reads cost a few tens of nanoseconds each: this is for where the time goes,
+default 128x128). Its generated CUDA gets a read of %globaltimer by thread 0 of each CTA
+(of every tile) at five points (instrument()): the kernel's start, the end of the main
+loop (the grid reduction's first statement), past the wait for every split's partials,
+its own elements summed over the splits (the epilogue's start), and its own elements
+stored (the epilogue's end). Those are the points of the stored-where-summed sum; a plan
+whose accumulator does not stay live through the sum (gathered by the last CTA) is
+NotInstrumentable. The instrumented source is compiled by NVRTC and launched with the
+plan's arguments after an L2 flush, several times; the last launch's times are printed
+per phase as the median and the largest over CTAs of (time - the earliest CTA's start),
+in microseconds, with the output checked against the float64 product. The reads cost a few tens of nanoseconds each: this is for where the time goes,
 not for how much there is (benchmarks/matmul.py).
 """
 

@@ -402,15 +402,16 @@ def test_the_split_k_timeline_stamps_each_phase_of_the_generated_kernel():
 
 
 def test_the_split_k_timeline_takes_a_layout_and_the_swapped_plan():
-    """--layout TT with --swap-mn: the layout fusion scheduled with the swapped tiles, its
-    kernel stamped at the same five points."""
+    """--layout TT with --swap-mn: the layout fusion scheduled with the swapped tiles
+    (192 rows of N by 48 of M: an accumulator that stays live through the sum, the form
+    the timeline stamps), its kernel stamped at the same five points."""
     from fuserir.scheduler.matmul import schedule_matmul
     k, mn, args = splitk_timeline.parse_args([
-        "175704", "--mn", "136x184", "--layout", "tt", "--splitk", "132", "--cta-tile",
-        "192x136x64", "--stages", "3", "--producer-registers", "40", "--swap-mn"])
-    assert (k, mn, args.layout) == (175704, (136, 184), "TT")
+        "175704", "--mn", "40x184", "--layout", "tt", "--splitk", "132", "--cta-tile",
+        "192x48x64", "--stages", "3", "--producer-registers", "40", "--swap-mn"])
+    assert (k, mn, args.layout) == (175704, (40, 184), "TT")
     params = matmul_bench.params_of(args)
-    assert params.swap_mn and params.cta_tile == (192, 136, 64)
+    assert params.swap_mn and params.cta_tile == (192, 48, 64)
     fusion = matmul_bench.layout_fusion(args.layout)
     schedule_matmul(fusion, params)
     compiled = codegen.compile(fusion, backend="cuda").kernels[0]
