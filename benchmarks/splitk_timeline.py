@@ -20,8 +20,9 @@ whose accumulator does not stay live through the sum (gathered by the last CTA) 
 NotInstrumentable. The instrumented source is compiled by NVRTC and launched with the
 plan's arguments after an L2 flush, several times; the last launch's times are printed
 per phase as the median and the largest over CTAs of (time - the earliest CTA's start),
-in microseconds, with the output checked against the float64 product. The reads cost a few tens of nanoseconds each: this is for where the time goes,
-not for how much there is (benchmarks/matmul.py).
+in microseconds, with the output checked against the float64 product. The reads cost a
+few tens of nanoseconds each: this is for where the time goes, not for how much there
+is (benchmarks/matmul.py).
 """
 
 import hashlib
