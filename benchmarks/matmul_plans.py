@@ -3,14 +3,17 @@ docs/perf.md's comparisons of tiles, stages, split modes and swap_mn ran.
 
     python3 benchmarks/matmul_plans.py LAYOUT MxNxK PLAN [PLAN ...] [--repeat 30]
 
-        PLAN  TILExSTAGES:SPLITS:MODE[:rREGISTERS][:swap], e.g.
+        PLAN  TILExSTAGES:SPLITS:MODE[:rREGISTERS][:swap][:persistent][:smem], or
+              auto (the heuristic's plan for this device and shape), e.g.
               128x192x64x4:66:parallel:r40   (CTA tile 128x192x64, 4 stages, 66 parallel
                                                splits, the producer keeping 40 registers)
               192x136x64x3:132:parallel:r40:swap   (swap_mn: 192 rows of N x 136 of M)
+              128x256x64x4:1:serial:persistent   (one CTA per SM walking the tiles)
+              128x256x64x4:1:serial:smem   (the output staged through shared memory)
 
 Each plan is benchmarks/matmul.py's layout fusion (`out = cast(matmul(A, B), f16)`)
 scheduled with MatmulParams (one consumer warp group per 64 rows, the output from the
-registers, a parallel or atomic split interleaved), checked against the float64 product
+registers unless `smem`, a parallel or atomic split interleaved), checked against the float64 product
 (benchmarks/matmul.py's tolerance) and timed as its kernels alone (cold L2, median);
 torch.matmul (cuBLAS) on the same arrays in the same process. A plan the scheduler or
 lowering refuses prints its error and the others go on.
@@ -33,28 +36,46 @@ def parse_plan(text):
     """MatmulParams from a PLAN (see the module docstring); ValueError says what is
     wrong."""
     from fuserir.scheduler.matmul_params import MatmulParams
+    if text == "auto":
+        return None
     fields = text.split(":")
     if len(fields) < 3:
-        raise ValueError(f"plan {text!r}: expected TILExSTAGES:SPLITS:MODE[:rN][:swap]")
+        raise ValueError(f"plan {text!r}: expected TILExSTAGES:SPLITS:MODE[:rN][:swap]"
+                         "[:persistent][:smem] or auto")
     try:
         tm, tn, tk, stages = (int(x) for x in fields[0].split("x"))
         splits = int(fields[1])
     except ValueError:
         raise ValueError(f"plan {text!r}: TILExSTAGES is four sizes (e.g. 128x64x64x6) "
                          "and SPLITS a number") from None
-    registers, swap = None, False
+    registers, flags = None, set()
     for extra in fields[3:]:
-        if extra == "swap":
-            swap = True
+        if extra in ("swap", "persistent", "smem"):
+            flags.add(extra)
         elif extra.startswith("r") and extra[1:].isdigit():
             registers = int(extra[1:])
         else:
-            raise ValueError(f"plan {text!r}: unknown option {extra!r} (rN or swap)")
+            raise ValueError(f"plan {text!r}: unknown option {extra!r} (rN, swap, "
+                             "persistent or smem)")
     mode = fields[2]
     return MatmulParams(cta_tile=(tm, tn, tk), warp_tile=(64, tn, tk),
                         instruction_tile=(64, tn, 16), stages=stages, splitk_factor=splits,
                         splitk_mode=mode, splitk_interleaved=mode in ("parallel", "atomic"),
-                        producer_registers=registers, swap_mn=swap)
+                        producer_registers=registers, swap_mn="swap" in flags,
+                        persistent="persistent" in flags, use_smem_epilogue="smem" in flags,
+                        promote_prologue_smem_reuse="smem" in flags)
+
+
+def plan_text(params):
+    """The PLAN that names `params` (parse_plan's inverse for the fields it sets)."""
+    text = "x".join(map(str, (*params.cta_tile, params.stages)))
+    text += f":{params.splitk_factor}:{params.splitk_mode}"
+    if params.producer_registers is not None:
+        text += f":r{params.producer_registers}"
+    for flag, on in (("swap", params.swap_mn), ("persistent", params.persistent),
+                     ("smem", params.use_smem_epilogue)):
+        text += f":{flag}" if on else ""
+    return text
 
 
 def parse_args(argv=None):
@@ -85,7 +106,8 @@ def main(argv=None):
     common.require_gpu()
     import cupy as cp
     import codegen
-    from fuserir.scheduler.matmul import schedule_matmul
+    from codegen.launch import device_model
+    from fuserir.scheduler.matmul import matmul_heuristic, schedule_matmul
     bench = common.Bench(types.SimpleNamespace(no_torch=False, repeat=args.repeat,
                                                warmup=3))
     layout, (m, n, k) = args.layout, args.size
@@ -95,6 +117,9 @@ def main(argv=None):
     cublas = bench.time(lambda: bench.torch.matmul(ta, tb))["median_us"]
     print(f"{layout} {m}x{n}x{k}: cuBLAS {cublas:.1f} us")
     for text, params in zip(args.plans, args.params):
+        if params is None:
+            params = matmul_heuristic(m, n, k, layout=layout, device=device_model())
+            text = f"auto ({plan_text(params)})"
         fusion = bench_matmul.layout_fusion(layout)
         try:
             schedule_matmul(fusion, params)

@@ -166,7 +166,30 @@ def _mbarrier_init_fence_without_async_arrivals(kernel, stmt, rest):
                    and s.effects().mbarrier.op == "complete_tx" for s in kir.walk(kernel.body))
 
 
+def _mbarrier_wait_beside_wgmma_fence(kernel, stmt, rest):
+    """An mbarrier wait and a wgmma.fence swapped (a persistent kernel's consumers zero
+    the accumulator, wait for the stage, fence, issue the wgmmas): the fence orders the
+    thread's writes of the accumulator's registers before the wgmmas, the wait the
+    stage's TMA bytes; they order different things, and either order leaves both before
+    the wgmmas that follow."""
+    pair = [stmt] + rest[:1]
+    if len(pair) < 2:
+        return False
+    kinds = {type(s).__name__ for s in pair}
+    return kinds == {"MbarrierWait", "WgmmaFence"}
+
+
+def _fence_after_mbarrier_wait(kernel, stmt, rest):
+    """The same pair seen from the fence moved above the wait."""
+    for stmts, i, s in _statements(kernel):
+        if s is stmt:
+            return i > 0 and _mbarrier_wait_beside_wgmma_fence(kernel, stmts[i - 1], [stmt])
+    return False
+
+
 HARMLESS = [("delete", _empty_group_commit),
+            ("wait-down", _mbarrier_wait_beside_wgmma_fence),
+            ("fence-up", _fence_after_mbarrier_wait),
             ("delete", _mbarrier_init_fence_without_async_arrivals),
             ("fence-up", _mbarrier_init_fence_without_async_arrivals)]
 
@@ -235,19 +258,22 @@ def interpreter_catches(kernel, sizes_list, clean):
     return None
 
 
-def sizes_for(k_stages, k_tile, m):
-    """Split-K 1, 2 and 5 at K tiles per split = stages, then 1 and 2 at 2 x stages + 1."""
-    return ([{"M": m, "N": 128, "K": k_stages * s, "splitk": s} for s in (1, 2, 5)]
-            + [{"M": m, "N": 128, "K": (2 * k_stages + k_tile) * s, "splitk": s}
-               for s in (1, 2)])
+def sizes_for(k_stages, k_tile, m, scalars=None):
+    """Split-K 1, 2 and 5 at K tiles per split = stages, then 1 and 2 at 2 x stages + 1
+    (each with `scalars`, the kernel's other run-time scalars, where given)."""
+    return ([{"M": m, "N": 128, "K": k_stages * s, "splitk": s, **(scalars or {})}
+             for s in (1, 2, 5)]
+            + [{"M": m, "N": 128, "K": (2 * k_stages + k_tile) * s, "splitk": s,
+                **(scalars or {})} for s in (1, 2)])
 
 
-def missed(fusion, k_stages, k_tile, m):
+def missed(fusion, k_stages, k_tile, m, scalars=None):
     """The mutants of `fusion`'s kernels (compiled for unknown sizes, as the heuristics
     build them) that the verifier does not refuse or the interpreter does not catch and
     that no harmless rule argues for; `k_stages`: K per split at K tiles = stages,
-    `k_tile`: K of one tile, `m`: the M of the runs (one CTA tile)."""
-    sizes_list = sizes_for(k_stages, k_tile, m)
+    `k_tile`: K of one tile, `m`: the M of the runs (one CTA tile, or several of a
+    persistent kernel's), `scalars`: other run-time scalars of the runs."""
+    sizes_list = sizes_for(k_stages, k_tile, m, scalars)
     out = []
     for kernel in (k.kir for k in codegen.compile(fusion, backend="interp").kernels):
         clean = clean_outputs(kernel, sizes_list)

@@ -440,11 +440,26 @@ def test_the_plan_comparison_parses_plans():
     assert args.size == (136, 184, 175704)
 
 
+def test_the_plan_comparison_names_persistent_staged_and_automatic_plans():
+    from benchmarks import matmul_plans
+    texts = ["128x256x64x4:1:serial:persistent", "128x256x64x3:1:serial:smem",
+             "192x136x64x3:132:parallel:r40:swap"]
+    args = matmul_plans.parse_args(["TN", "4096x4096x4096", "auto", *texts])
+    auto, persistent, staged, swapped = args.params
+    assert auto is None                   # the heuristic's, chosen on the GPU's device
+    assert (persistent.persistent, persistent.use_smem_epilogue) == (True, False)
+    assert (staged.persistent, staged.use_smem_epilogue,
+            staged.promote_prologue_smem_reuse) == (False, True, True)
+    assert [matmul_plans.plan_text(p) for p in (persistent, staged, swapped)] == texts
+
+
 @pytest.mark.parametrize("argv, message", [
     (["TT", "136x184", "128x64x64x6:66:parallel"], "shape '136x184': expected MxNxK"),
     (["TT", "8x8x8", "128x64x64:66:parallel"], "TILExSTAGES is four sizes"),
     (["TT", "8x8x8", "128x64x64x6:66"], "expected TILExSTAGES:SPLITS:MODE"),
-    (["TT", "8x8x8", "128x64x64x6:66:parallel:fast"], "unknown option 'fast' (rN or swap)"),
+    (["TT", "8x8x8", "128x64x64x6:66:parallel:fast"],
+     "unknown option 'fast' (rN, swap, persistent or smem)"),
+    (["TT", "8x8x8", "128x64x64x6:2:serial:persistent"], "persistent: the output is stored"),
     (["TT", "8x8x8", "128x64x64x6:66:sideways"], "splitk_mode 'sideways': expected"),
     (["XY", "8x8x8", "128x64x64x6:66:parallel"], "invalid choice: 'XY'"),
 ])

@@ -29,6 +29,8 @@ OPERANDS = {"TT": ("[M, K]", "[K, N]"), "TN": ("[M, K]", "[N, K]"),
 HOPPER = dict(cta_tile=(128, 128, 64), warp_tile=(64, 128, 64), instruction_tile=(64, 128, 16),
               stages=4)
 SEED = dict(HOPPER, splitk_factor=5, use_smem_epilogue=True, promote_prologue_smem_reuse=True)
+PERSISTENT = dict(cta_tile=(64, 64, 64), warp_tile=(64, 64, 64),
+                  instruction_tile=(64, 64, 16), stages=3, persistent=True)
 M, N, K, SPLITK = 256, 128, 64 * 13, 5
 
 
@@ -542,6 +544,59 @@ def test_swapped_m_and_n_errors(changes, message):
         MatmulParams(**params)
 
 
+@pytest.mark.parametrize("layout", ["TT", "NT", "TN"])
+def test_a_persistent_kernel_walks_the_tiles_equal_to_float64(layout, rng):
+    """A grid of `ctas` CTAs walks 3 x 4 tiles (ragged both ways, a partial K box), CTA b
+    taking tiles b, b + ctas, ...: one CTA, a last round partly past the tiles, one tile
+    a CTA, more CTAs than tiles; each bitwise equal to the reference with a fused bias and
+    relu (the bias's tile reloaded per tile)."""
+    f = scheduled(PERSISTENT, layout=layout, epilogue=True)
+    exe = codegen.compile(f, backend="interp")
+    data = integer_inputs(rng, layout, 136, 200, 64 * 3 + 8, epilogue=True)
+    expected = fuserir.evaluate(matmul_fusion(layout, "f16", True), data)["out"]
+    for ctas in (1, 5, 12, 20):
+        out = exe.run({**data, "ctas": ctas})["out"]
+        assert np.array_equal(out.view(np.uint16), expected.view(np.uint16)), ctas
+
+
+def test_a_persistent_kernel_is_one_loop_over_tiles_and_k_tiles_in_each_role():
+    """The tile loop and the K loop are coalesced: each role runs one loop of
+    ceildiv(tiles, ctas) x K tiles iterations, whose stage (w % S) and phase rotate on
+    across tiles; the consumers zero the accumulator before the first K tile's wait and
+    run the epilogue after releasing the last K tile's stage."""
+    f = scheduled(PERSISTENT, layout="TT", epilogue=True)
+    kernel = codegen.compile(f, backend="interp").kernels[0].kir
+    assert kir.format_expr(kernel.launch.grid[0]) == "ctas"
+    loops = [s for s in kir.walk(kernel.body) if isinstance(s, kir.ForLoop)
+             and any(isinstance(x, kir.MbarrierWait) for x in s.body)]
+    assert len(loops) == 2
+    extent = "(ceildiv((ceildiv(M, 64) * ceildiv(N, 64)), ctas) * ceildiv(K, 64))"
+    assert {kir.format_expr(s.extent) for s in loops} == {extent}
+    consumer = loops[1].body
+    kinds = [type(s).__name__ for s in consumer]
+    first, wait = kinds.index("IfThenElse"), kinds.index("MbarrierWait")
+    arrive = kinds.index("MbarrierArrive")
+    assert first < wait < arrive < len(kinds) - 1 and kinds[-1] == "IfThenElse"
+    var = loops[1].var.name
+    assert kir.format_expr(consumer[first].cond) == f"(({var} % ceildiv(K, 64)) == 0)"
+    assert kir.format_expr(consumer[-1].cond) == \
+        f"(({var} % ceildiv(K, 64)) == (ceildiv(K, 64) - 1))"
+    assert kir.format_expr(consumer[wait].index) == f"({var} % 3)"
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(cta_tile=(128, 128, 32), warp_tile=(64, 64, 32), instruction_tile=(16, 8, 16)),
+     "persistent: only the Hopper path (a producer warp group) walks tiles"),
+    (dict(use_smem_epilogue=True), "persistent: the output is stored from the registers "
+     "(no use_smem_epilogue) and K is not split (splitk_factor 1)"),
+    (dict(splitk_factor=2), "persistent: the output is stored from the registers"),
+    (dict(persistent="yes"), "persistent must be true or false, got 'yes'"),
+])
+def test_persistent_errors(changes, message):
+    with pytest.raises(ScheduleError, match=re.escape(message)):
+        MatmulParams(**{**HOPPER, "persistent": True, **changes})
+
+
 def _lowering_error(f):
     from lowering.pipeline import lower
     with pytest.raises(ScheduleError) as caught:
@@ -575,28 +630,36 @@ def test_a_box_axis_bound_to_a_thread_is_refused():
 # -- on the GPU ---------------------------------------------------------------------------------
 
 GPU_CASES = {
-    "seed NT split 5": (SEED, "NT", "f16", False, (256, 128, 64 * 13), 5),
-    "TT bias relu bf16": (dict(HOPPER, splitk_factor=2), "TT", "bf16", True, (136, 200, 200), 2),
+    "seed NT split 5": (SEED, "NT", "f16", False, (256, 128, 64 * 13), {"splitk": 5}),
+    "TT bias relu bf16": (dict(HOPPER, splitk_factor=2), "TT", "bf16", True, (136, 200, 200),
+                          {"splitk": 2}),
     "TN two kernels": (dict(HOPPER, splitk_mode="two_kernel", splitk_factor=3), "TN", "f16",
-                       False, (72, 264, 64 * 5), 3),
+                       False, (72, 264, 64 * 5), {"splitk": 3}),
     "NT parallel split 5": (dict(HOPPER, splitk_mode="parallel", splitk_factor=5), "NT", "f16",
-                            False, (200, 136, 64 * 13 + 8), 5),
+                            False, (200, 136, 64 * 13 + 8), {"splitk": 5}),
     "TN parallel interleaved bias relu": (dict(HOPPER, splitk_mode="parallel", splitk_factor=3,
                                                splitk_interleaved=True), "TN", "bf16", True,
-                                          (72, 264, 64 * 7), 3),
+                                          (72, 264, 64 * 7), {"splitk": 3}),
     "NT atomic split 5": (dict(HOPPER, splitk_mode="atomic", splitk_factor=5), "NT", "f16",
-                          False, (200, 136, 64 * 13 + 8), 5),
+                          False, (200, 136, 64 * 13 + 8), {"splitk": 5}),
     "NN 128x256": (dict(HOPPER, cta_tile=(128, 256, 64), warp_tile=(64, 256, 64),
                         instruction_tile=(64, 256, 16), use_smem_epilogue=True,
                         promote_prologue_smem_reuse=True), "NN", "f16", False,
-                   (264, 520, 136), 1),
+                   (264, 520, 136), {"splitk": 1}),
     "NT producer copies split 2": (dict(COPIES, splitk_factor=2), "NT", "f16", False,
-                                   (136, 200, 64 * 3 + 8), 2),
+                                   (136, 200, 64 * 3 + 8), {"splitk": 2}),
     "NT M=1 A copied B by TMA split 2": (dict(MIXED, splitk_factor=2), "NT", "f16", False,
-                                         (1, 200, 64 * 3 + 8), 2),
+                                         (1, 200, 64 * 3 + 8), {"splitk": 2}),
     "TT M and N swapped, parallel split 3": (
         dict(SWAPPED, splitk_factor=3, splitk_mode="parallel", splitk_interleaved=True),
-        "TT", "f16", True, (37, 200, 64 * 3 + 8), 3),
+        "TT", "f16", True, (37, 200, 64 * 3 + 8), {"splitk": 3}),
+    "TN persistent bias relu, 5 CTAs walking 12 tiles": (
+        dict(PERSISTENT, producer_registers=40), "TN", "bf16", True, (136, 200, 64 * 3 + 8),
+        {"ctas": 5}),
+    "TT persistent 128x256, 3 CTAs walking 8 tiles": (
+        dict(HOPPER, cta_tile=(128, 256, 64), warp_tile=(64, 256, 64),
+             instruction_tile=(64, 256, 16), persistent=True), "TT", "f16", False,
+        (264, 520, 64 * 9), {"ctas": 3}),
 }
 
 
@@ -611,12 +674,12 @@ def _sm90():
 def test_hopper_kernels_on_the_gpu_equal_the_interpreter_bit_for_bit(case, rng):
     import cupy
     _sm90()
-    params, layout, dtype, epilogue, (m, n, k), splitk = case
+    params, layout, dtype, epilogue, (m, n, k), scalars = case
     f = scheduled(params, layout=layout, dtype=dtype, epilogue=epilogue)
     data = integer_inputs(rng, layout, m, n, k, dtype, epilogue)
     on_gpu = codegen.compile(f, backend="cuda").run(
-        {**{x: cupy.asarray(v) for x, v in data.items()}, "splitk": splitk})["out"]
-    on_cpu = codegen.compile(f, backend="interp").run({**data, "splitk": splitk})["out"]
+        {**{x: cupy.asarray(v) for x, v in data.items()}, **scalars})["out"]
+    on_cpu = codegen.compile(f, backend="interp").run({**data, **scalars})["out"]
     got = cupy.asnumpy(on_gpu)
     assert (got.view(np.uint16) == on_cpu.view(np.uint16)).all()
     expected = fuserir.evaluate(matmul_fusion(layout, dtype, epilogue), data)["out"]

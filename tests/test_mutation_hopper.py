@@ -24,13 +24,16 @@ CONFIGS = {
         64 * 4, 64, 128),
     "NT, producer copies": (lambda: hopper.scheduled(
         dict(hopper.COPIES, splitk_factor=2), layout="NT"), 64 * 4, 64, 128),
+    # 4 tiles of 64x64 walked by 3 CTAs: 2 tiles (one of them past the end) a CTA
+    "TT, persistent, bias relu": (lambda: hopper.scheduled(
+        dict(hopper.PERSISTENT), layout="TT", epilogue=True), 64 * 3, 64, 128, {"ctas": 3}),
 }
 
 
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_every_mutant_is_refused_and_caught_or_argued_harmless(config):
-    build, k_stages, k_tile, m = CONFIGS[config]
-    missed = mutation.missed(build(), k_stages, k_tile, m)
+    build, k_stages, k_tile, m, *scalars = CONFIGS[config]
+    missed = mutation.missed(build(), k_stages, k_tile, m, *scalars)
     assert not missed, "\n".join(missed)
 
 

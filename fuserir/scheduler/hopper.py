@@ -25,15 +25,16 @@ through shared memory over the operand stages (use_smem_epilogue).
 from ..errors import ScheduleError
 from ..ir.iterdomain import ParallelType, roots_of
 from ..ir.tensor import MemoryType
-from .matmul_tiles import (SPLITK, broadcasts_first, grid_reduction, output_tiles, split_k,
+from .matmul_tiles import (CTAS, SPLITK, broadcasts_first, grid_reduction, output_tiles, split_k,
                            tensor_core_loops, two_kernel)
 
 SWIZZLE_ROW_BYTES = 128      # the 128B swizzle mode: boxes of 128-byte rows
 WARP_GROUP = 128             # threads of a warp group: TIDx on the Hopper path
 
 
-def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
-    """schedule_matmul's Hopper path (see the module docstring)."""
+def schedule_hopper_matmul(fusion, params, device, mm, acc, out, fused):
+    """schedule_matmul's Hopper path (see the module docstring) for `device`."""
+    shared_limit = device.shared_limit
     a, b = mm.inputs
     tm, tn, tk = params.cta_tile
     operands = params.stages * (tm + tn) * tk * a.dtype.itemsize
@@ -42,16 +43,19 @@ def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
             f"schedule_matmul: the schedule needs {operands} bytes of shared memory "
             f"({params.stages} stages of {tm}x{tk} + {tk}x{tn} operand tiles), over the "
             f"limit of {shared_limit} bytes per block; use fewer stages or smaller tiles")
-    fusion.declare_scalar(SPLITK, params.splitk_factor)
+    if params.persistent:
+        fusion.declare_scalar(CTAS, device.sms)
+    else:
+        fusion.declare_scalar(SPLITK, params.splitk_factor)
 
     a_tma, b_tma = params.async_loads
     a_smem = a.cache_after(MemoryType.shared, tma=a_tma)
     b_smem = b.cache_after(MemoryType.shared, tma=b_tma)
 
-    def stage_operands(mm):
+    def stage_operands(mm, inside_k_tiles=4):
         for smem, tma, along_k in zip((a_smem, b_smem), (a_tma, b_tma),
                                       params.staged_along_k):
-            smem.compute_at(mm, 4)
+            smem.compute_at(mm, inside_k_tiles)
             _box_layout(smem, along_k)
             smem.swizzle(SWIZZLE_ROW_BYTES // smem.dtype.itemsize)
             if not tma:
@@ -70,11 +74,16 @@ def schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused):
     c_smem = output_tiles(fusion, params, acc, out, fused, WARP_GROUP)
 
     acc.split(4, tk)                          # [Mo, No, Mt, Nt, rKt, rK64]
-    split_k(acc, 4, params.splitk_interleaved)  # [.., rKs, rKtiles, rK64]
-    acc.reorder({4: 2, 5: 3, 2: 4, 3: 5})     # [Mo, No, rKs, rKtiles, Mt, Nt, rK64]
-    tensor_core_loops(acc, params)
-    grid_reduction(acc, params.splitk_mode)
-    stage_operands(acc)
+    if params.persistent:                     # [T, ctas, rKtiles, Mt, Nt, rK64]
+        acc.reorder({4: 2, 2: 3, 3: 4})
+        tensor_core_loops(acc, params, split=False)
+        stage_operands(acc, 3)
+    else:
+        split_k(acc, 4, params.splitk_interleaved)  # [.., rKs, rKtiles, rK64]
+        acc.reorder({4: 2, 5: 3, 2: 4, 3: 5})     # [Mo, No, rKs, rKtiles, Mt, Nt, rK64]
+        tensor_core_loops(acc, params)
+        grid_reduction(acc, params.splitk_mode)
+        stage_operands(acc, 4)
     if c_smem is not None:
         c_smem.swizzle(SWIZZLE_ROW_BYTES // c_smem.dtype.itemsize)
         if params.promote_prologue_smem_reuse:

@@ -95,10 +95,11 @@ def schedule_matmul(fusion: Fusion, params: MatmulParams,
         raise ScheduleError(f"schedule_matmul: params must be a MatmulParams, got "
                             f"{type(params).__name__}")
     params.check()
-    shared_limit = _device(device).shared_limit
+    device = _device(device)
+    shared_limit = device.shared_limit
     mm, acc, out, fused = _find_matmul(fusion)
     if params.hopper:
-        return schedule_hopper_matmul(fusion, params, shared_limit, mm, acc, out, fused)
+        return schedule_hopper_matmul(fusion, params, device, mm, acc, out, fused)
     a, b = mm.inputs
     tm, tn, tk = params.cta_tile
     operands = params.stages * (tm + tn) * tk * a.dtype.itemsize

@@ -50,6 +50,11 @@ class MatmulParams:
     # wgmma's N takes any multiple of 8 and its M multiples of 64, so an output whose M
     # is not a multiple of 64 (136x184) fits one tile this way and not the other
     swap_mn: bool = False
+    # the Hopper path: a persistent kernel. Its grid is `ctas` CTAs (a run-time scalar,
+    # by default the device's SMs) that walk the output tiles, tile t of CTA b being
+    # b + t ctas, in one loop over (tile, K tile) pairs: the producer loads the next
+    # tile's stages while the consumers run this tile's epilogue
+    persistent: bool = False
 
     def __post_init__(self):
         for name in ("cta_tile", "warp_tile", "instruction_tile", "async_gmem_load_operands",
@@ -133,6 +138,13 @@ class MatmulParams:
             bad(f"swap_mn must be true or false, got {self.swap_mn!r}")
         if self.swap_mn and not self.hopper:
             bad("swap_mn: only the Hopper path (wgmma) swaps the instruction's M and N")
+        if not isinstance(self.persistent, bool):
+            bad(f"persistent must be true or false, got {self.persistent!r}")
+        if self.persistent and not self.hopper:
+            bad("persistent: only the Hopper path (a producer warp group) walks tiles")
+        if self.persistent and (self.use_smem_epilogue or self.splitk_factor != 1):
+            bad("persistent: the output is stored from the registers (no "
+                "use_smem_epilogue) and K is not split (splitk_factor 1)")
         if self.swap_mn and (self.use_smem_epilogue or self.splitk_mode == "two_kernel"):
             bad("swap_mn: the output is stored from the registers (no use_smem_epilogue) "
                 "and split-K, if any, is serial, parallel or atomic (not two_kernel)")

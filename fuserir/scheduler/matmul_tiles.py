@@ -9,6 +9,7 @@ from ..ir.tensor import MemoryType
 from ..ir.iterdomain import ParallelType
 
 SPLITK = "splitk"     # the run-time scalar that carries the split-K factor
+CTAS = "ctas"         # the run-time scalar that carries a persistent kernel's grid size
 REDUCE_COLUMNS = 32   # two-kernel split-K's sum: outputs per block (TIDx) ...
 REDUCE_ROWS = 16      # ... and splits summed in parallel (TIDy)
 
@@ -25,8 +26,13 @@ def output_tiles(fusion, params, acc, out, fused, threads):
     out.split(0, tm)
     out.split(2, tn)
     out.reorder({1: 2, 2: 1})                 # [Mo, No, Mt, Nt]
-    out.parallelize(0, ParallelType.BIDx)
-    out.parallelize(1, ParallelType.BIDy)
+    if params.persistent:                     # tile t = b + T ctas of CTA b
+        out.merge(0)                          # [tiles, Mt, Nt]
+        out.split(0, CTAS)                    # [T, ctas, Mt, Nt]
+        out.parallelize(1, ParallelType.BIDx)
+    else:
+        out.parallelize(0, ParallelType.BIDx)
+        out.parallelize(1, ParallelType.BIDy)
     epilogue = c_smem if c_smem is not None else out
     if c_smem is not None:
         out.merge(2)                          # [Mo, No, Mt*Nt]
@@ -69,18 +75,21 @@ def grid_reduction(tv, mode):
      "atomic": tv.atomic_grid_reduction}[mode]()
 
 
-def tensor_core_loops(tv, params):
+def tensor_core_loops(tv, params, split=True):
     """[Mo, No, splitk, Ktiles, Mt, Nt, rK32] -> [BIDx Mo, BIDy No, BIDz splitk, Ktiles,
-    TIDy W, rKk, Mm, Nn, mma M16, mma N8, mma rK16]."""
+    TIDy W, rKk, Mm, Nn, mma M16, mma N8, mma rK16]; without `split` (a persistent
+    kernel's [T, ctas, Ktiles, Mt, Nt, rK]) the same loops, the splitk axis absent."""
     tm, tn, tk = params.cta_tile
     wm, wn, _ = params.warp_tile
     im, in_, ik = params.instruction_tile
-    tv.split(6, ik)                           # [.., Mt, Nt, rKk, rK16]
-    warp_layout(tv, tm // wm, tn // wn, wm, wn, im, in_, first=4)
+    o = 0 if split else -1                    # the axes after splitk move up by one
+    tv.split(6 + o, ik)                       # [.., Mt, Nt, rKk, rK16]
+    warp_layout(tv, tm // wm, tn // wn, wm, wn, im, in_, first=4 + o)
     # [Mo, No, rKs, rKtiles, W, Mm, Nn, M16, N8, rKk, rK16]
-    tv.reorder({9: 5, 5: 6, 6: 7, 7: 8, 8: 9})
-    tv.parallelize(2, ParallelType.BIDz)
-    tv.parallelize(10, ParallelType.mma)
+    tv.reorder({9 + o: 5 + o, 5 + o: 6 + o, 6 + o: 7 + o, 7 + o: 8 + o, 8 + o: 9 + o})
+    if split:
+        tv.parallelize(2, ParallelType.BIDz)
+    tv.parallelize(10 + o, ParallelType.mma)
 
 def two_kernel(params, acc, out, caches, stage_operands):
     """Split-K in two kernels: the matmul's split pieces are rfactored into an f32 partial

@@ -475,8 +475,10 @@ class TmaLoad(Stmt):
     def line(self):
         box = "x".join(str(b) for b in self.map.box)
         at = ", ".join(format_expr(c) for c in self.coords)
+        bar = "(its mbarrier not chosen yet)" if self.bar is None else \
+            format_at(self.bar, self.bar_index)
         return (f"tma.load {format_at(self.dst, self.dst_index)} <- {self.map.name}({at}) "
-                f"box {box}, complete_tx {format_at(self.bar, self.bar_index)}")
+                f"box {box}, complete_tx {bar}")
 
 
 @dataclass(eq=False)

@@ -1,6 +1,8 @@
 """Pass `predicates`: guard each store that could touch an element it must not.
 
-Three kinds of guard, none where provably unnecessary:
+Three kinds of guard, none where provably unnecessary, nor around a store into the
+thread's own registers that reads only registers (it touches no memory, and what it
+writes past an edge is never stored):
 * bounds: the index of an axis that a split divides unevenly (not provably divisible)
   past that axis's extent: the last tile of the split (where a broadcast is merged into
   the split axis, a loop of the consumer's larger extent: the indices of the real axes
@@ -72,6 +74,7 @@ def conditions(ctx, info, launch):
     bounded = ctx.inline_target(tv)
     index = info.root_index if bounded is tv else ctx.root_indices(bounded)
     splits = [t for t in history(bounded.loop) if isinstance(t, Split)]
+    shared = {id(t) for t in history(bounded.loop[:bounded.compute_at_pos or 0])}
     bounds = {}
     for t in splits:
         split_axis = t.input
@@ -81,11 +84,13 @@ def conditions(ctx, info, launch):
             continue     # a reduction's init and final store sit outside its reduction loops
         below = roots_of(split_axis)
         own = set(bounded.root) | set(bounded.logical)
-        if any(r.is_broadcast and r not in own for r in below):
+        if any(r.is_broadcast and (r not in own or id(t) in shared) for r in below):
             # A broadcast merged into the split axis (compute_at's loop-only b{1} for a
-            # consumer axis tv lacks): the shared loop runs over the consumer's larger
-            # extent, which the axis's own extent does not bound; the real axes under it
-            # are bounded instead (their indices wrap within them).
+            # consumer axis tv lacks, or tv's own broadcast under a loop it shares with
+            # its consumer: a persistent kernel's tiles of a bias): the shared loop runs
+            # over the consumer's larger extent, which the axis's own extent does not
+            # bound; the real axes under it are bounded instead (their indices wrap
+            # within them).
             for r in below:
                 if not r.is_broadcast and r in index:
                     bounds[r] = ctx.binop("lt", index[r], ctx.extent(r.extent))
@@ -153,6 +158,12 @@ def _bounds_apart(ctx, conds):
     return inside, [c for c in conds if _thread_guard(c)]
 
 
+def _reads_registers_only(store):
+    """Does `store` read nothing but registers (local buffers and constants)?"""
+    return all(x.buffer.memory is kir.Memory.local for e in kir.expressions(store)
+               for x in kir.walk_expr(e) if isinstance(x, kir.Load))
+
+
 class _Guard(kir_visit.StmtMutator):
     """Each store and async copy that needs guards, guarded (or zero-filled)."""
 
@@ -163,6 +174,13 @@ class _Guard(kir_visit.StmtMutator):
         info = self.ctx.store_info.get(s)
         if info is None:
             return self.generic_mutate(s)
+        if info.memory is kir.Memory.local and _reads_registers_only(s):
+            # the thread's own registers from its own registers (an accumulator's
+            # identity, its copy for the epilogue, a pointwise op on them): nothing past
+            # an edge is read, and an element past it is never stored to memory.
+            # Unguarded, each such array is written whole, so it does not stay live
+            # across a persistent kernel's tiles for the elements a guard would skip
+            return s
         conds = conditions(self.ctx, info, self.launch)
         inside, guards = _bounds_apart(self.ctx, conds)
         if inside is not None:

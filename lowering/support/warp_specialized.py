@@ -40,6 +40,8 @@ are sync insertion's; the Hopper verifier proves the whole.
 It sits below the circular_buffer pass, which calls it, and above kernel IR.
 """
 
+from dataclasses import fields
+
 from fuserir.dtypes import DataType
 from fuserir.errors import ScheduleError
 
@@ -116,14 +118,88 @@ def _pool_end(ctx, kernel):
     return ctx.binop("mul", ctx.binop("ceildiv", end, ctx.const(16)), ctx.const(16))
 
 
-def _consume(ctx, loop, rest, bars, stages, stage, parity):
+def _consume(ctx, loop, rest, bars, stages, stage, parity, head=(), tail=()):
     """The consumers' loop body: wait for tile i, compute on it, retire its wgmmas
     (wait_group 0), release its stage. (Keeping one tile's wgmmas in flight while the next
-    tile's are issued measured no faster with two consumer warp groups: docs/perf.md.)"""
+    tile's are issued measured no faster with two consumer warp groups: docs/perf.md.)
+    A coalesced tile loop's statements before its K loop (`head`: the accumulator's
+    zeros, the epilogue's loads) run before the wait, while the tile lands; those after
+    it (`tail`: the epilogue) once the stage is released, so that the producer refills
+    it meanwhile."""
     wgmma = any(effects.joins_group(s.effects(), "wgmma") for s in kir.walk(rest))
     retire = [kir.WgmmaCommit(), kir.WgmmaWait(0)] if wgmma else []
-    loop.body = [kir.MbarrierWait(bars, stage, parity), *rest, *retire,
-                 kir.MbarrierArrive(bars, ctx.binop("add", stage, ctx.const(stages)))]
+    loop.body = [*head, kir.MbarrierWait(bars, stage, parity), *rest, *retire,
+                 kir.MbarrierArrive(bars, ctx.binop("add", stage, ctx.const(stages))),
+                 *tail]
+
+
+class _Coalesce(kir_visit.ExprMutator):
+    """Indices of the coalesced loop w = t Kt + k (t the tile loop's index, k the K
+    loop's, Kt its extent): k % S, a stage, becomes w % S, so the stages rotate on across
+    tiles with the mbarriers' phases; t and k become w / Kt and w % Kt."""
+
+    def __init__(self, ctx, tile_var, k_var, w, k_tiles, stages):
+        self.tile_var, self.k_var, self.stages = tile_var, k_var, stages
+        self.stage = ctx.binop("mod", w, ctx.const(stages))
+        self.tile = ctx.binop("div", w, k_tiles)
+        self.k = ctx.binop("mod", w, k_tiles)
+
+    def mutate_BinOp(self, e):
+        if e.op == "mod" and e.a == self.k_var and isinstance(e.b, kir.Const) \
+                and e.b.value == self.stages:
+            return self.stage
+        return self.generic_mutate(e)
+
+    def mutate_Var(self, v):
+        return self.tile if v == self.tile_var else self.k if v == self.k_var else v
+
+    def statements(self, stmts):
+        out = [kir.copy_stmt(s, {}) for s in stmts]
+        for s in kir.walk(out):
+            for f in fields(s):
+                value = getattr(s, f.name)
+                if isinstance(value, kir.ScalarExpr):
+                    setattr(s, f.name, self.mutate(value))
+        return out
+
+
+def _coalesce(ctx, kernel, loop, copies, rest, stages, names):
+    """A persistent kernel's tile loop (a top-level loop holding `loop`, the K loop the
+    caches rotate over) and the K loop as one loop over (tile, K tile) pairs:
+    (new loop, its copies, the rest of its body, the tile loop's statements before the K
+    loop to run when k == 0, those after it when k == Kt - 1). One loop, so the producer
+    runs ahead across tiles (the next tile's stages load during this one's epilogue) and
+    the protocol has one run-time loop, which the Hopper verifier proves for every trip
+    count."""
+    outer = next((s for s in kernel.body if isinstance(s, kir.ForLoop) and loop in s.body),
+                 None)
+    if outer is None:
+        raise ScheduleError(f"{names}: a warp-specialized circular buffer rotates over a "
+                            "loop of the kernel's outermost level, or over one nested "
+                            "directly in a top-level loop (a persistent kernel's tile "
+                            "loop), not one nested deeper or in a condition")
+    if any(isinstance(e, kir.Var) and e == outer.var for e in kir.walk_expr(loop.extent)):
+        raise ScheduleError(f"{names}: the K loop's extent {kir.format_expr(loop.extent)} "
+                            f"depends on the tile loop's {outer.var.name}")
+    at = outer.body.index(loop)
+    head, tail = outer.body[:at], outer.body[at + 1:]
+    buffers = {b for s in kir.walk(copies) for a in s.effects().accesses if a.write
+               for b in (a.buffer,)}
+    for s in kir.walk(head + tail):
+        if any(a.buffer in buffers for a in s.effects().accesses):
+            raise ScheduleError(f"{names}: {kir.format_stmt(s)}, in the tile loop around "
+                                "the pipeline, uses its buffers; only the K loop may")
+    k_tiles = loop.extent
+    w = kir.Var(f"w{len(ctx.loop_vars)}", ctx.index_dtype)
+    rewrite = _Coalesce(ctx, outer.var, loop.var, w, k_tiles, stages)
+    k = rewrite.k
+    first = ctx.binop("eq", k, ctx.const(0))
+    last = ctx.binop("eq", k, ctx.binop("sub", k_tiles, ctx.const(1)))
+    head = [kir.IfThenElse(first, rewrite.statements(head))] if head else []
+    tail = [kir.IfThenElse(last, rewrite.statements(tail))] if tail else []
+    merged = kir.ForLoop(w, ctx.binop("mul", outer.extent, k_tiles), [], loop.kind)
+    kernel.body[kernel.body.index(outer)] = merged
+    return merged, rewrite.statements(copies), rewrite.statements(rest), head, tail
 
 
 def _expressions(stmts):
@@ -182,10 +258,10 @@ def build(ctx, kernel, loop, copies, rest, stages, names, producer_registers=Non
     warp-specialized pipeline of the module header; with `producer_registers`, the
     producer gives its other registers to the consumers (setmaxnreg, first thing in each
     role)."""
+    head = tail = ()
     if loop not in kernel.body:
-        raise ScheduleError(f"{names}: a warp-specialized circular buffer rotates over a "
-                            "loop of the kernel's outermost level, not one nested in "
-                            "another loop or a condition")
+        loop, copies, rest, head, tail = _coalesce(ctx, kernel, loop, copies, rest, stages,
+                                                   names)
     bx, by, bz = kernel.launch.block
     if kir.format_expr(bx) != str(WARP_GROUP) or not isinstance(by, kir.Const) or \
             kir.format_expr(bz) != "1":
@@ -221,7 +297,7 @@ def build(ctx, kernel, loop, copies, rest, stages, names, producer_registers=Non
                    kir.IfThenElse(ctx.binop("eq", tx, ctx.const(0)), [expect, *boxes],
                                   [kir.MbarrierArrive(bars, full(stage))])]
     producer = kir.ForLoop(var, loop.extent, produce, loop.kind)
-    _consume(ctx, loop, rest, bars, stages, stage, parity)
+    _consume(ctx, loop, rest, bars, stages, stage, parity, head, tail)
 
     at = next(i for i, s in enumerate(kernel.body) if not isinstance(s, kir.Allocate))
     allocations, work = kernel.body[:at], kernel.body[at:]
