@@ -3,12 +3,13 @@ docs/perf.md's comparisons of tiles, stages, split modes and swap_mn ran.
 
     python3 benchmarks/matmul_plans.py LAYOUT MxNxK PLAN [PLAN ...] [--repeat 30]
 
-        PLAN  TILExSTAGES:SPLITS:MODE[:rREGISTERS][:swap][:persistent][:smem], or
-              auto (the heuristic's plan for this device and shape), e.g.
+        PLAN  TILExSTAGES:SPLITS:MODE[:rREGISTERS][:swap][:persistent][:cCTAS][:smem],
+              or auto (the heuristic's plan for this device and shape), e.g.
               128x192x64x4:66:parallel:r40   (CTA tile 128x192x64, 4 stages, 66 parallel
                                                splits, the producer keeping 40 registers)
               192x136x64x3:132:parallel:r40:swap   (swap_mn: 192 rows of N x 136 of M)
               128x256x64x4:1:serial:persistent   (one CTA per SM walking the tiles)
+              128x256x64x4:1:serial:persistent:c512   (512 CTAs walking them)
               128x256x64x4:1:serial:smem   (the output staged through shared memory)
 
 Each plan is benchmarks/matmul.py's layout fusion (`out = cast(matmul(A, B), f16)`)
@@ -33,11 +34,11 @@ import matmul as bench_matmul  # noqa: E402
 
 
 def parse_plan(text):
-    """MatmulParams from a PLAN (see the module docstring); ValueError says what is
-    wrong."""
+    """(MatmulParams, the CTAs walking the tiles or None) from a PLAN (see the module
+    docstring), (None, None) for auto; ValueError says what is wrong."""
     from fuserir.scheduler.matmul_params import MatmulParams
     if text == "auto":
-        return None
+        return None, None
     fields = text.split(":")
     if len(fields) < 3:
         raise ValueError(f"plan {text!r}: expected TILExSTAGES:SPLITS:MODE[:rN][:swap]"
@@ -48,32 +49,37 @@ def parse_plan(text):
     except ValueError:
         raise ValueError(f"plan {text!r}: TILExSTAGES is four sizes (e.g. 128x64x64x6) "
                          "and SPLITS a number") from None
-    registers, flags = None, set()
+    registers, ctas, flags = None, None, set()
     for extra in fields[3:]:
         if extra in ("swap", "persistent", "smem"):
             flags.add(extra)
         elif extra.startswith("r") and extra[1:].isdigit():
             registers = int(extra[1:])
+        elif extra.startswith("c") and extra[1:].isdigit() and int(extra[1:]) > 0:
+            ctas = int(extra[1:])
         else:
             raise ValueError(f"plan {text!r}: unknown option {extra!r} (rN, swap, "
-                             "persistent or smem)")
+                             "persistent, cN or smem)")
+    if ctas is not None and "persistent" not in flags:
+        raise ValueError(f"plan {text!r}: cN (the CTAs walking the tiles) needs persistent")
     mode = fields[2]
     return MatmulParams(cta_tile=(tm, tn, tk), warp_tile=(64, tn, tk),
                         instruction_tile=(64, tn, 16), stages=stages, splitk_factor=splits,
                         splitk_mode=mode, splitk_interleaved=mode in ("parallel", "atomic"),
                         producer_registers=registers, swap_mn="swap" in flags,
                         persistent="persistent" in flags, use_smem_epilogue="smem" in flags,
-                        promote_prologue_smem_reuse="smem" in flags)
+                        promote_prologue_smem_reuse="smem" in flags), ctas
 
 
-def plan_text(params):
-    """The PLAN that names `params` (parse_plan's inverse for the fields it sets)."""
+def plan_text(params, ctas=None):
+    """The PLAN that names `params` and `ctas` (parse_plan's inverse for the fields it
+    sets)."""
     text = "x".join(map(str, (*params.cta_tile, params.stages)))
     text += f":{params.splitk_factor}:{params.splitk_mode}"
     if params.producer_registers is not None:
         text += f":r{params.producer_registers}"
     for flag, on in (("swap", params.swap_mn), ("persistent", params.persistent),
-                     ("smem", params.use_smem_epilogue)):
+                     (f"c{ctas}", ctas is not None), ("smem", params.use_smem_epilogue)):
         text += f":{flag}" if on else ""
     return text
 
@@ -108,6 +114,7 @@ def main(argv=None):
     import codegen
     from codegen.launch import device_model
     from fuserir.scheduler.matmul import matmul_heuristic, schedule_matmul
+    from fuserir.scheduler.matmul_tiles import CTAS
     bench = common.Bench(types.SimpleNamespace(no_torch=False, repeat=args.repeat,
                                                warmup=3))
     layout, (m, n, k) = args.layout, args.size
@@ -116,13 +123,15 @@ def main(argv=None):
     ta, tb = bench_matmul.as_row_major(bench.torch, layout, a, b)
     cublas = bench.time(lambda: bench.torch.matmul(ta, tb))["median_us"]
     print(f"{layout} {m}x{n}x{k}: cuBLAS {cublas:.1f} us")
-    for text, params in zip(args.plans, args.params):
+    for text, (params, ctas) in zip(args.plans, args.params):
         if params is None:
             params = matmul_heuristic(m, n, k, layout=layout, device=device_model())
             text = f"auto ({plan_text(params)})"
         fusion = bench_matmul.layout_fusion(layout)
         try:
             schedule_matmul(fusion, params)
+            if ctas is not None:
+                fusion.declare_scalar(CTAS, ctas)
             exe = codegen.compile(fusion, backend="cuda")
         except Exception as error:  # noqa: BLE001 - report the refusal, go on
             print(f"  {text}: refused: {type(error).__name__}: {error}")

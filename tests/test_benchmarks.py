@@ -430,7 +430,7 @@ def test_the_plan_comparison_parses_plans():
     from benchmarks import matmul_plans
     args = matmul_plans.parse_args(["TT", "136x184x175704", "128x192x64x4:66:parallel:r40",
                                     "192x136x64x3:132:atomic:r40:swap"])
-    first, second = args.params
+    (first, _), (second, _) = args.params
     assert (first.cta_tile, first.warp_tile, first.instruction_tile, first.stages) == \
         ((128, 192, 64), (64, 192, 64), (64, 192, 16), 4)
     assert (first.splitk_factor, first.splitk_mode, first.splitk_interleaved,
@@ -442,15 +442,15 @@ def test_the_plan_comparison_parses_plans():
 
 def test_the_plan_comparison_names_persistent_staged_and_automatic_plans():
     from benchmarks import matmul_plans
-    texts = ["128x256x64x4:1:serial:persistent", "128x256x64x3:1:serial:smem",
+    texts = ["128x256x64x4:1:serial:persistent:c512", "128x256x64x3:1:serial:smem",
              "192x136x64x3:132:parallel:r40:swap"]
     args = matmul_plans.parse_args(["TN", "4096x4096x4096", "auto", *texts])
-    auto, persistent, staged, swapped = args.params
-    assert auto is None                   # the heuristic's, chosen on the GPU's device
-    assert (persistent.persistent, persistent.use_smem_epilogue) == (True, False)
+    auto, (persistent, ctas), (staged, _), swapped = args.params
+    assert auto == (None, None)           # the heuristic's, chosen on the GPU's device
+    assert (persistent.persistent, persistent.use_smem_epilogue, ctas) == (True, False, 512)
     assert (staged.persistent, staged.use_smem_epilogue,
             staged.promote_prologue_smem_reuse) == (False, True, True)
-    assert [matmul_plans.plan_text(p) for p in (persistent, staged, swapped)] == texts
+    assert [matmul_plans.plan_text(*p) for p in args.params[1:]] == texts
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -458,7 +458,9 @@ def test_the_plan_comparison_names_persistent_staged_and_automatic_plans():
     (["TT", "8x8x8", "128x64x64:66:parallel"], "TILExSTAGES is four sizes"),
     (["TT", "8x8x8", "128x64x64x6:66"], "expected TILExSTAGES:SPLITS:MODE"),
     (["TT", "8x8x8", "128x64x64x6:66:parallel:fast"],
-     "unknown option 'fast' (rN, swap, persistent or smem)"),
+     "unknown option 'fast' (rN, swap, persistent, cN or smem)"),
+    (["TT", "8x8x8", "128x64x64x6:1:serial:c4"], "cN (the CTAs walking the tiles) needs "
+     "persistent"),
     (["TT", "8x8x8", "128x64x64x6:2:serial:persistent"], "persistent: the output is stored"),
     (["TT", "8x8x8", "128x64x64x6:66:sideways"], "splitk_mode 'sideways': expected"),
     (["XY", "8x8x8", "128x64x64x6:66:parallel"], "invalid choice: 'XY'"),

@@ -192,14 +192,24 @@ def _coalesce(ctx, kernel, loop, copies, rest, stages, names):
     k_tiles = loop.extent
     w = kir.Var(f"w{len(ctx.loop_vars)}", ctx.index_dtype)
     rewrite = _Coalesce(ctx, outer.var, loop.var, w, k_tiles, stages)
-    k = rewrite.k
-    first = ctx.binop("eq", k, ctx.const(0))
-    last = ctx.binop("eq", k, ctx.binop("sub", k_tiles, ctx.const(1)))
+    # The consumers test k == 0 and k == Kt - 1 every iteration, between one stage's
+    # wgmmas and the next's: on a register counter (an add and a select an iteration),
+    # not as w % Kt, a division by a run-time value on that path
+    k = kir.Buffer(f"{w.name}_k", ctx.index_dtype, kir.Memory.local, size=ctx.const(1))
+    zero, one = ctx.const(0), ctx.const(1)
+    at_k = kir.Load(k, zero)
+    first = ctx.binop("eq", at_k, zero)
+    last = ctx.binop("eq", at_k, ctx.binop("sub", k_tiles, one))
+    following = ctx.binop("add", at_k, one)
+    counter = ([kir.Allocate(k), kir.Store(k, zero, zero)],
+               [kir.Store(k, zero, kir.Select(ctx.binop("eq", following, k_tiles), zero,
+                                              following, ctx.index_dtype))])
     head = [kir.IfThenElse(first, rewrite.statements(head))] if head else []
     tail = [kir.IfThenElse(last, rewrite.statements(tail))] if tail else []
     merged = kir.ForLoop(w, ctx.binop("mul", outer.extent, k_tiles), [], loop.kind)
     kernel.body[kernel.body.index(outer)] = merged
-    return merged, rewrite.statements(copies), rewrite.statements(rest), head, tail
+    return merged, rewrite.statements(copies), rewrite.statements(rest), head, tail, \
+        counter
 
 
 def _expressions(stmts):
@@ -259,9 +269,10 @@ def build(ctx, kernel, loop, copies, rest, stages, names, producer_registers=Non
     producer gives its other registers to the consumers (setmaxnreg, first thing in each
     role)."""
     head = tail = ()
+    counter = [], []
     if loop not in kernel.body:
-        loop, copies, rest, head, tail = _coalesce(ctx, kernel, loop, copies, rest, stages,
-                                                   names)
+        loop, copies, rest, head, tail, counter = _coalesce(ctx, kernel, loop, copies,
+                                                            rest, stages, names)
     bx, by, bz = kernel.launch.block
     if kir.format_expr(bx) != str(WARP_GROUP) or not isinstance(by, kir.Const) or \
             kir.format_expr(bz) != "1":
@@ -297,11 +308,14 @@ def build(ctx, kernel, loop, copies, rest, stages, names, producer_registers=Non
                    kir.IfThenElse(ctx.binop("eq", tx, ctx.const(0)), [expect, *boxes],
                                   [kir.MbarrierArrive(bars, full(stage))])]
     producer = kir.ForLoop(var, loop.extent, produce, loop.kind)
-    _consume(ctx, loop, rest, bars, stages, stage, parity, head, tail)
+    _consume(ctx, loop, rest, bars, stages, stage, parity, head, [*tail, *counter[1]])
 
     at = next(i for i, s in enumerate(kernel.body) if not isinstance(s, kir.Allocate))
     allocations, work = kernel.body[:at], kernel.body[at:]
     work = _ConsumerBarriers(consumers).mutate(work)
+    if counter[0]:
+        at_loop = work.index(loop)
+        work[at_loop:at_loop] = counter[0]
     s = kir.Var(f"s{len(ctx.loop_vars)}", ctx.index_dtype)
     first = ctx.binop("and", ctx.binop("eq", tx, ctx.const(0)),
                       ctx.binop("eq", ty, ctx.const(0)))
