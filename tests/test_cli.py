@@ -210,9 +210,9 @@ def test_dump_kernel_shows_every_barrier_with_id_and_reason(ran):
     assert lines[0].startswith("kernel splitk_nt(f16 A[K, M], f16 B[K, N], f16 out[M, N]")
     assert lines[1].strip() == ("grid=(ceildiv(M, 16), ceildiv(N, 16), 1) block=(16, 16, 1) "
                                 "index=i32")
-    assert "__syncthreads() [sync1]  // RAW on As: S15 -> S22; RAW on Bs: S18 -> S22" in out
-    assert ("__syncthreads() [sync2]  // WAR on As: S22 -> S15, loop-carried; WAR on Bs: "
-            "S22 -> S18, loop-carried") in out
+    assert "__syncthreads() [sync1]  // RAW on As: S13 -> S20; RAW on Bs: S16 -> S20" in out
+    assert ("__syncthreads() [sync2]  // WAR on As: S20 -> S13, loop-carried; WAR on Bs: "
+            "S20 -> S16, loop-carried") in out
 
 
 def test_dump_after_a_pass(ran):
@@ -255,8 +255,8 @@ def test_inspect_summary_page(ran):
     assert "S2  Bs  f16[256]  bytes [512, 1024)  @ byte 512" in out
     assert "no two allocations share bytes" in out
     assert "shared memory: 1024 bytes at these sizes; limit per block after opt-in" in out
-    assert "sync1  S19  __syncthreads() [sync1]  in for i0 > for i1" in out
-    assert "RAW on As: S15 -> S22" in out and "WAR on Bs: S22 -> S18, loop-carried" in out
+    assert "sync1  S17  __syncthreads() [sync1]  in for i0 > for i1" in out
+    assert "RAW on As: S13 -> S20" in out and "WAR on Bs: S20 -> S16, loop-carried" in out
     assert "registers (ptxas, sm_" in out and "spill stores 0 bytes" in out
     assert out.rstrip().endswith("verifier: proved free of shared-memory hazards")
     if not GPU:
@@ -274,13 +274,13 @@ def test_inspect_bank_conflicts_section(ran):
                                     "warp; each enclosing loop at its first 2 iterations and "
                                     "its last): 2 of 4 access(es) conflicted"))
     section = lines[start + 1:start + 7]
-    assert section[0].split()[:8] == ["S15", "store", "As", "2", "B", "1x32", "lanes", "worst"]
+    assert section[0].split()[:8] == ["S13", "store", "As", "2", "B", "1x32", "lanes", "worst"]
     assert section[0].split()[8] == "1"
-    assert section[1].split()[:3] == ["S18", "store", "Bs"] and "worst 4" in section[1]
+    assert section[1].split()[:3] == ["S16", "store", "Bs"] and "worst 4" in section[1]
     assert section[2].strip() == ("e.g. warp 0, i0=0 i1=0 i3=0, phase 0, bank 0: words 128, "
                                   "160, 192, 224 (lanes 0, 4, 8, 12)")
-    assert section[3].split()[:3] == ["S22", "load", "As"] and "worst 1" in section[3]
-    assert section[4].split()[:3] == ["S22", "load", "Bs"] and "worst 4" in section[4]
+    assert section[3].split()[:3] == ["S20", "load", "As"] and "worst 1" in section[3]
+    assert section[4].split()[:3] == ["S20", "load", "Bs"] and "worst 4" in section[4]
     assert lines.index("shared-memory bank conflicts (block (0, 0, 0), every warp; each "
                        "enclosing loop at its first 2 iterations and its last): 2 of 4 "
                        "access(es) conflicted") < next(i for i, line in enumerate(lines)
@@ -293,7 +293,7 @@ command("inspect-pointwise", "inspect", POINTWISE)
 def test_inspect_bank_conflicts_without_conflicts(ran):
     out = ok(ran["inspect-pointwise"])
     assert "its last): 0 of 2 access(es) conflicted" in out
-    assert "S14  store  xs  4 B  1x32 lanes  worst 1  xs[threadIdx.x]" in out
+    assert "S13  store  xs  4 B  1x32 lanes  worst 1  xs[threadIdx.x]" in out
 
 
 def test_inspect_json(ran):
@@ -308,8 +308,8 @@ def test_inspect_json(ran):
     bank = kernel["bank_conflicts"]
     assert bank["block"] == [0, 0, 0] and bank["needs_sizes"] == []
     assert [(a["label"], a["kind"], a["buffer"], a["worst"]) for a in bank["accesses"]] == \
-        [("S15", "store", "As", 1), ("S18", "store", "Bs", 4), ("S22", "load", "As", 1),
-         ("S22", "load", "Bs", 4)]
+        [("S13", "store", "As", 1), ("S16", "store", "Bs", 4), ("S20", "load", "As", 1),
+         ("S20", "load", "Bs", 4)]
     assert bank["conflicted"] == 2 and bank["unknown"] == 0
     assert page["verifier"]["refused"] and page["verifier"]["hazards"] > 0
 
@@ -334,8 +334,8 @@ def test_graph_kernel_dot_file(ran):
     assert ok(ran["graph-kernel"]) == ""
     text = (ran["tmp"] / "kernel.dot").read_text()
     assert text.startswith('digraph "splitk_nt" {')
-    assert 'S19 [label="S19: __syncthreads() [sync1]\\nRAW on As: S15 -> S22' in text
-    assert "S22 -> S15 [style=dashed, color=red" in text
+    assert 'S17 [label="S17: __syncthreads() [sync1]\\nRAW on As: S13 -> S20' in text
+    assert "S20 -> S13 [style=dashed, color=red" in text
 
 
 def _fake_dot(directory, exit_code=0):
@@ -422,8 +422,8 @@ def test_check_drop_sync1_reports_the_raw_race_on_as(ran):
     assert "1. RAW on As, bytes [0, 512) (the whole buffer" in out
     assert "interpreter (all 4 block(s), integer-valued inputs, seed 0): 2 hazard(s)" in out
     assert "1. RAW on As, bytes [0, 2)" in out
-    assert "first:  S15: As[((threadIdx.y * 16) + i2)] = A[" in out
-    assert "second: S22: partial_acc[0] = " in out
+    assert "first:  S13: As[((threadIdx.y * 16) + i2)] = A[" in out
+    assert "second: S20: partial_acc[0] = " in out
     assert "threads (0, 0, 0) and (1, 0, 0)" in out
     assert out.splitlines()[-1] == "4 hazard(s)"
 

@@ -84,7 +84,7 @@ def test_main_job_demo_runs_and_shows_every_barrier_with_its_reason():
     assert "WAR on B_cache: threads overwrite bytes that other threads read, across loop " \
            "iterations" in out
     # the drain the seed report's kernel lacked, with its reason
-    assert "(S48, cp.async.wait_group 0):" in out
+    assert "(S47, cp.async.wait_group 0):" in out
     assert "async-pending on A_cache/out_cache: an async copy may still be writing these " \
            "bytes" in out
     assert "mismatches vs float64 (rtol 2^-10, atol 1e-5*K): 0;" in out

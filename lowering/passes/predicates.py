@@ -1,8 +1,8 @@
 """Pass `predicates`: guard each store that could touch an element it must not.
 
 Three kinds of guard, none where provably unnecessary, nor around a store into the
-thread's own registers that reads only registers (it touches no memory, and what it
-writes past an edge is never stored):
+thread's own registers that reads only registers and folds nothing into a reduction (it
+touches no memory, and what it writes past an edge is never stored or summed):
 * bounds: the index of an axis that a split divides unevenly (not provably divisible)
   past that axis's extent: the last tile of the split (where a broadcast is merged into
   the split axis, a loop of the consumer's larger extent: the indices of the real axes
@@ -174,10 +174,12 @@ class _Guard(kir_visit.StmtMutator):
         info = self.ctx.store_info.get(s)
         if info is None:
             return self.generic_mutate(s)
-        if info.memory is kir.Memory.local and _reads_registers_only(s):
+        if info.memory is kir.Memory.local and info.role != "accumulate" and \
+                _reads_registers_only(s):
             # the thread's own registers from its own registers (an accumulator's
             # identity, its copy for the epilogue, a pointwise op on them): nothing past
-            # an edge is read, and an element past it is never stored to memory.
+            # an edge is read, and an element past it is never stored to memory nor
+            # folded into a reduction (an accumulation keeps its guard).
             # Unguarded, each such array is written whole, so it does not stay live
             # across a persistent kernel's tiles for the elements a guard would skip
             return s
