@@ -197,8 +197,8 @@ def test_missing_wgmma_fence_after_zeroing_the_accumulator(rng):
     k = m.kernel(prologue=[kir.WgmmaFence(), zero])                 # fence, then Stores
     h = only(hazards(k, m.args(rng)), "wgmma-fence")
     assert (h.first, h.second) == (point(zero.body[0]), point(m.mma))
-    assert ("128 thread(s) of warp group 0 stored accumulator elements of d since the last "
-            "wgmma.fence, then the wgmma reads them (missing wgmma.fence") in h.detail
+    assert ("128 thread(s) of warp group 0 accessed accumulator elements of d since the last "
+            "wgmma.fence, then the wgmma uses them (missing wgmma.fence") in h.detail
     h = only(hazards(m.kernel(prologue=[m.zero_d()]), m.args(rng)), "wgmma-fence")
     assert "issues a wgmma with no wgmma.fence before it" in h.detail
     assert hazards(m.kernel(prologue=[m.zero_d(), kir.WgmmaFence()]), m.args(rng)) == []

@@ -17,12 +17,13 @@ operations, and wgmma.fence (HOPPER.md, "The bug class on this path").
   * Registers in flight (kind "wgmma-registers"). A local Load or Store (execution.py's
     hook) or a stmatrix source read, by a thread of a warp group whose pending wgmma
     writes that element (its accumulators) or reads it (register A), is reported.
-  * wgmma.fence (kind "wgmma-fence"). In kernels with a Wgmma, every local Store records
-    its event per element (`reg_ev`); per warp group `wg_fence` is the event count at its
-    latest WgmmaFence (-1: none yet). A Wgmma whose accumulator or register-A elements
-    were stored since that fence, or that no fence precedes, is reported. Chained wgmmas
-    (no Store between) need no new fence; registers written by a wgmma, ldmatrix or mma
-    are not recorded.
+  * wgmma.fence (kind "wgmma-fence"). In kernels with a Wgmma, every local Load and
+    Store records its event per element (`reg_ev`); per warp group `wg_fence` is the
+    event count at its latest WgmmaFence (-1: none yet). A Wgmma whose accumulator or
+    register-A elements were accessed since that fence (a read too: the PTX ISA asks
+    for a fence between any register access and a wgmma using the register), or that no
+    fence precedes, is reported. Chained wgmmas (no access between) need no new fence;
+    registers written by a wgmma, ldmatrix or mma are not recorded.
 
 Not modelled: a fence.proxy.async between a cp.async's issue and its landing counts for
 the landed bytes (they carry the issue's event); registers written by ldmatrix or mma do
@@ -129,11 +130,10 @@ class _AsyncProxy:
         """A Load or Store of local buffer b's elements idx ([n] or [n, k]) by `act`."""
         if not self.interp.has_wgmma:
             return
-        if write:
-            reg = self.reg_ev.get(b)
-            if reg is None:
-                reg = self.reg_ev[b] = np.full(self._local(b).shape, -1, np.int32)
-            reg[act[:, None] if idx.ndim == 2 else act, idx] = self._event(b.name)
+        reg = self.reg_ev.get(b)              # reads too: a wgmma.fence must follow
+        if reg is None:                        # any access of its registers (PTX ISA)
+            reg = self.reg_ev[b] = np.full(self._local(b).shape, -1, np.int32)
+        reg[act[:, None] if idx.ndim == 2 else act, idx] = self._event(b.name)
         if not self.wgmmas:
             return
         arr = self._local(b)
@@ -188,7 +188,7 @@ class _AsyncProxy:
             wstmt, witers, _ = self.events[e]
             who = tids[late.any(axis=1)]
             self._hazard("wgmma-fence", buf.name, wstmt, witers, (int(who[0]), t0),
-                         detail=f"{len(who)} thread(s) of warp group {group} stored "
+                         detail=f"{len(who)} thread(s) of warp group {group} accessed "
                                 f"{what} elements of {buf.name} since the last "
-                                f"wgmma.fence, then the wgmma reads them (missing "
-                                f"wgmma.fence between the register writes and the wgmma)")
+                                f"wgmma.fence, then the wgmma uses them (missing "
+                                f"wgmma.fence between the register accesses and the wgmma)")

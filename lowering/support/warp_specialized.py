@@ -204,12 +204,59 @@ def _coalesce(ctx, kernel, loop, copies, rest, stages, names):
     counter = ([kir.Allocate(k), kir.Store(k, zero, zero)],
                [kir.Store(k, zero, kir.Select(ctx.binop("eq", following, k_tiles), zero,
                                               following, ctx.index_dtype))])
+    rest = rewrite.statements(rest)
+    head = _first_wgmmas_overwrite(ctx, head, rest, at_k)
     head = [kir.IfThenElse(first, rewrite.statements(head))] if head else []
     tail = [kir.IfThenElse(last, rewrite.statements(tail))] if tail else []
     merged = kir.ForLoop(w, ctx.binop("mul", outer.extent, k_tiles), [], loop.kind)
     kernel.body[kernel.body.index(outer)] = merged
-    return merged, rewrite.statements(copies), rewrite.statements(rest), head, tail, \
-        counter
+    return merged, rewrite.statements(copies), rest, head, tail, counter
+
+
+def _zeros_of(stmt, buffers):
+    """The buffer among `buffers` that `stmt` fills with zeros (stores of 0 under
+    unrolled loops, nothing else), or None."""
+    if isinstance(stmt, kir.ForLoop):
+        found = {_zeros_of(x, buffers) for x in stmt.body}
+        return found.pop() if len(found) == 1 else None
+    if isinstance(stmt, kir.Store) and stmt.buffer in buffers and \
+            isinstance(stmt.value, kir.Const) and stmt.value.value == 0:
+        return stmt.buffer
+    return None
+
+
+def _first_wgmmas_overwrite(ctx, head, rest, k):
+    """`head` without the zeros of the wgmmas' accumulators, the first wgmma of each tile
+    overwriting its accumulator instead (`accumulate` false at K tile k == 0 and the first
+    step of every loop around it that its accumulator's index does not follow), as a
+    non-persistent kernel's zeros before its K loop would: zeroed in the loop, the
+    registers were selected (selp) every K tile, 128 instructions a thread for a 64x256
+    warp-group tile, between one stage's wgmmas and the next's."""
+    wgmmas = []
+
+    def visit(stmts, loops):
+        for x in stmts:
+            if isinstance(x, kir.Wgmma):
+                wgmmas.append((x, loops))
+            for body in x.bodies():
+                visit(body, loops + [x] if isinstance(x, kir.ForLoop) else loops)
+
+    visit(rest, [])
+    buffers = {x.d for x, _ in wgmmas}
+    zeroed = {id(_zeros_of(x, buffers)) for x in head} - {id(None)}
+    if not zeroed:
+        return head
+    for x, loops in wgmmas:
+        if id(x.d) not in zeroed:
+            continue
+        used = {e for e in kir.walk_expr(x.d_index) if isinstance(e, kir.Var)}
+        later = ctx.binop("ne", k, ctx.const(0))
+        for loop in loops:
+            if loop.var not in used:
+                later = ctx.binop("or", later, ctx.binop("ne", loop.var, ctx.const(0)))
+        x.accumulate = later if x.accumulate is None else \
+            ctx.binop("and", x.accumulate, later)
+    return [x for x in head if id(_zeros_of(x, buffers)) not in zeroed]
 
 
 def _expressions(stmts):

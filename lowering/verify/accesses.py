@@ -92,3 +92,17 @@ def shared_accesses(stmt):
              if _shared(load.buffer)]
     own = instruction_access(stmt)
     return found if own is None else found + [own]
+
+
+def register_accesses(stmt):
+    """The registers (local buffers) a statement reads or writes itself, complete at
+    issue: its generic writes (kir.effects.register_writes) and the local loads of its own
+    expressions. A wgmma that uses one of them (its accumulator, register A) needs a
+    wgmma.fence after the access: the PTX ISA asks for one between any register access of
+    a thread and a wgmma accessing the same registers (a persistent kernel's epilogue
+    reads the accumulator that the next tile's first wgmma overwrites)."""
+    found = [a.buffer for a in kir.effects.register_writes(stmt.effects())]
+    found += [x.buffer for e in kir.expressions(stmt) for x in kir.walk_expr(e)
+              if isinstance(x, kir.Load) and x.buffer.memory is kir.Memory.local]
+    return list(dict.fromkeys(found))
+

@@ -23,7 +23,7 @@ the assignment, rather than assuming it: every arrival of a phase (or generation
 ordered after the previous one completes, every wait before the phase after its own.
 Findings made on the way: a wrong parity, a phase that never completes (deadlock), an
 expect_tx that does not match its loads, a barrier reached by the wrong number of
-threads, a wgmma issued over registers not wgmma.fenced since they were stored.
+threads, a wgmma issued over registers not wgmma.fenced since they were accessed.
 """
 
 from dataclasses import dataclass, field
@@ -133,7 +133,7 @@ class _Mbarrier:
 @dataclass
 class _RoleState:
     """A role's open wgmma and bulk groups (the last list uncommitted), the local buffers
-    it stored since its last wgmma.fence (buffer -> first store), whether one came."""
+    it accessed since its last wgmma.fence (buffer -> first access), whether one came."""
 
     wgmma: list = field(default_factory=lambda: [[]])
     bulk: list = field(default_factory=lambda: [[]])
@@ -241,9 +241,9 @@ class Ordering:
                     self.init_fences[e.role].append(e)
                 elif order.orders == "registers":
                     st.fenced, st.stored = True, {}
-            writes, used = registers(e.stmt)
-            for a in writes:
-                st.stored.setdefault(a.buffer, e)
+            accessed, used = registers(e.stmt)
+            for buffer in accessed:
+                st.stored.setdefault(buffer, e)
             if used:
                 self._register_fence(e, st, used)
         if tracked:
@@ -263,9 +263,9 @@ class Ordering:
             if buf in st.stored:
                 what = "accumulator" if i == 0 else "register-A"
                 self._finding("wgmma-fence", buf.name, st.stored[buf], e,
-                              f"{e.role} stored {what} elements of {buf.name} since the "
-                              f"last wgmma.fence, then the wgmma reads them (missing "
-                              f"wgmma.fence between the register writes and the wgmma)")
+                              f"{e.role} accessed {what} elements of {buf.name} since the "
+                              f"last wgmma.fence, then the wgmma uses them (missing "
+                              f"wgmma.fence between the register accesses and the wgmma)")
 
 
     # -- mbarriers: phases, their completions and the waits matched to them --------------

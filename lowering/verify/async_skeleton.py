@@ -39,7 +39,7 @@ Ifs, by their condition:
 from dataclasses import dataclass, fields
 
 from .. import kir
-from .accesses import shared_accesses
+from .accesses import register_accesses, shared_accesses
 
 def _synchronizes(stmt):
     return kir.effects.synchronizes(stmt.effects())
@@ -94,7 +94,7 @@ class Skeleton:
     def __init__(self, kernel):
         self._loops, self._conds = {}, {}
         self.trip_counts, self.uniform = {}, {}
-        self._register_writes = _register_writes_before_wgmmas(kernel.body)
+        self._register_accesses = _register_accesses_before_wgmmas(kernel.body)
         self._visit(kernel.body, (), ())
 
     def loop(self, stmt):
@@ -164,7 +164,7 @@ class Skeleton:
     def _relevant(self, stmt):
         """Can `stmt` take part in the shared-memory protocol?"""
         return (_synchronizes(stmt) or bool(shared_accesses(stmt))
-                or id(stmt) in self._register_writes)
+                or id(stmt) in self._register_accesses)
 
 
 def _dependencies(expr, loop_vars):
@@ -184,9 +184,9 @@ def _dependencies(expr, loop_vars):
     return deps
 
 
-def _register_writes_before_wgmmas(body):
-    """ids of the statements writing registers an asynchronous instruction uses (a
-    wgmma's accumulator or register A: effects.async_register_uses) that such an
+def _register_accesses_before_wgmmas(body):
+    """ids of the statements reading or writing registers an asynchronous instruction
+    uses (a wgmma's accumulator or register A: effects.async_register_uses) that such an
     instruction can follow in program order: one later in the text, or sharing a loop
     with it (the wgmma-fence rule counts them)."""
     order, loops_of = [], {}
@@ -204,7 +204,7 @@ def _register_writes_before_wgmmas(body):
     users = [(i, s, used) for i, s, used in users if used]
     found = set()
     for i, s in enumerate(order):
-        written = {a.buffer for a in kir.effects.register_writes(s.effects())}
+        written = set(register_accesses(s))
         if not written:
             continue
         for j, w, used in users:

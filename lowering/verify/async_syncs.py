@@ -9,7 +9,9 @@ The rules, one per kind of finding (first: the earlier statement, second: the la
                        the consumers' wgmma after an mbarrier), in the writers' own list,
                        outside the constant loops and "either way" ifs around them
     wgmma-fence        wgmma.fence before the wgmma, in the innermost list holding it and
-                       the register writes (so before a main loop, not in it)
+                       the register accesses (so before a main loop, not in it; an
+                       access later in a loop around both, as a persistent kernel's
+                       epilogue reading the accumulator, before the wgmma's ancestor)
     mbarrier-init      __syncthreads after the init (its ancestor in the list it shares
                        with the use); or, where the init is not fenced,
                        fence.mbarrier_init after the init inside the initialising
@@ -204,10 +206,10 @@ class _Placer:
 
     def wgmma_fence(self, h, first, second):
         fence = kir.WgmmaFence(reasons=[self.reason(h, first, second)])
-        if first is not second:             # after the register writes, before the wgmma
-            stmts, (a, b) = self.common(first, second)
-            if a < b:
-                return stmts, b, fence
+        if first is not second:             # after the register accesses, before the
+            stmts, (a, b) = self.common(first, second)      # wgmma (or, an access late
+            if a != b:                                      # in the loop around both,
+                return stmts, b, fence                      # before it the next time)
         stmts, index, _ = path_to(self.kernel.body, second)[-1]
         return stmts, index, fence
 

@@ -58,7 +58,7 @@ import numpy as np
 from fuserir.instructions import swizzle
 
 from .. import kir
-from .accesses import shared_accesses
+from .accesses import register_accesses, shared_accesses
 from .async_periodic import eventual_period
 from .async_skeleton import Skeleton
 
@@ -330,12 +330,13 @@ class Trace:
         return self._known[key]
 
     def register_effects(self, stmt):
-        """(kir.effects.register_writes, kir.effects.async_register_uses) of `stmt`'s
-        effects, kept as effects_of keeps those."""
+        """(the registers `stmt` accesses itself, complete at issue:
+        accesses.register_accesses; kir.effects.async_register_uses of its effects), kept
+        as effects_of keeps those."""
         key = ("registers", id(stmt))
         if key not in self._known:
             effects = self.effects_of(stmt)
-            self._known[key] = (kir.effects.register_writes(effects),
+            self._known[key] = (register_accesses(stmt),
                                 kir.effects.async_register_uses(effects))
         return self._known[key]
 
