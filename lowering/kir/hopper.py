@@ -36,7 +36,7 @@ from fuserir.instructions import (BULK_COPY_ALIGN, MBARRIER, NAMED_BARRIER, PROX
 
 from .effects import (Access, Effects, Group, GroupOp, MbarrierOp, Order, Phase,
                       joins_async_protocol)
-from .expressions import ScalarExpr, format_at, format_expr
+from .expressions import BinOp, ScalarExpr, format_at, format_expr
 from .statements import AccessInfo, Buffer, Stmt, TensorParam, sync_suffix
 from .traversal import walk
 
@@ -196,6 +196,11 @@ class Wgmma(Stmt):
                             until=pending)]
         return Effects(tuple(accesses), group=GroupOp("wgmma", "join", "warpgroup"),
                        collective="warpgroup", instruction=WGMMA)
+
+    def accumulate_only_where(self, cond):
+        self.accumulate = cond if self.accumulate is None else \
+            BinOp("and", self.accumulate, cond, DataType.bool)
+        return True
 
     def line(self):
         def operand(buf, index, layout, trans):

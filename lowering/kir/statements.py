@@ -175,6 +175,12 @@ class Stmt:
         workspace zero for the next launch, lowering.verify.grid_protocol)?"""
         return False
 
+    def accumulate_only_where(self, cond):
+        """Make the statement add into its accumulator only where `cond` holds and
+        overwrite it elsewhere (changed in place; a wgmma's `accumulate`): True, or False
+        where the instruction has no such form."""
+        return False
+
 
 @dataclass(eq=False)
 class Allocate(Stmt):

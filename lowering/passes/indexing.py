@@ -394,6 +394,60 @@ def per_fragment_element(ctx, tv, lower):
     return kir.ForLoop(j, ctx.const(count), body, "unroll")
 
 
+PAIR = 2      # a fragment's lane holds its elements 2 j, 2 j + 1 in neighbouring columns
+
+
+def fragment_pairs(ctx, tv):
+    """A global tensor in the accumulator's fragment layout (the epilogue's output stored
+    from the registers) stored a pair of elements at a time, or None where it cannot be:
+    in both fragment maps (mma.sync's 16x8, wgmma's 64 x n) a lane holds elements 2 j and
+    2 j + 1 in neighbouring columns, so where the columns run along the array's
+    contiguous axis they are one access of 2 elements (4 bytes of a 16-bit output), half
+    the store instructions and the partly written sectors of element stores. Proved as
+    vector_copy proves a vector: the pair's index, with its element a symbolic lane
+    v in [0, 2), must come out as base + v with base even; the array's rows are checked
+    at run time (an odd extent or an unaligned array takes the variant whose vector_caps
+    store it element by element). Not after a grid reduction, whose parallel form
+    restricts each CTA's stores to the register elements it summed."""
+    cap = (ctx.vector_caps or {}).get(tv.name)
+    buffer = ctx.buffers[tv]
+    if buffer.memory is not kir.Memory.global_ or ctx.grid_reduced or \
+            (cap is not None and cap < PAIR * tv.dtype.itemsize):
+        return None      # (a grid reduction's CTAs store the elements they summed, one by one)
+    count = fragments.accumulator_fragment(tv).count
+    p = kir.Var(f"j{len(ctx.loop_vars) + len(ctx.fragment_vars)}", ctx.index_dtype)
+    lane = kir.Var(f"v{len(ctx.loop_vars) + len(ctx.fragment_vars)}", ctx.index_dtype)
+    ctx.fragment_vars.append(p)
+    ctx.ranges.vars[id(p)] = (0, count // PAIR - 1)
+    ctx.ranges.vars[id(lane)] = (0, PAIR - 1)
+
+    def element(v):                       # (root indices, value) of element 2 p + v
+        j = ctx.binop("add", ctx.binop("mul", p, ctx.const(PAIR)), v)
+        ctx.lane_index, ctx.frag_offset = fragments.fragment_axes(ctx, tv, j), j
+        try:
+            index = ctx.root_indices(tv)
+            return index, pointwise_value(ctx, tv.definition, index)
+        finally:
+            ctx.lane_index, ctx.frag_offset = {}, None
+
+    index, _ = element(lane)
+    if None not in _vector_bases(ctx, tv, buffer, None, index, lane, PAIR):
+        pair = kir.Buffer(f"{tv.name}_pair{len(ctx.fragment_vars)}", tv.dtype,
+                          kir.Memory.local, size=ctx.const(PAIR))
+        body = []
+        for v in range(PAIR):
+            index, value = element(ctx.const(v))
+            body.append(kir.Store(pair, ctx.const(v), convert(value, tv.dtype)))
+        index, _ = element(ctx.const(0))
+        vector = kir.Store(buffer, global_index(ctx, tv, index),
+                           kir.Load(pair, ctx.const(0), width=PAIR), width=PAIR)
+        ctx.store_info[vector] = StoreInfo(tv, "compute", index, buffer.memory)
+        return [kir.Allocate(pair),
+                kir.ForLoop(p, ctx.const(count // PAIR), body + [vector], "unroll")]
+    ctx.fragment_vars.remove(p)
+    return None
+
+
 def _tensor_map(ctx, source, box):
     """The tensor map of the global tensor `source` for boxes like `box` (one per tensor
     and box: copies of the same box share it)."""
@@ -515,6 +569,10 @@ def lower_part(ctx, part):
         return mma(ctx, tv)
     if kind == "wgmma" and role == "accumulate":
         return wgmma(ctx, tv)
+    if kind == "fragment" and role == "compute" and ctx.frag_offset is None:
+        paired = fragment_pairs(ctx, tv)
+        if paired is not None:
+            return paired
     if kind in ("mma", "wgmma", "fragment") and ctx.frag_offset is None:
         return per_fragment_element(ctx, tv, lambda: lower_part(ctx, part))
     expr = tv.definition
@@ -567,7 +625,7 @@ def run(ctx, kernel):
 
 PASS = Pass("indexing", run, __doc__,
             reads=("kernel", "vector_axes", "exact", "bound", "circular", "tensor_params",
-                   "buffers", "accumulators", "layouts"),
+                   "buffers", "accumulators", "layouts", "grid_reduced"),
             provides=("store_info", "tensor_maps"),
             why="needs the allocation layouts; leaves block and grid reductions to the next "
                 "passes")

@@ -219,16 +219,22 @@ def _zeros_of(stmt, buffers):
     if isinstance(stmt, kir.ForLoop):
         found = {_zeros_of(x, buffers) for x in stmt.body}
         return found.pop() if len(found) == 1 else None
-    if isinstance(stmt, kir.Store) and stmt.buffer in buffers and \
-            isinstance(stmt.value, kir.Const) and stmt.value.value == 0:
-        return stmt.buffer
+    written = [a.buffer for a in effects.register_writes(stmt.effects())]
+    if stmt.stores_zeros() and len(written) == 1 and written[0] in buffers:
+        return written[0]
     return None
+
+
+def _accumulator(stmt):
+    """The registers an asynchronous instruction accumulates into (a wgmma's), or None."""
+    return next((a.buffer for a in effects.async_register_uses(stmt.effects()) if a.write),
+                None)
 
 
 def _first_wgmmas_overwrite(ctx, head, rest, k):
     """`head` without the zeros of the wgmmas' accumulators, the first wgmma of each tile
-    overwriting its accumulator instead (`accumulate` false at K tile k == 0 and the first
-    step of every loop around it that its accumulator's index does not follow), as a
+    overwriting its accumulator instead (accumulating only where K tile k > 0 or a loop
+    around it that its accumulator's index does not follow is past its first step), as a
     non-persistent kernel's zeros before its K loop would: zeroed in the loop, the
     registers were selected (selp) every K tile, 128 instructions a thread for a 64x256
     warp-group tile, between one stage's wgmmas and the next's."""
@@ -236,26 +242,28 @@ def _first_wgmmas_overwrite(ctx, head, rest, k):
 
     def visit(stmts, loops):
         for x in stmts:
-            if isinstance(x, kir.Wgmma):
+            if _accumulator(x) is not None:
                 wgmmas.append((x, loops))
             for body in x.bodies():
                 visit(body, loops + [x] if isinstance(x, kir.ForLoop) else loops)
 
     visit(rest, [])
-    buffers = {x.d for x, _ in wgmmas}
+    buffers = {_accumulator(x) for x, _ in wgmmas}
     zeroed = {id(_zeros_of(x, buffers)) for x in head} - {id(None)}
     if not zeroed:
         return head
     for x, loops in wgmmas:
-        if id(x.d) not in zeroed:
+        if id(_accumulator(x)) not in zeroed:
             continue
-        used = {e for e in kir.walk_expr(x.d_index) if isinstance(e, kir.Var)}
+        index = next(a.index for a in effects.async_register_uses(x.effects()) if a.write)
+        used = {e for e in kir.walk_expr(index) if isinstance(e, kir.Var)}
         later = ctx.binop("ne", k, ctx.const(0))
         for loop in loops:
             if loop.var not in used:
                 later = ctx.binop("or", later, ctx.binop("ne", loop.var, ctx.const(0)))
-        x.accumulate = later if x.accumulate is None else \
-            ctx.binop("and", x.accumulate, later)
+        if not x.accumulate_only_where(later):
+            raise ScheduleError(f"{kir.format_stmt(x)}: its accumulator is zeroed at each "
+                                "tile, but it cannot overwrite it instead")
     return [x for x in head if id(_zeros_of(x, buffers)) not in zeroed]
 
 
