@@ -587,6 +587,30 @@ def test_a_persistent_kernel_is_one_loop_over_tiles_and_k_tiles_in_each_role():
     assert kir.format_expr(consumer[wait].index) == f"({var} % 3)"
 
 
+def test_the_output_is_stored_from_the_registers_a_pair_of_elements_at_a_time(rng):
+    """A lane holds its fragment's elements 2j, 2j + 1 in neighbouring columns: stored in
+    one 4-byte access where the output's rows allow it; an odd N takes the variant that
+    stores element by element (its vector_caps), bitwise the same results. A split-K
+    plan's output stays element by element (its CTAs store the elements they summed), as
+    does a swapped one (its columns run along M)."""
+    def out_widths(kernel):
+        return {s.width for s in kir.walk(kernel.body)
+                if isinstance(s, kir.Store) and s.buffer.name == "out"}
+
+    exe = codegen.compile(scheduled(dict(HOPPER, splitk_factor=1), layout="TN"),
+                          backend="interp")
+    assert out_widths(exe.kernels[0].kir) == {2}
+    for n in (200, 201):
+        data = integer_inputs(rng, "TN", 72, n, 64 * 3)
+        (variant,) = exe.kernels_for(data)
+        assert out_widths(variant.kir) == ({2} if n % 2 == 0 else {1})
+        out = exe.run(data)["out"]
+        assert np.array_equal(out, reference("TN", data).astype(np.float16)), n
+    for changes in (dict(splitk_mode="parallel", splitk_factor=3), dict(swap_mn=True)):
+        f = scheduled({**HOPPER, **changes}, layout="TN")
+        assert out_widths(codegen.compile(f, backend="interp").kernels[0].kir) == {1}
+
+
 @pytest.mark.parametrize("changes, message", [
     (dict(cta_tile=(128, 128, 32), warp_tile=(64, 64, 32), instruction_tile=(16, 8, 16)),
      "persistent: only the Hopper path (a producer warp group) walks tiles"),

@@ -368,3 +368,27 @@ def test_tma_stored_workspace_read_by_another_block(rng):
     assert ("the writing thread has executed no Fence (__threadfence) since the write "
             "completed (a TMA store's writes complete at its thread's full "
             "cp.async.bulk.wait_group, not at .read)") in h.detail
+
+
+def test_a_wgmma_after_a_read_of_its_accumulator_needs_a_fence(rng):
+    """A thread's read of the accumulator (a persistent kernel's epilogue) and then a
+    wgmma overwriting it: the PTX ISA asks for a wgmma.fence between any register access
+    and a wgmma using the register. Both checkers count the read: the interpreter reports
+    it, the static verifier refuses the kernel; a fence after the read clears both."""
+    from codegen.errors import HazardError
+    from lowering.verify.async_protocol import verify_async_protocol
+    m = Mma()
+    read = m.d_out()
+    k = m.kernel(prologue=[m.zero_d(), kir.WgmmaFence(), read])
+    h = only(hazards(k, m.args(rng)), "wgmma-fence")
+    assert (h.first, h.second) == (point(read.body[0]), point(m.mma))
+    assert ("128 thread(s) of warp group 0 accessed accumulator elements of d since the "
+            "last wgmma.fence, then the wgmma uses them") in h.detail
+    kir.relabel(k.body)
+    with pytest.raises(HazardError) as caught:
+        verify_async_protocol(k)
+    assert {x.kind for x in caught.value.hazards} == {"wgmma-fence"}
+    fenced = m.kernel(prologue=[m.zero_d(), kir.WgmmaFence(), m.d_out(), kir.WgmmaFence()])
+    assert hazards(fenced, m.args(rng)) == []
+    kir.relabel(fenced.body)
+    verify_async_protocol(fenced)

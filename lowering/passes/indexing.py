@@ -407,13 +407,14 @@ def fragment_pairs(ctx, tv):
     vector_copy proves a vector: the pair's index, with its element a symbolic lane
     v in [0, 2), must come out as base + v with base even; the array's rows are checked
     at run time (an odd extent or an unaligned array takes the variant whose vector_caps
-    store it element by element). Not after a grid reduction, whose parallel form
-    restricts each CTA's stores to the register elements it summed."""
+    store it element by element). Not after a parallel grid reduction, which restricts
+    each CTA's stores to the register elements it summed."""
     cap = (ctx.vector_caps or {}).get(tv.name)
     buffer = ctx.buffers[tv]
-    if buffer.memory is not kir.Memory.global_ or ctx.grid_reduced or \
+    summed_where_stored = any(t.grid_reduction == "parallel" for t in ctx.fusion.tensors)
+    if buffer.memory is not kir.Memory.global_ or summed_where_stored or \
             (cap is not None and cap < PAIR * tv.dtype.itemsize):
-        return None      # (a grid reduction's CTAs store the elements they summed, one by one)
+        return None
     count = fragments.accumulator_fragment(tv).count
     p = kir.Var(f"j{len(ctx.loop_vars) + len(ctx.fragment_vars)}", ctx.index_dtype)
     lane = kir.Var(f"v{len(ctx.loop_vars) + len(ctx.fragment_vars)}", ctx.index_dtype)
@@ -625,7 +626,7 @@ def run(ctx, kernel):
 
 PASS = Pass("indexing", run, __doc__,
             reads=("kernel", "vector_axes", "exact", "bound", "circular", "tensor_params",
-                   "buffers", "accumulators", "layouts", "grid_reduced"),
+                   "buffers", "accumulators", "layouts"),
             provides=("store_info", "tensor_maps"),
             why="needs the allocation layouts; leaves block and grid reductions to the next "
                 "passes")
