@@ -559,6 +559,25 @@ def test_a_persistent_kernel_walks_the_tiles_equal_to_float64(layout, rng):
         assert np.array_equal(out.view(np.uint16), expected.view(np.uint16)), ctas
 
 
+@pytest.mark.parametrize("layout, changes, size", [
+    ("NT", dict(async_gmem_load_operands=False), (136, 200, 200)),     # producer copies
+    ("TT", dict(swap_mn=True), (37, 200, 200)),                        # M and N swapped
+    ("TN", dict(cta_tile=(192, 64, 64), producer_registers=40), (200, 136, 200)),
+])
+def test_a_persistent_kernel_composes_with_the_other_hopper_options(layout, changes, size,
+                                                                    rng):
+    """Producer copies instead of TMA, the instruction's M along N, three consumer warp
+    groups with the producer's registers given away: walked by 1 and 3 CTAs, bitwise equal
+    to the reference."""
+    f = scheduled({**PERSISTENT, **changes}, layout=layout, epilogue=True)
+    exe = codegen.compile(f, backend="interp")
+    data = integer_inputs(rng, layout, *size, epilogue=True)
+    expected = fuserir.evaluate(matmul_fusion(layout, "f16", True), data)["out"]
+    for ctas in (1, 3):
+        out = exe.run({**data, "ctas": ctas})["out"]
+        assert np.array_equal(out.view(np.uint16), expected.view(np.uint16)), ctas
+
+
 def test_a_persistent_kernel_is_one_loop_over_tiles_and_k_tiles_in_each_role():
     """The tile loop and the K loop are coalesced: each role runs one loop of
     ceildiv(tiles, ctas) x K tiles iterations, whose stage (w % S) and phase rotate on

@@ -34,7 +34,11 @@ width (lane-aware folds in lowering.indexing.arith: `(g*q + s) / (g*m) -> (g*q) 
 Tensor cores: an ldmatrix operand cache becomes `ldmatrix.x4/.x2[.trans]` with per-lane row
 addresses, the matmul's accumulate an `mma.sync`, a tensor in the accumulator layout (the
 epilogue's cast, the accumulator's init and final copy) a loop over the 4 elements each
-lane holds; the per-lane maps are lowering.indexing.fragments', everything above them came from
+lane holds (a global output in that layout, stored from the registers, a loop over pairs:
+elements 2j and 2j + 1 sit in neighbouring columns, one 2-element access where lowering
+proves them contiguous, as for a vector copy, and vector_caps allow it; not after a
+parallel grid reduction, whose CTAs store the elements they summed one by one); the
+per-lane maps are lowering.indexing.fragments', everything above them came from
 transforms. A swizzled shared tensor's index goes through its XOR map, a padded one's
 skips its rows' padding. Index arithmetic is
 simplified with value ranges (lowering.indexing.arith). Which loops become unrolled is the next
