@@ -37,6 +37,14 @@ reaches it. The fences the async proxy needs beyond this protocol (wgmma.fence a
 accumulators are zeroed, fence.proxy.async after generic writes that TMA or wgmma read)
 are sync insertion's; the Hopper verifier proves the whole.
 
+A persistent kernel's tile loop (the top-level loop around the K loop) is coalesced with
+it first: one loop w over (tile, K tile) pairs, the stage w % S rotating on across tiles,
+the tile loop's statements before the K loop run at the first K tile (before the wait),
+those after it (the epilogue) at the last (after the release), the K tile counted in a
+register; the wgmmas overwrite their accumulator at a tile's first K tile instead of
+zeros in the loop. So the protocol keeps one run-time loop (what the verifier proves for
+every trip count) and the producer loads the next tile during this one's epilogue.
+
 It sits below the circular_buffer pass, which calls it, and above kernel IR.
 """
 
@@ -122,8 +130,8 @@ def _consume(ctx, loop, rest, bars, stages, stage, parity, head=(), tail=()):
     """The consumers' loop body: wait for tile i, compute on it, retire its wgmmas
     (wait_group 0), release its stage. (Keeping one tile's wgmmas in flight while the next
     tile's are issued measured no faster with two consumer warp groups: docs/perf.md.)
-    A coalesced tile loop's statements before its K loop (`head`: the accumulator's
-    zeros, the epilogue's loads) run before the wait, while the tile lands; those after
+    A coalesced tile loop's statements before its K loop (`head`: the epilogue's loads
+    of a tile) run before the wait, while the tile lands; those after
     it (`tail`: the epilogue) once the stage is released, so that the producer refills
     it meanwhile."""
     wgmma = any(effects.joins_group(s.effects(), "wgmma") for s in kir.walk(rest))
