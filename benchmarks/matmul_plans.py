@@ -14,10 +14,10 @@ docs/perf.md's comparisons of tiles, stages, split modes and swap_mn ran.
 
 Each plan is benchmarks/matmul.py's layout fusion (`out = cast(matmul(A, B), f16)`)
 scheduled with MatmulParams (one consumer warp group per 64 rows, the output from the
-registers unless `smem`, a parallel or atomic split interleaved), checked against the float64 product
-(benchmarks/matmul.py's tolerance) and timed as its kernels alone (cold L2, median);
-torch.matmul (cuBLAS) on the same arrays in the same process. A plan the scheduler or
-lowering refuses prints its error and the others go on.
+registers unless `smem`, a parallel or atomic split interleaved), checked against the
+float64 product (benchmarks/matmul.py's tolerance) and timed as its kernels alone (cold
+L2, median); torch.matmul (cuBLAS) on the same arrays in the same process. A plan the
+scheduler or lowering refuses prints its error and the others go on.
 """
 
 import argparse
