@@ -105,4 +105,3 @@ def register_accesses(stmt):
     found += [x.buffer for e in kir.expressions(stmt) for x in kir.walk_expr(e)
               if isinstance(x, kir.Load) and x.buffer.memory is kir.Memory.local]
     return list(dict.fromkeys(found))
-

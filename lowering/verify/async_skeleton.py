@@ -19,8 +19,8 @@ Loops, by their extent:
 Ifs, by their condition:
     skipped       neither the condition nor any statement under the if can take part in
                   the shared-memory protocol (no shared access, barrier, fence, mbarrier,
-                  TMA, wgmma or bulk statement, no store to registers a later wgmma
-                  reads): e.g. the epilogue's `if (row < M)` around global stores
+                  TMA, wgmma or bulk statement, no access of registers a later wgmma
+                  uses): e.g. the epilogue's `if (row < M)` around global stores
     per thread    a function of threadIdx and the loop variables: evaluated per thread
     block-uniform depends on blockIdx, gridDim, scalar parameters or tensor sizes only
                   (`if (blockIdx.z < gridDim.z - 1)` of a split-K turnstile): every
