@@ -630,6 +630,53 @@ def test_the_output_is_stored_from_the_registers_a_pair_of_elements_at_a_time(rn
         assert out_widths(codegen.compile(f, backend="interp").kernels[0].kir) == {1}
 
 
+def _tile_loop(kernel):
+    return next(s for s in kernel.body if isinstance(s, kir.ForLoop))
+
+
+def _k_loop(kernel):
+    return next(s for s in _tile_loop(kernel).body if isinstance(s, kir.ForLoop)
+                and any(x.effects().mbarrier is not None for x in kir.walk(s.body)))
+
+
+def _nest_the_tile_loop(kernel):
+    tile = _tile_loop(kernel)
+    kernel.body[kernel.body.index(tile)] = kir.ForLoop(
+        kir.Var("extra", tile.var.dtype), kir.Const(2, tile.var.dtype), [tile])
+
+
+def _k_tiles_of_the_tile(kernel):
+    k, tile = _k_loop(kernel), _tile_loop(kernel)
+    k.extent = kir.BinOp("add", k.extent, tile.var, tile.var.dtype)
+
+
+def _load_outside_the_k_loop(kernel):
+    load = next(s for s in kir.walk(_k_loop(kernel).body) if s.effects().mbarrier is not None)
+    _tile_loop(kernel).body.insert(0, kir.copy_stmt(load, {}))
+
+
+@pytest.mark.parametrize("change, message", [
+    (_nest_the_tile_loop, "A_cache, B_cache: a warp-specialized circular buffer rotates over "
+     "a loop of the kernel's outermost level, or over one nested directly in a top-level "
+     "loop (a persistent kernel's tile loop), not one nested deeper or in a condition"),
+    (_k_tiles_of_the_tile, "A_cache, B_cache: the K loop's extent (ceildiv(K, 64) + i0) "
+     "depends on the tile loop's i0"),
+    (_load_outside_the_k_loop, "in the tile loop around the pipeline, uses its buffers; "
+     "only the K loop may"),
+])
+def test_a_tile_loop_the_pipeline_cannot_coalesce_with_is_refused(change, message):
+    """The kernel before circular_buffer changed (lowering's instrument hook) into what the
+    coalescing refuses, by name: a K loop nested deeper, a K extent that varies with the
+    tile, the pipeline's buffers used outside the K loop."""
+    from lowering.pipeline import lower
+
+    def instrument(name, kernel, fusion):
+        if name == "predicates":
+            change(kernel)
+    with pytest.raises(ScheduleError, match=re.escape(message)):
+        lower(scheduled(PERSISTENT, layout="TT"), instrument=instrument)
+
+
 @pytest.mark.parametrize("changes, message", [
     (dict(cta_tile=(128, 128, 32), warp_tile=(64, 64, 32), instruction_tile=(16, 8, 16)),
      "persistent: only the Hopper path (a producer warp group) walks tiles"),
