@@ -10,7 +10,8 @@ docs/perf.md's comparisons of tiles, stages, split modes and swap_mn ran.
               192x136x64x3:132:parallel:r40:swap   (swap_mn: 192 rows of N x 136 of M)
               128x256x64x4:1:serial:persistent   (one CTA per SM walking the tiles)
               128x256x64x4:1:serial:persistent:c512   (512 CTAs walking them)
-              128x256x64x4:1:serial:smem   (the output staged through shared memory)
+              128x256x64x4:1:serial:smem   (the output staged through shared memory,
+                                            over the operand stages unless persistent)
 
 Each plan is benchmarks/matmul.py's layout fusion (`out = cast(matmul(A, B), f16)`)
 scheduled with MatmulParams (one consumer warp group per 64 rows, the output from the
@@ -68,7 +69,8 @@ def parse_plan(text):
                         splitk_mode=mode, splitk_interleaved=mode in ("parallel", "atomic"),
                         producer_registers=registers, swap_mn="swap" in flags,
                         persistent="persistent" in flags, use_smem_epilogue="smem" in flags,
-                        promote_prologue_smem_reuse="smem" in flags), ctas
+                        promote_prologue_smem_reuse="smem" in flags
+                        and "persistent" not in flags), ctas
 
 
 def plan_text(params, ctas=None):

@@ -187,7 +187,23 @@ def _fence_after_mbarrier_wait(kernel, stmt, rest):
     return False
 
 
+def _barrier_above_register_work(kernel, stmt, rest):
+    """A barrier moved below a statement that only reads and writes the thread's own
+    registers (a staged epilogue's copy of the accumulator, before the staging buffer's
+    writes): a barrier orders the threads' memory accesses and that statement makes none,
+    so either order leaves the same accesses on each side of the barrier."""
+    order = stmt.effects().order
+    if order is None or order.kind != "barrier" or not rest:
+        return False
+    moved = list(kir.walk(rest[:1]))
+    own = all(a.buffer.memory is kir.Memory.local for x in moved for a in x.effects().accesses)
+    loads = all(e.buffer.memory is kir.Memory.local for x in moved for root in kir.expressions(x)
+                for e in kir.walk_expr(root) if isinstance(e, kir.Load))
+    return own and loads and not any(kir.effects.synchronizes(x.effects()) for x in moved)
+
+
 HARMLESS = [("delete", _empty_group_commit),
+            ("wait-down", _barrier_above_register_work),
             ("wait-down", _mbarrier_wait_beside_wgmma_fence),
             ("fence-up", _fence_after_mbarrier_wait),
             ("delete", _mbarrier_init_fence_without_async_arrivals),

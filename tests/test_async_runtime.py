@@ -356,3 +356,88 @@ def test_a_loop_with_nothing_of_the_protocol_is_skipped_whatever_its_extent():
     rounds = next(s for s in kir.walk(kernel.body) if isinstance(s, kir.ForLoop)
                   and "splitk" in kir.format_expr(s.extent) and s not in loops)
     assert skeleton.loop(rounds).kind == "skipped"
+
+
+def _tail_kernel(leading=True, middle=True, outside=False, under=None, counter=None):
+    """128 threads: for w < n: [work]; if (w % m == m - 1) [sync]; buf[t] = w; sync;
+    y[t] = buf[127 - t] (a persistent kernel's staged epilogue, once every m iterations:
+    a condition that changes from iteration to iteration, uniform over the block in each).
+    `outside`: buf also written after the loop; `under`: one more statement in the if;
+    `counter` (an expression of threadIdx.x or 0): the condition on a register k counting
+    the iterations from it, k = (k + 1 == m) ? 0 : k + 1 at the end of each."""
+    buf = kir.Buffer("buf", F32, kir.Memory.shared, size=c(128), byte_offset=c(0))
+    y = ex.tensor("y", F32, [c(128)], is_output=True)
+    t, n, m = ex.tid(), ex.scalar("n"), ex.scalar("m")
+    w = kir.Var("w", I32)
+    last = ex.binop("eq", ex.binop("mod", w, m.var), ex.sub(m.var, c(1)))
+    tail = [*([kir.Barrier()] if leading else []), kir.Store(buf, t, c(1.0, F32)),
+            *([kir.Barrier()] if middle else []),
+            ex.store(y, [t], kir.Load(buf, ex.sub(c(127), t))), *([under] if under else [])]
+    body = [kir.Allocate(buf), kir.ForLoop(w, n.var, [kir.IfThenElse(last, tail)])]
+    if counter is not None:
+        k = kir.Buffer("k", I32, kir.Memory.local, size=c(1))
+        at, following = kir.Load(k, c(0)), ex.add(kir.Load(k, c(0)), c(1))
+        body[1].body[0].cond = ex.binop("eq", at, ex.sub(m.var, c(1)))
+        body[1].body.append(kir.Store(k, c(0), kir.Select(
+            ex.binop("eq", following, m.var), c(0), following, I32)))
+        body[1:1] = [kir.Allocate(k), kir.Store(k, c(0), counter)]
+    if outside:
+        body.append(kir.Store(buf, t, c(2.0, F32)))
+    return ex.finish(kir.Kernel("tail", [y], [n, m], body, ex.launch([c(1)], [c(128)])))
+
+
+def test_barriers_under_a_condition_that_changes_with_the_iteration_are_proved():
+    """`if (w % m == m - 1)`: uniform over the block in each iteration, taken in some:
+    proved in the runs where it is taken every time and never, its buffer its own, a
+    barrier before its first access ordering one execution after the one before."""
+    assert check_async_protocol(_tail_kernel()) == []
+    skeleton = Skeleton(_tail_kernel())
+    (key,) = skeleton.uniform
+    assert skeleton.condition(skeleton.uniform[key][1][0]).kind == "iteration-uniform"
+
+
+def test_a_register_counting_the_iterations_alike_in_every_thread_is_iteration_uniform():
+    """k = 0 before the loop, k = (k + 1 == m) ? 0 : k + 1 as its last statement: k is the
+    same in every thread of an iteration (a persistent kernel's K tile, counted without a
+    division), so barriers may run under `if (k == m - 1)`; started from threadIdx.x it
+    is not, and the kernel is refused."""
+    assert check_async_protocol(_tail_kernel(counter=c(0))) == []
+    [h] = check_async_protocol(_tail_kernel(counter=ex.tid()))
+    assert h.kind == "cannot-prove"
+    assert h.detail == ("cannot prove: condition (k[0] == (m - 1)) is neither a function of "
+                        "the thread index and the loop variables nor uniform over the "
+                        "block, and synchronization runs under it (when n = 8)")
+
+
+def test_two_executions_of_an_iteration_uniform_branch_unordered_are_found():
+    """No barrier of the branch's own between one execution's read of its buffer and the
+    next one's write: a WAR finding (from the structure, whatever the mix of
+    iterations), and sync insertion puts the barrier at the top of the branch."""
+    found = check_async_protocol(_tail_kernel(leading=False))
+    reentry = [h for h in found if "runs in some iterations and not in others" in h.detail]
+    assert [h.kind for h in reentry] == ["WAR"]
+    assert reentry[0].detail == ("the if around them runs in some iterations and not in "
+                                 "others: no barrier of its own orders one execution's "
+                                 "read of buf before the next one's")
+    assert {h.kind for h in found} == {"WAR"}
+    kernel = _tail_kernel(leading=False)
+    inserted = insert_async_syncs(kernel)
+    assert [type(s).__name__ for s in inserted] == ["Barrier"]
+    tail = kernel.body[1].body[0].then_body
+    assert isinstance(tail[0], kir.Barrier)
+    assert check_async_protocol(kernel) == []
+    assert {h.kind for h in check_async_protocol(_tail_kernel(middle=False))} == {"RAW"}
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(outside=True), "cannot prove: condition ((w % m) == (m - 1)) changes from "
+     "iteration to iteration and barriers run under it, but its shared buffer buf is also "
+     "accessed outside it (buf[threadIdx.x] = 2.0) (when n = 8)"),
+    (dict(under=kir.FenceProxyAsync()), "cannot prove: condition ((w % m) == (m - 1)) "
+     "changes from iteration to iteration, and fence.proxy.async.shared::cta runs under it "
+     "(only barriers may: the protocol's state must not depend on it) (when n = 8)"),
+])
+def test_an_iteration_uniform_branch_that_is_not_self_contained_is_refused(change, message):
+    [h] = check_async_protocol(_tail_kernel(**change))
+    assert h.kind == "cannot-prove"
+    assert h.detail == message

@@ -461,7 +461,7 @@ def test_the_plan_comparison_names_persistent_staged_and_automatic_plans():
      "unknown option 'fast' (rN, swap, persistent, cN or smem)"),
     (["TT", "8x8x8", "128x64x64x6:1:serial:c4"], "cN (the CTAs walking the tiles) needs "
      "persistent"),
-    (["TT", "8x8x8", "128x64x64x6:2:serial:persistent"], "persistent: the output is stored"),
+    (["TT", "8x8x8", "128x64x64x6:2:serial:persistent"], "persistent: K is not split"),
     (["TT", "8x8x8", "128x64x64x6:66:sideways"], "splitk_mode 'sideways': expected"),
     (["XY", "8x8x8", "128x64x64x6:66:parallel"], "invalid choice: 'XY'"),
 ])

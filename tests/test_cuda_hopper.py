@@ -323,6 +323,19 @@ def test_wgmma_helpers_fences_and_setmaxnreg_text():
         assert instr in ptx, instr
 
 
+def test_a_block_of_more_than_256_threads_bounds_its_registers():
+    """A block that cannot give each thread the 255 registers it may use is compiled under
+    __launch_bounds__(threads): ptxas keeps within the block (170 a thread for 384)
+    instead of the launch failing; at 256 threads or fewer, or a run-time block, none."""
+    kernel = tma_kernel()
+    for threads, bounded in ((384, True), (256, False)):
+        kernel.launch.block = (kir.Const(threads, I32),) + tuple(kernel.launch.block[1:])
+        source = emit_cuda(kernel)
+        assert (f"__global__ void __launch_bounds__({threads}) " in source) == bounded
+    kernel.launch.block = (kir.Var("threads", I32),) + tuple(kernel.launch.block[1:])
+    assert "__launch_bounds__" not in emit_cuda(kernel)
+
+
 def test_setmaxnreg_needs_a_constant_block():
     kernel = wgmma_kernel(16, dtype=BF16, accumulate=False)
     kernel.launch.block = (kir.Var("threads", I32),) + tuple(kernel.launch.block[1:])

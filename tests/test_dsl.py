@@ -124,6 +124,21 @@ def test_matmul_scheduler_statement_schedules_through_the_transforms():
     assert structurally_equal(splitk, again)
 
 
+def test_a_persistent_matmul_stages_its_output_without_reusing_the_operand_stages():
+    """smem_epilogue implies promote_prologue_smem_reuse, but not in a persistent kernel
+    (its operand stages hold the next tile during the epilogue); asked for, it is refused."""
+    text = DEFINITIONS + MATMUL_SCHEDULE.replace(
+        "cta_tile=[256, 128, 32], warp_tile=[64, 64, 32], stages=3, splitk=5",
+        "cta_tile=[128, 128, 64], warp_tile=[64, 128, 64], instruction_tile=[64, 128, 16], "
+        "stages=3, persistent=true")
+    out_cache = fuserir.parse(text)["splitk_nt"].tensor("out_cache")
+    assert not out_cache.reuse_shared
+    with pytest.raises(fuserir.DslError, match="persistent: the staged output cannot "
+                       "reuse the operand stages"):
+        fuserir.parse(text.replace("persistent=true",
+                                   "persistent=true, promote_prologue_smem_reuse=true"))
+
+
 def test_one_fusion_is_returned_as_is_several_as_a_dict():
     one = fuserir.parse("fusion f(x: f32[N]) { y = exp(x) output y }")
     assert isinstance(one, Fusion) and one.name == "f"

@@ -446,9 +446,10 @@ def test_the_producer_gives_its_registers_to_the_consumers(rng):
 
 def test_a_128x192_split_k_tile_fits_its_block_only_with_the_register_split():
     """ptxas (NVRTC, no GPU): the parallel split-K kernel of 128x192 tiles needs 205
-    registers a thread, more than 384 threads can have (170); with the producer's
-    registers given to the consumers it compiles within the bound, without spills, and
-    the accumulator stays live through the sum: each CTA stores what it sums."""
+    registers a thread, more than 384 threads can have (170): under its launch bound it
+    spills; with the producer's registers given to the consumers it compiles within the
+    bound, without spills, and the accumulator stays live through the sum: each CTA
+    stores what it sums."""
     from codegen import nvrtc
     split_k = dict(REGISTER_SPLIT, stages=5, splitk_factor=66, splitk_mode="parallel",
                    splitk_interleaved=True)
@@ -456,8 +457,8 @@ def test_a_128x192_split_k_tile_fits_its_block_only_with_the_register_split():
         kernel = codegen.compile(scheduled(dict(split_k, producer_registers=registers)),
                                  backend="cuda").kernels[0]
         info = nvrtc.ptxas_info(kernel.source, kernel.name, arch="sm_90a")
-        assert (info["registers"] * 384 <= 65536) == fits, info["registers"]
-        assert info["spill_stores"] == 0
+        assert info["registers"] * 384 <= 65536, info["registers"]
+        assert (info["spill_stores"] == 0) == fits, info["spill_stores"]
         assert ("each summing and storing a run" in kernel.source) == fits
         if fits:     # the round's sum written back by a select of one picked value per
             # element (a pick inside each select compiled to branches: docs/perf.md)
@@ -578,6 +579,30 @@ def test_a_persistent_kernel_composes_with_the_other_hopper_options(layout, chan
         assert np.array_equal(out.view(np.uint16), expected.view(np.uint16)), ctas
 
 
+@pytest.mark.parametrize("layout", ["TT", "NT", "TN"])
+def test_a_persistent_kernel_stages_its_output_through_shared_memory_of_its_own(layout,
+                                                                                rng):
+    """use_smem_epilogue: each tile's output goes through a staging buffer of its own (the
+    operand stages are loading the next tile), under the last K tile's condition with
+    the consumers' barriers; walked by 1, 5 and 20 CTAs, bitwise equal to the reference
+    with a fused bias and relu."""
+    f = scheduled(dict(PERSISTENT, use_smem_epilogue=True), layout=layout, epilogue=True)
+    exe = codegen.compile(f, backend="interp")
+    kernel = exe.kernels[0].kir
+    (tail,) = [s for s in kir.walk(kernel.body) if isinstance(s, kir.IfThenElse)
+               and any(isinstance(x, kir.NamedBarrier) for x in s.then_body)]
+    kinds = [type(x).__name__ for x in tail.then_body]
+    staged = [i for i, x in enumerate(tail.then_body) if any(
+        a.buffer.memory is kir.Memory.shared for y in kir.walk([x])
+        for a in y.effects().accesses)]
+    assert kinds.index("NamedBarrier") < staged[0]     # one tile's output after another's
+    data = integer_inputs(rng, layout, 136, 200, 64 * 3 + 8, epilogue=True)
+    expected = fuserir.evaluate(matmul_fusion(layout, "f16", True), data)["out"]
+    for ctas in (1, 5, 20):
+        out = exe.run({**data, "ctas": ctas})["out"]
+        assert np.array_equal(out.view(np.uint16), expected.view(np.uint16)), ctas
+
+
 def test_a_persistent_kernel_is_one_loop_over_tiles_and_k_tiles_in_each_role():
     """The tile loop and the K loop are coalesced: each role runs one loop of
     ceildiv(tiles, ctas) x K tiles iterations, whose stage (w % S) and phase rotate on
@@ -680,9 +705,10 @@ def test_a_tile_loop_the_pipeline_cannot_coalesce_with_is_refused(change, messag
 @pytest.mark.parametrize("changes, message", [
     (dict(cta_tile=(128, 128, 32), warp_tile=(64, 64, 32), instruction_tile=(16, 8, 16)),
      "persistent: only the Hopper path (a producer warp group) walks tiles"),
-    (dict(use_smem_epilogue=True), "persistent: the output is stored from the registers "
-     "(no use_smem_epilogue) and K is not split (splitk_factor 1)"),
-    (dict(splitk_factor=2), "persistent: the output is stored from the registers"),
+    (dict(use_smem_epilogue=True, promote_prologue_smem_reuse=True), "persistent: the "
+     "staged output cannot reuse the operand stages (promote_prologue_smem_reuse): the "
+     "producer loads the next tile into them during this one's epilogue"),
+    (dict(splitk_factor=2), "persistent: K is not split (splitk_factor 1)"),
     (dict(persistent="yes"), "persistent must be true or false, got 'yes'"),
 ])
 def test_persistent_errors(changes, message):
@@ -753,6 +779,9 @@ GPU_CASES = {
         dict(HOPPER, cta_tile=(128, 256, 64), warp_tile=(64, 256, 64),
              instruction_tile=(64, 256, 16), persistent=True), "TT", "f16", False,
         (264, 520, 64 * 9), {"ctas": 3}),
+    "NT persistent staged output bias relu, 5 CTAs walking 12 tiles": (
+        dict(PERSISTENT, use_smem_epilogue=True), "NT", "f16", True,
+        (136, 200, 64 * 3 + 8), {"ctas": 5}),
 }
 
 

@@ -27,6 +27,10 @@ CONFIGS = {
     # 4 tiles of 64x64 walked by 3 CTAs: 2 tiles (one of them past the end) a CTA
     "TT, persistent, bias relu": (lambda: hopper.scheduled(
         dict(hopper.PERSISTENT), layout="TT", epilogue=True), 64 * 3, 64, 128, {"ctas": 3}),
+    # the same, the output staged through shared memory under the last K tile's condition
+    "TN, persistent, staged output": (lambda: hopper.scheduled(
+        dict(hopper.PERSISTENT, use_smem_epilogue=True), layout="TN"), 64 * 3, 64, 128,
+        {"ctas": 3}),
 }
 
 

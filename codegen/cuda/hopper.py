@@ -34,6 +34,7 @@ from .names import _HALF, _INT
 
 # statements whose shared-memory addresses are swizzled by pool offset
 _SWIZZLED = (kir.Wgmma, kir.TmaLoad, kir.TmaStore)
+UNBOUNDED_THREADS = 256    # 65536 registers / 256 threads: the 255 a thread may use, fit
 
 
 class HopperEmitter:
@@ -55,18 +56,26 @@ class HopperEmitter:
 
     def launch_bounds(self):
         """`__launch_bounds__(threads, 1) ` where the kernel reallocates registers
-        (setmaxnreg is ignored without it: ptxas C7508), else "". The block must be a
-        constant size then."""
-        if not any(isinstance(s, kir.SetMaxNReg) for s in kir.walk(self.kernel.body)):
-            return ""
+        (setmaxnreg is ignored without it: ptxas C7508; the block must be a constant size
+        then); `__launch_bounds__(threads) ` where a constant block has more than
+        UNBOUNDED_THREADS threads, so that ptxas keeps each thread's registers within what
+        the block can have (65536 / threads: 170 for 384) instead of the launch failing
+        (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES); else "" (a block of at most 256 threads
+        can always have the 255 registers a thread may use)."""
+        reallocates = any(isinstance(s, kir.SetMaxNReg) for s in kir.walk(self.kernel.body))
         block = self.kernel.launch.block if self.kernel.launch else None
-        if not block or not all(isinstance(e, kir.Const) for e in block):
+        constant = bool(block) and all(isinstance(e, kir.Const) for e in block)
+        if reallocates and not constant:
             raise self.error("a kernel that issues setmaxnreg needs a constant block size "
                              "(its __launch_bounds__)")
+        if not constant:
+            return ""
         threads = 1
         for e in block:
             threads *= int(e.value)
-        return f"__launch_bounds__({threads}, 1) "
+        if reallocates:
+            return f"__launch_bounds__({threads}, 1) "
+        return f"__launch_bounds__({threads}) " if threads > UNBOUNDED_THREADS else ""
 
     def tensor_map_params(self):
         """(declaration, comment) of each of kernel.tensor_maps, checked."""

@@ -226,6 +226,16 @@ FILLED_PARALLEL_TILE, FILLED_PRODUCER_REGISTERS = (128, 192), 40
 # ... in 4 stages, not the 5 that fit (H100, 136x184x175704: 66.1-67.9 us against
 # 67.6-68.9 in TT, TN and NT; docs/perf.md)
 FILLED_STAGES = 4
+# The output from the registers (a pair of elements a store) where K is at most this, else
+# staged through shared memory (H100, TN, 128x256 tiles, us staged / registers: 4096^3
+# 218.2 / 213.2, 3072^3 128.1 / 119.2, 8192x3072x768 116.9 / 106.3; but 6144^3 706.6 /
+# 763.8, 8192^3 1824.6 / 1865.8: docs/perf.md)
+REGISTER_OUTPUT_MAX_K = 4096
+# A persistent kernel (one CTA per SM walking the tiles) where K is at most this and the
+# 128x256 tiles make at least this many waves (H100, TN, us: 8192x3072x768 106.3 -> 98.2,
+# 8192x2048x2048 130.2 -> 122.5; with longer K it lost, 4096^3 213.2 -> 226.1,
+# 4096x14336x4096 744.1 -> 886.6: docs/perf.md)
+PERSISTENT_MAX_K, PERSISTENT_MIN_WAVES = 2048, 2
 
 
 def _fills(size, tile):
@@ -281,8 +291,12 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       an operand whose stored rows are one element long (a decode matmul's M = 1 with
       A stored K x M) is contiguous along K: staged along K, read by TMA;
     * CTA tile 128x256 (two consumer warp groups of 64x256) when those tiles give every
-      SM one, else 128x128 (two of 64x128); K tile 64; 4 stages; the output staged
-      through shared memory over the operand stages where it fits; for M of at most 64
+      SM one, else 128x128 (two of 64x128); K tile 64; 4 stages; the output stored from
+      the registers where K is at most REGISTER_OUTPUT_MAX_K, else staged through shared
+      memory over the operand stages where it fits; persistent (one CTA per SM walking
+      the tiles) where the 128x256 tiles make PERSISTENT_MIN_WAVES waves or more and K is
+      at most PERSISTENT_MAX_K (a short K loop, whose pipeline fill and epilogue the
+      walk overlaps with the next tile's loads, as measured); for M of at most 64
       (a decode step) 64x64 tiles in one consumer warp group, 8 stages (the 128-row tile
       spent half its tensor-core time on absent rows: 41.8 -> 25.5 us at 16x4096x4096 on
       the H100, docs/perf.md);
@@ -395,17 +409,23 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     # split-K's tile, written by one CTA: at 128x128x262144 on the H100 the plan took
     # 70.4 us staged through shared memory, 68.3 us from the registers, docs/perf.md)
     grid_split = mode in ("parallel", "atomic")
-    smem_epilogue = not narrow and not grid_split and \
+    smem_epilogue = not narrow and not grid_split and k > REGISTER_OUTPUT_MAX_K and \
         tm * tn * out_itemsize <= stages * stage_bytes
     why(f"{stages} stages of {stage_bytes} bytes within {limit} bytes of shared memory; "
-        + ("the output staged through shared memory over the operand stages (8-11% "
-           "faster than from registers at 4096^3 and 1024x2048x4096: docs/perf.md)"
+        + ("the output staged through shared memory over the operand stages (K over "
+           f"{REGISTER_OUTPUT_MAX_K}: faster than from the registers there, docs/perf.md)"
            if smem_epilogue else "the output stored from the accumulator registers"))
+    persistent = wide and splitk == 1 and k <= PERSISTENT_MAX_K and \
+        tiles >= PERSISTENT_MIN_WAVES * sms
+    if persistent:
+        why(f"persistent: {sms} CTAs walk the {tiles} tiles (K of at most "
+            f"{PERSISTENT_MAX_K}, {PERSISTENT_MIN_WAVES} waves or more: the producer loads "
+            "the next tile while the consumers store this one)")
     return MatmulParams(cta_tile=(tm, tn, tk), warp_tile=(64, tn, tk),
                         instruction_tile=WGMMA.shape(tn), stages=stages,
                         splitk_factor=splitk, splitk_mode=mode,
                         splitk_interleaved=mode in ("parallel", "atomic"),
-                        use_smem_epilogue=smem_epilogue,
+                        use_smem_epilogue=smem_epilogue, persistent=persistent,
                         promote_prologue_smem_reuse=smem_epilogue,
                         async_gmem_load_operands=tma if tma or not any(readable)
                         else readable,

@@ -53,7 +53,8 @@ class MatmulParams:
     # the Hopper path: a persistent kernel. Its grid is `ctas` CTAs (a run-time scalar,
     # by default the device's SMs) that walk the output tiles, tile t of CTA b being
     # b + t ctas, in one loop over (tile, K tile) pairs: the producer loads the next
-    # tile's stages while the consumers run this tile's epilogue
+    # tile's stages while the consumers run this tile's epilogue (staged through shared
+    # memory of its own with use_smem_epilogue)
     persistent: bool = False
 
     def __post_init__(self):
@@ -142,9 +143,12 @@ class MatmulParams:
             bad(f"persistent must be true or false, got {self.persistent!r}")
         if self.persistent and not self.hopper:
             bad("persistent: only the Hopper path (a producer warp group) walks tiles")
-        if self.persistent and (self.use_smem_epilogue or self.splitk_factor != 1):
-            bad("persistent: the output is stored from the registers (no "
-                "use_smem_epilogue) and K is not split (splitk_factor 1)")
+        if self.persistent and self.splitk_factor != 1:
+            bad("persistent: K is not split (splitk_factor 1)")
+        if self.persistent and self.promote_prologue_smem_reuse:
+            bad("persistent: the staged output cannot reuse the operand stages "
+                "(promote_prologue_smem_reuse): the producer loads the next tile into "
+                "them during this one's epilogue")
         if self.swap_mn and (self.use_smem_epilogue or self.splitk_mode == "two_kernel"):
             bad("swap_mn: the output is stored from the registers (no use_smem_epilogue) "
                 "and split-K, if any, is serial, parallel or atomic (not two_kernel)")
@@ -176,7 +180,7 @@ SHORT_KEYS = {"splitk": "splitk_factor", "smem_epilogue": "use_smem_epilogue"}
 def params_from_keys(keys, error):
     """MatmulParams from the DSL's `matmul(key=value, ...)`. `error(key, message)` makes
     the exception to raise for a bad key. smem_epilogue=true implies
-    promote_prologue_smem_reuse=true unless that is given."""
+    promote_prologue_smem_reuse=true unless that is given or the kernel is persistent."""
     names = [f.name for f in fields(MatmulParams)]
     values, spelled = {}, {}
     for key, value in keys.items():
@@ -188,7 +192,8 @@ def params_from_keys(keys, error):
             raise error(key, f"matmul: '{spelled[field_name]}' and '{key}' name the same "
                         "parameter")
         values[field_name], spelled[field_name] = value, key
-    if values.get("use_smem_epilogue") and "promote_prologue_smem_reuse" not in values:
+    if values.get("use_smem_epilogue") and "promote_prologue_smem_reuse" not in values \
+            and not values.get("persistent"):
         values["promote_prologue_smem_reuse"] = True
     try:
         return MatmulParams(**values)

@@ -181,6 +181,12 @@ class Stmt:
         where the instruction has no such form."""
         return False
 
+    def element_store(self):
+        """(buffer, index, value) where the statement stores one element computed by its
+        own expression (buffer[index] = value), else None: what an analysis of a
+        register's values reads (lowering.verify.async_skeleton's iteration counters)."""
+        return None
+
 
 @dataclass(eq=False)
 class Allocate(Stmt):
@@ -226,6 +232,9 @@ class Store(Stmt):
 
     def stores_zeros(self):
         return isinstance(self.value, Const) and self.value.value == 0
+
+    def element_store(self):
+        return (self.buffer, self.index, self.value) if self.width == 1 else None
 
     def line(self):
         vector = f" x{self.width}" if self.width > 1 else ""

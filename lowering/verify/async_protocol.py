@@ -63,6 +63,7 @@ import numpy as np
 from .. import kir
 from .async_order import Ordering, point
 from .async_runtime import check_every_case
+from .accesses import shared_accesses
 from .async_skeleton import Skeleton
 from .async_trace import Refusal
 from ..errors import Hazard, HazardError
@@ -120,9 +121,27 @@ def check_async_protocol(kernel, known=None, memo=None, every=True):
 def _verdict(kernel, known, every):
     known = {} if known is None else known       # shared by every unrolling checked
     try:
-        return check_every_case(kernel, Skeleton(kernel), known, _check, every)
+        skeleton = Skeleton(kernel)
+        return _reentries(skeleton) + check_every_case(kernel, skeleton, known, _check,
+                                                       every)
     except Refusal as r:
         return [Hazard("cannot-prove", "-", point(r.stmt), point(r.stmt), detail=r.why)]
+
+
+def _reentries(skeleton):
+    """A finding for each iteration-uniform if whose own buffers two of its executions
+    could touch unordered (async_skeleton's condition (c)): the branch's last access of
+    them, then its first, in the next execution."""
+    found = []
+    for last, first, buffer in skeleton.reentries():
+        earlier = any(a.is_write for a in shared_accesses(last) if a.buffer is buffer)
+        later = any(a.is_write for a in shared_accesses(first) if a.buffer is buffer)
+        kind = ("WAW" if later else "RAW") if earlier else "WAR"
+        found.append(Hazard(kind, buffer.name, point(last), point(first), detail=(
+            f"the if around them runs in some iterations and not in others: no barrier of "
+            f"its own orders one execution's {'write' if earlier else 'read'} of "
+            f"{buffer.name} before the next one's")))
+    return found
 
 
 def verify_async_protocol(kernel, memo=None):

@@ -22,14 +22,19 @@ The rules, one per kind of finding (first: the earlier statement, second: the la
     RAW, WAR, WAW      between threads of the one warp group (or block) that runs the
                        innermost list holding both: bar.sync on a fresh id for the threads
                        of that list (__syncthreads if they are the block) before the later
-                       statement's ancestor there; threads are counted by linear id
+                       statement's ancestor there, or at the top of the list where that
+                       ancestor comes first in it (a conflict carried by a loop around the
+                       list, one execution's access before the next one's: what precedes
+                       the access, as an epilogue's register copy, then follows the
+                       barrier, next to its use); threads are counted by linear id
                        (x + bx * (y + by * z)), in every unrolling of the kernel's
                        run-time loops and block-uniform ifs
 Refused (HazardError listing the findings): a deadlock, a wrong parity or an expect_tx
 that does not match (the protocol itself is wrong); a TMA load's bytes touched before its
 phase is waited for, and a stage handed between roles before its reads retired (only the
 pipeline's own mbarrier protocol orders those: a barrier across roles would deadlock);
-conflicts whose statements share only a loop around both (loop-carried across roles);
+conflicts whose statements have one ancestor in the innermost list holding both (a
+loop-carried conflict across roles, or within one statement);
 anything the verifier cannot prove.
 
 Placements are made a round at a time (a later round sees the earlier ones); at the end
@@ -241,14 +246,17 @@ class _Placer:
 
     def barrier(self, h, first, second):
         stmts, (a, b) = self.common(first, second)
-        if a >= b:
-            return None                       # only a loop around both: carried, refuse
+        if a == b:
+            return None             # one ancestor holds both: nowhere between them here
         mask = self.threads(*stmts)
         sides = self.threads(first) | self.threads(second)
         if mask & sides != sides:
             return None
         count = bin(mask).count("1")
         reason = self.reason(h, first, second)
+        if a > b:     # carried by a loop around the list: at its top, so that what comes
+            b = 0     # before the later access (a staged epilogue's register copy) runs
+                      # after the barrier, next to its use, not held in registers across
         if count == self.threads_in_block():
             return stmts, b, kir.Barrier(reasons=[reason])
         if count % 32:

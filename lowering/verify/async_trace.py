@@ -9,8 +9,8 @@ says how each loop and if is walked: a constant extent is evaluated given the en
 loop variables; a run-time loop runs the trip count the caller chose for its extent
 (`trips`), its variable bound to an Iteration; a condition is evaluated for each
 executing thread (threadIdx.x, .y and .z bound), so `if threadIdx.y == 2` splits warp
-groups and `if threadIdx.x == 0` elects a thread; a block-uniform one takes the outcome
-the caller chose (`outcomes`); an if that cannot touch the protocol is skipped. Anything
+groups and `if threadIdx.x == 0` elects a thread; a block-uniform or iteration-uniform
+one takes the outcome the caller chose (`outcomes`); an if that cannot touch the protocol is skipped. Anything
 else is refused (Refusal), and so is cp.async (lowering.verify.hazards' domain).
 
 Run-time loops. Inside one, every value the protocol is computed from (mbarrier indices,
@@ -386,7 +386,7 @@ class Trace:
 
     def _taken(self, s, mask, env, how):
         """The threads of `mask` for which the condition of `s` holds."""
-        if how.kind == "block-uniform":
+        if how.kind in ("block-uniform", "iteration-uniform"):
             return mask if self.outcomes[how.key] else 0
         self._check_periodic(s.cond, env, s, "condition", settling=True)
         key = ("taken", id(s.cond), mask, _env_key(env))
