@@ -10,8 +10,9 @@ loop variables; a run-time loop runs the trip count the caller chose for its ext
 (`trips`), its variable bound to an Iteration; a condition is evaluated for each
 executing thread (threadIdx.x, .y and .z bound), so `if threadIdx.y == 2` splits warp
 groups and `if threadIdx.x == 0` elects a thread; a block-uniform or iteration-uniform
-one takes the outcome the caller chose (`outcomes`); an if that cannot touch the protocol is skipped. Anything
-else is refused (Refusal), and so is cp.async (lowering.verify.hazards' domain).
+one takes the outcome the caller chose (`outcomes`); an if that cannot touch the
+protocol is skipped. Anything else is refused (Refusal), and so is cp.async
+(lowering.verify.hazards' domain).
 
 Run-time loops. Inside one, every value the protocol is computed from (mbarrier indices,
 parities, counts, conditions, byte indices) must be periodic in the loop's variable
