@@ -215,22 +215,16 @@ class Skeleton:
         for s in ifs:
             then = {id(x) for x in kir.walk(s.then_body)}
             mine = {a.buffer for x in kir.walk(s.then_body) for a in shared_accesses(x)}
-            for x in kir.walk(body):
-                if id(x) in then:
-                    continue
-                for a in shared_accesses(x):
-                    if a.buffer in mine:
-                        self._refuse(s, (
-                            f"cannot prove: condition {kir.format_expr(s.cond)} changes "
-                            f"from iteration to iteration and barriers run under it, but "
-                            f"its shared buffer {a.buffer.name} is also accessed outside "
-                            f"it ({kir.format_stmt(x)})"))
-                        break
-                else:
-                    continue
-                break
-            else:
+            outside = next(((x, a.buffer) for x in kir.walk(body) if id(x) not in then
+                            for a in shared_accesses(x) if a.buffer in mine), None)
+            if outside is None:
                 self.own[id(s)] = mine
+                continue
+            x, buffer = outside
+            self._refuse(s, f"cannot prove: condition {kir.format_expr(s.cond)} changes "
+                            f"from iteration to iteration and barriers run under it, but "
+                            f"its shared buffer {buffer.name} is also accessed outside it "
+                            f"({kir.format_stmt(x)})")
 
     def _refuse(self, s, why):
         key = self.condition(s).key
