@@ -22,6 +22,7 @@ from codegen.errors import HazardError, RaceError
 from codegen.interp import InterpError
 from fuserir.errors import ScheduleError
 from fuserir.scheduler import MatmulParams, schedule_matmul
+from fuserir.scheduler.matmul import matmul_heuristic
 from lowering import kir
 
 OPERANDS = {"TT": ("[M, K]", "[K, N]"), "TN": ("[M, K]", "[N, K]"),
@@ -155,6 +156,28 @@ def test_split_k_modes_epilogues_and_tiles(changes, rng):
     for splitk in sorted({1, changes.get("splitk_factor", 1)}):
         out = exe.run({**data, "splitk": splitk})["out"]
         assert np.array_equal(out, reference("TN", data).astype(np.float16))
+
+
+@pytest.mark.parametrize("layout, planned_at, run_at, splits", [
+    ("TN", (16, 4096, 4096), (12, 136, 128 * 3 + 8), (1, 2)),     # swapped, 64 x 16 x 128
+    ("TT", (1, 4096, 4096), (1, 72, 128 * 2), (1,)),               # swapped, 64 x 8 x 128
+    ("TT", (16, 256, 16384), (12, 136, 64 * 6), (3,)),             # swapped, parallel
+    ("TN", (128, 24, 65536), (136, 20, 64 * 5), (2,)),             # 128 x 24, parallel
+])
+def test_the_heuristics_tiles_fitted_to_a_small_side_equal_float64(layout, planned_at, run_at,
+                                                                    splits, rng):
+    """The heuristic's plans with tiles as narrow as a small M or N (one kernel serves
+    every size of its class), run at smaller sizes with ragged tiles: bitwise equal to the
+    float64 product of integer operands, without a hazard."""
+    params = matmul_heuristic(*planned_at, layout=layout)
+    assert params.cta_tile[1] < 64
+    f = matmul_fusion(layout)
+    schedule_matmul(f, params)
+    exe = codegen.compile(f, backend="interp")
+    data = integer_inputs(rng, layout, *run_at)
+    for splitk in splits:
+        out = exe.run({**data, "splitk": splitk})["out"]
+        assert np.array_equal(out, reference(layout, data).astype(np.float16)), splitk
 
 
 def test_a_dropped_fence_in_the_warp_specialized_turnstile_is_a_cross_cta_race(rng):

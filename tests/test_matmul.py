@@ -513,15 +513,54 @@ def test_hopper_heuristic_copies_rows_of_an_odd_number_of_elements():
     ((32, 2048, 4096), 32, 4, 8),       # 32 tiles x 4 serial splits
 ])
 def test_hopper_heuristic_gives_a_decode_step_64_row_tiles(size, tiles, splitk, stages):
-    """M of at most 64: one consumer warp group of 64 rows, not two of which most rows are
-    absent; the output stored from the registers."""
+    """M of at most 64 with A stored K x M (no tile narrower along M can read it): one
+    consumer warp group of 64 rows, not two of which most rows are absent; the output
+    stored from the registers."""
     reasons = []
-    p = matmul_heuristic(*size, layout="TT", reasons=reasons)
+    p = matmul_heuristic(*size, layout="NT", reasons=reasons)
     assert (p.cta_tile, p.warp_tile, p.splitk_factor, p.splitk_mode, p.stages) == \
         ((64, 64, 64), (64, 64, 64), splitk, "serial", stages)
     assert p.warps == 1 and not p.use_smem_epilogue
-    assert f"CTA tile 64x64x64 in 1 consumer warp group of 64x64, {tiles} tiles of 64x64 " \
-           "(M of at most 64" in reasons[0]
+    assert any(f"CTA tile 64x64x64 in 1 consumer warp group of 64x64, {tiles} tiles of "
+               "64x64 (M of at most 64" in r for r in reasons)
+
+
+@pytest.mark.parametrize("layout, size, plan", [
+    # a decode step: N along the tiles' rows, M along the instruction's N (swap_mn)
+    ("TN", (16, 4096, 4096), ((64, 16, 128), 1, "serial", 6, True)),
+    ("TT", (1, 4096, 4096), ((64, 8, 128), 1, "serial", 6, True)),
+    ("TN", (16, 4096, 14336), ((64, 16, 128), 2, "serial", 6, True)),   # K long: 2 splits
+    ("TN", (32, 14336, 4096), ((64, 32, 128), 1, "serial", 4, True)),   # two CTAs an SM
+    # skinny outputs: the parallel split-K on tiles as narrow as the small side
+    ("TN", (16, 16, 16384), ((64, 16, 64), 16, "parallel", 8, False)),  # N on a tie
+    ("TT", (16, 256, 16384), ((64, 16, 64), 16, "parallel", 8, True)),
+    ("NN", (256, 16, 16384), ((128, 16, 64), 64, "parallel", 6, False)),
+    ("TN", (128, 24, 65536), ((128, 24, 64), 132, "parallel", 6, False)),
+    # the small side's operand stored with it contiguous: 64 wide
+    ("NN", (16, 256, 16384), ((64, 64, 64), 16, "parallel", 8, False)),
+    ("TT", (256, 16, 16384), ((128, 64, 64), 64, "parallel", 6, False)),
+    ("NT", (16, 16, 16384), ((64, 64, 64), 16, "parallel", 8, False)),
+    # M of 33-64 (64x8192x4096: no faster swapped, docs/perf.md)
+    ("TN", (64, 4096, 4096), ((64, 64, 64), 1, "serial", 8, False)),
+])
+def test_hopper_heuristic_fits_the_tiles_to_a_small_side_stored_along_k(layout, size, plan):
+    """M or N of at most 32 whose operand is stored with K contiguous: tiles that narrow
+    along it (the instruction's N a multiple of 8), M along the instruction's N where M is
+    the small side (swap_mn); the decode step's K tile 128 in 6 stages."""
+    reasons = []
+    p = matmul_heuristic(*size, layout=layout, reasons=reasons)
+    assert (p.cta_tile, p.splitk_factor, p.splitk_mode, p.stages, p.swap_mn) == plan
+    assert p.instruction_tile == (64, plan[0][1], 16) and not p.use_smem_epilogue
+    fitted = [r for r in reasons if "its operand stored with K contiguous" in r]
+    if plan[0][1] < 64:
+        side = "M" if plan[4] else "N"
+        small = size[0] if plan[4] else size[1]
+        assert fitted == [f"{side} = {small}, its operand stored with K contiguous: tiles "
+                          f"{plan[0][1]} wide along {side} (the instruction's N)"
+                          + (", N along the tiles' rows and the instruction's M (swap_mn)"
+                             if plan[4] else "")]
+    else:
+        assert fitted == []
 
 
 @pytest.mark.parametrize("layout", ["NT", "NN"])

@@ -236,6 +236,16 @@ REGISTER_OUTPUT_MAX_K = 4096
 # 8192x2048x2048 130.2 -> 122.5; with longer K it lost, 4096^3 213.2 -> 226.1,
 # 4096x14336x4096 744.1 -> 886.6: docs/perf.md)
 PERSISTENT_MAX_K, PERSISTENT_MIN_WAVES = 2048, 2
+# M or N at most this, its operand stored with K contiguous (A [M, K], B [N, K]): tiles of
+# that side as narrow as the instruction allows (its N: a multiple of 8), the other side
+# along the instruction's M (swap_mn where the small side is M). H100, TN, us: 16x16x16384
+# 64x64 tiles 14.4, 64x16 10.6 (16 parallel splits); 16x4096x4096 64x64 24.0, 64 of N x 16
+# of M 21.2; 16x4096x14336 64x64 65.6, swapped 55.5 (2 serial splits); docs/perf.md
+FITTED_MAX = 32
+# ... the decode step's swapped tiles: K tile 128 (two boxes a row), 6 stages (21.2 us at
+# 16x4096x4096 against 22.5 with K tile 64 in 8), and 2 serial splits where they still fit
+# two CTAs per SM and K is at least this
+FITTED_K_TILE, FITTED_STAGES, FITTED_SPLIT_MIN_K = 128, 6, 8192
 
 
 def _fills(size, tile):
@@ -277,6 +287,21 @@ def _tma_readable(m, n, k, layout, itemsize=2):
             along[1] or tma_stride_ok(b_row * itemsize))
 
 
+def _fitted_side(m, n, layout):
+    """"M", "N" or None: the side of at most FITTED_MAX whose operand is stored with K
+    contiguous, so that its tiles may be that narrow (a TMA box of few rows of 128 bytes;
+    an operand with its small side contiguous would need boxes narrower than the
+    swizzle's rows); the smaller side where both are, N on a tie."""
+    sides = [(n, "N")] if n <= FITTED_MAX and layout[1] == "N" else []
+    sides += [(m, "M")] if m <= FITTED_MAX and layout[0] == "T" else []
+    return min(sides, key=lambda side: (side[0], side[1] == "M"))[1] if sides else None
+
+
+def _instruction_n(size):
+    """The narrowest instruction N (a multiple of 8) that covers `size`."""
+    return max(8, ceil_div(size, 8) * 8)
+
+
 def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     """The Hopper path's MatmulParams (wgmma, a producer warp group loading the tiles by
     TMA, or element-wise where the rows allow nothing wider), or None where the mma.sync
@@ -300,6 +325,11 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       (a decode step) 64x64 tiles in one consumer warp group, 8 stages (the 128-row tile
       spent half its tensor-core time on absent rows: 41.8 -> 25.5 us at 16x4096x4096 on
       the H100, docs/perf.md);
+    * for M or N of at most FITTED_MAX whose operand is stored with K contiguous, tiles
+      that narrow along it (the instruction's N, a multiple of 8), N along the rows and
+      swap_mn where the small side is M; a decode step so swapped takes K tiles of 128
+      in 6 stages, split in two serially where K is at least 8192 and two CTAs still fit
+      an SM each;
     * serial split-K where the tiles fill at most half the SMs: as many splits as fill
       them, at most 8;
     * where that would chain more than 8 serial splits (a skinny output and a long K:
@@ -348,9 +378,14 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
                                  if any(readable) else ""))
     tk = HOPPER_K_TILE
     narrow = m <= NARROW_ROWS
+    fitted = _fitted_side(m, n, layout) if tma and not any(along) else None
+    swap = fitted == "M" and narrow
     wide = not narrow and ceil_div(m, 128) * ceil_div(n, 256) >= sms
     tm, tn = (64, 64) if narrow else (128, 256) if wide else (128, 128)
-    tiles = ceil_div(m, tm) * ceil_div(n, tn)
+    if narrow and fitted is not None:      # the tile's columns fitted to the small side
+        tn = _instruction_n(m if swap else n)
+    rows, columns = (n, m) if swap else (m, n)     # along the tile's rows, its columns
+    tiles = ceil_div(rows, tm) * ceil_div(columns, tn)
     k_tiles = ceil_div(k, tk)
     splitk, mode, most = 1, "serial", NARROW_STAGES if narrow else HOPPER_STAGES
     producer = None
@@ -360,19 +395,25 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     if fill * tiles <= sms:
         splitk = max(1, min(sms // tiles, k_tiles // 4))
         if splitk > TWO_KERNEL_SPLITS:
-            if not narrow:     # the tiling that streams the fewest operand bytes
+            if narrow:
+                tn = tn if fitted is not None else 64
+            elif fitted == "N":
+                tn = _instruction_n(n)
+            else:              # the tiling that streams the fewest operand bytes
                 tm, tn = min(PARALLEL_TILES, key=lambda t: _streamed_bytes(m, n, k, t))
                 if _fills(n, FILLED_PARALLEL_TILE[1]) and _streamed_bytes(
                         m, n, k, FILLED_PARALLEL_TILE) < _streamed_bytes(m, n, k, (tm, tn)):
                     (tm, tn), producer = FILLED_PARALLEL_TILE, FILLED_PRODUCER_REGISTERS
-            else:
-                tn = 64
-            tiles = ceil_div(m, tm) * ceil_div(n, tn)
+            tiles = ceil_div(rows, tm) * ceil_div(columns, tn)
             fewest = NARROW_K_TILES if narrow else PARALLEL_K_TILES
             splitk = max(1, min(sms // tiles, k_tiles // fewest))
             mode = "parallel" if device.deterministic else "atomic"
             most = NARROW_STAGES if narrow else \
                 FILLED_STAGES if producer is not None else PARALLEL_STAGES
+    elif swap:             # a decode step: longer K tiles; split in two where K is long
+        tk, most = FITTED_K_TILE, FITTED_STAGES
+        k_tiles = ceil_div(k, tk)
+        splitk = 2 if 2 * tiles <= sms and k >= FITTED_SPLIT_MIN_K else 1
     groups = tm // WGMMA.m
     stage_bytes = (tm + tn) * tk * 2
     # narrow tiles past one per SM: as many stages as let two CTAs share an SM (one wave)
@@ -390,6 +431,10 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
            "half the tensor-core work of 128-row tiles on rows that are not there)"
            if narrow else
            f"{tiles} tiles of {tm}x{tn} (tiles of 128x256 would leave SMs idle)"))
+    if fitted is not None and tn < 64:
+        why(f"{fitted} = {m if fitted == 'M' else n}, its operand stored with K contiguous: "
+            f"tiles {tn} wide along {fitted} (the instruction's N)"
+            + (", N along the tiles' rows and the instruction's M (swap_mn)" if swap else ""))
     why(f"split-K {splitk} ({mode}): " + (
         f"the tiles fill more than {'a quarter' if narrow else 'half'} of the SMs"
         if splitk == 1 else f"{tiles} tiles x {splitk} splits, {k_tiles // splitk} K "
@@ -429,7 +474,8 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
                         promote_prologue_smem_reuse=smem_epilogue,
                         async_gmem_load_operands=tma if tma or not any(readable)
                         else readable,
-                        staged_along_k=along, producer_registers=producer)
+                        staged_along_k=along, producer_registers=producer,
+                        swap_mn=swap)
 
 
 
