@@ -2,6 +2,7 @@
 docs/perf.md's comparisons of tiles, stages, split modes and swap_mn ran.
 
     python3 benchmarks/matmul_plans.py LAYOUT MxNxK PLAN [PLAN ...] [--repeat 30]
+                                       [--no-triton]
 
         PLAN  TILExSTAGES:SPLITS:MODE[:rREGISTERS][:swap][:persistent][:cCTAS][:smem],
               or auto (the heuristic's plan for this device and shape), e.g.
@@ -19,6 +20,12 @@ registers unless `smem`, a parallel or atomic split interleaved), checked agains
 float64 product (benchmarks/matmul.py's tolerance) and timed as its kernels alone (cold
 L2, median); torch.matmul (cuBLAS) on the same arrays in the same process. A plan the
 scheduler or lowering refuses prints its error and the others go on.
+
+Under cuBLAS, a Triton row: benchmarks/triton_persistent.py (persistent TMA kernel,
+autotuned for this shape and layout, the configuration it chose named) on the same arrays,
+checked against the same float64 product and timed the same way (its call, the output's
+allocation included, as torch.matmul's). --no-triton leaves it out; where Triton cannot be
+imported, one line on stderr says so and the rest goes on.
 """
 
 import argparse
@@ -92,6 +99,7 @@ def parse_args(argv=None):
     p.add_argument("shape", help="MxNxK")
     p.add_argument("plans", nargs="+", metavar="PLAN")
     p.add_argument("--repeat", type=int, default=30)
+    p.add_argument("--no-triton", action="store_true", help="leave out the Triton baseline")
     args = p.parse_args(argv)
     try:
         args.size = tuple(int(x) for x in args.shape.split("x"))
@@ -108,10 +116,40 @@ def parse_args(argv=None):
     return args
 
 
+def triton_baseline(args):
+    """benchmarks/triton_persistent.py, or None: with --no-triton, or where it cannot be
+    imported (one line on stderr says why)."""
+    if args.no_triton:
+        return None
+    try:
+        from benchmarks import triton_persistent
+    except ImportError as missing:
+        print(f"no Triton baseline: {missing}", file=sys.stderr)
+        return None
+    return triton_persistent
+
+
+def print_triton_row(bench, triton_persistent, ta, tb, ref, cublas, sms):
+    """The Triton baseline's row: its time, cuBLAS/Triton and its mismatches against
+    `ref`, or why it could not run."""
+    try:
+        run, holder = triton_persistent.matmul_fn(ta, tb, bench.torch.float16, sms)
+        run()
+    except Exception as error:  # noqa: BLE001 - report it, go on with the plans
+        print(f"  Triton persistent: failed: {type(error).__name__}: {error}")
+        return
+    import cupy as cp
+    bad = bench_matmul.mismatches(cp, cp.from_dlpack(holder[0]), ref, ta.shape[1])
+    us = bench.time(run)["median_us"]
+    print(f"  Triton persistent ({triton_persistent.tuned_text()}): {us:.1f} us, "
+          f"cuBLAS/Triton {cublas / us:.2f}x, {bad} mismatches", flush=True)
+
+
 def main(argv=None):
     args = parse_args(argv)
     from benchmarks import common
     common.require_gpu()
+    triton_persistent = triton_baseline(args)
     import cupy as cp
     import codegen
     from codegen.launch import device_model
@@ -125,6 +163,8 @@ def main(argv=None):
     ta, tb = bench_matmul.as_row_major(bench.torch, layout, a, b)
     cublas = bench.time(lambda: bench.torch.matmul(ta, tb))["median_us"]
     print(f"{layout} {m}x{n}x{k}: cuBLAS {cublas:.1f} us")
+    if triton_persistent is not None:
+        print_triton_row(bench, triton_persistent, ta, tb, ref, cublas, device_model().sms)
     for text, (params, ctas) in zip(args.plans, args.params):
         if params is None:
             params = matmul_heuristic(m, n, k, layout=layout, device=device_model())

@@ -470,3 +470,36 @@ def test_the_plan_comparison_refuses_bad_arguments(argv, message, capsys):
     with pytest.raises(SystemExit):
         matmul_plans.parse_args(argv)
     assert message in capsys.readouterr().err
+
+
+@pytest.fixture
+def triton_missing(monkeypatch):
+    """`import triton` fails, and the Triton baseline is not already imported."""
+    import benchmarks
+    monkeypatch.setitem(sys.modules, "triton", None)
+    monkeypatch.delitem(sys.modules, "benchmarks.triton_persistent", raising=False)
+    monkeypatch.delattr(benchmarks, "triton_persistent", raising=False)
+
+
+def test_the_plan_comparison_goes_on_without_triton_in_one_line(triton_missing, capsys):
+    from benchmarks import matmul_plans
+    args = matmul_plans.parse_args(["TT", "4096x4096x4096", "auto"])
+    assert not args.no_triton and matmul_plans.triton_baseline(args) is None
+    err = capsys.readouterr().err
+    assert err.startswith("no Triton baseline: ") and err.count("\n") == 1
+    args = matmul_plans.parse_args(["TT", "4096x4096x4096", "auto", "--no-triton"])
+    assert args.no_triton and matmul_plans.triton_baseline(args) is None
+    assert capsys.readouterr().err == ""
+
+
+def test_the_plan_comparison_reports_a_triton_baseline_that_fails(capsys):
+    import types
+    from benchmarks import matmul_plans
+
+    def refuse(a, b, out_dtype, sms):
+        raise ValueError("C: TMA needs 16-byte aligned rows (N = 259)")
+    bench = types.SimpleNamespace(torch=types.SimpleNamespace(float16="f16"))
+    baseline = types.SimpleNamespace(matmul_fn=refuse)
+    matmul_plans.print_triton_row(bench, baseline, None, None, None, 100.0, 132)
+    assert capsys.readouterr().out == ("  Triton persistent: failed: ValueError: C: TMA needs "
+                                       "16-byte aligned rows (N = 259)\n")
