@@ -234,6 +234,19 @@ def table_row(r):
 
 # -- the GPU side ---------------------------------------------------------------------------
 
+def triton_module(name, leave_out):
+    """The Triton baseline module benchmarks/`name`.py, or None: where `leave_out`
+    (--no-triton), or where it cannot be imported (one line on stderr says why)."""
+    if leave_out:
+        return None
+    import importlib
+    try:
+        return importlib.import_module(f"benchmarks.{name}")
+    except ImportError as missing:
+        print(f"no Triton baseline: {missing}", file=sys.stderr)
+        return None
+
+
 def require_gpu():
     """Exit with a clear message (status 2) where no GPU answers."""
     why = "cupy.cuda.runtime.getDeviceCount() found none"

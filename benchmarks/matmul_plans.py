@@ -116,19 +116,6 @@ def parse_args(argv=None):
     return args
 
 
-def triton_baseline(args):
-    """benchmarks/triton_persistent.py, or None: with --no-triton, or where it cannot be
-    imported (one line on stderr says why)."""
-    if args.no_triton:
-        return None
-    try:
-        from benchmarks import triton_persistent
-    except ImportError as missing:
-        print(f"no Triton baseline: {missing}", file=sys.stderr)
-        return None
-    return triton_persistent
-
-
 def print_triton_row(bench, triton_persistent, ta, tb, ref, cublas, sms):
     """The Triton baseline's row: its time, cuBLAS/Triton and its mismatches against
     `ref`, or why it could not run."""
@@ -149,7 +136,7 @@ def main(argv=None):
     args = parse_args(argv)
     from benchmarks import common
     common.require_gpu()
-    triton_persistent = triton_baseline(args)
+    triton_persistent = common.triton_module("triton_persistent", args.no_triton)
     import cupy as cp
     import codegen
     from codegen.launch import device_model

@@ -223,12 +223,8 @@ def compile_ahead(args, device):
 def triton_baseline(args):
     """A function timing the Triton split-K baseline on a point (its atomic and its
     partials reduction, the faster kept), or None without Triton or with --no-triton."""
-    if args.no_triton:
-        return None
-    try:
-        from benchmarks import triton_splitk
-    except ImportError as error:
-        print(f"no Triton baseline: {error}", file=sys.stderr)
+    triton_splitk = common.triton_module("triton_splitk", args.no_triton)
+    if triton_splitk is None:
         return None
 
     def measure(ta, tb, ref, dtype, sms, bench):

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from benchmarks.triton_splitk import _allocate, _layout
+from benchmarks.triton_splitk import _allocate, _layout, k_steps
 from fuserir.numerics import ceil_div
 
 # (BM, BN, BK, stages, warps, subtiled epilogue): 128x256x64 in 4 stages leaves no shared
@@ -72,18 +72,7 @@ def _one_tile(da, db, dc, tile_id, tile_id_c, tiles_m, tiles_n, k_tiles,
               GROUP_M: tl.constexpr, SUBTILE: tl.constexpr):
     """Compute and store the tile_id-th tile; returns the store's counter, tile_id_c."""
     pm, pn = _tile_position(tile_id, tiles_m, tiles_n, GROUP_M)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for ki in range(k_tiles):
-        k = ki * BK
-        if A_ROWS_K:
-            x = da.load([pm * BM, k])
-        else:
-            x = da.load([k, pm * BM]).T
-        if B_ROWS_N:
-            y = db.load([k, pn * BN])
-        else:
-            y = db.load([pn * BN, k]).T
-        acc = tl.dot(x, y, acc)
+    acc = k_steps(da, db, pm, pn, 0, k_tiles, A_ROWS_K, B_ROWS_N, BM, BN, BK)
     # The store finds its tile from a counter of its own, as the tutorial does: it breaks
     # the dependency between the loads and the epilogue that a flattened pipeline overlaps.
     tile_id_c += NUM_SMS

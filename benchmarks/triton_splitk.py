@@ -62,6 +62,15 @@ def _tile(a, b, M, N, K, sam, sak, sbk, sbn, pm, pn, first, steps,
         db = tl.make_tensor_descriptor(b, shape=[K, N], strides=[sbk, 1], block_shape=[BK, BN])
     else:             # B stored [N, K], K contiguous
         db = tl.make_tensor_descriptor(b, shape=[N, K], strides=[sbn, 1], block_shape=[BN, BK])
+    return k_steps(da, db, pm, pn, first, steps, A_ROWS_K, B_ROWS_N, BM, BN, BK)
+
+
+@triton.jit
+def k_steps(da, db, pm, pn, first, steps, A_ROWS_K: tl.constexpr, B_ROWS_N: tl.constexpr,
+            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """The f32 BM x BN product of tile (pm, pn) over K steps [first, first + steps), its
+    operands read through the descriptors da and db (stored as A_ROWS_K and B_ROWS_N
+    say; benchmarks/triton_persistent.py's tiles too)."""
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for s in range(first, first + steps):
         k = s * BK

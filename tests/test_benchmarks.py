@@ -482,13 +482,14 @@ def triton_missing(monkeypatch):
 
 
 def test_the_plan_comparison_goes_on_without_triton_in_one_line(triton_missing, capsys):
-    from benchmarks import matmul_plans
+    from benchmarks import common, matmul_plans
     args = matmul_plans.parse_args(["TT", "4096x4096x4096", "auto"])
-    assert not args.no_triton and matmul_plans.triton_baseline(args) is None
+    assert not args.no_triton
+    assert common.triton_module("triton_persistent", args.no_triton) is None
     err = capsys.readouterr().err
     assert err.startswith("no Triton baseline: ") and err.count("\n") == 1
     args = matmul_plans.parse_args(["TT", "4096x4096x4096", "auto", "--no-triton"])
-    assert args.no_triton and matmul_plans.triton_baseline(args) is None
+    assert args.no_triton and common.triton_module("triton_persistent", True) is None
     assert capsys.readouterr().err == ""
 
 
