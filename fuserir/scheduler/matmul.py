@@ -395,11 +395,9 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     if fill * tiles <= sms:
         splitk = max(1, min(sms // tiles, k_tiles // 4))
         if splitk > TWO_KERNEL_SPLITS:
-            if narrow:
-                tn = tn if fitted is not None else 64
-            elif fitted == "N":
+            if not narrow and fitted == "N":   # the tile's columns fitted to N
                 tn = _instruction_n(n)
-            else:              # the tiling that streams the fewest operand bytes
+            elif not narrow:   # the tiling that streams the fewest operand bytes
                 tm, tn = min(PARALLEL_TILES, key=lambda t: _streamed_bytes(m, n, k, t))
                 if _fills(n, FILLED_PARALLEL_TILE[1]) and _streamed_bytes(
                         m, n, k, FILLED_PARALLEL_TILE) < _streamed_bytes(m, n, k, (tm, tn)):
