@@ -34,11 +34,16 @@ CONFIGS = {
 }
 
 
-# The slowest config (over two minutes on two cores) runs behind -m slow, to keep the
-# default suite under 15 minutes. The default run still covers its protocol: each of its
-# syncs dropped alone is refused (tests/test_grid_protocol.py), and the mutants of the
-# same grid reduction on the mma.sync path are judged (tests/test_mutation_sm80.py)
-SLOW = {"NT, parallel split-K, 128x64 tiles"}
+# Behind -m slow, to keep the default suite under 15 minutes, each with what covers its
+# protocol in the default run:
+# - the parallel split-K (over two minutes): each of its syncs dropped alone is refused
+#   (tests/test_grid_protocol.py), and the same grid reduction's mutants on the mma.sync
+#   path are judged (tests/test_mutation_sm80.py);
+# - the two kernels: their host-side order is the sm_80 seed's (judged there), their
+#   pipeline the TT config's;
+# - the producer copies: the fence between their stores and the arrival, dropped, is
+#   refused and caught (tests/test_hopper_matmul.py), their pipeline the TT config's.
+SLOW = {"NT, parallel split-K, 128x64 tiles", "TN, two kernels", "NT, producer copies"}
 
 
 @pytest.mark.parametrize("config", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW

@@ -18,7 +18,14 @@ CONFIGS = {
 }
 
 
-@pytest.mark.parametrize("config", list(CONFIGS))
+# Behind -m slow, to keep the default suite under 15 minutes: the atomic reduction's syncs
+# are each dropped and refused, and its missing zeros and fence caught by the interpreter,
+# in tests/test_grid_protocol.py
+SLOW = {"seed, atomic split-K"}
+
+
+@pytest.mark.parametrize("config", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW
+                                    else c for c in CONFIGS])
 def test_every_mutant_is_refused_and_caught_or_argued_harmless(config):
     build, k_stages, k_tile, m = CONFIGS[config]
     missed = mutation.missed(build(), k_stages, k_tile, m)
