@@ -13,10 +13,12 @@ docs/perf.md's comparisons of tiles, stages, split modes and swap_mn ran.
               128x256x64x4:1:serial:persistent:c512   (512 CTAs walking them)
               128x256x64x4:1:serial:smem   (the output staged through shared memory,
                                             over the operand stages unless persistent)
+              64x64x64x8:16:cluster   (16 splits, a tile's CTAs one cluster summing
+                                       through each other's shared memory)
 
 Each plan is benchmarks/matmul.py's layout fusion (`out = cast(matmul(A, B), f16)`)
 scheduled with MatmulParams (one consumer warp group per 64 rows, the output from the
-registers unless `smem`, a parallel or atomic split interleaved), checked against the
+registers unless `smem`, a parallel, atomic or cluster split interleaved), checked against the
 float64 product (benchmarks/matmul.py's tolerance) and timed as its kernels alone (cold
 L2, median); torch.matmul (cuBLAS) on the same arrays in the same process. A plan the
 scheduler or lowering refuses prints its error and the others go on.
@@ -73,7 +75,8 @@ def parse_plan(text):
     mode = fields[2]
     return MatmulParams(cta_tile=(tm, tn, tk), warp_tile=(64, tn, tk),
                         instruction_tile=(64, tn, 16), stages=stages, splitk_factor=splits,
-                        splitk_mode=mode, splitk_interleaved=mode in ("parallel", "atomic"),
+                        splitk_mode=mode,
+                        splitk_interleaved=mode in ("parallel", "atomic", "cluster"),
                         producer_registers=registers, swap_mn="swap" in flags,
                         persistent="persistent" in flags, use_smem_epilogue="smem" in flags,
                         promote_prologue_smem_reuse="smem" in flags

@@ -1,6 +1,7 @@
 """One checked launch's kernel parameters as cuLaunchKernel takes them, and the driver
 calls of the per-call path: launch (cooperatively, for a kernel whose blocks wait for each
-other), set a workspace's bytes, re-point a tensor map.
+other; in thread-block clusters through cuLaunchKernelEx), set a workspace's bytes,
+re-point a tensor map.
 
     params = KernelParameters(func, config, pointers=3, values=[...], maps=[...])
     params.launch((ptr_a, ptr_y, ptr_ws), stream)    # ints in ABI order; stream: a handle
@@ -61,6 +62,63 @@ class _Driver:
         self.replace_address = lib.cuTensorMapReplaceAddress
         self.replace_address.restype = ctypes.c_int
         self.replace_address.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+        self.launch_ex = lib.cuLaunchKernelEx
+        self.launch_ex.restype = ctypes.c_int
+        self.launch_ex.argtypes = [ctypes.c_void_p] * 4
+        self.set_attribute = lib.cuFuncSetAttribute
+        self.set_attribute.restype = ctypes.c_int
+        self.set_attribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        self.max_active_clusters = lib.cuOccupancyMaxActiveClusters
+        self.max_active_clusters.restype = ctypes.c_int
+        self.max_active_clusters.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_void_p,
+                                             ctypes.c_void_p]
+
+
+# cuLaunchKernelEx's configuration (cuda.h: CUlaunchConfig, CUlaunchAttribute, whose value
+# is a 64-byte union aligned to 8) and the constants a cluster launch uses
+_CLUSTER_DIMENSION = 4                    # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14   # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+
+
+class _LaunchAttribute(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4),
+                ("value", ctypes.c_uint * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("shared", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_LaunchAttribute)), ("count", ctypes.c_uint)]
+
+
+def cluster_launch_config(func, config, cluster):
+    """The cuLaunchKernelEx configuration of a launch of `func` with `config` (grid,
+    block, shared bytes) in clusters of `cluster` CTAs (x, y, z), its stream left to set;
+    more than fuserir.instructions.CLUSTER_PORTABLE CTAs a cluster are allowed on the
+    function first. Returns (configuration, attribute: kept alive beside it)."""
+    from fuserir.instructions import CLUSTER_PORTABLE
+    driver = cuda_driver()
+    size = cluster[0] * cluster[1] * cluster[2]
+    if size > CLUSTER_PORTABLE:
+        _check(driver.set_attribute(func.ptr, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+               "cuFuncSetAttribute (a non-portable cluster size)")
+    attribute = _LaunchAttribute(id=_CLUSTER_DIMENSION)
+    attribute.value[:3] = cluster
+    grid, block, shared = config
+    launch = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), shared,
+                           None, ctypes.pointer(attribute), 1)
+    return launch, attribute
+
+
+def clusters_resident(func, config, cluster):
+    """How many clusters of `cluster` CTAs of `func` with `config` the device holds at
+    once (cuOccupancyMaxActiveClusters; 0: not even one)."""
+    launch, attribute = cluster_launch_config(func, config, cluster)
+    count = ctypes.c_int(0)
+    _check(cuda_driver().max_active_clusters(ctypes.byref(count), func.ptr,
+                                             ctypes.byref(launch)),
+           "cuOccupancyMaxActiveClusters")
+    return count.value
 
 
 @functools.cache
@@ -192,12 +250,18 @@ class KernelParameters:
     address), passed after the strides. `cooperative`: launched by
     cuLaunchCooperativeKernel, which puts every block of the grid on the device at once
     or fails (a kernel whose blocks wait for blocks launched after them: kir.Kernel's
-    co_resident), even beside kernels of other streams."""
+    co_resident), even beside kernels of other streams. `cluster`: (x, y, z), launched by
+    cuLaunchKernelEx in thread-block clusters of that shape (kir.Kernel's cluster)."""
 
     def __init__(self, func, config, tensors, workspaces, strides, scalars, maps,
-                 cooperative=False):
+                 cooperative=False, cluster=None):
         self.func = func
         self.cooperative = cooperative
+        self.cluster = None         # (cuLaunchKernelEx's configuration, its attribute)
+        if cluster is not None:
+            driven = cuda_driver() is not None and isinstance(getattr(func, "ptr", None), int)
+            self.cluster = cluster_launch_config(func, config, cluster) if driven else \
+                (None, cluster)       # CuPy's launch, which refuses it
         self.grid, self.block, self.shared = config
         self.pointers = (ctypes.c_uint64 * max(tensors + workspaces, 1))()
         self.count = tensors + workspaces
@@ -228,7 +292,12 @@ class KernelParameters:
             if driver is None or not isinstance(self._head[0], int):
                 self._through_cupy(pointers, stream)
                 return
-            if self.cooperative:
+            if self.cluster is not None:
+                launch, _ = self.cluster
+                launch.stream = stream
+                _check(driver.launch_ex(ctypes.byref(launch), self._head[0],
+                                        self.kernel_params, None), "cuLaunchKernelEx")
+            elif self.cooperative:
                 _check(driver.launch_cooperative(*self._head, stream, self.kernel_params),
                        "cuLaunchCooperativeKernel")
             else:
@@ -236,6 +305,10 @@ class KernelParameters:
                        "cuLaunchKernel")
 
     def _through_cupy(self, pointers, stream):
+        if self.cluster is not None:
+            raise RuntimeError("a kernel launched in thread-block clusters needs the CUDA "
+                               "driver's cuLaunchKernelEx (not CuPy's launch: unset "
+                               "FUSERIR_LAUNCH=cupy)")
         tensors = [np.uint64(p) for p in pointers[:self._tensors]]
         workspaces = [np.uint64(p) for p in pointers[self._tensors:self.count]]
         maps = [m.value() for m in self.maps]

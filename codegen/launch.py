@@ -35,7 +35,10 @@ index type, extents are positive, workspaces are 1-D, contiguous and large enoug
 shared memory fits the device, and a co-resident kernel's grid (blocks that wait for
 blocks launched after them) fits the device at once; such a kernel is launched
 cooperatively (codegen.kernel_params), so the driver keeps it resident beside other
-streams' kernels. The full executor (torch/numpy inputs, allocation of
+streams' kernels. A kernel in thread-block clusters (kir.Kernel.cluster) is checked for
+clusters of at most 16 CTAs that tile its grid and that one of them fits a GPC (the
+driver's cuOccupancyMaxActiveClusters), and launched by cuLaunchKernelEx with the
+cluster's shape. The full executor (torch/numpy inputs, allocation of
 outputs, size classes) lives elsewhere.
 
 What is computed once. All of the above depends on the arguments only through their
@@ -60,6 +63,7 @@ import numpy as np
 from fuserir import device as devices
 from fuserir.dtypes import DataType
 from fuserir.errors import FuserirError
+from fuserir.instructions import CLUSTER_MAX
 from lowering import kir
 
 from . import gpu_stack, tensor_maps
@@ -221,6 +225,8 @@ def check_launch_limits(kernel, device, scalars=None):
         shared = None
     if shared is not None and shared > device.shared_limit:
         bad(f"{shared} bytes of shared memory per block (at most {device.shared_limit})")
+    if kernel.cluster is not None:
+        _check_cluster(kernel, scalars, value, bad)
     local = 0
     for s in kir.walk(kernel.body):
         if isinstance(s, kir.Allocate) and s.buffer.memory is kir.Memory.local:
@@ -228,6 +234,28 @@ def check_launch_limits(kernel, device, scalars=None):
             local += (elements or 0) * s.buffer.dtype.itemsize
     if local > device.local_bytes:
         bad(f"{local} bytes of local arrays per thread (at most {device.local_bytes})")
+
+
+def _check_cluster(kernel, scalars, value, bad):
+    """check_launch_limits' part for a kernel launched in thread-block clusters (that
+    the device has them at all is the CUDA backend's check of the instructions' arch)."""
+    if scalars is None:
+        return
+    cluster = [value(e) for e in kernel.cluster]
+    size = cluster[0] * cluster[1] * cluster[2]
+    if size > CLUSTER_MAX:
+        bad(f"clusters of {size} CTAs {tuple(cluster)} (at most {CLUSTER_MAX})")
+    grid = [value(e) for e in kernel.launch.grid]
+    for axis, (n, c) in enumerate(zip(grid, cluster)):
+        if n % c:
+            bad(f"{n} blocks along grid {'xyz'[axis]}, not a multiple of the cluster's {c}")
+
+
+def cluster_shape(kernel, scalars):
+    """The (x, y, z) CTAs of `kernel`'s clusters for `scalars`, None without clusters."""
+    if kernel.cluster is None:
+        return None
+    return tuple(int(kir.evaluate_scalar(e, scalars)) for e in kernel.cluster)
 
 
 def workspace_sizes(kernel, scalars):
@@ -301,7 +329,7 @@ class BoundLaunch:
 
     __slots__ = ("params", "scalar_values", "tensor_names", "workspace_names", "launch")
 
-    def __init__(self, launcher, func, config, strides, scalar_values, maps):
+    def __init__(self, launcher, func, config, strides, scalar_values, maps, cluster=None):
         index = launcher.kernel.index_dtype.numpy.type
         scalars = [index(scalar_values[p.var.name]) for p in launcher.kernel.scalar_params]
         self.tensor_names = launcher.tensor_names
@@ -309,7 +337,8 @@ class BoundLaunch:
         self.scalar_values = scalar_values
         self.params = KernelParameters(func, config, len(self.tensor_names),
                                        len(self.workspace_names), strides, scalars, maps,
-                                       cooperative=launcher.kernel.co_resident)
+                                       cooperative=launcher.kernel.co_resident,
+                                       cluster=cluster)
         self.launch = self.params.launch     # launch(pointers, stream): no frame of ours
 
     def __call__(self, tensors, workspaces, stream=None):
@@ -433,7 +462,11 @@ class _Launcher:
         _opt_in(kernel, func, config[2])
         if kernel.co_resident:
             _check_co_resident(kernel, func, config, scalars)
-        return BoundLaunch(self, func, config, strides, scalars, maps)
+        cluster = cluster_shape(kernel, scalars)
+        if cluster is not None:
+            check_launch_limits(kernel, device_model(), scalars)
+            _check_clusters_fit(kernel, func, config, cluster)
+        return BoundLaunch(self, func, config, strides, scalars, maps, cluster)
 
     def _tensor_map_fields(self, args, scalars):
         """(index into the tensors, checked TensorMapFields) of each tensor map."""
@@ -486,6 +519,20 @@ def _check_co_resident(kernel, func, config, scalars):
             f"parallel grid reduction's counters) and must all be resident at once, but "
             f"{device.name} holds {per_sm} per SM x {device.sms} SMs = {per_sm * device.sms}"
             ": use fewer splits (splitk) or larger tiles")
+
+
+def _check_clusters_fit(kernel, func, config, cluster):
+    """Refuse (LaunchLimitError) clusters the device cannot hold even one of at once
+    (every CTA of a cluster runs at once on one GPC): the launch would fail."""
+    if kernel_params.cuda_driver() is None or not isinstance(getattr(func, "ptr", None), int):
+        return                       # CuPy's launch refuses clusters itself
+    if kernel_params.clusters_resident(func, config, cluster) == 0:
+        grid, block, shared = config
+        raise LaunchLimitError(
+            f"kernel {kernel.name}: a cluster of {cluster[0] * cluster[1] * cluster[2]} "
+            f"CTAs of {block[0] * block[1] * block[2]} threads and {shared} bytes of shared "
+            f"memory each does not fit on one GPC of {device_model().name}: use fewer "
+            "splits, smaller tiles or fewer stages")
 
 
 def _launcher(kernel, cubin):

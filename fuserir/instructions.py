@@ -398,6 +398,19 @@ NAMED_BARRIER = AsyncProxyInstruction(
                                               "arrive": "bar.arrive {id}, {count}"})
 NAMED_BARRIER_IDS = range(1, 16)     # 0 is __syncthreads'
 
+# Thread-block clusters (sm_90): the CTAs of a cluster are resident at once on one GPC
+# and read each other's shared memory (distributed shared memory: an address of this CTA's
+# pool mapped to a peer's by mapa) once a cluster barrier orders the reads after the
+# peers' writes. The barrier waits for every thread of the cluster that has not exited.
+CLUSTER = AsyncProxyInstruction(
+    name="cluster (barrier.cluster, ld.shared::cluster)", arch=90, ptx={
+        "arrive": "barrier.cluster.arrive.release",
+        "wait": "barrier.cluster.wait.acquire",
+        "map": "mapa.shared::cluster.u32",
+        "load": "ld.shared::cluster.{type}"})
+CLUSTER_PORTABLE = 8     # CTAs a cluster may have on any sm_90 device
+CLUSTER_MAX = 16         # with the non-portable cluster size allowed (a function attribute)
+
 SETMAXNREG = AsyncProxyInstruction(
     name="setmaxnreg", arch=90, arch_specific=True,
     ptx={"set": "setmaxnreg.{direction}.sync.aligned.u32 {count}"})

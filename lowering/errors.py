@@ -18,7 +18,8 @@ class Hazard:
                               # cannot-prove (lowering.verify.async_protocol refuses the kernel),
                               # barrier-divergence, deadlock, cross-cta, mbarrier,
                               # mbarrier-init, proxy-fence, wgmma-registers, wgmma-fence,
-                              # workspace (a zeroed workspace left non-zero)
+                              # workspace (a zeroed workspace left non-zero),
+                              # cluster (a cluster's shared memory read unordered)
     buffer: str
     first: str                # the earlier access: "S12: xs[threadIdx.x] = ..."
     second: str               # the later access
@@ -53,7 +54,8 @@ class RaceError(FuserirError):
         self.kernel_name = kernel_name
         what = f" in kernel {kernel_name}" if kernel_name else ""
         body = "\n".join(f"  {i + 1}. {h}" for i, h in enumerate(self.hazards))
-        grid = any(h.kind in ("cross-cta", "deadlock", "workspace") for h in self.hazards)
+        grid = any(h.kind in ("cross-cta", "deadlock", "workspace", "cluster")
+                   for h in self.hazards)
         memory = "" if grid else "shared-memory "
         super().__init__(f"{len(self.hazards)} {memory}hazard(s){what}:\n{body}")
 

@@ -447,7 +447,8 @@ schedule every_method {
   c.promote_reuse()
   s.parallel_grid_reduction()
   s.atomic_grid_reduction()
-  s.serial_grid_reduction()         # the last of the three decides
+  s.cluster_grid_reduction()
+  s.serial_grid_reduction()         # the last of the four decides
   out.split(0, 2)
   out.vectorize(-1)
 }

@@ -233,6 +233,24 @@ class HopperEmitter:
         self.emit_lines(depth, ptx_sm90.stmatrix(s.num, s.trans, address, registers),
                         self.describe(s))
 
+    # -- thread-block clusters ---------------------------------------------------------------
+    def s_ClusterBarrier(self, s, depth):
+        self.emit(depth, ptx_sm90.cluster_barrier(), self.describe(s))
+
+    def s_ClusterLoad(self, s, depth):
+        self.check_memory(s.src, kir.Memory.shared, "cluster load source")
+        self.check_memory(s.dst, kir.Memory.local, "cluster load destination")
+        self.check_dtype(s.dst, s.src.dtype, "cluster load destination")
+        dtype = s.src.dtype.name
+        if s.width != 1 or dtype not in ptx_sm90.CLUSTER_LOAD_TYPES:
+            raise self.error(f"a cluster load reads one {', '.join(ptx_sm90.CLUSTER_LOAD_TYPES)} "
+                             f"element, got {s.width} x {s.src.dtype}")
+        address = self.shared_address(s.src, s.src_index, "cluster load source")
+        rank = self.i32_operand(s.rank, "cluster load rank")
+        self.need(f"cluster_ld_{dtype}")
+        self.emit(depth, f"{self.subscript(s.dst, s.dst_index)} = cluster_ld_{dtype}("
+                         f"{address}, {rank});", self.describe(s))
+
     def s_SetMaxNReg(self, s, depth):
         if isinstance(s.count, bool) or s.count not in SETMAXNREG_COUNTS:
             raise self.error(f"setmaxnreg count {s.count!r} is not a multiple of 8 from "

@@ -153,6 +153,10 @@ _snippet("wgmma_desc", ptx_sm90.WGMMA_DESCRIPTOR_HELPER, deps=("smem_addr",))
 
 _snippet("mbar_wait", ptx_sm90.MBARRIER_WAIT_HELPER)
 
+for _dtype, _ctype in (("f32", "f32"), ("i32", "i32"), ("f64", "f64")):
+    _snippet(f"cluster_ld_{_dtype}", ptx_sm90.cluster_load_helper(_ctype, _dtype),
+             deps=("types",))
+
 _snippet("tensor_map", r"""
 // TMA tensor maps: CUtensorMap's 128 opaque bytes, passed by value as a
 // `const __grid_constant__` kernel parameter (encoded on the host at launch).

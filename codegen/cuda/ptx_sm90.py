@@ -4,7 +4,7 @@ named barriers, the async-proxy and mbarrier-init fences and mbarriers, and the 
 helpers they call (TMA's are codegen.cuda.tma's, beside its rules). It sits beside codegen.cuda.ptx (the sm_80 spellings) so that
 neither grows past a readable size; as there, the instructions' names come from their
 descriptors (fuserir.instructions: WGMMA, STMATRIX, SETMAXNREG, NAMED_BARRIER,
-PROXY_FENCE, MBARRIER), and the functions here only add the asm operands and
+PROXY_FENCE, MBARRIER, CLUSTER), and the functions here only add the asm operands and
 constraints and return the statement's lines. The emitter checks a statement and builds
 its operands' C text.
 
@@ -14,8 +14,8 @@ sees. Shared addresses are 32-bit shared-state-space addresses (smem_addr), a te
 the generic address of its `__grid_constant__` parameter (an "l" operand).
 """
 
-from fuserir.instructions import (MBARRIER, NAMED_BARRIER, PROXY_FENCE, SETMAXNREG,
-                                  STMATRIX, WGMMA)
+from fuserir.instructions import (CLUSTER, MBARRIER, NAMED_BARRIER, PROXY_FENCE,
+                                  SETMAXNREG, STMATRIX, WGMMA)
 
 _PER_LINE = 8       # %operands per line of the asm string's long lists
 _WIDTH = 96         # columns an operand line of the statement fills before it wraps
@@ -180,5 +180,35 @@ __device__ __forceinline__ bool mbar_try_wait(unsigned int bar, unsigned int par
                "}}"
                : "=r"(done) : "r"(bar), "r"(parity) : "memory");
   return done != 0;
+}}
+"""
+
+
+# -- thread-block clusters --------------------------------------------------------------
+
+def cluster_barrier():
+    """`barrier.cluster.arrive.release` then `barrier.cluster.wait.acquire`: one asm
+    statement, so that nothing is scheduled between the arrival and the wait."""
+    return statement(f'{CLUSTER.ptx["arrive"]}; {CLUSTER.ptx["wait"]}')
+
+
+# The element types a cluster load reads: PTX type, asm constraint of the result
+CLUSTER_LOAD_TYPES = {"f32": ("f32", "f"), "i32": ("s32", "r"), "f64": ("f64", "d")}
+
+
+def cluster_load_helper(ctype, dtype):
+    """The preamble's `cluster_ld_<dtype>(address, rank)`: the element at shared address
+    `address` of this CTA's pool, read from the cluster's CTA `rank` (mapa, then
+    ld.shared::cluster; volatile with a memory clobber, so that no load moves across a
+    cluster barrier)."""
+    ptx_type, constraint = CLUSTER_LOAD_TYPES[dtype]
+    load = CLUSTER.ptx["load"].format(type=ptx_type)
+    return f"""
+__device__ __forceinline__ {ctype} cluster_ld_{dtype}(unsigned int address, unsigned int rank) {{
+  unsigned int remote;
+  {ctype} value;
+  asm("{CLUSTER.ptx["map"]} %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
+  asm volatile("{load} %0, [%1];" : "={constraint}"(value) : "r"(remote) : "memory");
+  return value;
 }}
 """

@@ -28,14 +28,16 @@ One module per part, each importing only modules listed above it:
   async_proxy.py     Hopper's async proxy: proxy fences, bytes held by pending wgmmas and
                      TMA stores, wgmma registers in flight, wgmma.fence
   cross_cta.py       global memory between blocks: fences, semaphores, views
+  cluster.py         thread-block clusters: the cluster barrier, reads of a peer's
+                     shared memory, their order (epochs) and lifetime
   execution.py       statements, control flow, lockstep active sets, loads, stores and
                      shuffles; the statement tables, merged from the rooms (a new statement
                      registers in its room: LEAF_STATEMENTS, COMPOUND_STATEMENTS)
   machine.py         the machine state: arguments, global and shared memory layout, the
                      run over blocks, and _Block, one block's memories and shadows
 A block is one object, _Block, composed of one mixin per room (_Execution, _Roles,
-_TensorCores, _Warpgroups, _Mbarriers, _Tma, _AsyncCopies, _RaceDetector, _AsyncProxy,
-_Ordering, _CrossCta): a room reaches the others' methods and the block's state through
+_TensorCores, _Warpgroups, _Mbarriers, _Cluster, _Tma, _AsyncCopies, _RaceDetector,
+_AsyncProxy, _Ordering, _CrossCta): a room reaches the others' methods and the block's state through
 `self`, so the rooms import one another only where execution.py names their statement
 handlers (and merges acquired views at a barrier). This entry holds run_kernel and
 run_interleavings and re-exports what callers import.

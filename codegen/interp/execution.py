@@ -26,6 +26,7 @@ import numpy as np
 from codegen.errors import Hazard
 from codegen.interp.async_copies import _AsyncCopies
 from codegen.interp.base import _BF16, _BOOL, InterpError, _const, _point, _to, _truth
+from codegen.interp.cluster import _Cluster
 from codegen.interp.cross_cta import _CrossCta, _merge_view
 from codegen.interp.expressions import _Evaluator
 from codegen.interp.mbarriers import _Mbarriers
@@ -180,6 +181,8 @@ class _Execution(_Evaluator):
             if ok is not None:
                 act, idx, val = act[ok], idx[ok], val[ok]
             self._shared_write(lay, act, idx)
+            if self.interp.cluster_read_buffers:
+                self._cluster_write(lay, act, idx)              # cluster.py
             self._view(lay)[idx] = val
             if self.overlap:                      # a pending cp.async lands on top of it
                 self._land_copies(events=self.overlap)
@@ -391,6 +394,7 @@ class _Execution(_Evaluator):
 
 # Statement handlers: each room (the mixins of _Block) declares the statements it runs; a
 # new statement registers in its room.
-_ROOMS = (_Execution, _TensorCores, _AsyncCopies, _CrossCta, _Mbarriers, _Tma, _Warpgroups)
+_ROOMS = (_Execution, _TensorCores, _AsyncCopies, _CrossCta, _Mbarriers, _Tma, _Warpgroups,
+          _Cluster)
 _LEAF = {k: v for room in _ROOMS for k, v in room.LEAF_STATEMENTS.items()}
 _COMPOUND = {k: v for room in _ROOMS for k, v in room.COMPOUND_STATEMENTS.items()}

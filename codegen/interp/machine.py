@@ -30,6 +30,7 @@ from fuserir.progress import progress
 from codegen.interp.async_copies import _AsyncCopies
 from codegen.interp.async_proxy import _AsyncProxy
 from codegen.interp.base import _NONE, InterpError, _const, _point
+from codegen.interp.cluster import _Cluster
 from codegen.interp.cross_cta import _CrossCta
 from codegen.interp.execution import _Execution
 from codegen.interp.expressions import _Evaluator
@@ -152,6 +153,17 @@ class _Interp:
                           for e, a in zip(launch.grid, "xyz")) + (1,) * (3 - len(launch.grid))
         self.block = tuple(self._extent(uniform, e, f"block.{a}")
                            for e, a in zip(launch.block, "xyz")) + (1,) * (3 - len(launch.block))
+        # thread-block clusters (cluster.py): their shape, the blocks by linear id, the
+        # shared buffers cluster loads read
+        self.cluster = None if kernel.cluster is None else tuple(
+            self._extent(uniform, e, f"cluster.{a}") for e, a in zip(kernel.cluster, "xyz"))
+        if self.cluster is not None and any(
+                c < 1 or g % c for g, c in zip(self.grid, self.cluster)):
+            raise InterpError(f"kernel {kernel.name}: grid {self.grid} is not made of "
+                              f"clusters of {self.cluster}")
+        self.blocks = {}
+        self.cluster_read_buffers = {s.src.name for s in self.stmts
+                                     if isinstance(s, kir.ClusterLoad)}
         self.nthreads = self.block[0] * self.block[1] * self.block[2]
         if not 1 <= self.nthreads <= MAX_THREADS_PER_BLOCK:
             raise InterpError(f"kernel {kernel.name}: block {self.block} has {self.nthreads} "
@@ -384,11 +396,12 @@ class _Interp:
 
     def _block(self, bidx):
         blk = _Block(self, bidx)
+        self.blocks[blk.lin] = blk
         yield from blk.exec_list(self.kernel.body, blk.all)
         blk.finish()
 
 
-class _Block(_Execution, _Roles, _TensorCores, _Warpgroups, _Mbarriers, _Tma,
+class _Block(_Execution, _Roles, _TensorCores, _Warpgroups, _Mbarriers, _Cluster, _Tma,
              _AsyncCopies, _RaceDetector, _AsyncProxy, _Ordering, _CrossCta):
     """One block of the launch: its memories and the state of every room (the statements
     it runs, and how, come from the rooms' mixins)."""
@@ -470,3 +483,4 @@ class _Block(_Execution, _Roles, _TensorCores, _Warpgroups, _Mbarriers, _Tma,
         interp.fences[self.lin] = self.f_seq     # (changed in place only)
         self.view = {}
         self.pending = []
+        self._init_cluster()

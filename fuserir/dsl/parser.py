@@ -62,7 +62,7 @@ SCHEDULE_METHODS = ("split", "merge", "reorder", "parallelize", "vectorize", "rf
                     "cache_after", "cache_before", "set_memory_type", "compute_at",
                     "inline_most", "circular_buffer", "swizzle", "pad_rows", "promote_reuse",
                     "serial_grid_reduction", "parallel_grid_reduction",
-                    "atomic_grid_reduction")
+                    "atomic_grid_reduction", "cluster_grid_reduction")
 SCHEDULERS = ("matmul", "scalar")
 ANONYMOUS_NAME = re.compile(r"t\d+")  # how fuserir.ops names unnamed tensors
 # Words the grammar gives a meaning of its own: a tensor so named could never be read.

@@ -105,7 +105,8 @@ class TensorView(Val):
         self.swizzle_row = None          # XOR-swizzled shared tile: elements per row
         self.row_padding = None          # padded shared tile: (elements per row, padding)
         self.reuse_shared = False        # promote_reuse: may reuse dead operand bytes
-        self.grid_reduction = None     # over a block index: "serial", "parallel" or "atomic"
+        self.grid_reduction = None     # over a block index: "serial", "parallel", "atomic"
+                                       # or "cluster"
         self.compute_at_consumer = None  # the tensor whose loops compute_at shares
 
     # -- shape ---------------------------------------------------------------------------
@@ -337,3 +338,12 @@ class TensorView(Val):
         at once."""
         from .. import transforms
         transforms.atomic_grid_reduction(self)
+
+    @_traced
+    def cluster_grid_reduction(self) -> None:
+        """Reduce this tensor's reduction axis bound to blockIdx.z across the CTAs of a
+        thread-block cluster (split-K on sm_90, at most 16 splits: a tile's CTAs are one
+        cluster): partials in each CTA's shared memory, each CTA sums a run of the
+        elements from its peers' in a fixed order and stores them; no workspace."""
+        from .. import transforms
+        transforms.cluster_grid_reduction(self)

@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from ..errors import ScheduleError
-from ..instructions import MMA_M16N8K16 as MMA, WGMMA
+from ..instructions import CLUSTER_MAX, MMA_M16N8K16 as MMA, WGMMA
 
 # split-K's ways to combine the splits: in turn (a turnstile), at once (each CTA of a tile
 # sums a slice, in a fixed order), by atomic adds (opt-in: the last bits may differ run to
-# run), or in a second kernel
-SPLITK_MODES = ("serial", "parallel", "atomic", "two_kernel")
+# run), in a second kernel, or at once through the shared memory of a thread-block
+# cluster (the Hopper path: a tile's splits are one cluster of at most CLUSTER_MAX CTAs)
+SPLITK_MODES = ("serial", "parallel", "atomic", "two_kernel", "cluster")
 
 
 @dataclass
@@ -149,6 +150,17 @@ class MatmulParams:
             bad("persistent: the staged output cannot reuse the operand stages "
                 "(promote_prologue_smem_reuse): the producer loads the next tile into "
                 "them during this one's epilogue")
+        if self.splitk_mode == "cluster":
+            if not self.hopper:
+                bad("splitk_mode 'cluster': only the Hopper path (sm_90) has thread-block "
+                    "clusters")
+            if self.splitk_factor > CLUSTER_MAX:
+                bad(f"splitk_mode 'cluster': the splits of a tile are one cluster of at "
+                    f"most {CLUSTER_MAX} CTAs, not {self.splitk_factor}; use 'parallel' "
+                    "for more splits")
+            if self.use_smem_epilogue:
+                bad("splitk_mode 'cluster': each CTA stores the elements it sums from the "
+                    "registers (no use_smem_epilogue)")
         if self.swap_mn and (self.use_smem_epilogue or self.splitk_mode == "two_kernel"):
             bad("swap_mn: the output is stored from the registers (no use_smem_epilogue) "
                 "and split-K, if any, is serial, parallel or atomic (not two_kernel)")

@@ -69,10 +69,11 @@ def split_k(tv, at, interleaved):
 
 def grid_reduction(tv, mode):
     """Mark `tv`'s reduction over BIDz as split-K `mode` combines it: "serial" (a
-    turnstile), "parallel" (every CTA sums a slice, in a fixed order) or "atomic" (adds
-    into the tile's sums, opt-in: the last bits may differ run to run)."""
+    turnstile), "parallel" (every CTA sums a slice, in a fixed order), "atomic" (adds
+    into the tile's sums, opt-in: the last bits may differ run to run) or "cluster" (the
+    tile's CTAs one cluster, summing through each other's shared memory)."""
     {"serial": tv.serial_grid_reduction, "parallel": tv.parallel_grid_reduction,
-     "atomic": tv.atomic_grid_reduction}[mode]()
+     "atomic": tv.atomic_grid_reduction, "cluster": tv.cluster_grid_reduction}[mode]()
 
 
 def tensor_core_loops(tv, params, split=True):

@@ -12,7 +12,7 @@ so that a schedule that cannot be lowered is refused here rather than miscompile
 The package holds one module per kind of transform, over the shared checks in `common`:
   domain     split, merge, reorder
   parallel   parallelize, vectorize, serial_grid_reduction,
-             parallel_grid_reduction, atomic_grid_reduction
+             parallel_grid_reduction, atomic_grid_reduction, cluster_grid_reduction
   rewrites   rfactor, cache_after, cache_before
   placement  compute_at, inline_most, max_inline_position
   memory     set_memory_type, circular_buffer, swizzle, pad_rows, promote_reuse
@@ -23,8 +23,8 @@ docstring shows a loop domain before and after it, as a doctest.
 from .common import concrete_loop
 from .domain import merge, reorder, split
 from .memory import circular_buffer, pad_rows, promote_reuse, set_memory_type, swizzle
-from .parallel import (atomic_grid_reduction, parallel_grid_reduction, parallelize,
-                       serial_grid_reduction, vectorize)
+from .parallel import (atomic_grid_reduction, cluster_grid_reduction,
+                       parallel_grid_reduction, parallelize, serial_grid_reduction, vectorize)
 from .placement import compute_at, inline_most, max_inline_position
 from .rewrites import cache_after, cache_before, rfactor
 
@@ -32,6 +32,7 @@ __all__ = [
     "cache_after", "cache_before", "circular_buffer", "compute_at", "concrete_loop",
     "inline_most", "max_inline_position", "merge", "pad_rows", "parallelize", "promote_reuse",
     "reorder",
-    "parallel_grid_reduction", "atomic_grid_reduction", "rfactor", "serial_grid_reduction",
+    "parallel_grid_reduction", "atomic_grid_reduction", "cluster_grid_reduction", "rfactor",
+    "serial_grid_reduction",
     "set_memory_type", "split", "swizzle", "vectorize",
 ]

@@ -226,6 +226,33 @@ def atomic_grid_reduction(tv: TensorView) -> None:
     _grid_reduction("atomic_grid_reduction", tv, "atomic")
 
 
+def cluster_grid_reduction(tv: TensorView) -> None:
+    """Reduce across the CTAs of a thread-block cluster: split-K on sm_90 whose CTAs of an
+    output tile are one cluster (TensorView.cluster_grid_reduction).
+
+    `tv` is a reduction or matmul whose reduction axis is bound to BIDz, split at most 16
+    ways (the cluster's CTAs: more than 8 need a device that allows the non-portable
+    size). Every CTA writes its f32 partials to its own shared memory; after a cluster
+    barrier each sums a run of the tile's elements over its peers' partials (read through
+    distributed shared memory, in split order: deterministic) and stores them; a second
+    cluster barrier keeps every CTA's shared memory alive until its peers have read it
+    (the grid_reductions pass). No workspace, no semaphore, no co-residency beyond the
+    cluster's, which the hardware guarantees.
+
+    Raises ScheduleError if tv is a fusion input or is not defined by a reduction or matmul.
+
+    >>> import fuserir
+    >>> f = fuserir.parse("fusion f(h: f16[M, N]) { r = sum(h, axes=[1])  output r }")
+    >>> r = f.tensor("r")
+    >>> r.split(1, 4, inner=False)
+    >>> r.parallelize(1, "BIDz")
+    >>> r.cluster_grid_reduction()
+    >>> print(r.describe())
+    r: f16[M] global loop=[i{M} rBIDz{4} r{ceildiv(N, 4)}] cluster-grid
+    """
+    _grid_reduction("cluster_grid_reduction", tv, "cluster")
+
+
 def _grid_reduction(what, tv, order):
     _not_input(what, tv)
     if not isinstance(tv.definition, (ReductionOp, MatmulOp)):

@@ -61,7 +61,8 @@ class Access:
     write: bool
     via: str                  # "store", "ldmatrix", "stmatrix", "cp.async", "tma-load",
                               # "bulk-load", "tma-store", "wgmma", "fragment", "semaphore",
-                              # "mbarrier", "atomic" (a relaxed read-modify-write add)
+                              # "mbarrier", "atomic" (a relaxed read-modify-write add),
+                              # "cluster" (a read of a cluster CTA's shared memory)
     proxy: str = "generic"    # "generic" or "async" (TMA, wgmma operands)
     until: object = None      # None: complete at issue; Group or Phase
     lanes: int = None         # only the first `lanes` lanes of each warp (None: all)
@@ -105,7 +106,8 @@ class MbarrierOp:
 @dataclass(frozen=True)
 class Order:
     """`kind` "barrier" (threads wait for each other: `scope` "block" or "named", with
-    the barrier's `id` and thread `count`), "fence", "release" or "acquire"; `orders`
+    the barrier's `id` and thread `count`, or "cluster": every thread of the cluster's
+    CTAs that has not exited), "fence", "release" or "acquire"; `orders`
     what: "memory" (shared and global), "global", "proxy" (generic before async),
     "mbarrier-init" or "registers" (a warp group's, before its next wgmma); `scope` of a
     fence: "thread", "warpgroup" or "gpu"; `blocking`: the thread waits here; `value`, of
@@ -154,9 +156,11 @@ def joins_group(effects, kind):
 def generic_shared(effects):
     """The instruction's generic-proxy shared-memory accesses (stores, ldmatrix and
     stmatrix rows, cp.async writes): what the sm_80 analysis, the bank report and the
-    interpreter's race detector check."""
+    interpreter's race detector check. A read of a cluster's shared memory (via
+    "cluster": any CTA's of the cluster) is the cluster protocol's, not the block's
+    (lowering.verify.cluster_protocol, codegen.interp.cluster)."""
     return [a for a in effects.accesses
-            if a.proxy == "generic" and a.memory.value == "shared"]
+            if a.proxy == "generic" and a.memory.value == "shared" and a.via != "cluster"]
 
 
 def async_shared(effects):

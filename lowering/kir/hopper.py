@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fuserir.dtypes import DataType
-from fuserir.instructions import (BULK_COPY_ALIGN, MBARRIER, NAMED_BARRIER, PROXY_FENCE,
-                                  SETMAXNREG, STMATRIX, SWIZZLE_BYTES, TMA, WGMMA)
+from fuserir.instructions import (BULK_COPY_ALIGN, CLUSTER, MBARRIER, NAMED_BARRIER,
+                                  PROXY_FENCE, SETMAXNREG, STMATRIX, SWIZZLE_BYTES, TMA, WGMMA)
 
 from .effects import (Access, Effects, Group, GroupOp, MbarrierOp, Order, Phase,
                       joins_async_protocol)
@@ -44,7 +44,8 @@ from .traversal import walk
 __all__ = ["SWIZZLES", "TensorMap", "MatrixLayout", "WgmmaFence", "Wgmma", "WgmmaCommit",
            "WgmmaWait", "StMatrix", "SetMaxNReg", "NamedBarrier", "FenceProxyAsync",
            "MbarrierInit", "FenceMbarrierInit", "MbarrierArrive", "MbarrierWait", "TmaLoad",
-           "TmaStore", "BulkLoad", "BulkCommit", "BulkWait", "uses_async_protocol"]
+           "TmaStore", "BulkLoad", "BulkCommit", "BulkWait", "ClusterBarrier", "ClusterLoad",
+           "uses_async_protocol"]
 
 SWIZZLES = ("none", "32B", "64B", "128B")
 
@@ -341,6 +342,61 @@ class FenceProxyAsync(Stmt):
 
     def line(self):
         return f"fence.proxy.async.shared::cta{sync_suffix(self)}"
+
+
+# ---------------------------------------------------------------------------------------
+# Thread-block clusters: a barrier of the cluster's CTAs, reads of a peer's shared memory
+# ---------------------------------------------------------------------------------------
+# The CTAs of a cluster (kir.Kernel.cluster) are resident at once. Shared memory written
+# by one CTA before a ClusterBarrier is visible to ClusterLoads of every CTA of the
+# cluster after it; a CTA's shared memory ends when it exits, so a peer's reads of it
+# must be ordered before the CTA's exit by a later ClusterBarrier
+# (lowering.verify.cluster_protocol proves both; docs/hazards.md, "clusters").
+
+
+@dataclass(eq=False)
+class ClusterBarrier(Stmt):
+    """barrier.cluster.arrive.release then barrier.cluster.wait.acquire: each executing
+    thread waits until every thread of the cluster that has not exited has arrived; its
+    earlier shared (and global) writes are visible to the cluster's threads after the
+    barrier, and the barrier orders all the block's threads as __syncthreads does. Every
+    thread of every CTA of the cluster executes the same ClusterBarriers, or exits."""
+
+    label: str = None
+
+    def effects(self):
+        return Effects(order=Order("barrier", "cluster", blocking=True),
+                       instruction=CLUSTER)
+
+    def line(self):
+        return "barrier.cluster (arrive.release, wait.acquire)"
+
+
+@dataclass(eq=False)
+class ClusterLoad(Stmt):
+    """dst[dst_index ..] = src[src_index ..] of the cluster's CTA `rank` (its rank in
+    the cluster, %cluster_ctarank: this CTA's own too), `width` consecutive elements of
+    the shared buffer `src` at the same pool offset as in this CTA (mapa then
+    ld.shared::cluster), into the local buffer `dst`."""
+
+    dst: Buffer = None
+    dst_index: ScalarExpr = None
+    src: Buffer = None
+    src_index: ScalarExpr = None
+    rank: ScalarExpr = None
+    width: int = 1
+    label: str = None
+
+    def effects(self):
+        nbytes = self.width * self.src.dtype.itemsize
+        return Effects((Access(self.src, self.src_index, nbytes, False, "cluster"),
+                        Access(self.dst, self.dst_index, nbytes, True, "store")),
+                       instruction=CLUSTER)
+
+    def line(self):
+        vector = f" x{self.width}" if self.width > 1 else ""
+        return (f"{self.dst.name}[{format_expr(self.dst_index)}{vector}] = cluster CTA "
+                f"{format_expr(self.rank)}: {self.src.name}[{format_expr(self.src_index)}]")
 
 
 # ---------------------------------------------------------------------------------------

@@ -41,5 +41,7 @@ def format_kernel(kernel):
     block = ", ".join(format_expr(e) for e in launch.block) if launch.block else "?"
     head = [f"kernel {kernel.name}({', '.join(params)})",
             f"  grid=({grid}) block=({block}) index={kernel.index_dtype}"
-            + (" co-resident" if kernel.co_resident else "")]
+            + (" co-resident" if kernel.co_resident else "")
+            + (f" cluster=({', '.join(format_expr(e) for e in kernel.cluster)})"
+               if kernel.cluster else "")]
     return "\n".join(head + format_stmts(kernel.body)) + "\n"

@@ -634,6 +634,10 @@ class Kernel:
     # checks against the device's occupancy before each new grid size and asks of the
     # driver with a cooperative launch (cuLaunchCooperativeKernel)
     co_resident: bool = False
+    # (x, y, z) ScalarExprs: the grid's CTAs in clusters of that shape (a launch
+    # attribute); None: no clusters. The CTAs of a cluster are resident at once and read
+    # each other's shared memory (kir.hopper's ClusterBarrier, ClusterLoad)
+    cluster: tuple = None
 
     @property
     def params(self):

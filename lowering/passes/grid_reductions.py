@@ -1,7 +1,7 @@
-"""Pass `grid_reductions`: grid reductions (split-K across CTAs): serial, parallel or atomic.
+"""Pass `grid_reductions`: grid reductions (split-K across CTAs): serial, parallel, atomic or cluster.
 
-A reduction marked serial_grid_reduction(), parallel_grid_reduction() or
-atomic_grid_reduction() binds a reduction
+A reduction marked serial_grid_reduction(), parallel_grid_reduction(),
+atomic_grid_reduction() or cluster_grid_reduction() binds a reduction
 axis to BIDz: the CTAs of one output tile (same blockIdx.x, blockIdx.y) each reduce a
 slice of it, then combine their partials through global workspaces and semaphores (kir's
 grid synchronization statements). Serial: in launch order, through a turnstile:
@@ -75,6 +75,20 @@ if z == last:
                Barrier; acc[e] = sums[tile, e, thread]; sums[tile, e, thread] = 0
                if thread 0: SemRelease(arrived[tile] = 0)
   <the rest of the kernel>
+```
+
+Cluster (sm_90): the CTAs of a tile are one thread-block cluster (kernel.cluster =
+(1, 1, splits): at most 16), so they are resident at once and read each other's shared
+memory. No workspace, no semaphore, no fence:
+
+```text
+if last > 0: partials[e, thread] = acc[e] (this CTA's shared memory, every e)
+             ClusterBarrier                     every CTA's partials visible to the cluster
+             for e in this CTA's run [first, end) (as the parallel form's):
+                 acc[e] = partials[e, thread] of CTA 0, 1, .., last, summed in that order
+                 (ld.shared::cluster, batches of SUM_LOADS reads in flight)
+<the rest of the kernel, its stores of element x only where first <= x < end>
+if last > 0: ClusterBarrier                     no CTA exits while a peer reads its partials
 ```
 
 The parallel sum costs each CTA a slice (E T / splits elements times the splits) instead
@@ -341,9 +355,9 @@ def _stored_where_summed(ctx, kernel, g, rest, stores):
                           kir.SemRelease(passed, g.tile, const(0)))])])]
 
 
-def _over_the_splits(ctx, g, group, make):
-    """make(s, checked) for s = 0 .. ceil(splits / SUM_GROUPS) - 1 (lane group `group`
-    reads split s SUM_GROUPS + group) in as few batches as the registers allow: a batch's
+def _over_the_splits(ctx, g, group, make, groups=SUM_GROUPS):
+    """make(s, checked) for s = 0 .. ceil(splits / groups) - 1 (lane group `group` reads
+    split s groups + group) in as few batches as the registers allow: a batch's
     reads are in flight together, but a branch between two batches makes the second's
     wait for the first's. Batches of SUM_LOADS iterations while that many complete ones
     (every group's split exists) are left (a run-time loop of a constant, unrolled loop:
@@ -353,14 +367,14 @@ def _over_the_splits(ctx, g, group, make):
     exist reads the last split again and folds nothing). Each call of make builds fresh
     statements."""
     binop, const = ctx.binop, ctx.const
-    full = binop("div", binop("div", g.splits, const(SUM_GROUPS)), const(SUM_LOADS))
+    full = binop("div", binop("div", g.splits, const(groups)), const(SUM_LOADS))
     b, s = g.fresh_var("b"), g.fresh_var("s")
 
     def batch(first, n, checked):         # iterations first .. first + n - 1, unrolled
         return [kir.ForLoop(s, const(n), make(binop("add", first, s), checked), "unroll")]
 
     start = binop("mul", full, const(SUM_LOADS))
-    rest = binop("sub", binop("ceildiv", g.splits, const(SUM_GROUPS)), start)
+    rest = binop("sub", binop("ceildiv", g.splits, const(groups)), start)
     sizes = [1 << i for i in range(SUM_LOADS.bit_length()) if 1 << i <= SUM_LOADS]
     chain = []
     for n, smaller in zip(reversed(sizes), [*reversed(sizes[:-1]), 0]):
@@ -576,7 +590,75 @@ def _atomic(ctx, kernel, tv, rest):
                     g.thread0(kir.SemRelease(arrived, g.tile, zero))])] + rest)]
 
 
-_PROTOCOLS = {"serial": _turnstile, "parallel": _parallel, "atomic": _atomic}
+def _cluster(ctx, kernel, tv, rest):
+    """The cluster grid reduction of `tv` (see the module docstring), `rest` the
+    statements after it."""
+    g = _Grid(ctx, kernel, tv)
+    acc, op, binop, const = g.acc, g.op, ctx.binop, ctx.const
+    stores = _element_stores(rest, acc)
+    if stores is None:
+        raise ScheduleError(f"{tv.name}: a cluster grid reduction has each CTA store the "
+                            "elements it sums, so the rest of the kernel must store the "
+                            "accumulator's register elements (not staged through shared "
+                            "memory)")
+    kernel.cluster = (const(1), const(1), g.splits)
+    partials = kir.Buffer(_fresh(f"{tv.name}_partials", g.taken), acc.dtype,
+                          kir.Memory.shared, binop("mul", acc.size, g.threads))
+    partials.byte_offset = _pool_end(ctx, kernel)
+    loaded, own = (kir.Buffer(_fresh(f"{tv.name}_{name}", g.taken), acc.dtype,
+                              kir.Memory.local, size=const(1)) for name in ("loaded", "own"))
+    zero = const(0)
+    e, r, j = g.fresh_var("e"), g.fresh_var("r"), g.fresh_var("j")
+    write = kir.ForLoop(e, acc.size, [kir.Store(partials, binop(
+        "add", binop("mul", e, g.threads), g.thread), kir.Load(acc, e))], "unroll")
+    # this CTA's elements: [first, end), a whole number of the widest store's vectors
+    width = max(w for _, _, w in stores.values())
+    per = binop("mul", binop("ceildiv", binop("ceildiv", acc.size, g.splits), const(width)),
+                const(width))
+    first = binop("mul", g.z, per)
+    end = binop("min", binop("add", first, per), acc.size)
+    element = binop("add", first, r)
+    here = binop("add", binop("mul", binop("min", element, binop("sub", end, const(1))),
+                              g.threads), g.thread)
+    ident = identity(op, acc.dtype)
+
+    def add_split(split, checked):
+        value = kir.Load(loaded, zero)
+        return [kir.ClusterLoad(loaded, zero, partials, here,
+                                binop("min", split, g.last) if checked else split),
+                kir.Store(own, zero, kir.BinOp(op, kir.Load(own, zero), kir.Select(
+                    binop("lt", split, g.splits), value, ident, acc.dtype)
+                    if checked else value, acc.dtype))]
+    take = kir.ForLoop(j, acc.size, [kir.Store(acc, j, kir.Select(
+        binop("eq", j, element), kir.Load(own, zero), kir.Load(acc, j), acc.dtype))],
+        "unroll")
+    sum_own = kir.ForLoop(r, binop("sub", binop("max", end, first), first), [
+        kir.Store(own, zero, ident), *_over_the_splits(ctx, g, zero, add_split, groups=1),
+        take])
+    guarded = _Guard(stores, lambda x: binop("and", binop("ge", x, first),
+                                             binop("lt", x, end))).mutate(rest)
+    several = binop("gt", g.last, zero)
+    return [kir.Allocate(partials), kir.Comment(f"cluster grid reduction of {tv.name} over BIDz: the tile's CTAs "
+                        "one cluster, each summing its peers' partials for a run of the "
+                        "elements and storing them"),
+            kir.Allocate(loaded), kir.Allocate(own),
+            kir.IfThenElse(several, [write, kir.ClusterBarrier(), sum_own])] + guarded + [
+            kir.IfThenElse(several, [kir.ClusterBarrier()])]
+
+
+def _pool_end(ctx, kernel):
+    """The first 16-byte aligned byte past every shared buffer placed so far."""
+    end = ctx.const(0)
+    for s in kir.walk(kernel.body):
+        if isinstance(s, kir.Allocate) and s.buffer.memory is kir.Memory.shared:
+            b = s.buffer
+            end = ctx.binop("max", end, ctx.binop("add", b.byte_offset, ctx.binop(
+                "mul", b.size, ctx.const(b.dtype.itemsize))))
+    return ctx.binop("mul", ctx.binop("ceildiv", end, ctx.const(16)), ctx.const(16))
+
+
+_PROTOCOLS = {"serial": _turnstile, "parallel": _parallel, "atomic": _atomic,
+              "cluster": _cluster}
 
 
 def run(ctx, kernel):
@@ -588,7 +670,12 @@ def run(ctx, kernel):
     for i, s in enumerate(kernel.body):
         if isinstance(s, kir.ExprStmt) and s.role == "grid_reduce":
             protocol = _PROTOCOLS[s.tv.grid_reduction]
-            kernel.body[i:] = protocol(ctx, kernel, s.tv, kernel.body[i + 1:])
+            stmts = protocol(ctx, kernel, s.tv, kernel.body[i + 1:])
+            # a shared buffer of the protocol sits at the top, with the other allocations
+            shared = [x for x in stmts if isinstance(x, kir.Allocate)
+                      and x.buffer.memory is kir.Memory.shared]
+            kernel.body[i:] = [x for x in stmts if not any(x is y for y in shared)]
+            kernel.body[:0] = shared
             break
     return kernel
 

@@ -411,11 +411,11 @@ def fragment_pairs(ctx, tv):
     vector_copy proves a vector: the pair's index, with its element a symbolic lane
     v in [0, 2), must come out as base + v with base even; the array's rows are checked
     at run time (an odd extent or an unaligned array takes the variant whose vector_caps
-    store it element by element). Not after a parallel grid reduction, which restricts
-    each CTA's stores to the register elements it summed."""
+    store it element by element). Not after a parallel or cluster grid reduction, which
+    restricts each CTA's stores to the register elements it summed."""
     cap = (ctx.vector_caps or {}).get(tv.name)
     buffer = ctx.buffers[tv]
-    summed_where_stored = any(t.grid_reduction == "parallel" for t in ctx.fusion.tensors)
+    summed_where_stored = any(t.grid_reduction in ("parallel", "cluster") for t in ctx.fusion.tensors)
     if buffer.memory is not kir.Memory.global_ or summed_where_stored or \
             (cap is not None and cap < PAIR * tv.dtype.itemsize):
         return None

@@ -7,13 +7,16 @@ thread-dependent control flow. A kernel of Hopper's async protocol is proved by
 lowering.verify.async_protocol instead (mbarrier phases, TMA and wgmma in flight, the async
 proxy's fences, and the generic accesses between them). A kernel with a workspace or a
 semaphore also has its protocol between blocks proved (lowering.verify.grid_protocol: the
-split-K turnstile, for every split factor and grid size), and its findings join the
+split-K turnstile, for every split factor and grid size), a kernel with cluster barriers
+or cluster loads the order between the CTAs of a cluster
+(lowering.verify.cluster_protocol, for every cluster size), and their findings join the
 others. `verify=False` skips it, so that the interpreter (or the GPU) can show what a
 missing barrier does.
 """
 
 from .. import kir
 from ..verify.async_protocol import verify_async_protocol
+from ..verify.cluster_protocol import check_cluster_protocol
 from ..verify.grid_protocol import check_grid_protocol
 from ..contract import Pass
 from ..errors import Hazard, HazardError
@@ -44,7 +47,7 @@ def verify(kernel, proofs=None):
     """Raise HazardError listing what the hazard analysis (or, for a kernel of the async
     protocol, its proof) finds in `kernel`; `proofs` as lowering.pipeline.lower's. The
     pass's check, for tools that verify a kernel lowered without it."""
-    across = check_grid_protocol(kernel)
+    across = check_grid_protocol(kernel) + check_cluster_protocol(kernel)
     if kir.uses_async_protocol(kernel):
         try:
             verify_async_protocol(kernel, proofs)

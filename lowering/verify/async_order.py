@@ -381,12 +381,21 @@ class Ordering:
 
     def _barrier_generations(self):
         batches = {}                                 # name -> (count, [events of a step])
+        # a cluster barrier, within the block, orders the threads that execute it (the
+        # others exit without it: lowering.verify.cluster_protocol proves that)
+        cluster_roles = {}
+        for e in self.trace.events:
+            order = e.effects.order
+            if order is not None and order.kind == "barrier" and order.scope == "cluster":
+                cluster_roles[id(e.role)] = e.role.size
         for e in self.trace.events:
             order = e.effects.order
             if order is None or order.kind != "barrier":
                 continue
             if order.scope == "block":
                 name, count = "__syncthreads()", self.trace.threads
+            elif order.scope == "cluster":
+                name, count = "barrier.cluster", sum(cluster_roles.values())
             else:
                 name, count = f"barrier {order.id}", order.count
             steps = batches.setdefault(name, (count, []))[1]

@@ -1,0 +1,162 @@
+"""Split-K through a thread-block cluster (MatmulParams(splitk_mode="cluster")): the tile's
+CTAs are one cluster and sum each other's partials through distributed shared memory.
+The interpreter's results against float64, the static proof of the cluster protocol and
+what each of its statements prevents (dropped alone: the verifier's finding and the
+interpreter's hazard), the CUDA it emits and the launch's checks, and on the GPU the
+results and their bits over repeats."""
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import codegen
+from codegen.errors import RaceError
+from codegen.interp import run_kernel
+from codegen.launch import LaunchLimitError, check_launch_limits
+from fuserir.device import H200
+from fuserir.errors import ScheduleError
+from fuserir.scheduler import MatmulParams
+from lowering import kir
+from lowering.pipeline import lower
+from lowering.verify.cluster_protocol import check_cluster_protocol
+
+from test_hopper_matmul import HOPPER, integer_inputs, reference, scheduled
+
+CLUSTER = dict(HOPPER, splitk_mode="cluster", splitk_factor=3, splitk_interleaved=True)
+# one consumer warp group: the interpreter's cheapest Hopper plan
+SMALL = dict(CLUSTER, cta_tile=(64, 64, 64), warp_tile=(64, 64, 64),
+             instruction_tile=(64, 64, 16))
+
+
+@pytest.mark.parametrize("layout, params, size, splits", [
+    ("TN", CLUSTER, (72, 264, 64 * 5), (1, 3)),          # ragged tiles, 2 x 3 clusters
+    ("TT", SMALL, (64, 72, 64 * 4 + 8), (2, 4)),         # a partial K box, 4 splits
+])
+def test_cluster_split_k_equals_float64(layout, params, size, splits, rng):
+    """Bitwise equal to the float64 product of integer operands, without a hazard, for
+    split factors the kernel was not scheduled at (one kernel serves every factor)."""
+    exe = codegen.compile(scheduled(params, layout=layout), backend="interp")
+    data = integer_inputs(rng, layout, *size)
+    for splitk in splits:
+        out = exe.run({**data, "splitk": splitk})["out"]
+        assert np.array_equal(out, reference(layout, data).astype(np.float16)), splitk
+
+
+def test_the_cluster_reduction_takes_no_workspace_and_launches_in_clusters():
+    kernel, _ = lower(scheduled(SMALL, layout="TN"))
+    assert kernel.workspaces == [] and not kernel.co_resident
+    assert [kir.format_expr(e) for e in kernel.cluster] == ["1", "1", "splitk"]
+    barriers = [s for s in kir.walk(kernel.body) if isinstance(s, kir.ClusterBarrier)]
+    assert len(barriers) == 2
+    assert check_cluster_protocol(kernel) == []
+
+
+def _without(kernel, doomed):
+    for s in kir.walk(kernel.body):
+        for body in s.bodies():
+            body[:] = [x for x in body if x is not doomed]
+
+
+def _partials_write(kernel):
+    return next(s for s in kir.walk(kernel.body) if isinstance(s, kir.ForLoop) and any(
+        isinstance(x, kir.Store) and x.buffer.name == "acc_partials" for x in s.body))
+
+
+# what each statement of the protocol prevents: (the statement, the verifier's finding,
+# the interpreter's hazard)
+DROPS = {
+    "the first cluster barrier": (
+        lambda k: [s for s in kir.walk(k.body) if isinstance(s, kir.ClusterBarrier)][0],
+        "cluster", "in the same epoch 0: no cluster barrier orders them",
+        "reads the shared memory of block \\(0, 0, 1\\), which has not started"),
+    "the second cluster barrier": (
+        lambda k: [s for s in kir.walk(k.body) if isinstance(s, kir.ClusterBarrier)][1],
+        "cluster", "in epoch 1, the last: no cluster barrier keeps the read block's shared "
+                   "memory alive", "which has exited"),
+    "the partials' stores": (
+        _partials_write, "uninitialized-read", "does not store to in an earlier epoch",
+        "that no store of it wrote"),
+}
+
+
+@pytest.mark.parametrize("name", DROPS)
+def test_each_statement_of_the_cluster_protocol_dropped_is_caught(name, rng):
+    """The verifier refuses the kernel without it, naming what is unordered, and the
+    interpreter shows the race it lets happen."""
+    which, kind, finding, hazard = DROPS[name]
+    kernel, _ = lower(scheduled(SMALL, layout="TN"), verify=False)
+    _without(kernel, which(kernel))
+    found = check_cluster_protocol(kernel)
+    assert any(h.kind == kind and finding in h.detail for h in found), found
+    data = integer_inputs(rng, "TN", 64, 64, 64 * 3)
+    args = {**data, "out": np.zeros((64, 64), np.float16), "M": 64, "N": 64, "K": 192,
+            "splitk": 3}
+    with pytest.raises(RaceError, match=hazard) as raised:
+        run_kernel(kernel, args)
+    assert all(h.kind == "cluster" for h in raised.value.hazards)
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(splitk_factor=17), "the splits of a tile are one cluster of at most 16 CTAs, "
+                             "not 17; use 'parallel' for more splits"),
+    (dict(use_smem_epilogue=True), "each CTA stores the elements it sums from the registers "
+                                   "\\(no use_smem_epilogue\\)"),
+    (dict(cta_tile=(128, 128, 32), warp_tile=(64, 64, 32), instruction_tile=(16, 8, 16)),
+     "only the Hopper path \\(sm_90\\) has thread-block clusters"),
+])
+def test_cluster_split_k_refuses_what_it_cannot_do(changes, message):
+    with pytest.raises(ScheduleError, match=message):
+        MatmulParams(**{**CLUSTER, **changes}).check()
+
+
+def test_the_launch_refuses_a_cluster_past_16_ctas():
+    kernel, _ = lower(scheduled(SMALL, layout="TN"))
+    check_launch_limits(kernel, H200, {"M": 64, "N": 64, "K": 4096, "splitk": 16})
+    with pytest.raises(LaunchLimitError, match="clusters of 17 CTAs \\(1, 1, 17\\) "
+                                               "\\(at most 16\\)"):
+        check_launch_limits(kernel, H200, {"M": 64, "N": 64, "K": 4096, "splitk": 17})
+
+
+def test_the_cuda_of_the_cluster_reduction_compiles_for_sm90a():
+    """NVRTC compiles it (no GPU needed): the barrier's arrival and wait in one statement,
+    and each peer's element read through mapa and ld.shared::cluster."""
+    exe = codegen.compile(scheduled(SMALL, layout="TN"), backend="cuda")
+    (kernel,) = exe.kernels
+    assert kernel.source.count("barrier.cluster.arrive.release; "
+                               "barrier.cluster.wait.acquire;") == 2
+    assert "mapa.shared::cluster.u32" in kernel.source
+    assert "ld.shared::cluster.f32" in kernel.source
+
+
+def test_the_cluster_launch_configuration_has_cuda_h_layout():
+    """cuLaunchKernelEx reads CUlaunchConfig and CUlaunchAttribute as cuda.h lays them out
+    (x86-64 and aarch64: the attribute's value a 64-byte union at offset 8)."""
+    from codegen.kernel_params import _LaunchAttribute, _LaunchConfig
+    assert ctypes.sizeof(_LaunchAttribute) == 72
+    assert _LaunchAttribute.value.offset == 8
+    assert ctypes.sizeof(_LaunchConfig) == 56
+    assert (_LaunchConfig.stream.offset, _LaunchConfig.attrs.offset,
+            _LaunchConfig.count.offset) == (32, 40, 48)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout, size, splits", [
+    ("TN", (128, 128, 16384), 16),              # 16 CTAs a cluster: the non-portable size
+    ("NT", (136, 184, 64 * 37 + 8), 5),
+])
+def test_cluster_split_k_on_the_gpu_equals_float64_and_repeats_its_bits(layout, size, splits):
+    cupy = pytest.importorskip("cupy")
+    exe = codegen.compile(scheduled(dict(SMALL, splitk_factor=splits), layout=layout),
+                          backend="cuda")
+    rng = np.random.default_rng(7)
+    data = integer_inputs(rng, layout, *size)
+    gpu = {k: cupy.asarray(v) for k, v in data.items()}
+    first = cupy.asnumpy(exe.run({**gpu, "splitk": splits})["out"])
+    assert np.array_equal(first, reference(layout, data).astype(np.float16))
+    fresh = {k: cupy.asarray(rng.uniform(-1, 1, v.shape).astype(v.dtype))
+             for k, v in data.items()}
+    bits = cupy.asnumpy(exe.run({**fresh, "splitk": splits})["out"])
+    for _ in range(20):
+        again = cupy.asnumpy(exe.run({**fresh, "splitk": splits})["out"])
+        assert np.array_equal(again.view(np.uint16), bits.view(np.uint16))
