@@ -10,7 +10,7 @@
      6  indexing               every placed expression becomes stores of indexed loads
      7  unroll_register_loops  unroll loops that index registers, short tensor-core loops
      8  block_reductions       combine the partials of a reduction bound to TIDx or TIDy
-     9  grid_reductions        grid reductions (split-K across CTAs): serial, parallel, atomic or cluster
+     9  grid_reductions        split-K across CTAs: serial, parallel, atomic or cluster
     10  predicates             guard each store that could touch an element it must not
     11  circular_buffer        pipeline the async copies of circular-buffered shared tensors
     12  reuse_shared           a shared tensor marked promote_reuse takes the bytes of dead buffers

@@ -42,8 +42,12 @@ CONFIGS = {
 # - the two kernels: their host-side order is the sm_80 seed's (judged there), their
 #   pipeline the TT config's;
 # - the producer copies: the fence between their stores and the arrival, dropped, is
-#   refused and caught (tests/test_hopper_matmul.py), their pipeline the TT config's.
-SLOW = {"NT, parallel split-K, 128x64 tiles", "TN, two kernels", "NT, producer copies"}
+#   refused and caught (tests/test_hopper_matmul.py), their pipeline the TT config's;
+# - the persistent kernel with a bias-relu epilogue: its walk over the tiles (the stages
+#   reused across tiles, the tile loop's mbarrier phases) is the staged-output persistent
+#   config's, its epilogue from the registers the serial bias-relu config's.
+SLOW = {"NT, parallel split-K, 128x64 tiles", "TN, two kernels", "NT, producer copies",
+        "TT, persistent, bias relu"}
 
 
 @pytest.mark.parametrize("config", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW

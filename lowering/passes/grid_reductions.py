@@ -1,10 +1,11 @@
-"""Pass `grid_reductions`: grid reductions (split-K across CTAs): serial, parallel, atomic or cluster.
+"""Pass `grid_reductions`: split-K across CTAs: serial, parallel, atomic or cluster.
 
 A reduction marked serial_grid_reduction(), parallel_grid_reduction(),
 atomic_grid_reduction() or cluster_grid_reduction() binds a reduction
 axis to BIDz: the CTAs of one output tile (same blockIdx.x, blockIdx.y) each reduce a
 slice of it, then combine their partials through global workspaces and semaphores (kir's
-grid synchronization statements). Serial: in launch order, through a turnstile:
+grid synchronization statements), or, in a cluster, through each other's shared
+memory. Serial: in launch order, through a turnstile:
 
 ```text
 if z > 0:    if thread 0: SemWait(sem[tile] == z)     acquire split z-1's partials
@@ -638,7 +639,8 @@ def _cluster(ctx, kernel, tv, rest):
     guarded = _Guard(stores, lambda x: binop("and", binop("ge", x, first),
                                              binop("lt", x, end))).mutate(rest)
     several = binop("gt", g.last, zero)
-    return [kir.Allocate(partials), kir.Comment(f"cluster grid reduction of {tv.name} over BIDz: the tile's CTAs "
+    return [kir.Allocate(partials),
+            kir.Comment(f"cluster grid reduction of {tv.name} over BIDz: the tile's CTAs "
                         "one cluster, each summing its peers' partials for a run of the "
                         "elements and storing them"),
             kir.Allocate(loaded), kir.Allocate(own),
