@@ -9,7 +9,8 @@
 Each shape is C[M, N] = A[K, M]^T B[K, N] (NT, f16 in, f32 accumulation, f16 out), the
 fusion of examples/splitk_matmul.fz scheduled by fuserir.scheduler.schedule_matmul with
 CTA tile (32 * warps, 128, 32) (or --cta-tile), warp tile (64, 64, 32) (or --warp-tile)
-and serial split-K (or --splitk-mode parallel, atomic or two_kernel; --splitk-interleaved:
+and serial split-K (or --splitk-mode parallel, atomic, two_kernel or, with --hopper,
+cluster; --splitk-interleaved:
 each split every splitk-th K tile). One compiled
 kernel serves every shape (sizes and the split factor are kernel arguments).
 
@@ -74,7 +75,7 @@ def parse_args(argv=None):
     p.add_argument("--warp-tile", default="64x64x32", help="MxNxK warp tile")
     p.add_argument("--no-smem-epilogue", action="store_true")
     p.add_argument("--splitk-mode", default="serial",
-                   choices=("serial", "parallel", "atomic", "two_kernel"))
+                   choices=("serial", "parallel", "atomic", "two_kernel", "cluster"))
     p.add_argument("--splitk-interleaved", action="store_true",
                    help="each split takes every splitk-th K tile")
     p.add_argument("--heuristic", action="store_true",

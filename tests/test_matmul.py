@@ -227,7 +227,7 @@ def test_the_schedule_prints_and_parses_back_to_the_same_kernel():
     (dict(stages=0), "MatmulParams: stages must be an integer >= 1, got 0"),
     (dict(splitk_mode="sorted"),
      "MatmulParams: splitk_mode 'sorted': expected 'serial' or 'parallel' or 'atomic' or "
-     "'two_kernel'"),
+     "'two_kernel' or 'cluster'"),
     (dict(cta_tile=5), "MatmulParams: cta_tile must be three positive integers (M, N, K), "
      "got 5"),
 ])

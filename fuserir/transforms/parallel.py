@@ -246,6 +246,8 @@ def cluster_grid_reduction(tv: TensorView) -> None:
     >>> r = f.tensor("r")
     >>> r.split(1, 4, inner=False)
     >>> r.parallelize(1, "BIDz")
+    >>> print(r.describe())
+    r: f16[M] global loop=[i{M} rBIDz{4} r{ceildiv(N, 4)}]
     >>> r.cluster_grid_reduction()
     >>> print(r.describe())
     r: f16[M] global loop=[i{M} rBIDz{4} r{ceildiv(N, 4)}] cluster-grid
