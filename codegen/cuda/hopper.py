@@ -243,8 +243,9 @@ class HopperEmitter:
         self.check_dtype(s.dst, s.src.dtype, "cluster load destination")
         dtype = s.src.dtype.name
         if s.width != 1 or dtype not in ptx_sm90.CLUSTER_LOAD_TYPES:
-            raise self.error(f"a cluster load reads one {', '.join(ptx_sm90.CLUSTER_LOAD_TYPES)} "
-                             f"element, got {s.width} x {s.src.dtype}")
+            types = ", ".join(ptx_sm90.CLUSTER_LOAD_TYPES)
+            raise self.error(f"a cluster load reads one {types} element, got {s.width} x "
+                             f"{s.src.dtype}")
         address = self.shared_address(s.src, s.src_index, "cluster load source")
         rank = self.i32_operand(s.rank, "cluster load rank")
         self.need(f"cluster_ld_{dtype}")

@@ -37,10 +37,10 @@ One module per part, each importing only modules listed above it:
                      run over blocks, and _Block, one block's memories and shadows
 A block is one object, _Block, composed of one mixin per room (_Execution, _Roles,
 _TensorCores, _Warpgroups, _Mbarriers, _Cluster, _Tma, _AsyncCopies, _RaceDetector,
-_AsyncProxy, _Ordering, _CrossCta): a room reaches the others' methods and the block's state through
-`self`, so the rooms import one another only where execution.py names their statement
-handlers (and merges acquired views at a barrier). This entry holds run_kernel and
-run_interleavings and re-exports what callers import.
+_AsyncProxy, _Ordering, _CrossCta): a room reaches the others' methods and the block's
+state through `self`, so the rooms import one another only where execution.py names
+their statement handlers (and merges acquired views at a barrier). This entry holds
+run_kernel and run_interleavings and re-exports what callers import.
 """
 
 from dataclasses import replace

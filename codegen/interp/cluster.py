@@ -68,11 +68,6 @@ class _Cluster:
 
     # -- where the cluster's blocks are ---------------------------------------------------
 
-    def cluster_rank(self):
-        cx, cy, _ = self.interp.cluster
-        x, y, z = self.bidx
-        return x % cx + cx * (y % cy + cy * (z % self.interp.cluster[2]))
-
     def cluster_peers(self):
         """The linear ids of the blocks of this block's cluster, by rank."""
         cx, cy, cz = self.interp.cluster
