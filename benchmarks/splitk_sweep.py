@@ -4,7 +4,7 @@
                                        [--mn 16,32,64,128,256] [--k 16384,65536,262144]
                                        [--no-decode] [--shapes 128x128x262144,...]
                                        [--no-triton] [--repeat 50] [--json out.json]
-                                       [--plot out.png]
+                                       [--plot out.png] [--cluster-split]
     python3 benchmarks/splitk_sweep.py --plot out.png --from out.json   (no GPU needed)
 
 Points: every M and N of --mn with every K of --k (the memory-bound shapes split-K
@@ -22,6 +22,10 @@ without Triton: the split-K baseline of benchmarks/triton_splitk.py on the same 
 its atomic and its deterministic (partials) reduction each autotuned, the faster
 reported; and the fraction of the copy bandwidth (a cudaMemcpyAsync timed in the same
 process) the fuserir call reaches, counting each operand and the output once.
+
+--cluster-split: the device model's cluster_split on, so that a deterministic split-K of
+at most 16 splits sums through a thread-block cluster's shared memory (splitk_mode
+"cluster") where the heuristic would take the arrival counters.
 
 Prints a JSON line per point, then a Markdown table and the summary: the slowest point's
 and the geometric mean of cuBLAS time / fuserir time. --plot draws that ratio per point
@@ -61,6 +65,8 @@ def parse_args(argv=None):
     p.add_argument("--repeat", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--json", help="write the points here")
+    p.add_argument("--cluster-split", action="store_true",
+                   help="split-K of at most 16 splits through a cluster's shared memory")
     p.add_argument("--plot", help="draw cuBLAS time / fuserir time per point (PNG)")
     p.add_argument("--from", dest="source", help="with --plot: the points of an earlier "
                                                  "--json, no GPU run")
@@ -251,7 +257,7 @@ def run(args, bench):
     torch = bench.torch
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
-    device = device_model()
+    device = device_model().with_(cluster_split=args.cluster_split)
     started = time.perf_counter()
     classes = compile_ahead(args, device)
     print(f"{classes} size classes compiled ahead in {time.perf_counter() - started:.0f} s",
@@ -262,7 +268,7 @@ def run(args, bench):
     points = []
     for dtype in args.dtype_list:
         for layout in args.layout_list:
-            exe = codegen.compile(fusion(layout, dtype), backend="cuda")
+            exe = codegen.compile(fusion(layout, dtype), backend="cuda", device=device)
             for m, n, k in shapes(args):
                 a, b, ta, tb = operands(torch, layout, dtype, m, n, k, gen)
                 out = exe.run({"A": a, "B": b})["out"]          # plans the size class

@@ -42,6 +42,10 @@ class Device:
     # results the same bits every run: False lets a split-K sum its partials with atomic
     # adds where the heuristic would sum them in a fixed order (compile(deterministic=...))
     deterministic: bool = True
+    # a deterministic split-K of at most 16 splits sums through a thread-block cluster's
+    # shared memory (splitk_mode "cluster") instead of the arrival counters: off until it
+    # is measured faster on the GPU (docs/perf.md, "Split-K through a cluster")
+    cluster_split: bool = False
 
     @property
     def arch(self):

@@ -16,12 +16,14 @@ from codegen.interp import run_kernel
 from codegen.launch import LaunchLimitError, check_launch_limits
 from fuserir.device import H200
 from fuserir.errors import ScheduleError
-from fuserir.scheduler import MatmulParams
+from fuserir.scheduler import MatmulParams, schedule_matmul
+from fuserir.scheduler.matmul import matmul_heuristic
 from lowering import kir
 from lowering.pipeline import lower
 from lowering.verify.cluster_protocol import check_cluster_protocol
 
-from test_hopper_matmul import HOPPER, integer_inputs, reference, scheduled
+from benchmarks import splitk_sweep
+from test_hopper_matmul import HOPPER, integer_inputs, matmul_fusion, reference, scheduled
 
 CLUSTER = dict(HOPPER, splitk_mode="cluster", splitk_factor=3, splitk_interleaved=True)
 # one consumer warp group: the interpreter's cheapest Hopper plan
@@ -138,6 +140,41 @@ def test_the_cluster_launch_configuration_has_cuda_h_layout():
     assert ctypes.sizeof(_LaunchConfig) == 56
     assert (_LaunchConfig.stream.offset, _LaunchConfig.attrs.offset,
             _LaunchConfig.count.offset) == (32, 40, 48)
+
+
+@pytest.mark.parametrize("layout, size, plan", [
+    ("TN", (64, 64, 16384), ((64, 64, 64), 8, 16, "cluster")),
+    ("NT", (256, 256, 16384), ((128, 64, 64), 6, 16, "cluster")),
+    ("TN", (16, 16, 16384), ((64, 16, 64), 8, 16, "cluster")),
+    ("TN", (128, 128, 16384), ((128, 64, 64), 6, 64, "parallel")),          # past 16 splits
+    ("TN", (136, 184, 175704), ((128, 192, 64), 4, 66, "parallel")),
+])
+def test_the_heuristic_takes_the_cluster_split_where_the_device_model_asks(layout, size,
+                                                                           plan):
+    """Off by default (not measured yet); with cluster_split, a deterministic split-K of at
+    most 16 splits sums through the cluster, its partials' bytes beside the stages."""
+    on = H200.with_(cluster_split=True)
+    tile, stages, splits, mode = plan
+    p = matmul_heuristic(*size, layout=layout, device=on)
+    assert (p.cta_tile, p.stages, p.splitk_factor, p.splitk_mode) == plan
+    assert p.splitk_interleaved
+    default = matmul_heuristic(*size, layout=layout, device=H200)
+    assert default.splitk_mode == "parallel" and default.cta_tile == tile
+    atomic = matmul_heuristic(*size, layout=layout, device=on.with_(deterministic=False))
+    assert atomic.splitk_mode == "atomic"
+    assert splitk_sweep.parse_args(["--cluster-split"]).cluster_split
+
+
+def test_the_heuristics_cluster_plan_equals_float64(rng):
+    """The plan taken at 64x64x16384 (one kernel for its size class) run at a smaller size
+    with ragged tiles and 3 splits."""
+    f = matmul_fusion("TN")
+    schedule_matmul(f, matmul_heuristic(64, 64, 16384, layout="TN",
+                                        device=H200.with_(cluster_split=True)))
+    exe = codegen.compile(f, backend="interp")
+    data = integer_inputs(rng, "TN", 40, 56, 64 * 3 + 8)
+    out = exe.run({**data, "splitk": 3})["out"]
+    assert np.array_equal(out, reference("TN", data).astype(np.float16))
 
 
 @pytest.mark.gpu

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import device as devices
 from ..errors import ScheduleError
-from ..instructions import CP_ASYNC, MMA_M16N8K16 as MMA, WGMMA, tma_stride_ok
+from ..instructions import CLUSTER_MAX, CP_ASYNC, MMA_M16N8K16 as MMA, WGMMA, tma_stride_ok
 from ..ir.exprs import BinaryOp, CastOp, MatmulOp, UnaryOp, WhereOp
 from ..ir.iterdomain import ParallelType, roots_of
 from ..ir.tensor import MemoryType
@@ -350,7 +350,9 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       (interleaved), 6 stages (as many as fit) but for 128x192, the output stored from
       the registers (one CTA per tile writes it); on a device model with
       deterministic=False the atomic split-K instead (the partials added by
-      red.global.add: the last bits may differ run to run)."""
+      red.global.add: the last bits may differ run to run); on one with cluster_split, at
+      most 16 splits through a thread-block cluster's shared memory (its partials' bytes
+      taken from the stages')."""
     sms, limit = device.sms, device.shared_limit
     if not device.tma:
         why("the operand arrays' strides are not what TMA reads (a contiguous last axis, "
@@ -406,6 +408,8 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
             fewest = NARROW_K_TILES if narrow else PARALLEL_K_TILES
             splitk = max(1, min(sms // tiles, k_tiles // fewest))
             mode = "parallel" if device.deterministic else "atomic"
+            if mode == "parallel" and device.cluster_split and splitk <= CLUSTER_MAX:
+                mode = "cluster"
             most = NARROW_STAGES if narrow else \
                 FILLED_STAGES if producer is not None else PARALLEL_STAGES
     elif swap:             # a decode step: longer K tiles; split in two where K is long
@@ -416,7 +420,17 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     stage_bytes = (tm + tn) * tk * 2
     # narrow tiles past one per SM: as many stages as let two CTAs share an SM (one wave)
     share = 2 if narrow and tiles * splitk > sms else 1
-    stages = next((s for s in range(most, 1, -1) if share * s * stage_bytes <= limit), None)
+
+    def fitting(partials):
+        return next((s for s in range(most, 1, -1)
+                     if share * (s * stage_bytes + partials) <= limit), None)
+    # the cluster split-K's partials in shared memory: an f32 a thread's element, every
+    # thread's (the producer's too); the arrival counters where they leave no stages
+    partials = tm * tn * 4 * (groups + 1) // groups if mode == "cluster" else 0
+    stages = fitting(partials)
+    if stages is None and partials:
+        mode, partials = "parallel", 0
+        stages = fitting(0)
     if stages is None:
         why(f"one Hopper pipeline stage needs {stage_bytes} bytes of shared memory, over "
             f"the limit of {limit}: the mma.sync path")
@@ -443,7 +457,11 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
             f"; over {TWO_KERNEL_SPLITS} serial splits, and the device model allows results "
             "whose last bits differ run to run (deterministic=False): the CTAs of a tile "
             "add their partials atomically, each split every splitk-th K tile"
-            if mode == "atomic" else "")))
+            if mode == "atomic" else
+            f"; over {TWO_KERNEL_SPLITS} serial splits and at most {CLUSTER_MAX}: the CTAs "
+            "of a tile are one thread-block cluster, each summing a run of the tile's "
+            "elements over its peers' shared memory (cluster_split), each split every "
+            "splitk-th K tile" if mode == "cluster" else "")))
     if producer is not None:
         why(f"tiles of {tm}x{tn}, whose columns N fills, stream the fewest operand bytes; "
             f"the producer warp group keeps {producer} registers a thread, the rest go to "
@@ -451,10 +469,12 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     # (narrow tiles: a few rows of output, stored from the registers as measured; a grid
     # split-K's tile, written by one CTA: at 128x128x262144 on the H100 the plan took
     # 70.4 us staged through shared memory, 68.3 us from the registers, docs/perf.md)
-    grid_split = mode in ("parallel", "atomic")
+    grid_split = mode in ("parallel", "atomic", "cluster")
     smem_epilogue = not narrow and not grid_split and k > REGISTER_OUTPUT_MAX_K and \
         tm * tn * out_itemsize <= stages * stage_bytes
-    why(f"{stages} stages of {stage_bytes} bytes within {limit} bytes of shared memory; "
+    why(f"{stages} stages of {stage_bytes} bytes"
+        + (f" and {partials} bytes of partials" if partials else "")
+        + f" within {limit} bytes of shared memory; "
         + ("the output staged through shared memory over the operand stages (K over "
            f"{REGISTER_OUTPUT_MAX_K}: faster than from the registers there, docs/perf.md)"
            if smem_epilogue else "the output stored from the accumulator registers"))
@@ -467,7 +487,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     return MatmulParams(cta_tile=(tm, tn, tk), warp_tile=(64, tn, tk),
                         instruction_tile=WGMMA.shape(tn), stages=stages,
                         splitk_factor=splitk, splitk_mode=mode,
-                        splitk_interleaved=mode in ("parallel", "atomic"),
+                        splitk_interleaved=grid_split,
                         use_smem_epilogue=smem_epilogue, persistent=persistent,
                         promote_prologue_smem_reuse=smem_epilogue,
                         async_gmem_load_operands=tma if tma or not any(readable)
