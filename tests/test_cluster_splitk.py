@@ -99,6 +99,29 @@ def test_each_statement_of_the_cluster_protocol_dropped_is_caught(name, rng):
     assert all(h.kind == "cluster" for h in raised.value.hazards)
 
 
+@pytest.mark.parametrize("after", [False, True])
+def test_a_role_that_waits_past_a_cluster_barrier_it_does_not_reach_is_a_deadlock(after):
+    """The cluster barrier waits for the threads that reach none to exit: the producer
+    warp group meeting the consumers at a named barrier before the consumers' first
+    cluster barrier is proved; after it, the two wait for each other (a cycle)."""
+    from lowering.errors import HazardError
+    from lowering.verify.async_protocol import verify_async_protocol
+    kernel, _ = lower(scheduled(SMALL, layout="TN"), verify=False)
+    role = next(s for s in kir.walk(kernel.body) if isinstance(s, kir.IfThenElse)
+                and s.else_body and any(isinstance(x, kir.TmaLoad)
+                                        for x in kir.walk(s.then_body)))
+    role.then_body.append(kir.NamedBarrier(id=5, count=256))
+    first = next(i for i, x in enumerate(role.else_body) if isinstance(x, kir.IfThenElse)
+                 and any(isinstance(y, kir.ClusterBarrier) for y in x.then_body))
+    role.else_body.insert(first + after, kir.NamedBarrier(id=5, count=256))
+    if not after:
+        verify_async_protocol(kernel)
+        return
+    with pytest.raises(HazardError, match="wait for one another in a cycle") as raised:
+        verify_async_protocol(kernel)
+    assert [h.kind for h in raised.value.hazards] == ["deadlock"]
+
+
 @pytest.mark.parametrize("changes, message", [
     (dict(splitk_factor=17), "the splits of a tile are one cluster of at most 16 CTAs, "
                              "not 17; use 'parallel' for more splits"),

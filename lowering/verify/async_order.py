@@ -381,13 +381,18 @@ class Ordering:
 
     def _barrier_generations(self):
         batches = {}                                 # name -> (count, [events of a step])
-        # a cluster barrier, within the block, orders the threads that execute it (the
-        # others exit without it: lowering.verify.cluster_protocol proves that)
-        cluster_roles = {}
+        # a cluster barrier, within the block, orders the threads that execute it; it
+        # waits for the others to exit (lowering.verify.cluster_protocol proves they reach
+        # none), so each generation comes after their last events: a role that waits for
+        # something done after it is a cycle (a deadlock)
+        cluster_roles, last = {}, {}
         for e in self.trace.events:
             order = e.effects.order
+            last[id(e.role)] = e
             if order is not None and order.kind == "barrier" and order.scope == "cluster":
                 cluster_roles[id(e.role)] = e.role.size
+        self.exits_first = [e for r, e in last.items() if r not in cluster_roles] \
+            if cluster_roles else []
         for e in self.trace.events:
             order = e.effects.order
             if order is None or order.kind != "barrier":
@@ -434,6 +439,9 @@ class Ordering:
             self.graph.edge(e.enter, node)
             if e.leave != e.enter:
                 self.graph.edge(node, e.leave)
+        if name == "barrier.cluster":
+            for e in self.exits_first:
+                self.graph.edge(e.leave, node)
         self.generations.append((name, node, events))
 
 
