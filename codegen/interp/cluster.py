@@ -11,7 +11,10 @@ the checker of what orders them.
     the barrier waits only for threads that have not). Then the block's cluster epoch is
     that count. Within the block it is a barrier of the executing threads: with every
     thread, as __syncthreads (an epoch of the race detector); with fewer (the others
-    exit without it), as a named barrier's generation in the vector clocks.
+    exit without it), as a named barrier's generation in the vector clocks. Not
+    modelled: that the barrier also waits for the block's other threads to exit (a role
+    that waits past it for what follows is a deadlock the static verifier reports,
+    lowering.verify.async_order; here it would pass).
   * ClusterLoad: each active thread reads `src[src_index]` of the cluster's block `rank`
     (its own included), into dst[dst_index].
   * The checker, per shared buffer a cluster load reads, per block and element: the
