@@ -188,6 +188,17 @@ def test_the_heuristic_takes_the_cluster_split_where_the_device_model_asks(layou
     assert splitk_sweep.parse_args(["--cluster-split"]).cluster_split
 
 
+def test_the_cluster_split_gives_way_where_its_partials_leave_no_stage():
+    """256x256x16384 on 128x64 tiles: 32 KB of partials beside two 24 KB stages do not fit
+    70 KB of shared memory, two stages alone do: the arrival counters."""
+    small = H200.with_(cluster_split=True, shared_limit=70 * 1024)
+    p = matmul_heuristic(256, 256, 16384, layout="TN", device=small)
+    assert (p.cta_tile, p.stages, p.splitk_mode) == ((128, 64, 64), 2, "parallel")
+    roomy = matmul_heuristic(256, 256, 16384, layout="TN",
+                             device=small.with_(shared_limit=80 * 1024))
+    assert (roomy.stages, roomy.splitk_mode) == (2, "cluster")
+
+
 def test_the_heuristics_cluster_plan_equals_float64(rng):
     """The plan taken at 64x64x16384 (one kernel for its size class) run at a smaller size
     with ragged tiles and 3 splits."""

@@ -424,9 +424,9 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     def fitting(partials):
         return next((s for s in range(most, 1, -1)
                      if share * (s * stage_bytes + partials) <= limit), None)
-    # the cluster split-K's partials in shared memory: an f32 a thread's element, every
-    # thread's (the producer's too); the arrival counters where they leave no stages
-    partials = tm * tn * 4 * (groups + 1) // groups if mode == "cluster" else 0
+    # the cluster split-K's partials in shared memory: an f32 an accumulator element (the
+    # consumers' registers); the arrival counters where they leave no stages
+    partials = tm * tn * 4 if mode == "cluster" else 0
     stages = fitting(partials)
     if stages is None and partials:
         mode, partials = "parallel", 0
