@@ -45,9 +45,8 @@ import numpy as np
 from fuserir.instructions import CLUSTER_MAX
 
 from .. import kir
-from ..errors import Hazard
 from .grid_protocol import _Threads, _values
-from .grid_turn import Refused, point
+from .grid_turn import Findings, Refused, point
 
 
 def _cluster_barrier(effects):
@@ -74,13 +73,7 @@ def check_cluster_protocol(kernel):
     """The findings (lowering.errors.Hazard) of the cluster proof; [] when proved."""
     if not uses_clusters(kernel):
         return []
-    proof = _Proof(kernel)
-    try:
-        proof.prove()
-    except Refused as r:
-        at = point(r.stmt) if r.stmt is not None else "-"
-        proof.report("cannot-prove", "-", at, at, r.why)
-    return proof.out
+    return _Proof(kernel).findings()
 
 
 @dataclass(eq=False)
@@ -148,16 +141,10 @@ class _BlockWalk:
                                           definite))
 
 
-class _Proof:
+class _Proof(Findings):
     def __init__(self, kernel):
+        super().__init__()
         self.kernel = kernel
-        self.out, self.seen = [], set()
-
-    def report(self, kind, buffer, first, second, detail):
-        key = (kind, buffer, first, second)
-        if key not in self.seen:
-            self.seen.add(key)
-            self.out.append(Hazard(kind, buffer, first, second, detail=detail))
 
     def prove(self):
         k = self.kernel

@@ -64,9 +64,8 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from .. import kir
-from ..errors import Hazard
 from ..indexing import separation
-from .grid_turn import Refused as _Refused, Turn, point as _point, subset as _subset
+from .grid_turn import Findings, Refused as _Refused, Turn, point as _point, subset as _subset
 
 _TURN = "z"
 _TURN_VAR = f"block.{_TURN}"      # the turn as a loop of the rest, a tile's blocks folded in
@@ -396,28 +395,13 @@ def _orders_under(stmt):
     return False
 
 
-class _Proof:
+class _Proof(Findings):
     """The proof of one kernel: what it has (survey), the split factors to walk, the
     separation of tiles, then each factor's turn; findings collected in `out`."""
 
     def __init__(self, kernel):
+        super().__init__()
         self.kernel = kernel
-        self.out = []
-        self.seen = set()
-
-    def report(self, kind, buffer, first, second, detail):
-        key = (kind, buffer, first, second)
-        if key not in self.seen:
-            self.seen.add(key)
-            self.out.append(Hazard(kind, buffer, first, second, detail=detail))
-
-    def findings(self):
-        try:
-            self.prove()
-        except _Refused as r:
-            at = _point(r.stmt) if r.stmt is not None else "-"
-            self.report("cannot-prove", "-", at, at, r.why)
-        return self.out
 
     # -- what the kernel has ----------------------------------------------------------
     def survey(self):

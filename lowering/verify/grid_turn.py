@@ -14,6 +14,7 @@ import itertools
 import numpy as np
 
 from .. import kir
+from ..errors import Hazard
 
 STATES = 200_000          # interleavings of a turn's semaphore operations explored at most
 
@@ -28,6 +29,28 @@ class Refused(Exception):
 
 def point(stmt):
     return f"{stmt.label}: {kir.format_stmt(stmt)}"
+
+
+class Findings:
+    """A proof's findings (`out`), one per kind, buffer and pair of statements; its
+    `prove()` (the subclass's) raising Refused ends it as a cannot-prove finding."""
+
+    def __init__(self):
+        self.out, self.seen = [], set()
+
+    def report(self, kind, buffer, first, second, detail):
+        key = (kind, buffer, first, second)
+        if key not in self.seen:
+            self.seen.add(key)
+            self.out.append(Hazard(kind, buffer, first, second, detail=detail))
+
+    def findings(self):
+        try:
+            self.prove()
+        except Refused as r:
+            at = point(r.stmt) if r.stmt is not None else "-"
+            self.report("cannot-prove", "-", at, at, r.why)
+        return self.out
 
 
 def subset(a, b):
