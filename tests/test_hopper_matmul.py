@@ -163,6 +163,12 @@ def test_split_k_modes_epilogues_and_tiles(changes, rng):
     ("TT", (1, 4096, 4096), (1, 72, 128 * 2), (1,)),               # swapped, 64 x 8 x 128
     ("TT", (16, 256, 16384), (12, 136, 64 * 6), (3,)),             # swapped, parallel
     ("TN", (128, 24, 65536), (136, 20, 64 * 5), (2,)),             # 128 x 24, parallel
+    # the small side stored contiguously: box rows of 32 bytes (32B swizzle), 16 bytes
+    # (none), 64 bytes (64B swizzle)
+    ("NT", (16, 4096, 4096), (16, 136, 128 * 3 + 8), (1, 2)),      # swapped, 64 x 16 x 128
+    ("NT", (8, 4096, 4096), (8, 72, 128 * 2), (1,)),               # swapped, 64 x 8 x 128
+    ("NN", (32, 4096, 4096), (32, 72, 128 * 2 + 16), (1,)),        # swapped, 64 x 32 x 128
+    ("TT", (256, 16, 16384), (136, 16, 64 * 5), (3,)),             # 128 x 16, parallel
 ])
 def test_the_heuristics_tiles_fitted_to_a_small_side_equal_float64(layout, planned_at, run_at,
                                                                     splits, rng):
@@ -256,6 +262,42 @@ def test_the_producer_copies_equal_float64_without_a_hazard(copies_kernel, rng):
     out = np.zeros((m, n), np.float16)
     run_kernel(copies_kernel, {**data, "out": out, "M": m, "N": n, "K": k, "splitk": 2})
     assert np.array_equal(out, reference("NT", data).astype(np.float16))
+
+
+@pytest.mark.parametrize("layout, width, run_at", [
+    ("NT", 16, (16, 72, 128 * 2 + 8)),          # box rows of 32 bytes: the 32B mode
+    ("NN", 32, (32, 72, 128 * 2)),              # 64 bytes: the 64B mode
+])
+def test_producer_copies_into_a_32b_or_64b_swizzled_tile_are_what_wgmma_reads(layout, width,
+                                                                             run_at, rng):
+    """The tile's swizzle (transforms.swizzle, rows of 32 or 64 bytes) as the generic
+    stores of the producer's copies apply it (lowering's index) is the hardware's 32B or
+    64B mode that the wgmma descriptor reads (instructions.swizzle of the byte offset):
+    a tile fitted to a small M stored contiguously, copied element-wise, equals float64."""
+    f = scheduled(dict(SWAPPED, cta_tile=(64, width, 128), warp_tile=(64, width, 128),
+                       instruction_tile=(64, width, 16), stages=3, producer_registers=None,
+                       async_gmem_load_operands=False), layout=layout)
+    assert f.tensor("A_cache").swizzle_row == width
+    data = integer_inputs(rng, layout, *run_at)
+    out = codegen.compile(f, backend="interp").run({**data, "splitk": 1})["out"]
+    assert np.array_equal(out, reference(layout, data).astype(np.float16))
+
+
+def test_a_tile_swizzled_by_rows_no_hardware_mode_has_is_refused_by_name():
+    f = scheduled(HOPPER, layout="TT")
+    f.tensor("A_cache").swizzle(128)                    # rows of 256 bytes
+    with pytest.raises(ScheduleError, match=r"A_cache: swizzled in rows of 256 bytes; TMA and "
+                       r"wgmma read tiles swizzled in rows of 32, 64 or 128 bytes \(swizzle"
+                       r"\(16\), swizzle\(32\), swizzle\(64\)\) or not swizzled"):
+        codegen.compile(f, backend="interp")
+    f = scheduled(dict(SWAPPED, cta_tile=(64, 16, 128), warp_tile=(64, 16, 128),
+                       instruction_tile=(64, 16, 16), stages=6, producer_registers=None),
+                  layout="NT")
+    f.tensor("A_cache").swizzle(64)                     # 128-byte rows, 32-byte box rows
+    with pytest.raises(ScheduleError, match=r"A_cache \(a TMA copy\): a box row of 32 bytes "
+                       r"in a tile swizzled by 128-byte rows; make the innermost box axis 64 "
+                       r"elements"):
+        codegen.compile(f, backend="interp")
 
 
 def test_the_producer_fences_its_copies_for_the_async_proxy(copies_kernel):
@@ -805,6 +847,20 @@ GPU_CASES = {
     "NT persistent staged output bias relu, 5 CTAs walking 12 tiles": (
         dict(PERSISTENT, use_smem_epilogue=True), "NT", "f16", True,
         (136, 200, 64 * 3 + 8), {"ctas": 5}),
+    # tiles fitted to a small M stored contiguously: box rows of 32 bytes (32B swizzle),
+    # 64 bytes (64B) and 16 bytes (none), swapped (M along the instruction's N)
+    "NT swapped 64x16x128, 32B swizzle, split 2": (
+        dict(SWAPPED, cta_tile=(64, 16, 128), warp_tile=(64, 16, 128),
+             instruction_tile=(64, 16, 16), stages=6, producer_registers=None), "NT", "f16",
+        False, (16, 136, 128 * 3 + 8), {"splitk": 2}),
+    "NN swapped 64x32x128, 64B swizzle": (
+        dict(SWAPPED, cta_tile=(64, 32, 128), warp_tile=(64, 32, 128),
+             instruction_tile=(64, 32, 16), stages=6, producer_registers=None), "NN", "bf16",
+        True, (32, 200, 128 * 2 + 16), {"splitk": 1}),
+    "NT swapped 64x8x128, unswizzled": (
+        dict(SWAPPED, cta_tile=(64, 8, 128), warp_tile=(64, 8, 128),
+             instruction_tile=(64, 8, 16), stages=6, producer_registers=None), "NT", "f16",
+        False, (8, 72, 128 * 2), {"splitk": 1}),
 }
 
 

@@ -507,15 +507,15 @@ def test_hopper_heuristic_copies_rows_of_an_odd_number_of_elements():
 
 
 @pytest.mark.parametrize("size, tiles, splitk, stages", [
-    ((16, 4096, 4096), 64, 1, 8),       # 64 tiles: more than a quarter of the SMs
+    ((48, 4096, 4096), 64, 1, 8),       # 64 tiles: more than a quarter of the SMs
     ((64, 14336, 4096), 224, 1, 7),     # past one per SM: two CTAs share an SM
     ((1, 8192, 4096), 128, 1, 8),
-    ((32, 2048, 4096), 32, 4, 8),       # 32 tiles x 4 serial splits
+    ((64, 2048, 4096), 32, 4, 8),       # 32 tiles x 4 serial splits
 ])
 def test_hopper_heuristic_gives_a_decode_step_64_row_tiles(size, tiles, splitk, stages):
-    """M of at most 64 with A stored K x M (no tile narrower along M can read it): one
-    consumer warp group of 64 rows, not two of which most rows are absent; the output
-    stored from the registers."""
+    """M of at most 64, over the 32 that tiles are fitted to (or M = 1 with A stored K x
+    M, staged along K): one consumer warp group of 64 rows, not two of which most rows
+    are absent; the output stored from the registers."""
     reasons = []
     p = matmul_heuristic(*size, layout="NT", reasons=reasons)
     assert (p.cta_tile, p.warp_tile, p.splitk_factor, p.splitk_mode, p.stages) == \
@@ -536,27 +536,39 @@ def test_hopper_heuristic_gives_a_decode_step_64_row_tiles(size, tiles, splitk, 
     ("TT", (16, 256, 16384), ((64, 16, 64), 16, "parallel", 8, True)),
     ("NN", (256, 16, 16384), ((128, 16, 64), 64, "parallel", 6, False)),
     ("TN", (128, 24, 65536), ((128, 24, 64), 132, "parallel", 6, False)),
-    # the small side's operand stored with it contiguous: 64 wide
-    ("NN", (16, 256, 16384), ((64, 64, 64), 16, "parallel", 8, False)),
-    ("TT", (256, 16, 16384), ((128, 64, 64), 64, "parallel", 6, False)),
-    ("NT", (16, 16, 16384), ((64, 64, 64), 16, "parallel", 8, False)),
+    # the small side's operand stored with it contiguous: 8, 16 or 32 wide (box rows of
+    # 16 bytes unswizzled, or of 32 or 64 bytes in the 32B or 64B swizzle mode)
+    ("NN", (16, 256, 16384), ((64, 16, 64), 16, "parallel", 8, True)),
+    ("TT", (256, 16, 16384), ((128, 16, 64), 64, "parallel", 6, False)),
+    ("NT", (16, 16, 16384), ((64, 16, 64), 16, "parallel", 8, False)),   # N on a tie
+    ("NT", (16, 4096, 4096), ((64, 16, 128), 1, "serial", 6, True)),
+    ("NT", (8, 4096, 4096), ((64, 8, 128), 1, "serial", 6, True)),
+    ("NN", (32, 4096, 4096), ((64, 32, 128), 1, "serial", 6, True)),
+    # both small: the side whose operand is stored with K contiguous
+    ("TT", (16, 16, 16384), ((64, 16, 64), 16, "parallel", 8, True)),
     # M of 33-64 (64x8192x4096: no faster swapped, docs/perf.md)
     ("TN", (64, 4096, 4096), ((64, 64, 64), 1, "serial", 8, False)),
 ])
-def test_hopper_heuristic_fits_the_tiles_to_a_small_side_stored_along_k(layout, size, plan):
-    """M or N of at most 32 whose operand is stored with K contiguous: tiles that narrow
-    along it (the instruction's N a multiple of 8), M along the instruction's N where M is
-    the small side (swap_mn); the decode step's K tile 128 in 6 stages."""
+def test_hopper_heuristic_fits_the_tiles_to_a_small_side(layout, size, plan):
+    """M or N of at most 32: tiles that narrow along it (the instruction's N: a multiple
+    of 8 where its operand is stored with K contiguous, else a power of two whose box
+    rows a swizzle mode reads), M along the instruction's N where M is the small side
+    (swap_mn); the decode step's K tile 128 in 6 stages."""
     reasons = []
     p = matmul_heuristic(*size, layout=layout, reasons=reasons)
     assert (p.cta_tile, p.splitk_factor, p.splitk_mode, p.stages, p.swap_mn) == plan
     assert p.instruction_tile == (64, plan[0][1], 16) and not p.use_smem_epilogue
-    fitted = [r for r in reasons if "its operand stored with K contiguous" in r]
+    fitted = [r for r in reasons if "its operand stored with" in r]
     if plan[0][1] < 64:
         side = "M" if plan[4] else "N"
         small = size[0] if plan[4] else size[1]
-        assert fitted == [f"{side} = {small}, its operand stored with K contiguous: tiles "
-                          f"{plan[0][1]} wide along {side} (the instruction's N)"
+        width = plan[0][1]
+        contiguous = layout[0] == "N" if side == "M" else layout[1] == "T"
+        stored = (f"{side} contiguous: boxes of rows of {2 * width} bytes, " + (
+            f"swizzled by them ({2 * width}B mode)" if width > 8 else "unswizzled")
+            if contiguous else "K contiguous")
+        assert fitted == [f"{side} = {small}, its operand stored with {stored}: tiles "
+                          f"{width} wide along {side} (the instruction's N)"
                           + (", N along the tiles' rows and the instruction's M (swap_mn)"
                              if plan[4] else "")]
     else:

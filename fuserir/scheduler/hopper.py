@@ -28,7 +28,9 @@ from ..ir.tensor import MemoryType
 from .matmul_tiles import (CTAS, SPLITK, broadcasts_first, grid_reduction, output_tiles, split_k,
                            tensor_core_loops, two_kernel)
 
-SWIZZLE_ROW_BYTES = 128      # the 128B swizzle mode: boxes of 128-byte rows
+SWIZZLE_ROW_BYTES = 128      # the 128B swizzle mode: boxes of 128-byte rows ...
+SWIZZLED_ROW_BYTES = (32, 64, 128)   # ... and the rows a tile narrower than that is
+                                     # swizzled by (the 32B and 64B modes; 16: none)
 WARP_GROUP = 128             # threads of a warp group: TIDx on the Hopper path
 
 
@@ -56,8 +58,9 @@ def schedule_hopper_matmul(fusion, params, device, mm, acc, out, fused):
         for smem, tma, along_k in zip((a_smem, b_smem), (a_tma, b_tma),
                                       params.staged_along_k):
             smem.compute_at(mm, inside_k_tiles)
-            _box_layout(smem, along_k)
-            smem.swizzle(SWIZZLE_ROW_BYTES // smem.dtype.itemsize)
+            row = _box_layout(smem, along_k)
+            if row * smem.dtype.itemsize in SWIZZLED_ROW_BYTES:
+                smem.swizzle(row)
             if not tma:
                 _producer_copies(smem)
             registers = {} if params.producer_registers is None else \
@@ -95,8 +98,10 @@ def schedule_hopper_matmul(fusion, params, device, mm, acc, out, fused):
 def _box_layout(smem, along_k=False):
     """A shared operand tile as TMA boxes: [.., chunks, rows, 64] with the operand's
     contiguous axis innermost, split into rows of 128 bytes where it is longer (each
-    chunk one box; the box's rows run along the other axis). The contiguous axis is the
-    array's last, or with `along_k` its first (K: the last has one element,
+    chunk one box; the box's rows run along the other axis); the elements of a box row,
+    which the tile is swizzled by where they are 32, 64 or 128 bytes (a tile fitted to
+    a small M or N stored contiguously: rows of 16, 32 or 64 bytes). The contiguous axis
+    is the array's last, or with `along_k` its first (K: the last has one element,
     MatmulParams.staged_along_k)."""
     pos = smem.compute_at_pos
     broadcasts_first(smem, pos)
@@ -115,6 +120,7 @@ def _box_layout(smem, along_k=False):
                                 f"{extent} is not a multiple of {row}")
         smem.split(pos + 1, row)              # [rows, chunks, 64]
         smem.reorder({pos: pos + 1, pos + 1: pos})   # [chunks, rows, 64]
+    return min(row, extent)
 
 
 COPY_BYTES = 16              # the producer's element copies: 16 bytes per access where the

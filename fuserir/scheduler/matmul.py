@@ -236,8 +236,9 @@ REGISTER_OUTPUT_MAX_K = 4096
 # 8192x2048x2048 130.2 -> 122.5; with longer K it lost, 4096^3 213.2 -> 226.1,
 # 4096x14336x4096 744.1 -> 886.6: docs/perf.md)
 PERSISTENT_MAX_K, PERSISTENT_MIN_WAVES = 2048, 2
-# M or N at most this, its operand stored with K contiguous (A [M, K], B [N, K]): tiles of
-# that side as narrow as the instruction allows (its N: a multiple of 8), the other side
+# M or N at most this: tiles of that side as narrow as the instruction allows (its N: a
+# multiple of 8, or 8, 16 or 32 where the operand is stored with that side contiguous, A
+# [K, M] or B [K, N], not yet measured: the 32B and 64B swizzle modes), the other side
 # along the instruction's M (swap_mn where the small side is M). H100, TN, us: 16x16x16384
 # 64x64 tiles 14.4, 64x16 10.6 (16 parallel splits); 16x4096x4096 64x64 24.0, 64 of N x 16
 # of M 21.2; 16x4096x14336 64x64 65.6, swapped 55.5 (2 serial splits); docs/perf.md
@@ -288,13 +289,29 @@ def _tma_readable(m, n, k, layout, itemsize=2):
 
 
 def _fitted_side(m, n, layout):
-    """"M", "N" or None: the side of at most FITTED_MAX whose operand is stored with K
-    contiguous, so that its tiles may be that narrow (a TMA box of few rows of 128 bytes;
-    an operand with its small side contiguous would need boxes narrower than the
-    swizzle's rows); the smaller side where both are, N on a tie."""
-    sides = [(n, "N")] if n <= FITTED_MAX and layout[1] == "N" else []
-    sides += [(m, "M")] if m <= FITTED_MAX and layout[0] == "T" else []
-    return min(sides, key=lambda side: (side[0], side[1] == "M"))[1] if sides else None
+    """"M", "N" or None: the side of at most FITTED_MAX that the tiles fit (the smaller
+    where both are, the one whose operand is stored with K contiguous on a tie, then N)."""
+    sides = [(n, _small_side_contiguous("N", layout), "N")] if n <= FITTED_MAX else []
+    sides += [(m, _small_side_contiguous("M", layout), "M")] if m <= FITTED_MAX else []
+    return min(sides, key=lambda side: (side[0], side[1], side[2] == "M"))[2] \
+        if sides else None
+
+
+def _small_side_contiguous(side, layout):
+    """Is the operand of `side` ("M": A, "N": B) stored with that side contiguous (A
+    stored K x M, B stored K x N), not K?"""
+    return layout[0] == "N" if side == "M" else layout[1] == "T"
+
+
+def _fitted_n(size, contiguous):
+    """The tile width along a fitted side of `size` (the instruction's N): a multiple of 8
+    where its operand is stored with K contiguous (TMA boxes of that many rows of 128
+    bytes), else 8, 16 or 32 elements: the box rows are then that side, which a wgmma
+    descriptor reads as rows of 16 bytes unswizzled or of 32 or 64 bytes swizzled (the
+    32B and 64B modes)."""
+    if not contiguous:
+        return _instruction_n(size)
+    return next(w for w in (8, 16, 32, 64) if size <= w)
 
 
 def _instruction_n(size):
@@ -325,8 +342,10 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       (a decode step) 64x64 tiles in one consumer warp group, 8 stages (the 128-row tile
       spent half its tensor-core time on absent rows: 41.8 -> 25.5 us at 16x4096x4096 on
       the H100, docs/perf.md);
-    * for M or N of at most FITTED_MAX whose operand is stored with K contiguous, tiles
-      that narrow along it (the instruction's N, a multiple of 8), N along the rows and
+    * for M or N of at most FITTED_MAX, tiles that narrow along it (the instruction's
+      N: a multiple of 8 where its operand is stored with K contiguous, else 8, 16 or 32,
+      whose rows of 16, 32 or 64 bytes the 32B and 64B swizzle modes read), N along the
+      rows and
       swap_mn where the small side is M; a decode step so swapped takes K tiles of 128
       in 6 stages, split in two serially where K is at least 8192 and two CTAs still fit
       an SM each;
@@ -385,7 +404,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     wide = not narrow and ceil_div(m, 128) * ceil_div(n, 256) >= sms
     tm, tn = (64, 64) if narrow else (128, 256) if wide else (128, 128)
     if narrow and fitted is not None:      # the tile's columns fitted to the small side
-        tn = _instruction_n(m if swap else n)
+        tn = _fitted_n(m if swap else n, _small_side_contiguous(fitted, layout))
     rows, columns = (n, m) if swap else (m, n)     # along the tile's rows, its columns
     tiles = ceil_div(rows, tm) * ceil_div(columns, tn)
     k_tiles = ceil_div(k, tk)
@@ -398,7 +417,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
         splitk = max(1, min(sms // tiles, k_tiles // 4))
         if splitk > TWO_KERNEL_SPLITS:
             if not narrow and fitted == "N":   # the tile's columns fitted to N
-                tn = _instruction_n(n)
+                tn = _fitted_n(n, _small_side_contiguous("N", layout))
             elif not narrow:   # the tiling that streams the fewest operand bytes
                 tm, tn = min(PARALLEL_TILES, key=lambda t: _streamed_bytes(m, n, k, t))
                 if _fills(n, FILLED_PARALLEL_TILE[1]) and _streamed_bytes(
@@ -444,7 +463,10 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
            if narrow else
            f"{tiles} tiles of {tm}x{tn} (tiles of 128x256 would leave SMs idle)"))
     if fitted is not None and tn < 64:
-        why(f"{fitted} = {m if fitted == 'M' else n}, its operand stored with K contiguous: "
+        stored = (f"stored with {fitted} contiguous: boxes of rows of {tn * 2} bytes"
+                  + (f", swizzled by them ({tn * 2}B mode)" if tn >= 16 else ", unswizzled")
+                  if _small_side_contiguous(fitted, layout) else "stored with K contiguous")
+        why(f"{fitted} = {m if fitted == 'M' else n}, its operand {stored}: "
             f"tiles {tn} wide along {fitted} (the instruction's N)"
             + (", N along the tiles' rows and the instruction's M (swap_mn)" if swap else ""))
     why(f"split-K {splitk} ({mode}): " + (

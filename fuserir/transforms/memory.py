@@ -153,17 +153,24 @@ def circular_buffer(tv: TensorView, stages: int,
     tv.producer_registers = producer_registers
 
 
+SWIZZLE_SHORT_ROW_BYTES = (32, 64)    # rows shorter than 128 bytes a swizzle takes
+
+
 def swizzle(tv: TensorView, row: int) -> None:
     """XOR-swizzle the shared tile `tv` in 16-byte chunks (TensorView.swizzle).
 
-    In each row of `row` elements of tv's buffer, chunk c is stored at chunk c ^ (row index
-    % 8). Every access goes through the same map, so the meaning is unchanged; 8 rows read
-    down a column (ldmatrix) hit 8 different bank groups.
+    In each row of `row` elements of tv's buffer, chunk c is stored at chunk
+    c ^ ((row index / p) % n), n the row's chunks (at most 8) and p = 128 / the row's
+    bytes (1 for rows of 128 bytes or more): 8 rows of 128 bytes, 4 pairs of rows of 64
+    bytes, 2 quads of rows of 32 bytes. Every access goes through the same map, so the
+    meaning is unchanged; 8 rows read down a column (ldmatrix) hit different bank groups.
+    On a tile that starts on a 1024-byte boundary, rows of 128, 64 or 32 bytes are
+    exactly Hopper's 128B, 64B and 32B swizzle modes (TMA boxes, wgmma descriptors).
 
-      row     elements per row of the buffer: a multiple of 128 bytes
+      row     elements per row of the buffer: 32 or 64 bytes, or a multiple of 128
 
     Raises ScheduleError if tv is a fusion input or not in shared memory, or row is not a
-    positive integer whose bytes are a multiple of 128.
+    positive integer of 32 or 64 bytes or a multiple of 128.
 
     >>> import fuserir
     >>> f = fuserir.parse("fusion f(x: f16[M, 64]) { y = relu(x)  output y }")
@@ -173,11 +180,15 @@ def swizzle(tv: TensorView, row: int) -> None:
     >>> xs.swizzle(64)
     >>> print(xs.describe())
     x_cache: f16[M, 64] shared loop=[i{M} i{64}] swizzle=64
-    >>> xs.swizzle(32)  # doctest: +NORMALIZE_WHITESPACE
+    >>> xs.swizzle(16)
+    >>> print(xs.describe())
+    x_cache: f16[M, 64] shared loop=[i{M} i{64}] swizzle=16
+    >>> xs.swizzle(24)  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
         ...
-    fuserir.errors.ScheduleError: swizzle: a row of 32 x f16 is 64 bytes; the XOR swizzle
-        permutes 8 16-byte chunks, so a row must be a multiple of 128 bytes (tensor x_cache)
+    fuserir.errors.ScheduleError: swizzle: a row of 24 x f16 is 48 bytes; the XOR swizzle
+        permutes the 16-byte chunks of rows of 32 or 64 bytes or a multiple of 128 (tensor
+        x_cache)
     """
     _not_input("swizzle", tv)
     if tv.memory_type is not MemoryType.shared:
@@ -189,11 +200,11 @@ def swizzle(tv: TensorView, row: int) -> None:
     if tv.row_padding is not None:
         raise ScheduleError(f"swizzle: {tv.name} is padded (pad_rows); a tile is either "
                             "padded or swizzled")
-    if (row * tv.dtype.itemsize) % 128:
-        raise ScheduleError(f"swizzle: a row of {row} x {tv.dtype} is "
-                            f"{row * tv.dtype.itemsize} bytes; the XOR swizzle permutes 8 "
-                            f"16-byte chunks, so a row must be a multiple of 128 bytes "
-                            f"(tensor {tv.name})")
+    row_bytes = row * tv.dtype.itemsize
+    if row_bytes not in SWIZZLE_SHORT_ROW_BYTES and row_bytes % 128:
+        raise ScheduleError(f"swizzle: a row of {row} x {tv.dtype} is {row_bytes} bytes; the "
+                            f"XOR swizzle permutes the 16-byte chunks of rows of 32 or 64 "
+                            f"bytes or a multiple of 128 (tensor {tv.name})")
     tv.swizzle_row = row
 
 

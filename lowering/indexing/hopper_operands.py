@@ -10,10 +10,11 @@ the tensor's last, or another where the last has one element (a decode matmul's 
 K x 1, staged along K); lowering cannot know extents, so the launch checks it: the tensor
 map's dimension 0 has stride 1 there, and a map that does not cover the array exactly is
 refused (codegen.tensor_maps). Outer axes of its own are loops of boxes.
-The tile's swizzle (transforms.swizzle) is the box's swizzle mode: none, or rows of 128
-bytes (the 128B mode, whose XOR of 16-byte chunks with the row index modulo 8 is exactly
-the tile's swizzle when the tile starts on a 1024-byte boundary, which allocation makes
-so).
+The tile's swizzle (transforms.swizzle) is the box's swizzle mode: none, or rows of 128,
+64 or 32 bytes (the 128B, 64B and 32B modes, whose XOR of a row's 16-byte chunks with
+bits 7 .. of the byte offset is exactly the tile's swizzle when the tile starts on a
+1024-byte boundary, which allocation makes so); a swizzled box's rows are the mode's
+bytes.
 
 A wgmma reads an operand (64 x 16 of A, n x 16 of B^T) through a matrix descriptor:
 leading and stride byte offsets and a swizzle mode (kir.MatrixLayout), K-major or MN-major
@@ -36,22 +37,25 @@ from fuserir.ir.iterdomain import ParallelType, Split
 
 from .. import kir
 
-SWIZZLED_ROW_BYTES = 128        # the 128B mode: a tile's swizzled rows are 128 bytes
+# the hardware's swizzle modes by the bytes of a swizzled row (transforms.swizzle)
+MODE_OF_ROW_BYTES = {n: mode for mode, n in SWIZZLE_BYTES.items() if mode != "none"}
 
 
 def swizzle_mode(tv):
-    """The hardware swizzle mode of the shared tile tv: "none" or "128B"."""
+    """The hardware swizzle mode of the shared tile tv: "none", or "32B", "64B" or
+    "128B" for rows of that many bytes."""
     if tv.row_padding is not None:
         raise ScheduleError(f"{tv.name}: padded (pad_rows); TMA and wgmma read tiles laid "
                             "out as their matrix descriptors say, unpadded")
     if tv.swizzle_row is None:
         return "none"
-    if tv.swizzle_row * tv.dtype.itemsize != SWIZZLED_ROW_BYTES:
+    row_bytes = tv.swizzle_row * tv.dtype.itemsize
+    if row_bytes not in MODE_OF_ROW_BYTES:
+        rows = ", ".join(f"swizzle({n // tv.dtype.itemsize})" for n in MODE_OF_ROW_BYTES)
         raise ScheduleError(
-            f"{tv.name}: swizzled in rows of {tv.swizzle_row * tv.dtype.itemsize} bytes; "
-            f"TMA and wgmma read tiles swizzled in rows of {SWIZZLED_ROW_BYTES} bytes "
-            f"(swizzle({SWIZZLED_ROW_BYTES // tv.dtype.itemsize})) or not swizzled")
-    return "128B"
+            f"{tv.name}: swizzled in rows of {row_bytes} bytes; TMA and wgmma read tiles "
+            f"swizzled in rows of 32, 64 or 128 bytes ({rows}) or not swizzled")
+    return MODE_OF_ROW_BYTES[row_bytes]
 
 
 @dataclass(frozen=True)
@@ -106,10 +110,11 @@ def tma_box(tv):
                             f"of {source.name}")
     mode = swizzle_mode(tv)
     row_bytes = inner.extent * tv.dtype.itemsize
-    if mode == "128B" and row_bytes != SWIZZLED_ROW_BYTES:
+    span = SWIZZLE_BYTES[mode]
+    if mode != "none" and row_bytes != span:
         raise ScheduleError(f"{where}: a box row of {row_bytes} bytes in a tile swizzled by "
-                            f"{SWIZZLED_ROW_BYTES}-byte rows; make the innermost box axis "
-                            f"{SWIZZLED_ROW_BYTES // tv.dtype.itemsize} elements")
+                            f"{span}-byte rows; make the innermost box axis "
+                            f"{span // tv.dtype.itemsize} elements")
     if row_bytes % 16:
         raise ScheduleError(f"{where}: a box row of {row_bytes} bytes; TMA moves rows of "
                             "a multiple of 16 bytes")
@@ -139,8 +144,8 @@ def matrix_layout(table, swizzle, rows, where):
             return layout, trans
     raise ScheduleError(
         f"{where}: no wgmma matrix descriptor ({swizzle} swizzle, K-major or MN-major) "
-        f"describes the tile's layout; lay it out as TMA boxes of {SWIZZLED_ROW_BYTES}-byte "
-        f"rows swizzled by swizzle({SWIZZLED_ROW_BYTES // 2}) (element (1, 0) is "
+        f"describes the tile's layout; lay it out as TMA boxes of 128-byte rows swizzled "
+        f"by swizzle(64) (element (1, 0) is "
         f"{int(table[1, 0])} bytes from (0, 0), (0, 1) {int(table[0, 1])})")
 
 

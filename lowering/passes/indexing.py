@@ -107,14 +107,19 @@ def _position_index(ctx, tv, p, loop_index):
 
 def swizzled(ctx, tv, index):
     """The XOR swizzle of tv (transforms.swizzle): in each row of tv.swizzle_row elements,
-    16-byte chunk c moves to chunk c ^ (row % 8)."""
+    16-byte chunk c moves to chunk c ^ ((row / p) % n), n the row's chunks (at most 8), p
+    = 128 / its bytes (1 for 128 bytes or more): Hopper's 128B, 64B and 32B modes on rows
+    of that many bytes."""
     if tv.swizzle_row is None:
         return index
     chunk_elems = ctx.const(16 // tv.dtype.itemsize)
     row_elems = ctx.const(tv.swizzle_row)
+    row_bytes = tv.swizzle_row * tv.dtype.itemsize
+    chunks, period = min(row_bytes // 16, 8), max(1, 128 // row_bytes)
     row = ctx.binop("div", index, row_elems)
     chunk = ctx.binop("div", ctx.binop("mod", index, row_elems), chunk_elems)
-    moved = ctx.binop("xor", chunk, ctx.binop("mod", row, ctx.const(8)))
+    phase = row if period == 1 else ctx.binop("div", row, ctx.const(period))
+    moved = ctx.binop("xor", chunk, ctx.binop("mod", phase, ctx.const(chunks)))
     # row * row_elems + moved chunk * chunk_elems + the element within the chunk
     return ctx.binop("add", ctx.binop("add", ctx.binop("mul", row, row_elems),
                                       ctx.binop("mul", moved, chunk_elems)),
