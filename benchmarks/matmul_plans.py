@@ -4,7 +4,7 @@ docs/perf.md's comparisons of tiles, stages, split modes and swap_mn ran.
     python3 benchmarks/matmul_plans.py LAYOUT MxNxK PLAN [PLAN ...] [--repeat 30]
                                        [--no-triton]
 
-        PLAN  TILExSTAGES:SPLITS:MODE[:rREGISTERS][:swap][:persistent][:cCTAS][:smem],
+        PLAN  TILExSTAGES:SPLITS:MODE[:rREGISTERS][:swap][:persistent][:cCTAS][:gG][:smem],
               or auto (the heuristic's plan for this device and shape), e.g.
               128x192x64x4:66:parallel:r40   (CTA tile 128x192x64, 4 stages, 66 parallel
                                                splits, the producer keeping 40 registers)
@@ -15,6 +15,8 @@ docs/perf.md's comparisons of tiles, stages, split modes and swap_mn ran.
                                             over the operand stages unless persistent)
               64x64x64x8:16:cluster   (16 splits, a tile's CTAs one cluster summing
                                        through each other's shared memory)
+              128x256x64x4:1:serial:g8   (the tiles walked 8 rows of tiles down a
+                                          column at a time: tile_group)
 
 Each plan is benchmarks/matmul.py's layout fusion (`out = cast(matmul(A, B), f16)`)
 scheduled with MatmulParams (one consumer warp group per 64 rows, the output from the
@@ -52,14 +54,14 @@ def parse_plan(text):
     fields = text.split(":")
     if len(fields) < 3:
         raise ValueError(f"plan {text!r}: expected TILExSTAGES:SPLITS:MODE[:rN][:swap]"
-                         "[:persistent][:smem] or auto")
+                         "[:persistent][:cN][:gN][:smem] or auto")
     try:
         tm, tn, tk, stages = (int(x) for x in fields[0].split("x"))
         splits = int(fields[1])
     except ValueError:
         raise ValueError(f"plan {text!r}: TILExSTAGES is four sizes (e.g. 128x64x64x6) "
                          "and SPLITS a number") from None
-    registers, ctas, flags = None, None, set()
+    registers, ctas, group, flags = None, None, 1, set()
     for extra in fields[3:]:
         if extra in ("swap", "persistent", "smem"):
             flags.add(extra)
@@ -67,9 +69,11 @@ def parse_plan(text):
             registers = int(extra[1:])
         elif extra.startswith("c") and extra[1:].isdigit() and int(extra[1:]) > 0:
             ctas = int(extra[1:])
+        elif extra.startswith("g") and extra[1:].isdigit() and int(extra[1:]) > 0:
+            group = int(extra[1:])
         else:
             raise ValueError(f"plan {text!r}: unknown option {extra!r} (rN, swap, "
-                             "persistent, cN or smem)")
+                             "persistent, cN, gN or smem)")
     if ctas is not None and "persistent" not in flags:
         raise ValueError(f"plan {text!r}: cN (the CTAs walking the tiles) needs persistent")
     mode = fields[2]
@@ -79,6 +83,7 @@ def parse_plan(text):
                         splitk_interleaved=mode in ("parallel", "atomic", "cluster"),
                         producer_registers=registers, swap_mn="swap" in flags,
                         persistent="persistent" in flags, use_smem_epilogue="smem" in flags,
+                        tile_group=group,
                         promote_prologue_smem_reuse="smem" in flags
                         and "persistent" not in flags), ctas
 
@@ -91,7 +96,8 @@ def plan_text(params, ctas=None):
     if params.producer_registers is not None:
         text += f":r{params.producer_registers}"
     for flag, on in (("swap", params.swap_mn), ("persistent", params.persistent),
-                     (f"c{ctas}", ctas is not None), ("smem", params.use_smem_epilogue)):
+                     (f"c{ctas}", ctas is not None), ("smem", params.use_smem_epilogue),
+                     (f"g{params.tile_group}", params.tile_group > 1)):
         text += f":{flag}" if on else ""
     return text
 

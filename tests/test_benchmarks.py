@@ -443,9 +443,10 @@ def test_the_plan_comparison_parses_plans():
 def test_the_plan_comparison_names_persistent_staged_and_automatic_plans():
     from benchmarks import matmul_plans
     texts = ["128x256x64x4:1:serial:persistent:c512", "128x256x64x3:1:serial:smem",
-             "192x136x64x3:132:parallel:r40:swap"]
+             "192x136x64x3:132:parallel:r40:swap", "128x256x64x4:1:serial:persistent:g8"]
     args = matmul_plans.parse_args(["TN", "4096x4096x4096", "auto", *texts])
-    auto, (persistent, ctas), (staged, _), swapped = args.params
+    auto, (persistent, ctas), (staged, _), swapped, (grouped, _) = args.params
+    assert (persistent.tile_group, grouped.tile_group) == (1, 8)
     assert auto == (None, None)           # the heuristic's, chosen on the GPU's device
     assert (persistent.persistent, persistent.use_smem_epilogue, ctas) == (True, False, 512)
     assert (staged.persistent, staged.use_smem_epilogue,
@@ -458,7 +459,7 @@ def test_the_plan_comparison_names_persistent_staged_and_automatic_plans():
     (["TT", "8x8x8", "128x64x64:66:parallel"], "TILExSTAGES is four sizes"),
     (["TT", "8x8x8", "128x64x64x6:66"], "expected TILExSTAGES:SPLITS:MODE"),
     (["TT", "8x8x8", "128x64x64x6:66:parallel:fast"],
-     "unknown option 'fast' (rN, swap, persistent, cN or smem)"),
+     "unknown option 'fast' (rN, swap, persistent, cN, gN or smem)"),
     (["TT", "8x8x8", "128x64x64x6:1:serial:c4"], "cN (the CTAs walking the tiles) needs "
      "persistent"),
     (["TT", "8x8x8", "128x64x64x6:2:serial:persistent"], "persistent: K is not split"),

@@ -158,6 +158,32 @@ def test_split_k_modes_epilogues_and_tiles(changes, rng):
         assert np.array_equal(out, reference("TN", data).astype(np.float16))
 
 
+@pytest.mark.parametrize("params, layout, run_at, scalars, loops", [
+    (dict(HOPPER, tile_group=3), "TN", (600, 264, 64 * 2 + 8), {"splitk": 1},
+     "[iBIDy{ceildiv(ceildiv(M, 128), 3)} iBIDx{ceildiv(N, 128)*3} "),
+    (dict(HOPPER, tile_group=2, splitk_factor=2), "TT", (264, 392, 64 * 3), {"splitk": 2},
+     "[iBIDy{ceildiv(ceildiv(M, 128), 2)} iBIDx{ceildiv(N, 128)*2} "),
+    (dict(PERSISTENT, tile_group=2), "NT", (200, 136, 64 * 3 + 8), {"ctas": 5},
+     "[i{ceildiv(ceildiv(ceildiv(M, 64), 2)*ceildiv(N, 64)*2, ctas)} iBIDx{ctas} "),
+])
+def test_tiles_walked_in_groups_of_rows_equal_float64(params, layout, run_at, scalars, loops,
+                                                      rng):
+    """tile_group G: the output's tiles in G rows down one column, then the next column
+    (blockIdx.x over N x G, blockIdx.y over the groups; a persistent kernel's tile loop in
+    that order), a last group past M's tiles predicated off: bitwise equal to float64."""
+    f = scheduled(params, layout=layout)
+    assert f.tensor("out").describe().split("loop=")[1].startswith(loops)
+    data = integer_inputs(rng, layout, *run_at)
+    out = codegen.compile(f, backend="interp").run({**data, **scalars})["out"]
+    assert np.array_equal(out, reference(layout, data).astype(np.float16))
+
+
+def test_a_tile_group_that_is_no_positive_integer_is_refused():
+    with pytest.raises(ScheduleError, match=r"tile_group must be an integer >= 1 \(rows of "
+                       r"tiles a group walks\), got 0"):
+        MatmulParams(**dict(HOPPER, tile_group=0))
+
+
 @pytest.mark.parametrize("layout, planned_at, run_at, splits", [
     ("TN", (16, 4096, 4096), (12, 136, 128 * 3 + 8), (1, 2)),     # swapped, 64 x 16 x 128
     ("TT", (1, 4096, 4096), (1, 72, 128 * 2), (1,)),               # swapped, 64 x 8 x 128
@@ -169,6 +195,9 @@ def test_split_k_modes_epilogues_and_tiles(changes, rng):
     ("NT", (8, 4096, 4096), (8, 72, 128 * 2), (1,)),               # swapped, 64 x 8 x 128
     ("NN", (32, 4096, 4096), (32, 72, 128 * 2 + 16), (1,)),        # swapped, 64 x 32 x 128
     ("TT", (256, 16, 16384), (136, 16, 64 * 5), (3,)),             # 128 x 16, parallel
+    # M = 1 with A stored K x 1, N = 1 with B stored K x 1: staged along K
+    ("NT", (1, 4096, 4096), (1, 72, 128 * 2 + 8), (1,)),           # swapped, 64 x 8 x 128
+    ("TT", (64, 1, 4096), (40, 1, 64 * 3 + 8), (4,)),              # 64 x 8, parallel
 ])
 def test_the_heuristics_tiles_fitted_to_a_small_side_equal_float64(layout, planned_at, run_at,
                                                                     splits, rng):
@@ -857,6 +886,11 @@ GPU_CASES = {
         dict(SWAPPED, cta_tile=(64, 32, 128), warp_tile=(64, 32, 128),
              instruction_tile=(64, 32, 16), stages=6, producer_registers=None), "NN", "bf16",
         True, (32, 200, 128 * 2 + 16), {"splitk": 1}),
+    "NT M=1 swapped 64x8x128, A staged along K": (
+        dict(SWAPPED, cta_tile=(64, 8, 128), warp_tile=(64, 8, 128),
+             instruction_tile=(64, 8, 16), stages=6, producer_registers=None,
+             staged_along_k=(True, False)), "NT", "f16", False, (1, 200, 128 * 2 + 8),
+        {"splitk": 1}),
     "NT swapped 64x8x128, unswizzled": (
         dict(SWAPPED, cta_tile=(64, 8, 128), warp_tile=(64, 8, 128),
              instruction_tile=(64, 8, 16), stages=6, producer_registers=None), "NT", "f16",

@@ -78,6 +78,7 @@ def test_one_kernel_serves_other_sizes_and_split_factors(seed_exe, rng):
     dict(splitk_mode="parallel"),                                       # arrival counters
     dict(splitk_mode="parallel", splitk_interleaved=True),
     dict(splitk_mode="atomic"),                                         # red.global.add
+    dict(cta_tile=(64, 64, 32), warp_tile=(32, 32, 32), tile_group=2),  # grouped order
 ])
 def test_other_configurations_equal_the_reference_without_a_race(rng, changes):
     f = seed_fusion(**changes)
@@ -509,13 +510,13 @@ def test_hopper_heuristic_copies_rows_of_an_odd_number_of_elements():
 @pytest.mark.parametrize("size, tiles, splitk, stages", [
     ((48, 4096, 4096), 64, 1, 8),       # 64 tiles: more than a quarter of the SMs
     ((64, 14336, 4096), 224, 1, 7),     # past one per SM: two CTAs share an SM
-    ((1, 8192, 4096), 128, 1, 8),
+    ((40, 8192, 4096), 128, 1, 8),
     ((64, 2048, 4096), 32, 4, 8),       # 32 tiles x 4 serial splits
 ])
 def test_hopper_heuristic_gives_a_decode_step_64_row_tiles(size, tiles, splitk, stages):
-    """M of at most 64, over the 32 that tiles are fitted to (or M = 1 with A stored K x
-    M, staged along K): one consumer warp group of 64 rows, not two of which most rows
-    are absent; the output stored from the registers."""
+    """M of at most 64, over the 32 that tiles are fitted to: one consumer warp group of
+    64 rows, not two of which most rows are absent; the output stored from the
+    registers."""
     reasons = []
     p = matmul_heuristic(*size, layout="NT", reasons=reasons)
     assert (p.cta_tile, p.warp_tile, p.splitk_factor, p.splitk_mode, p.stages) == \
@@ -546,6 +547,10 @@ def test_hopper_heuristic_gives_a_decode_step_64_row_tiles(size, tiles, splitk, 
     ("NN", (32, 4096, 4096), ((64, 32, 128), 1, "serial", 6, True)),
     # both small: the side whose operand is stored with K contiguous
     ("TT", (16, 16, 16384), ((64, 16, 64), 16, "parallel", 8, True)),
+    # M = 1 with A stored K x 1, N = 1 with B stored K x 1: staged along K, K contiguous
+    ("NT", (1, 4096, 4096), ((64, 8, 128), 1, "serial", 6, True)),
+    ("NN", (1, 4096, 4096), ((64, 8, 128), 1, "serial", 6, True)),
+    ("TT", (64, 1, 4096), ((64, 8, 64), 4, "parallel", 8, False)),
     # M of 33-64 (64x8192x4096: no faster swapped, docs/perf.md)
     ("TN", (64, 4096, 4096), ((64, 64, 64), 1, "serial", 8, False)),
 ])
@@ -563,7 +568,7 @@ def test_hopper_heuristic_fits_the_tiles_to_a_small_side(layout, size, plan):
         side = "M" if plan[4] else "N"
         small = size[0] if plan[4] else size[1]
         width = plan[0][1]
-        contiguous = layout[0] == "N" if side == "M" else layout[1] == "T"
+        contiguous = small > 1 and (layout[0] == "N" if side == "M" else layout[1] == "T")
         stored = (f"{side} contiguous: boxes of rows of {2 * width} bytes, " + (
             f"swizzled by them ({2 * width}B mode)" if width > 8 else "unswizzled")
             if contiguous else "K contiguous")

@@ -303,6 +303,13 @@ def _small_side_contiguous(side, layout):
     return layout[0] == "N" if side == "M" else layout[1] == "T"
 
 
+def _as_staged(layout, along):
+    """`layout` with an operand staged along K (_along_k: its stored rows one element
+    long) as the layout that stores it with K contiguous, which is how its tiles are
+    boxed: A stored K x 1 as "T", B stored K x 1 as "N"."""
+    return ("T" if along[0] else layout[0]) + ("N" if along[1] else layout[1])
+
+
 def _fitted_n(size, contiguous):
     """The tile width along a fitted side of `size` (the instruction's N): a multiple of 8
     where its operand is stored with K contiguous (TMA boxes of that many rows of 128
@@ -343,9 +350,9 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       spent half its tensor-core time on absent rows: 41.8 -> 25.5 us at 16x4096x4096 on
       the H100, docs/perf.md);
     * for M or N of at most FITTED_MAX, tiles that narrow along it (the instruction's
-      N: a multiple of 8 where its operand is stored with K contiguous, else 8, 16 or 32,
-      whose rows of 16, 32 or 64 bytes the 32B and 64B swizzle modes read), N along the
-      rows and
+      N: a multiple of 8 where its operand is stored with K contiguous or staged along
+      K, else 8, 16 or 32, whose rows of 16, 32 or 64 bytes the 32B and 64B swizzle
+      modes read), N along the rows and
       swap_mn where the small side is M; a decode step so swapped takes K tiles of 128
       in 6 stages, split in two serially where K is at least 8192 and two CTAs still fit
       an SM each;
@@ -399,12 +406,13 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
                                  if any(readable) else ""))
     tk = HOPPER_K_TILE
     narrow = m <= NARROW_ROWS
-    fitted = _fitted_side(m, n, layout) if tma and not any(along) else None
+    staged = _as_staged(layout, along)
+    fitted = _fitted_side(m, n, staged) if tma else None
     swap = fitted == "M" and narrow
     wide = not narrow and ceil_div(m, 128) * ceil_div(n, 256) >= sms
     tm, tn = (64, 64) if narrow else (128, 256) if wide else (128, 128)
     if narrow and fitted is not None:      # the tile's columns fitted to the small side
-        tn = _fitted_n(m if swap else n, _small_side_contiguous(fitted, layout))
+        tn = _fitted_n(m if swap else n, _small_side_contiguous(fitted, staged))
     rows, columns = (n, m) if swap else (m, n)     # along the tile's rows, its columns
     tiles = ceil_div(rows, tm) * ceil_div(columns, tn)
     k_tiles = ceil_div(k, tk)
@@ -417,7 +425,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
         splitk = max(1, min(sms // tiles, k_tiles // 4))
         if splitk > TWO_KERNEL_SPLITS:
             if not narrow and fitted == "N":   # the tile's columns fitted to N
-                tn = _fitted_n(n, _small_side_contiguous("N", layout))
+                tn = _fitted_n(n, _small_side_contiguous("N", staged))
             elif not narrow:   # the tiling that streams the fewest operand bytes
                 tm, tn = min(PARALLEL_TILES, key=lambda t: _streamed_bytes(m, n, k, t))
                 if _fills(n, FILLED_PARALLEL_TILE[1]) and _streamed_bytes(
@@ -465,7 +473,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     if fitted is not None and tn < 64:
         stored = (f"stored with {fitted} contiguous: boxes of rows of {tn * 2} bytes"
                   + (f", swizzled by them ({tn * 2}B mode)" if tn >= 16 else ", unswizzled")
-                  if _small_side_contiguous(fitted, layout) else "stored with K contiguous")
+                  if _small_side_contiguous(fitted, staged) else "stored with K contiguous")
         why(f"{fitted} = {m if fitted == 'M' else n}, its operand {stored}: "
             f"tiles {tn} wide along {fitted} (the instruction's N)"
             + (", N along the tiles' rows and the instruction's M (swap_mn)" if swap else ""))

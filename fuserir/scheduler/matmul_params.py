@@ -57,6 +57,11 @@ class MatmulParams:
     # tile's stages while the consumers run this tile's epilogue (staged through shared
     # memory of its own with use_smem_epilogue)
     persistent: bool = False
+    # the order the output tiles are walked in: G rows of tiles down one column, then the
+    # next column, then the next G rows (Triton's grouped order: the CTAs running at once
+    # read fewer distinct operand panels, which L2 then serves them); 1: a column of all
+    # the rows at a time (blockIdx.x along M), or row by row for a persistent kernel
+    tile_group: int = 1
 
     def __post_init__(self):
         for name in ("cta_tile", "warp_tile", "instruction_tile", "async_gmem_load_operands",
@@ -140,6 +145,10 @@ class MatmulParams:
             bad(f"swap_mn must be true or false, got {self.swap_mn!r}")
         if self.swap_mn and not self.hopper:
             bad("swap_mn: only the Hopper path (wgmma) swaps the instruction's M and N")
+        if isinstance(self.tile_group, bool) or not isinstance(self.tile_group, int) \
+                or self.tile_group < 1:
+            bad(f"tile_group must be an integer >= 1 (rows of tiles a group walks), got "
+                f"{self.tile_group!r}")
         if not isinstance(self.persistent, bool):
             bad(f"persistent must be true or false, got {self.persistent!r}")
         if self.persistent and not self.hopper:

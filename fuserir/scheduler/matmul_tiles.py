@@ -26,9 +26,19 @@ def output_tiles(fusion, params, acc, out, fused, threads):
     out.split(0, tm)
     out.split(2, tn)
     out.reorder({1: 2, 2: 1})                 # [Mo, No, Mt, Nt]
+    group = params.tile_group
+    if group > 1:                             # G rows of tiles, column by column
+        out.split(0, group)                   # [Mo/G, G, No, Mt, Nt]
+        out.reorder({1: 2, 2: 1})             # [Mo/G, No, G, Mt, Nt]
     if params.persistent:                     # tile t = b + T ctas of CTA b
         out.merge(0)                          # [tiles, Mt, Nt]
+        if group > 1:
+            out.merge(0)
         out.split(0, CTAS)                    # [T, ctas, Mt, Nt]
+        out.parallelize(1, ParallelType.BIDx)
+    elif group > 1:                           # [Mo/G, No G, Mt, Nt]: blocks are dispatched
+        out.merge(1)                          # x fastest, so G rows of one column first
+        out.parallelize(0, ParallelType.BIDy)
         out.parallelize(1, ParallelType.BIDx)
     else:
         out.parallelize(0, ParallelType.BIDx)
