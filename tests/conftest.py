@@ -203,6 +203,29 @@ def _fuserir_skip_gpu_tests_without_gpu(request):
 # End block owned by the CUDA codegen tests.
 
 
+# -- the longest files first ---------------------------------------------------------------
+# README's command runs the files in two processes (`-n 2 --dist loadfile`, each file on
+# one worker), handed out in the order collected (pyproject's --no-loadscope-reorder:
+# xdist would otherwise hand out the files with the most tests first, and the mutation
+# tests, a few tests of a minute each, came last, one worker running them alone for
+# minutes). The longest files go first so that the short ones even out the two ends
+# (seconds on 2 cores at commit c926a8d; a stale order costs time, never a result).
+LONGEST_FIRST = ["test_hopper_matmul.py",           # 145
+                 "test_mutation_sm80.py",           # 129
+                 "test_mutation_hopper.py",         # 124
+                 "test_matmul.py",                  # 106
+                 "test_examples.py",                # 78
+                 "test_grid_protocol.py",           # 76
+                 "test_cli.py",                     # 53
+                 "test_fuzz_dsl.py",                # 46
+                 "test_matmul_matrix.py"]           # 28
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))   # stable: in-file order
+
+
 # -- statistics that tests report in the session summary ---------------------------------
 import collections  # noqa: E402
 import os  # noqa: E402
