@@ -280,7 +280,38 @@ def pytest_runtest_makereport(item, call):
 
 
 # -- every kernel the suite generates must compile to a cubin with NVRTC ------------------
-KERNEL_SOURCES = {}   # generated CUDA source -> (kernel name, its target: driver.build's)
+# Each test file's kernels are compiled when the file's last test is done (not all at the
+# session's end: there the worker that ran the files generating the most kernels spent
+# four minutes alone on them), failures reported at the end.
+KERNEL_SOURCES = {}   # generated CUDA source -> (kernel name, its target: driver.build's),
+                      # not compiled yet
+CHECKED = set()       # sources compiled (or refused) already
+NVRTC_FAILURES = []
+
+
+def compile_recorded_kernels():
+    """Compile the kernel sources recorded since the last call with NVRTC (nothing
+    without it: the core install); a refusal goes to NVRTC_FAILURES."""
+    if NVRTC_MISSING:
+        return
+    from codegen.errors import CompileError
+    from codegen.nvrtc import compile_to_cubin
+    for source, (name, arch) in list(KERNEL_SOURCES.items()):
+        del KERNEL_SOURCES[source]
+        CHECKED.add(source)
+        try:
+            cubin = compile_to_cubin(source, name, arch)
+            assert cubin[:4] == b"\x7fELF", name
+            STATS["generated kernels compiled to cubin by NVRTC"] += 1
+        except CompileError as error:
+            NVRTC_FAILURES.append(f"{name}: {error}")
+            STATS["generated kernels NVRTC refused"] += 1
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    if nextitem is None or nextitem.path != item.path:
+        compile_recorded_kernels()
 
 
 def pytest_configure(config):
@@ -301,7 +332,8 @@ def pytest_configure(config):
             arch = None
         except GpuUnavailableError:   # no NVRTC (the core install): nothing to compile with
             return source
-        KERNEL_SOURCES.setdefault(source, (kernel.name, arch))
+        if source not in CHECKED:
+            KERNEL_SOURCES.setdefault(source, (kernel.name, arch))
         return source
 
     build.emit_cuda = recording_emit
@@ -315,21 +347,11 @@ WORKER_FAILURES = []
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session, exitstatus):
-    failures = list(WORKER_FAILURES)
     if NVRTC_MISSING:
         STATS["generated kernels not compiled: no NVRTC (the core install)"] += 1
-    elif KERNEL_SOURCES and exitstatus in (0, 1):
-        from codegen.errors import CompileError
-        from codegen.nvrtc import compile_to_cubin
-        for source, (name, arch) in KERNEL_SOURCES.items():
-            try:
-                cubin = compile_to_cubin(source, name, arch)
-                assert cubin[:4] == b"\x7fELF", name
-            except CompileError as error:
-                failures.append(f"{name}: {error}")
-                STATS["generated kernels NVRTC refused"] += 1
-        STATS["generated kernels compiled to cubin by NVRTC"] += \
-            len(KERNEL_SOURCES) - STATS["generated kernels NVRTC refused"]
+    elif exitstatus in (0, 1):
+        compile_recorded_kernels()             # any left (a session fixture's teardown)
+    failures = WORKER_FAILURES + NVRTC_FAILURES
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:                       # an xdist worker: tell the controller
         workeroutput["fuserir_stats"] = dict(STATS)
