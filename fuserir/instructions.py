@@ -184,6 +184,8 @@ WARPGROUP = 128          # threads of a warp group: 4 consecutive warps, the fir
 # code, and the row span the XOR pattern repeats over (bytes)
 SWIZZLE_CODES = {"none": 0, "128B": 1, "64B": 2, "32B": 3}
 SWIZZLE_BYTES = {"none": 16, "32B": 32, "64B": 64, "128B": 128}
+# The mode whose rows a tile swizzled by rows of this many bytes has (transforms.swizzle)
+SWIZZLE_MODE_OF_ROW_BYTES = {n: mode for mode, n in SWIZZLE_BYTES.items() if mode != "none"}
 # The swizzle pattern repeats every 1024 bytes of shared memory (8 rows of 128 bytes): a
 # tile swizzled by its pool offset, as TMA writes it and wgmma reads it, starts on this
 # boundary, and so does the pool itself

@@ -23,14 +23,13 @@ through shared memory over the operand stages (use_smem_epilogue).
 """
 
 from ..errors import ScheduleError
+from ..instructions import SWIZZLE_MODE_OF_ROW_BYTES
 from ..ir.iterdomain import ParallelType, roots_of
 from ..ir.tensor import MemoryType
 from .matmul_tiles import (CTAS, SPLITK, broadcasts_first, grid_reduction, output_tiles, split_k,
                            tensor_core_loops, two_kernel)
 
-SWIZZLE_ROW_BYTES = 128      # the 128B swizzle mode: boxes of 128-byte rows ...
-SWIZZLED_ROW_BYTES = (32, 64, 128)   # ... and the rows a tile narrower than that is
-                                     # swizzled by (the 32B and 64B modes; 16: none)
+SWIZZLE_ROW_BYTES = 128      # the 128B swizzle mode: boxes of 128-byte rows
 WARP_GROUP = 128             # threads of a warp group: TIDx on the Hopper path
 
 
@@ -59,7 +58,7 @@ def schedule_hopper_matmul(fusion, params, device, mm, acc, out, fused):
                                       params.staged_along_k):
             smem.compute_at(mm, inside_k_tiles)
             row = _box_layout(smem, along_k)
-            if row * smem.dtype.itemsize in SWIZZLED_ROW_BYTES:
+            if row * smem.dtype.itemsize in SWIZZLE_MODE_OF_ROW_BYTES:   # (16: none)
                 smem.swizzle(row)
             if not tma:
                 _producer_copies(smem)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import ScheduleError
+from ..instructions import SWIZZLE_MODE_OF_ROW_BYTES
 from ..ir.exprs import LoadStoreOp
 from ..ir.iterdomain import ParallelType
 from ..ir.tensor import MemoryType
@@ -153,9 +154,6 @@ def circular_buffer(tv: TensorView, stages: int,
     tv.producer_registers = producer_registers
 
 
-SWIZZLE_SHORT_ROW_BYTES = (32, 64)    # rows shorter than 128 bytes a swizzle takes
-
-
 def swizzle(tv: TensorView, row: int) -> None:
     """XOR-swizzle the shared tile `tv` in 16-byte chunks (TensorView.swizzle).
 
@@ -201,7 +199,7 @@ def swizzle(tv: TensorView, row: int) -> None:
         raise ScheduleError(f"swizzle: {tv.name} is padded (pad_rows); a tile is either "
                             "padded or swizzled")
     row_bytes = row * tv.dtype.itemsize
-    if row_bytes not in SWIZZLE_SHORT_ROW_BYTES and row_bytes % 128:
+    if row_bytes not in SWIZZLE_MODE_OF_ROW_BYTES and row_bytes % 128:
         raise ScheduleError(f"swizzle: a row of {row} x {tv.dtype} is {row_bytes} bytes; the "
                             f"XOR swizzle permutes the 16-byte chunks of rows of 32 or 64 "
                             f"bytes or a multiple of 128 (tensor {tv.name})")

@@ -32,14 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from fuserir.errors import ScheduleError
-from fuserir.instructions import SWIZZLE_BYTES, TMA_BOX_MAX, WGMMA
+from fuserir.instructions import SWIZZLE_BYTES, SWIZZLE_MODE_OF_ROW_BYTES, TMA_BOX_MAX, WGMMA
 from fuserir.ir.iterdomain import ParallelType, Split
 
 from .. import kir
-
-# the hardware's swizzle modes by the bytes of a swizzled row (transforms.swizzle)
-MODE_OF_ROW_BYTES = {n: mode for mode, n in SWIZZLE_BYTES.items() if mode != "none"}
-
 
 def swizzle_mode(tv):
     """The hardware swizzle mode of the shared tile tv: "none", or "32B", "64B" or
@@ -50,12 +46,13 @@ def swizzle_mode(tv):
     if tv.swizzle_row is None:
         return "none"
     row_bytes = tv.swizzle_row * tv.dtype.itemsize
-    if row_bytes not in MODE_OF_ROW_BYTES:
-        rows = ", ".join(f"swizzle({n // tv.dtype.itemsize})" for n in MODE_OF_ROW_BYTES)
+    if row_bytes not in SWIZZLE_MODE_OF_ROW_BYTES:
+        rows = ", ".join(f"swizzle({n // tv.dtype.itemsize})"
+                         for n in SWIZZLE_MODE_OF_ROW_BYTES)
         raise ScheduleError(
             f"{tv.name}: swizzled in rows of {row_bytes} bytes; TMA and wgmma read tiles "
             f"swizzled in rows of 32, 64 or 128 bytes ({rows}) or not swizzled")
-    return MODE_OF_ROW_BYTES[row_bytes]
+    return SWIZZLE_MODE_OF_ROW_BYTES[row_bytes]
 
 
 @dataclass(frozen=True)
