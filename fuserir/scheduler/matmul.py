@@ -247,6 +247,11 @@ FITTED_MAX = 32
 # 16x4096x4096 against 22.5 with K tile 64 in 8), and 2 serial splits where they still fit
 # two CTAs per SM and K is at least this
 FITTED_K_TILE, FITTED_STAGES, FITTED_SPLIT_MIN_K = 128, 6, 8192
+# Unsplit, non-persistent tiles walked this many rows of tiles down a column at a time
+# (tile_group) where the rows of tiles are a multiple of it, more than one group (H100,
+# TN, us: 16384x4096x4096 920.7 -> 808.1, 8192^3 1599.8 -> 1521.0 (g16 1508.0), 4096^3
+# 210.5 -> 207.9; docs/perf.md)
+TILE_GROUP = 8
 
 
 def _fills(size, tile):
@@ -345,7 +350,10 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       memory over the operand stages where it fits; persistent (one CTA per SM walking
       the tiles) where the 128x256 tiles make PERSISTENT_MIN_WAVES waves or more and K is
       at most PERSISTENT_MAX_K (a short K loop, whose pipeline fill and epilogue the
-      walk overlaps with the next tile's loads, as measured); for M of at most 64
+      walk overlaps with the next tile's loads, as measured); else, unsplit, the tiles
+      walked TILE_GROUP rows of tiles down a column at a time where the rows of tiles are
+      a multiple of it (L2 shares the operand panels: 12% at 16384x4096x4096 on the
+      H100); for M of at most 64
       (a decode step) 64x64 tiles in one consumer warp group, 8 stages (the 128-row tile
       spent half its tensor-core time on absent rows: 41.8 -> 25.5 us at 16x4096x4096 on
       the H100, docs/perf.md);
@@ -514,11 +522,19 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
         why(f"persistent: {sms} CTAs walk the {tiles} tiles (K of at most "
             f"{PERSISTENT_MAX_K}, {PERSISTENT_MIN_WAVES} waves or more: the producer loads "
             "the next tile while the consumers store this one)")
+    tile_rows = ceil_div(rows, tm)
+    group = TILE_GROUP if not persistent and splitk == 1 and tile_rows > TILE_GROUP and \
+        tile_rows % TILE_GROUP == 0 else 1
+    if group > 1:
+        why(f"the tiles walked {group} rows of tiles down a column at a time (tile_group: "
+            f"{tile_rows} rows of tiles), so the CTAs running at once share operand panels "
+            "in L2")
     return MatmulParams(cta_tile=(tm, tn, tk), warp_tile=(64, tn, tk),
                         instruction_tile=WGMMA.shape(tn), stages=stages,
                         splitk_factor=splitk, splitk_mode=mode,
                         splitk_interleaved=grid_split,
                         use_smem_epilogue=smem_epilogue, persistent=persistent,
+                        tile_group=group,
                         promote_prologue_smem_reuse=smem_epilogue,
                         async_gmem_load_operands=tma if tma or not any(readable)
                         else readable,
