@@ -209,8 +209,10 @@ def _fuserir_skip_gpu_tests_without_gpu(request):
 # xdist would otherwise hand out the files with the most tests first, and the mutation
 # tests, a few tests of a minute each, came last, one worker running them alone for
 # minutes). The longest files go first so that the short ones even out the two ends
-# (seconds on 2 cores at commit c926a8d; a stale order costs time, never a result).
-LONGEST_FIRST = ["test_hopper_matmul.py",           # 145
+# (seconds on 2 cores at commit c926a8d, NVRTC included; a stale order costs time,
+# never a result).
+LONGEST_FIRST = ["test_dsl_depth.py",               # 190 (NVRTC on its deep kernels)
+                 "test_hopper_matmul.py",           # 145
                  "test_mutation_sm80.py",           # 129
                  "test_mutation_hopper.py",         # 124
                  "test_matmul.py",                  # 106
