@@ -312,7 +312,7 @@ def test_producer_copies_into_a_32b_or_64b_swizzled_tile_are_what_wgmma_reads(la
     assert np.array_equal(out, reference(layout, data).astype(np.float16))
 
 
-def test_a_tile_swizzled_by_rows_no_hardware_mode_has_is_refused_by_name():
+def test_a_tile_swizzled_by_rows_of_no_hardware_mode_is_refused_by_name():
     f = scheduled(HOPPER, layout="TT")
     f.tensor("A_cache").swizzle(128)                    # rows of 256 bytes
     with pytest.raises(ScheduleError, match=r"A_cache: swizzled in rows of 256 bytes; TMA and "
