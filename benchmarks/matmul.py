@@ -59,7 +59,7 @@ from benchmarks import common  # noqa: E402
 import fuserir  # noqa: E402
 from fuserir.progress import progress  # noqa: E402
 from fuserir.scheduler import MatmulParams, schedule_matmul  # noqa: E402
-from fuserir.scheduler.matmul import matmul_heuristic  # noqa: E402
+from fuserir.scheduler.matmul_heuristic import matmul_heuristic  # noqa: E402
 
 SEED_SHAPES = "1024x2048x4096"
 DEFINITION = (ROOT / "examples" / "splitk_matmul.fz").read_text().split("schedule")[0]

@@ -149,7 +149,8 @@ def main(argv=None):
     import cupy as cp
     import codegen
     from codegen.launch import device_model
-    from fuserir.scheduler.matmul import matmul_heuristic, schedule_matmul
+    from fuserir.scheduler.matmul import schedule_matmul
+    from fuserir.scheduler.matmul_heuristic import matmul_heuristic
     from fuserir.scheduler.matmul_tiles import CTAS
     bench = common.Bench(types.SimpleNamespace(no_torch=False, repeat=args.repeat,
                                                warmup=3))

@@ -28,7 +28,7 @@ def copies_params(m, n, k, stages):
     multiple of 8) with the producer's copies at `stages` and the output from registers;
     or the mma.sync path's plan (stages "mma")."""
     from fuserir.device import H200
-    from fuserir.scheduler.matmul import matmul_heuristic
+    from fuserir.scheduler.matmul_heuristic import matmul_heuristic
     if stages == "mma":
         return matmul_heuristic(m, n, k, layout="TT", device=H200.with_(cc=(8, 0)))
     return replace(matmul_heuristic(m, n, k // 8 * 8, layout="TT"), stages=stages,
@@ -68,7 +68,7 @@ def main(argv=None):
     import cupy as cp
     import codegen
     from benchmarks.matmul import mismatches
-    from fuserir.scheduler.matmul import matmul_heuristic
+    from fuserir.scheduler.matmul_heuristic import matmul_heuristic
     bench = common.Bench(args)
     torch = bench.torch
     rng = cp.random.default_rng(0)

@@ -4,7 +4,7 @@
                                        [--mn 16,32,64,128,256] [--k 16384,65536,262144]
                                        [--no-decode] [--shapes 128x128x262144,...]
                                        [--no-triton] [--repeat 50] [--json out.json]
-                                       [--plot out.png] [--cluster-split]
+                                       [--plot out.png] [--no-cluster-split]
     python3 benchmarks/splitk_sweep.py --plot out.png --from out.json   (no GPU needed)
 
 Points: every M and N of --mn with every K of --k (the memory-bound shapes split-K
@@ -23,9 +23,10 @@ its atomic and its deterministic (partials) reduction each autotuned, the faster
 reported; and the fraction of the copy bandwidth (a cudaMemcpyAsync timed in the same
 process) the fuserir call reaches, counting each operand and the output once.
 
---cluster-split: the device model's cluster_split on, so that a deterministic split-K of
-at most 16 splits sums through a thread-block cluster's shared memory (splitk_mode
-"cluster") where the heuristic would take the arrival counters.
+--no-cluster-split: the device model's cluster_split off, so that the heuristic's
+deterministic split-K sums through the arrival counters everywhere, also where it would
+sum through a thread-block cluster's shared memory (splitk_mode "cluster": at most 16
+splits on at most 4 tiles of 64 rows).
 
 Prints a JSON line per point, then a Markdown table and the summary: the slowest point's
 and the geometric mean of cuBLAS time / fuserir time. --plot draws that ratio per point
@@ -65,8 +66,9 @@ def parse_args(argv=None):
     p.add_argument("--repeat", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--json", help="write the points here")
-    p.add_argument("--cluster-split", action="store_true",
-                   help="split-K of at most 16 splits through a cluster's shared memory")
+    p.add_argument("--no-cluster-split", action="store_true",
+                   help="split-K through the arrival counters, never a cluster's shared "
+                        "memory")
     p.add_argument("--plot", help="draw cuBLAS time / fuserir time per point (PNG)")
     p.add_argument("--from", dest="source", help="with --plot: the points of an earlier "
                                                  "--json, no GPU run")
@@ -253,11 +255,11 @@ def run(args, bench):
     import time
     import codegen
     from codegen.launch import device_model
-    from fuserir.scheduler.matmul import matmul_heuristic
+    from fuserir.scheduler.matmul_heuristic import matmul_heuristic
     torch = bench.torch
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
-    device = device_model().with_(cluster_split=args.cluster_split)
+    device = device_model().with_(cluster_split=not args.no_cluster_split)
     started = time.perf_counter()
     classes = compile_ahead(args, device)
     print(f"{classes} size classes compiled ahead in {time.perf_counter() - started:.0f} s",

@@ -12,6 +12,8 @@ tiles fitted to the sizes it is given, not an H200's.
 
 from dataclasses import dataclass, replace
 
+from .errors import ScheduleError
+
 MAX_THREADS_PER_BLOCK = 1024      # the same on every architecture since sm_30
 
 
@@ -42,10 +44,11 @@ class Device:
     # results the same bits every run: False lets a split-K sum its partials with atomic
     # adds where the heuristic would sum them in a fixed order (compile(deterministic=...))
     deterministic: bool = True
-    # a deterministic split-K of at most 16 splits sums through a thread-block cluster's
-    # shared memory (splitk_mode "cluster") instead of the arrival counters: off until it
-    # is measured faster on the GPU (docs/perf.md, "Split-K through a cluster")
-    cluster_split: bool = False
+    # a deterministic split-K of at most 16 splits on at most 4 tiles of 64 rows sums
+    # through a thread-block cluster's shared memory (splitk_mode "cluster") instead of
+    # the arrival counters (9-17% faster where measured: docs/perf.md); False keeps the
+    # counters
+    cluster_split: bool = True
 
     @property
     def arch(self):
@@ -76,3 +79,15 @@ INTERPRETER = Device("CPU interpreter (an H200's limits)", (8, 0), sms=1,
 OPT_IN_SHARED = {"sm_75": 64 * 1024, "sm_80": 163 * 1024, "sm_86": 99 * 1024,
                  "sm_87": 163 * 1024, "sm_89": 99 * 1024, "sm_90": H200.shared_limit,
                  "sm_100": 227 * 1024, "sm_120": 99 * 1024}
+
+
+def resolve(device):
+    """`device`, or DEFAULT where it is None; a ScheduleError naming what was passed where
+    it is not a Device."""
+    if device is None:
+        return DEFAULT
+    if not isinstance(device, Device):
+        raise ScheduleError(f"device must be a fuserir.device.Device (e.g. "
+                            f"fuserir.device.H200.with_(shared_limit=...)), got "
+                            f"{type(device).__name__}")
+    return device

@@ -17,7 +17,7 @@ from codegen.launch import LaunchLimitError, check_launch_limits
 from fuserir.device import H200
 from fuserir.errors import ScheduleError
 from fuserir.scheduler import MatmulParams, schedule_matmul
-from fuserir.scheduler.matmul import matmul_heuristic
+from fuserir.scheduler.matmul_heuristic import matmul_heuristic
 from lowering import kir
 from lowering.pipeline import lower
 from lowering.verify.cluster_protocol import check_cluster_protocol
@@ -165,37 +165,65 @@ def test_the_cluster_launch_configuration_has_cuda_h_layout():
             _LaunchConfig.count.offset) == (32, 40, 48)
 
 
-@pytest.mark.parametrize("layout, size, plan", [
-    ("TN", (64, 64, 16384), ((64, 64, 64), 8, 16, "cluster")),
-    ("NT", (256, 256, 16384), ((128, 64, 64), 6, 16, "cluster")),
-    ("TN", (16, 16, 16384), ((64, 16, 64), 8, 16, "cluster")),
-    ("TN", (128, 128, 16384), ((128, 64, 64), 6, 64, "parallel")),          # past 16 splits
-    ("TN", (136, 184, 175704), ((128, 192, 64), 4, 66, "parallel")),
+@pytest.mark.parametrize("layout, size, plan, counters", [
+    ("TN", (16, 16, 16384), ((64, 16, 64), 8, 16, "cluster"), (64, 16, 64)),
+    ("NT", (16, 256, 16384), ((64, 16, 64), 8, 16, "cluster"), (64, 16, 64)),  # 4 tiles
+    # tiles halved in width while they are at most 4
+    ("TN", (64, 64, 16384), ((64, 16, 64), 8, 16, "cluster"), (64, 64, 64)),
+    ("TT", (32, 32, 16384), ((64, 16, 64), 8, 16, "cluster"), (64, 32, 64)),
+    ("NN", (64, 128, 16384), ((64, 32, 64), 8, 16, "cluster"), (64, 64, 64)),
+    ("TN", (64, 256, 16384), ((64, 64, 64), 8, 16, "cluster"), (64, 64, 64)),
+    # over 64 rows: 64-row tiles where they are at most 4
+    ("TN", (128, 128, 16384), ((64, 64, 64), 8, 16, "cluster"), (64, 64, 64)),
+    ("TT", (256, 16, 16384), ((64, 16, 64), 8, 16, "cluster"), (64, 16, 64)),
+    # a shorter K: all 16 splits, where the counters would take fewer or none
+    ("NN", (64, 64, 4096), ((64, 16, 64), 8, 16, "cluster"), (64, 64, 64)),
+    ("TN", (128, 128, 2048), ((64, 64, 64), 8, 16, "cluster"), None),
+    ("TN", (64, 64, 512), ((64, 64, 64), 8, 2, "serial"), None),    # under 16 K tiles
+    ("TN", (256, 256, 16384), ((128, 64, 64), 6, 16, "parallel"), None),     # 8 tiles
+    ("TN", (256, 128, 16384), ((128, 64, 64), 6, 33, "parallel"), None),     # 8 tiles
+    ("TN", (64, 64, 65536), ((64, 64, 64), 8, 64, "parallel"), None),        # long K
+    # a longer K: at most 4 tiles of 64 rows through the counters
+    ("TN", (128, 128, 17408), ((64, 64, 64), 8, 17, "parallel"), None),
+    ("NT", (128, 64, 65536), ((64, 64, 64), 8, 64, "parallel"), None),
+    ("TN", (128, 128, 262144), ((64, 64, 64), 8, 33, "parallel"), None),
+    ("TT", (128, 256, 65536), ((128, 64, 64), 6, 33, "parallel"), None),     # 8 tiles
+    ("TN", (136, 184, 175704), ((128, 192, 64), 4, 66, "parallel"), None),
 ])
-def test_the_heuristic_takes_the_cluster_split_where_the_device_model_asks(layout, size,
-                                                                           plan):
-    """Off by default (not measured yet); with cluster_split, a deterministic split-K of at
-    most 16 splits sums through the cluster, its partials' bytes beside the stages."""
-    on = H200.with_(cluster_split=True)
+def test_the_heuristic_sums_few_splits_of_few_tiles_through_a_cluster(layout, size, plan,
+                                                                     counters):
+    """A split-K over at most 4 tiles of 64 rows (not 128: narrowed while they stay that
+    few where it sums through a cluster) sums through the cluster where K gives it at
+    most 16 splits of 16 K tiles, the arrival counters where K is longer; more tiles,
+    the counters on 128-row tiles. The device model's cluster_split off, or
+    deterministic off, the counters or atomics on the counters' tiles instead."""
     tile, stages, splits, mode = plan
-    p = matmul_heuristic(*size, layout=layout, device=on)
+    p = matmul_heuristic(*size, layout=layout, device=H200)
     assert (p.cta_tile, p.stages, p.splitk_factor, p.splitk_mode) == plan
-    assert p.splitk_interleaved
-    default = matmul_heuristic(*size, layout=layout, device=H200)
-    assert default.splitk_mode == "parallel" and default.cta_tile == tile
-    atomic = matmul_heuristic(*size, layout=layout, device=on.with_(deterministic=False))
-    assert atomic.splitk_mode == "atomic"
-    assert splitk_sweep.parse_args(["--cluster-split"]).cluster_split
+    assert p.splitk_interleaved == (mode != "serial")
+    off = matmul_heuristic(*size, layout=layout, device=H200.with_(cluster_split=False))
+    atomic = matmul_heuristic(*size, layout=layout, device=H200.with_(deterministic=False))
+    if counters is not None:        # the cluster's plan gives way to the counters'
+        assert (off.splitk_mode, off.cta_tile) == ("parallel", counters)
+        assert (atomic.splitk_mode, atomic.cta_tile) == ("atomic", counters)
+    elif mode != "cluster":
+        assert off == p and atomic.splitk_mode == ("serial" if mode == "serial" else "atomic")
+    assert splitk_sweep.parse_args(["--no-cluster-split"]).no_cluster_split
+    assert not splitk_sweep.parse_args([]).no_cluster_split
+    reasons = []
+    matmul_heuristic(*size, layout=layout, device=H200, reasons=reasons)
+    assert (mode == "cluster") == any("split-K through thread-block clusters" in r
+                                      for r in reasons), reasons
 
 
 def test_the_cluster_split_gives_way_where_its_partials_leave_no_stage():
-    """256x256x16384 on 128x64 tiles: 32 KB of partials beside two 24 KB stages do not fit
-    70 KB of shared memory, two stages alone do: the arrival counters."""
-    small = H200.with_(cluster_split=True, shared_limit=70 * 1024)
-    p = matmul_heuristic(256, 256, 16384, layout="TN", device=small)
-    assert (p.cta_tile, p.stages, p.splitk_mode) == ((128, 64, 64), 2, "parallel")
-    roomy = matmul_heuristic(256, 256, 16384, layout="TN",
-                             device=small.with_(shared_limit=80 * 1024))
+    """64x64x16384 on 64x16 tiles: 4 KB of partials beside two 10 KB stages do not fit
+    22 KB of shared memory, two stages alone do: the arrival counters."""
+    small = H200.with_(shared_limit=22 * 1024)
+    p = matmul_heuristic(64, 64, 16384, layout="TN", device=small)
+    assert (p.cta_tile, p.stages, p.splitk_mode) == ((64, 16, 64), 2, "parallel")
+    roomy = matmul_heuristic(64, 64, 16384, layout="TN",
+                             device=small.with_(shared_limit=24 * 1024))
     assert (roomy.stages, roomy.splitk_mode) == (2, "cluster")
 
 
@@ -203,8 +231,7 @@ def test_the_heuristics_cluster_plan_equals_float64(rng):
     """The plan taken at 64x64x16384 (one kernel for its size class) run at a smaller size
     with ragged tiles and 3 splits."""
     f = matmul_fusion("TN")
-    schedule_matmul(f, matmul_heuristic(64, 64, 16384, layout="TN",
-                                        device=H200.with_(cluster_split=True)))
+    schedule_matmul(f, matmul_heuristic(64, 64, 16384, layout="TN", device=H200))
     exe = codegen.compile(f, backend="interp")
     data = integer_inputs(rng, "TN", 40, 56, 64 * 3 + 8)
     out = exe.run({**data, "splitk": 3})["out"]

@@ -22,7 +22,7 @@ from codegen.errors import HazardError, RaceError
 from codegen.interp import InterpError
 from fuserir.errors import ScheduleError
 from fuserir.scheduler import MatmulParams, schedule_matmul
-from fuserir.scheduler.matmul import matmul_heuristic
+from fuserir.scheduler.matmul_heuristic import matmul_heuristic
 from lowering import kir
 
 OPERANDS = {"TT": ("[M, K]", "[K, N]"), "TN": ("[M, K]", "[N, K]"),

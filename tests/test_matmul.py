@@ -366,7 +366,7 @@ def _fresh_inputs_and_repeatable(cp, exe, splitk, repeatable=True):
 # -- the heuristic, and fusions without a schedule -------------------------------------------
 
 from fuserir.device import H200  # noqa: E402
-from fuserir.scheduler.matmul import matmul_heuristic, splitk_for  # noqa: E402
+from fuserir.scheduler.matmul_heuristic import matmul_heuristic, splitk_for  # noqa: E402
 
 # an H200 without Hopper's instructions: the mma.sync path's heuristic at the H200's sizes
 SM80 = H200.with_(cc=(8, 0))
@@ -432,7 +432,8 @@ def test_hopper_heuristic_takes_wgmma_and_tma(size, layout, tile, splitk, staged
 
 
 @pytest.mark.parametrize("size, tile, splitk, stages", [
-    ((128, 128, 262144), (128, 64, 64), 66, 6),     # two tiles of 128x64 x 66 splits
+    ((128, 128, 262144), (64, 64, 64), 33, 8),      # four tiles of 64x64 x 33 splits:
+                                                    # at most 4 of 64 rows, not 128
     ((136, 184, 175704), (128, 192, 64), 66, 4),    # two tiles of 128x192 x 66: N fills
                                                     # their columns; B streamed twice, not
                                                     # three times as by 64x192 tiles
@@ -532,25 +533,27 @@ def test_hopper_heuristic_gives_a_decode_step_64_row_tiles(size, tiles, splitk, 
     ("TT", (1, 4096, 4096), ((64, 8, 128), 1, "serial", 6, True)),
     ("TN", (16, 4096, 14336), ((64, 16, 128), 2, "serial", 6, True)),   # K long: 2 splits
     ("TN", (32, 14336, 4096), ((64, 32, 128), 1, "serial", 4, True)),   # two CTAs an SM
-    # skinny outputs: the parallel split-K on tiles as narrow as the small side
-    ("TN", (16, 16, 16384), ((64, 16, 64), 16, "parallel", 8, False)),  # N on a tie
-    ("TT", (16, 256, 16384), ((64, 16, 64), 16, "parallel", 8, True)),
-    ("NN", (256, 16, 16384), ((128, 16, 64), 64, "parallel", 6, False)),
-    ("TN", (128, 24, 65536), ((128, 24, 64), 132, "parallel", 6, False)),
+    # skinny outputs: a split-K on tiles as narrow as the small side, 64 rows where
+    # they are at most 4 (through clusters where K is short, else the counters)
+    ("TN", (16, 16, 16384), ((64, 16, 64), 16, "cluster", 8, False)),   # N on a tie
+    ("TT", (16, 256, 16384), ((64, 16, 64), 16, "cluster", 8, True)),
+    ("NN", (256, 16, 16384), ((64, 16, 64), 16, "cluster", 8, False)),
+    ("TN", (128, 24, 65536), ((64, 24, 64), 64, "parallel", 8, False)),
+    ("TN", (512, 24, 65536), ((128, 24, 64), 33, "parallel", 6, False)),    # 8 tiles
     # the small side's operand stored with it contiguous: 8, 16 or 32 wide (box rows of
     # 16 bytes unswizzled, or of 32 or 64 bytes in the 32B or 64B swizzle mode)
-    ("NN", (16, 256, 16384), ((64, 16, 64), 16, "parallel", 8, True)),
-    ("TT", (256, 16, 16384), ((128, 16, 64), 64, "parallel", 6, False)),
-    ("NT", (16, 16, 16384), ((64, 16, 64), 16, "parallel", 8, False)),   # N on a tie
+    ("NN", (16, 256, 16384), ((64, 16, 64), 16, "cluster", 8, True)),
+    ("TT", (256, 16, 16384), ((64, 16, 64), 16, "cluster", 8, False)),
+    ("NT", (16, 16, 16384), ((64, 16, 64), 16, "cluster", 8, False)),   # N on a tie
     ("NT", (16, 4096, 4096), ((64, 16, 128), 1, "serial", 6, True)),
     ("NT", (8, 4096, 4096), ((64, 8, 128), 1, "serial", 6, True)),
     ("NN", (32, 4096, 4096), ((64, 32, 128), 1, "serial", 6, True)),
     # both small: the side whose operand is stored with K contiguous
-    ("TT", (16, 16, 16384), ((64, 16, 64), 16, "parallel", 8, True)),
+    ("TT", (16, 16, 16384), ((64, 16, 64), 16, "cluster", 8, True)),
     # M = 1 with A stored K x 1, N = 1 with B stored K x 1: staged along K, K contiguous
     ("NT", (1, 4096, 4096), ((64, 8, 128), 1, "serial", 6, True)),
     ("NN", (1, 4096, 4096), ((64, 8, 128), 1, "serial", 6, True)),
-    ("TT", (64, 1, 4096), ((64, 8, 64), 4, "parallel", 8, False)),
+    ("TT", (64, 1, 4096), ((64, 8, 64), 16, "cluster", 8, False)),
     # M of 33-64 (64x8192x4096: no faster swapped, docs/perf.md)
     ("TN", (64, 4096, 4096), ((64, 64, 64), 1, "serial", 8, False)),
 ])

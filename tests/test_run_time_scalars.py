@@ -22,7 +22,7 @@ from fuserir.errors import DslError, EvaluationError, ScheduleError
 from fuserir.ir.equality import structurally_equal
 from fuserir.scheduler import schedule_matmul
 from fuserir.scheduler import auto
-from fuserir.scheduler.matmul import matmul_heuristic
+from fuserir.scheduler.matmul_heuristic import matmul_heuristic
 from test_cli import EXAMPLES, fuserir as run_cli
 from test_matmul import AUTO, DEFINITION, integer_inputs
 
@@ -215,8 +215,8 @@ def test_inspect_shows_the_declared_scalars_and_the_plan_a_size_takes(tmp_path):
     skinny = run_cli("inspect", path, "--size", "M=128,N=128,K=262144")
     assert skinny.returncode == 0, skinny.stderr
     assert "automatic schedule for these sizes on NVIDIA H200" in skinny.stdout
-    assert "(run() passes splitk=66)" in skinny.stdout
-    assert "split-K 66 (parallel): 2 tiles x 66 splits" in skinny.stdout
+    assert "(run() passes splitk=33)" in skinny.stdout
+    assert "split-K 33 (parallel): 4 tiles x 33 splits" in skinny.stdout
     square = run_cli("inspect", path, "--size", "M=4096,N=4096,K=4096")
     assert "the Hopper path (wgmma, TMA, a producer warp group), CTA tile 128x256x64" in \
         square.stdout

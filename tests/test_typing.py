@@ -20,6 +20,7 @@ TYPED_MODULES = (
     "fuserir/transforms/memory.py", "fuserir/transforms/parallel.py",
     "fuserir/transforms/placement.py", "fuserir/transforms/rewrites.py",
     "fuserir/scheduler/__init__.py", "fuserir/scheduler/matmul.py",
+    "fuserir/scheduler/matmul_heuristic.py",
     "codegen/__init__.py", "codegen/errors.py", "codegen/gpu_stack.py",
     "driver/__init__.py", "driver/compiler.py", "driver/executable.py", "driver/build.py",
 )

@@ -109,7 +109,7 @@ def benchmarks(recorder):
     from benchmarks import matmul, pointwise, reduction
     from fuserir.device import DEFAULT
     from fuserir.scheduler import schedule_matmul
-    from fuserir.scheduler.matmul import matmul_heuristic
+    from fuserir.scheduler.matmul_heuristic import matmul_heuristic
     for hopper in (False, True):
         for layout, path, size, stages, smem in matmul.matrix_configs(hopper):
             label = f"w{size}" if path == "mma.sync" else f"hopper {size}"

@@ -28,7 +28,7 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
   outputs (TIDx, so each warp reads a contiguous piece of a row) and 16 rows of threads
   (TIDy) stride down the reduced rows, then combine;
 * a matmul: the tensor-core scheduler (fuserir.scheduler.matmul) with the parameters of
-  matmul_heuristic for the sizes and device it will run on (the executable schedules per
+  matmul_heuristic (fuserir.scheduler.matmul_heuristic) for the sizes and device it will run on (the executable schedules per
   size class at run(): schedule_key says which size classes share a schedule; arrays too
   narrow or unaligned for its 16-byte copies take a variant with narrower copies). Where
   it does not apply (other epilogues, or the plan without special requirements,
@@ -422,7 +422,7 @@ def matmul_params(fusion, sizes=None, device=None, reasons=None):
     int}; a symbol not given counts as LARGE) on `device`, or None where the fusion has no
     matmul or the heuristic refuses it (operand dtypes, device). `reasons`: a list that
     receives why, in words."""
-    from .matmul import matmul_heuristic
+    from .matmul_heuristic import matmul_heuristic
     mm = next((e for e in fusion.exprs if isinstance(e, MatmulOp)), None)
     if mm is None:
         return None

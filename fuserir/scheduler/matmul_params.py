@@ -2,8 +2,9 @@
 path's options) with the checks that name what is wrong, and the DSL's keys for them
 (`matmul(splitk=..., ...)` in a schedule block).
 
-It sits below the scheduler (fuserir.scheduler.matmul, which schedules with them, and its
-heuristic, which chooses them) so that both read one definition.
+It sits below the scheduler (fuserir.scheduler.matmul, which schedules with them) and the
+heuristic (fuserir.scheduler.matmul_heuristic, which chooses them) so that both read one
+definition.
 """
 
 from __future__ import annotations
