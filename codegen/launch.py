@@ -151,7 +151,17 @@ def _device_model(device):
         name.decode() if isinstance(name, bytes) else str(name),
         (props["major"], props["minor"]), sms=attribute("cudaDevAttrMultiProcessorCount"),
         shared_limit=attribute("cudaDevAttrMaxSharedMemoryPerBlockOptin"),
-        l2_bytes=attribute("cudaDevAttrL2CacheSize"))
+        l2_bytes=attribute("cudaDevAttrL2CacheSize"),
+        cluster_split=cluster_launches())
+
+
+def cluster_launches():
+    """Can this process launch kernels in thread-block clusters? Only through the
+    driver's cuLaunchKernelEx (kernel_params): without it (no libcuda, or
+    FUSERIR_LAUNCH=cupy) CuPy's launch refuses them, so the device model's heuristics
+    must not plan a split-K through clusters (cluster_split False: the arrival
+    counters instead)."""
+    return kernel_params.cuda_driver() is not None
 
 
 def _kernel_key(kernel, scalars):

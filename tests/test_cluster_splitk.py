@@ -258,3 +258,29 @@ def test_cluster_split_k_on_the_gpu_equals_float64_and_repeats_its_bits(layout, 
     for _ in range(20):
         again = cupy.asnumpy(exe.run({**fresh, "splitk": splits})["out"])
         assert np.array_equal(again.view(np.uint16), bits.view(np.uint16))
+
+
+def test_no_split_through_clusters_where_the_launch_path_cannot_launch_them(monkeypatch):
+    """Clusters launch only through the driver's cuLaunchKernelEx: with CuPy's launch
+    (FUSERIR_LAUNCH=cupy) the GPU's device model plans no split-K through them."""
+    from codegen import kernel_params
+    from codegen.launch import cluster_launches
+    monkeypatch.setenv("FUSERIR_LAUNCH", "cupy")
+    kernel_params.cuda_driver.cache_clear()
+    try:
+        assert not cluster_launches()
+    finally:
+        monkeypatch.delenv("FUSERIR_LAUNCH")
+        kernel_params.cuda_driver.cache_clear()
+
+
+def test_a_cluster_split_keeps_its_ctas_resident_at_once():
+    """As narrow as keeps every CTA of the clusters on an SM of its own: 64x16 tiles
+    (4 x 16 CTAs) on 132 SMs, 64x32 (2 x 16) on 48, none on 8 SMs (the serial split)."""
+    def plan(sms):
+        p = matmul_heuristic(64, 64, 16384, layout="TN", device=H200.with_(sms=sms))
+        return p.cta_tile, p.splitk_factor, p.splitk_mode
+    assert plan(132) == ((64, 16, 64), 16, "cluster")
+    assert plan(48) == ((64, 32, 64), 16, "cluster")
+    assert plan(16) == ((64, 64, 64), 16, "cluster")
+    assert plan(8)[2] == "serial"

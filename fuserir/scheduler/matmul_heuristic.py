@@ -176,22 +176,26 @@ def _cluster_tiling(m, n, k, fitted, staged, device):
     None. Where the device model allows it (cluster_split, deterministic), K has at least
     CLUSTER_MIN_K_TILES K tiles and at most CLUSTER_MAX splits' worth of NARROW_K_TILES
     (a longer K streams faster through the arrival counters' more splits), and 64-row
-    tiles (fitted to a small side) number at most FEW_TILES: those tiles, halved in
-    width down to CLUSTER_NARROWEST while they stay that few (more CTAs, each streaming
-    fewer bytes)."""
+    tiles (fitted to a small side) number at most FEW_TILES, their CTAs all resident at
+    once (at most one an SM): those tiles, halved in width down to CLUSTER_NARROWEST
+    while they stay that few (more CTAs, each streaming fewer bytes)."""
     if not (device.cluster_split and device.deterministic):
         return None
     k_tiles = ceil_div(k, HOPPER_K_TILE)
     if k_tiles < CLUSTER_MIN_K_TILES or k_tiles // NARROW_K_TILES > CLUSTER_MAX:
         return None
+    splits = min(CLUSTER_MAX, k_tiles)
+
+    def few(tiles):
+        return tiles <= FEW_TILES and tiles * splits <= device.sms
     tn, swap, tiles = _narrow_tiling(m, n, fitted, staged)
     rows, columns = (n, m) if swap else (m, n)
     while tn // 2 >= CLUSTER_NARROWEST and tn // 2 % 8 == 0:
         more = ceil_div(rows, 64) * ceil_div(columns, tn // 2)
-        if more > FEW_TILES or more == tiles:
+        if not few(more) or more == tiles:
             break
         tn, tiles = tn // 2, more
-    return (tn, swap, tiles) if tiles <= FEW_TILES else None
+    return (tn, swap, tiles) if few(tiles) else None
 
 
 def _instruction_n(size):
