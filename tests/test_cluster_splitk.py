@@ -227,15 +227,19 @@ def test_the_cluster_split_gives_way_where_its_partials_leave_no_stage():
     assert (roomy.stages, roomy.splitk_mode) == (2, "cluster")
 
 
-def test_the_heuristics_cluster_plan_equals_float64(rng):
-    """The plan taken at 64x64x16384 (one kernel for its size class) run at a smaller size
-    with ragged tiles and 3 splits."""
-    f = matmul_fusion("TN")
-    schedule_matmul(f, matmul_heuristic(64, 64, 16384, layout="TN", device=H200))
+@pytest.mark.parametrize("layout", ["TN", "NT"])
+def test_the_heuristics_cluster_plan_equals_float64(layout, rng):
+    """The plan taken at 64x64x16384 (one kernel for its size class: 64x16 tiles; B's
+    boxes 16 rows of K in TN, rows of 16 elements of N in NT, 32B-swizzled) run at a
+    smaller size with ragged tiles and 3 splits."""
+    f = matmul_fusion(layout)
+    params = matmul_heuristic(64, 64, 16384, layout=layout, device=H200)
+    assert params.cta_tile == (64, 16, 64) and params.splitk_mode == "cluster"
+    schedule_matmul(f, params)
     exe = codegen.compile(f, backend="interp")
-    data = integer_inputs(rng, "TN", 40, 56, 64 * 3 + 8)
+    data = integer_inputs(rng, layout, 40, 56, 64 * 3 + 8)
     out = exe.run({**data, "splitk": 3})["out"]
-    assert np.array_equal(out, reference("TN", data).astype(np.float16))
+    assert np.array_equal(out, reference(layout, data).astype(np.float16))
 
 
 @pytest.mark.gpu
