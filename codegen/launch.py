@@ -542,7 +542,9 @@ def _check_clusters_fit(kernel, func, config, cluster):
             f"kernel {kernel.name}: a cluster of {cluster[0] * cluster[1] * cluster[2]} "
             f"CTAs of {block[0] * block[1] * block[2]} threads and {shared} bytes of shared "
             f"memory each does not fit on one GPC of {device_model().name}: use fewer "
-            "splits, smaller tiles or fewer stages")
+            "splits, smaller tiles or fewer stages (an automatic schedule: compile with "
+            "device=codegen.launch.device_model().with_(cluster_split=False), whose "
+            "split-K sums through arrival counters instead)")
 
 
 def _launcher(kernel, cubin):

@@ -288,3 +288,22 @@ def test_a_cluster_split_keeps_its_ctas_resident_at_once():
     assert plan(48) == ((64, 32, 64), 16, "cluster")
     assert plan(16) == ((64, 64, 64), 16, "cluster")
     assert plan(8)[2] == "serial"
+
+
+def test_a_cluster_no_gpc_holds_is_refused_with_the_way_out(monkeypatch):
+    """Where the driver says not even one cluster fits (cuOccupancyMaxActiveClusters 0: a
+    GPU whose GPCs hold fewer CTAs), the launch is refused before it fails, the message
+    naming the cluster and the device model that plans without clusters."""
+    import types
+    from codegen import kernel_params, launch
+    monkeypatch.setattr(kernel_params, "cuda_driver", lambda: object())
+    monkeypatch.setattr(kernel_params, "clusters_resident", lambda func, config, cluster: 0)
+    kernel, func = types.SimpleNamespace(name="mm_TN"), types.SimpleNamespace(ptr=1)
+    config = ((2, 1, 16), (128, 3, 1), 90112)
+    with pytest.raises(LaunchLimitError, match=(
+            r"kernel mm_TN: a cluster of 16 CTAs of 384 threads and 90112 bytes of shared "
+            r"memory each does not fit on one GPC of .*device_model\(\)\.with_\("
+            r"cluster_split=False\)")):
+        launch._check_clusters_fit(kernel, func, config, (1, 1, 16))
+    monkeypatch.setattr(kernel_params, "clusters_resident", lambda func, config, cluster: 1)
+    launch._check_clusters_fit(kernel, func, config, (1, 1, 16))
