@@ -356,8 +356,8 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
         f"in {groups} consumer warp group{'s' if groups > 1 else ''} of 64x{tn}, "
         + ("tiles of 128x256 fill the SMs" if wide else
            f"{tiles} tiles of {tm}x{tn} (at most {FEW_TILES} tiles of 64 rows, as "
-           "narrow as keeps them that few, and K of at most "
-           f"{CLUSTER_MAX * NARROW_K_TILES} K tiles: a split-K through thread-block "
+           "narrow as keeps them that few, and K of fewer than "
+           f"{(CLUSTER_MAX + 1) * NARROW_K_TILES} K tiles: a split-K through thread-block "
            "clusters)" if cluster is not None else
            f"{tiles} tiles of {tm}x{tn} (M of at most {NARROW_ROWS}: one warp group's rows, "
            "half the tensor-core work of 128-row tiles on rows that are not there)"
