@@ -44,10 +44,10 @@ class Device:
     # results the same bits every run: False lets a split-K sum its partials with atomic
     # adds where the heuristic would sum them in a fixed order (compile(deterministic=...))
     deterministic: bool = True
-    # a deterministic split-K of at most 16 splits on at most 4 tiles of 64 rows sums
-    # through a thread-block cluster's shared memory (splitk_mode "cluster") instead of
-    # the arrival counters (9-17% faster where measured: docs/perf.md); False keeps the
-    # counters
+    # a deterministic split-K on at most 4 tiles of 64 rows with a short K sums through
+    # thread-block clusters' shared memory (splitk_mode "cluster") instead of the arrival
+    # counters or a serial split (faster at every such point measured: docs/perf.md);
+    # False: no clusters (a GPU whose GPCs cannot hold 16 CTAs, or no cluster launch)
     cluster_split: bool = True
 
     @property
