@@ -208,12 +208,17 @@ def test_the_heuristic_sums_few_splits_of_few_tiles_through_a_cluster(layout, si
         assert (atomic.splitk_mode, atomic.cta_tile) == ("atomic", counters)
     elif mode != "cluster":
         assert off == p and atomic.splitk_mode == ("serial" if mode == "serial" else "atomic")
-    assert splitk_sweep.parse_args(["--no-cluster-split"]).no_cluster_split
-    assert not splitk_sweep.parse_args([]).no_cluster_split
     reasons = []
     matmul_heuristic(*size, layout=layout, device=H200, reasons=reasons)
     assert (mode == "cluster") == any("split-K through thread-block clusters" in r
                                       for r in reasons), reasons
+
+
+def test_the_sweep_measures_with_and_without_the_cluster_split():
+    """The sweep plans as the GPU's device model does, and --no-cluster-split plans as
+    one with cluster_split off."""
+    assert not splitk_sweep.parse_args([]).no_cluster_split
+    assert splitk_sweep.parse_args(["--no-cluster-split"]).no_cluster_split
 
 
 def test_the_cluster_split_gives_way_where_its_partials_leave_no_stage():
