@@ -749,6 +749,34 @@ def test_the_output_is_stored_from_the_registers_a_pair_of_elements_at_a_time(rn
         assert out_widths(codegen.compile(f, backend="interp").kernels[0].kir) == {1}
 
 
+def test_the_staged_output_tile_is_written_by_stmatrix_eight_elements_a_lane(rng):
+    """A 16-bit output staged through shared memory: each lane writes its fragment's
+    elements 8 at a time (stmatrix.x4, the rows of 8 proved consecutive through the tile's
+    swizzle), with a fused bias and relu, at sizes that leave partial tiles: equal to
+    float64 in the interpreter. A 32-bit staged output (no 16-bit stmatrix) stays
+    element by element."""
+    def writes(kernel):
+        return {type(s).__name__ for s in kir.walk(kernel.body)
+                if any(a.write and a.buffer.name == "out_cache" for a in s.effects().accesses)}
+
+    staged = dict(HOPPER, use_smem_epilogue=True, promote_prologue_smem_reuse=False)
+    for dtype in ("f16", "bf16"):
+        exe = codegen.compile(scheduled(staged, layout="TN", dtype=dtype, epilogue=True),
+                              backend="interp")
+        assert writes(exe.kernels[0].kir) == {"StMatrix"}
+        data = integer_inputs(rng, "TN", 200, 136, 64 * 3 + 8, dtype, epilogue=True)
+        expected = np.maximum(reference("TN", data) + data["bias"][None, :], 0)
+        assert np.array_equal(exe.run(data)["out"].astype(np.float64), expected), dtype
+    f32 = fuserir.parse("""
+fusion mm(A: f16[M, K], B: f16[N, K]) {
+  acc = matmul(A, B, layout=TN)
+  out = relu(acc)
+  output out
+}""")
+    schedule_matmul(f32, MatmulParams(**staged))
+    assert writes(codegen.compile(f32, backend="interp").kernels[0].kir) == {"Store"}
+
+
 def _tile_loop(kernel):
     return next(s for s in kernel.body if isinstance(s, kir.ForLoop))
 

@@ -20,7 +20,7 @@ apply unchanged):
 """
 
 from fuserir.errors import ScheduleError
-from fuserir.instructions import LDMATRIX, MMA_M16N8K16, WGMMA
+from fuserir.instructions import LDMATRIX, MMA_M16N8K16, STMATRIX, WGMMA
 from fuserir.ir.iterdomain import Merge, Split
 
 from .. import kir
@@ -73,11 +73,34 @@ def accumulator_fragment(tv):
     return MMA_M16N8K16.c
 
 
-def fragment_axes(ctx, tv, j):
-    """{mma axis of tv: per-lane index} for element j of a fragment-layout tensor."""
+def fragment_axes(ctx, tv, j, thread=None):
+    """{mma axis of tv: per-lane index} for element j of a fragment-layout tensor, held by
+    this thread or by `thread` (an expression of it naming another lane of its warp)."""
     rows, cols = [tv.loop[i] for i in mma_positions(tv) if not tv.loop[i].is_reduction]
-    row, col = accumulator_fragment(tv).at(_Index(ctx, lane(ctx)), _Index(ctx, j))
+    holder = _Index(ctx, lane(ctx) if thread is None else thread)
+    row, col = accumulator_fragment(tv).at(holder, _Index(ctx, j))
     return {rows: row.expr, cols: col.expr}
+
+
+STMATRIX_NUM = 4      # stmatrix.x4: four 8x8 matrices, 8 elements of the fragment a lane
+
+
+def stmatrix_row_source(ctx, q):
+    """(j, thread): the element of the wgmma accumulator fragment at the start of the row
+    whose address lane l gives stmatrix.x4 storing the fragment's elements 8q .. 8q + 7.
+    In WGMMA.d's map, lane l of warp w holds element j at row 16w + l / 4 + 8 ((j % 4) / 2),
+    column 8 (j / 4) + 2 (l % 4) + j % 2; so its elements 8q + 2i, 8q + 2i + 1 (register i
+    of the stmatrix) are row l / 4, columns 2 (l % 4), + 1 of the 8x8 matrix at rows
+    16w + 8 (i % 2), columns 16q + 8 (i / 2), as stmatrix's register i of lane l is of
+    matrix i. Lane l names row l % 8 of matrix l / 8 (STMATRIX's address map): the
+    element 8q + 2 (l / 8) of lane 4 (l % 8) of its warp."""
+    q = _Index(ctx, q)
+    tid = _Index(ctx, lane(ctx))
+    warp_lane = tid % 32
+    matrix, row = STMATRIX.address_matrix(warp_lane), STMATRIX.address_row(warp_lane)
+    thread = (tid // 32) * 32 + 4 * row       # register(4 row) = (row, column 0)
+    j = q * (2 * STMATRIX_NUM) + 2 * matrix
+    return j.expr, thread.expr
 
 
 def _innermost_run(smem):

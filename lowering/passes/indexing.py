@@ -37,8 +37,10 @@ epilogue's cast, the accumulator's init and final copy) a loop over the 4 elemen
 lane holds (a global output in that layout, stored from the registers, a loop over pairs:
 elements 2j and 2j + 1 sit in neighbouring columns, one 2-element access where lowering
 proves them contiguous, as for a vector copy, and vector_caps allow it; not after a
-parallel grid reduction, whose CTAs store the elements they summed one by one); the
-per-lane maps are lowering.indexing.fragments', everything above them came from
+parallel grid reduction, whose CTAs store the elements they summed one by one; a 16-bit
+shared tile in the wgmma layout, the staged output's, `stmatrix.x4`, 8 elements a lane,
+where its value reads registers only and its rows of 8 are proved consecutive and
+aligned); the per-lane maps are lowering.indexing.fragments', everything above them came from
 transforms. A swizzled shared tensor's index goes through its XOR map, a padded one's
 skips its rows' padding. Index arithmetic is
 simplified with value ranges (lowering.indexing.arith). Which loops become unrolled is the next
@@ -56,13 +58,14 @@ from fuserir.ir.iterdomain import roots_of
 from fuserir.ir.tensor import Scalar
 
 from fuserir.errors import ScheduleError
-from fuserir.instructions import CP_ASYNC
+from fuserir.instructions import CP_ASYNC, STMATRIX
 
 from .. import kir
 from ..indexing import fragments, hopper_operands
 from ..kir import visit as kir_visit
 from ..support.analysis import (StoreInfo, async_vector_bytes, is_async_copy, is_tma_copy,
-                                mma_kind, mma_positions, vector_copy_width)
+                                is_warp_group_tile, mma_kind, mma_positions,
+                                vector_copy_width)
 from ..indexing.arith import addends, known_factor
 from ..contract import Pass
 
@@ -458,6 +461,67 @@ def fragment_pairs(ctx, tv):
     return None
 
 
+def fragment_stmatrix(ctx, tv):
+    """A shared 16-bit tensor in the wgmma accumulator's fragment layout (the staged
+    output's tile) written by stmatrix.x4, 8 elements a lane an instruction (16
+    instructions a thread for a 64x256 tile, not 128 stores with their address arithmetic
+    and guards), or None where it cannot be: the value must read registers only (no load
+    that a bounds guard would skip), and each row of 8 elements an address names (16
+    bytes) must come out consecutive and 16-byte aligned in the buffer, through its
+    swizzle, proved as vector_copy proves a vector (a symbolic lane along the row). Rows
+    past the tensor's edge are written too: the tile's bytes are the CTA's own, and the
+    copy out of them is guarded."""
+    per = 2 * fragments.STMATRIX_NUM
+    buffer = ctx.buffers[tv]
+    if buffer.memory is not kir.Memory.shared or tv.dtype.itemsize != STMATRIX.element_bytes \
+            or not is_warp_group_tile(tv) or fragments.accumulator_fragment(tv).count % per:
+        return None
+    count = fragments.accumulator_fragment(tv).count
+    q = kir.Var(f"j{len(ctx.loop_vars) + len(ctx.fragment_vars)}", ctx.index_dtype)
+    ctx.fragment_vars.append(q)
+    ctx.ranges.vars[id(q)] = (0, count // per - 1)
+
+    def indexed(j, thread=None, along_row=None):
+        """(lane indices, root indices) of element j of this thread's or `thread`'s."""
+        lanes = fragments.fragment_axes(ctx, tv, j, thread)
+        if along_row is not None:
+            cols = list(lanes)[1]             # fragment_axes': {rows: ..., cols: ...}
+            lanes[cols] = ctx.binop("add", lanes[cols], along_row)
+        ctx.lane_index, ctx.frag_offset = lanes, j
+        return ctx.root_indices(tv)
+
+    try:
+        registers = kir.Buffer(f"{tv.name}_rows{len(ctx.fragment_vars)}", tv.dtype,
+                               kir.Memory.local, size=ctx.const(per))
+        body = []
+        for e in range(per):
+            j = ctx.binop("add", ctx.binop("mul", q, ctx.const(per)), ctx.const(e))
+            value = pointwise_value(ctx, tv.definition, indexed(j))
+            if any(isinstance(x, kir.Load) and x.buffer.memory is not kir.Memory.local
+                   for x in kir.walk_expr(value)):
+                break
+            body.append(kir.Store(registers, ctx.const(e), convert(value, tv.dtype)))
+        else:
+            j, thread = fragments.stmatrix_row_source(ctx, q)
+            lane = kir.Var(f"v{len(ctx.loop_vars) + len(ctx.fragment_vars)}", ctx.index_dtype)
+            ctx.ranges.vars[id(lane)] = (0, STMATRIX.matrix - 1)
+            indexed(j, thread, along_row=lane)
+            row = buffer_index(ctx, tv, {a: ctx.loop_index(tv, i) for i, a in enumerate(tv.loop)})
+            if _base_of(ctx, row, lane, STMATRIX.matrix) is not None:
+                indexed(j, thread)
+                address = buffer_index(ctx, tv, {a: ctx.loop_index(tv, i)
+                                                 for i, a in enumerate(tv.loop)})
+                body.append(kir.StMatrix(buffer, address, registers, ctx.const(0),
+                                         fragments.STMATRIX_NUM, False,
+                                         kir.AccessInfo(tv.name, ctx.owner(tv, is_write=True))))
+                return [kir.Allocate(registers),
+                        kir.ForLoop(q, ctx.const(count // per), body, "unroll")]
+    finally:
+        ctx.lane_index, ctx.frag_offset = {}, None
+    ctx.fragment_vars.remove(q)
+    return None
+
+
 def _tensor_map(ctx, source, box):
     """The tensor map of the global tensor `source` for boxes like `box` (one per tensor
     and box: copies of the same box share it)."""
@@ -583,6 +647,9 @@ def lower_part(ctx, part):
         paired = fragment_pairs(ctx, tv)
         if paired is not None:
             return paired
+        stored = fragment_stmatrix(ctx, tv)
+        if stored is not None:
+            return stored
     if kind in ("mma", "wgmma", "fragment") and ctx.frag_offset is None:
         return per_fragment_element(ctx, tv, lambda: lower_part(ctx, part))
     expr = tv.definition
