@@ -38,9 +38,8 @@ lane holds (a global output in that layout, stored from the registers, a loop ov
 elements 2j and 2j + 1 sit in neighbouring columns, one 2-element access where lowering
 proves them contiguous, as for a vector copy, and vector_caps allow it; not after a
 parallel grid reduction, whose CTAs store the elements they summed one by one; a 16-bit
-shared tile in the wgmma layout, the staged output's, `stmatrix.x4`, 8 elements a lane,
-where its value reads registers only and its rows of 8 are proved consecutive and
-aligned); the per-lane maps are lowering.indexing.fragments', everything above them came from
+shared tile in the wgmma layout, the staged output's, `stmatrix.x4`: fragment_stmatrix);
+the per-lane maps are lowering.indexing.fragments', everything above them came from
 transforms. A swizzled shared tensor's index goes through its XOR map, a padded one's
 skips its rows' padding. Index arithmetic is
 simplified with value ranges (lowering.indexing.arith). Which loops become unrolled is the next
@@ -462,17 +461,14 @@ def fragment_pairs(ctx, tv):
 
 
 def fragment_stmatrix(ctx, tv):
-    """A shared 16-bit tensor in the wgmma accumulator's fragment layout (the staged
-    output's tile) written by stmatrix.x4, 8 elements a lane an instruction (16
-    instructions a thread for a 64x256 tile, not 128 stores with their address arithmetic
-    and guards), or None where it cannot be: the value must read registers only (no load
-    that a bounds guard would skip), and each row of 8 elements an address names (16
-    bytes) must come out consecutive and 16-byte aligned in the buffer, through its
-    swizzle, proved as vector_copy proves a vector (a symbolic lane along the row). Rows
-    past the tensor's edge are written too: the tile's bytes are the CTA's own, and the
-    copy out of them is guarded."""
-    per = 2 * fragments.STMATRIX_NUM
-    buffer = ctx.buffers[tv]
+    """A shared 16-bit tensor in the wgmma accumulator's layout (the staged output's tile)
+    written by stmatrix.x4, 8 elements a lane (16 instructions a thread for a 64x256 tile,
+    not 128 stores with their addresses and guards), or None where it cannot be: its value
+    must read registers only (no load a bounds guard would skip), each row of 8 an address
+    names proved consecutive and 16-byte aligned through the swizzle, as vector_copy
+    proves a vector. Rows past the tensor's edge are written too (the CTA's own bytes; the
+    copy out is guarded)."""
+    per, buffer = 2 * fragments.STMATRIX_NUM, ctx.buffers[tv]
     if buffer.memory is not kir.Memory.shared or tv.dtype.itemsize != STMATRIX.element_bytes \
             or not is_warp_group_tile(tv) or fragments.accumulator_fragment(tv).count % per:
         return None
@@ -481,14 +477,15 @@ def fragment_stmatrix(ctx, tv):
     ctx.fragment_vars.append(q)
     ctx.ranges.vars[id(q)] = (0, count // per - 1)
 
-    def indexed(j, thread=None, along_row=None):
-        """(lane indices, root indices) of element j of this thread's or `thread`'s."""
+    def at(j, thread=None, along_row=None):
+        """(buffer index, root indices) of element j of this thread's or `thread`'s."""
         lanes = fragments.fragment_axes(ctx, tv, j, thread)
         if along_row is not None:
             cols = list(lanes)[1]             # fragment_axes': {rows: ..., cols: ...}
             lanes[cols] = ctx.binop("add", lanes[cols], along_row)
         ctx.lane_index, ctx.frag_offset = lanes, j
-        return ctx.root_indices(tv)
+        loop = {a: ctx.loop_index(tv, i) for i, a in enumerate(tv.loop)}
+        return buffer_index(ctx, tv, loop), ctx.root_indices(tv)
 
     try:
         registers = kir.Buffer(f"{tv.name}_rows{len(ctx.fragment_vars)}", tv.dtype,
@@ -496,7 +493,7 @@ def fragment_stmatrix(ctx, tv):
         body = []
         for e in range(per):
             j = ctx.binop("add", ctx.binop("mul", q, ctx.const(per)), ctx.const(e))
-            value = pointwise_value(ctx, tv.definition, indexed(j))
+            value = pointwise_value(ctx, tv.definition, at(j)[1])
             if any(isinstance(x, kir.Load) and x.buffer.memory is not kir.Memory.local
                    for x in kir.walk_expr(value)):
                 break
@@ -505,13 +502,8 @@ def fragment_stmatrix(ctx, tv):
             j, thread = fragments.stmatrix_row_source(ctx, q)
             lane = kir.Var(f"v{len(ctx.loop_vars) + len(ctx.fragment_vars)}", ctx.index_dtype)
             ctx.ranges.vars[id(lane)] = (0, STMATRIX.matrix - 1)
-            indexed(j, thread, along_row=lane)
-            row = buffer_index(ctx, tv, {a: ctx.loop_index(tv, i) for i, a in enumerate(tv.loop)})
-            if _base_of(ctx, row, lane, STMATRIX.matrix) is not None:
-                indexed(j, thread)
-                address = buffer_index(ctx, tv, {a: ctx.loop_index(tv, i)
-                                                 for i, a in enumerate(tv.loop)})
-                body.append(kir.StMatrix(buffer, address, registers, ctx.const(0),
+            if _base_of(ctx, at(j, thread, lane)[0], lane, STMATRIX.matrix) is not None:
+                body.append(kir.StMatrix(buffer, at(j, thread)[0], registers, ctx.const(0),
                                          fragments.STMATRIX_NUM, False,
                                          kir.AccessInfo(tv.name, ctx.owner(tv, is_write=True))))
                 return [kir.Allocate(registers),
