@@ -402,28 +402,33 @@ def test_heuristic_fits_the_device_shared_memory():
         matmul_heuristic(1024, 1024, 4096, device=SM80.with_(shared_limit=8192))
 
 
-@pytest.mark.parametrize("size, layout, tile, splitk, staged, persistent", [
-    ((4096, 4096, 4096), "TT", (128, 256, 64), 1, False, False),  # 512 tiles of 128x256
-    ((8192, 8192, 8192), "NN", (128, 256, 64), 1, True, False),   # K over 4096: staged
-    ((1024, 2048, 4096), "NT", (128, 128, 64), 1, False, False),  # 64 wide tiles; 128
-    ((1024, 1024, 4096), "TN", (128, 128, 64), 2, False, False),  # 64: two splits fill
-    ((1024, 2048, 50304), "TT", (128, 128, 64), 1, True, False),
-    ((8192, 3072, 768), "TN", (128, 256, 64), 1, False, True),    # 768 tiles, 12 K tiles
-    ((8192, 2048, 2048), "TT", (128, 256, 64), 1, False, True),   # 512 tiles, 32 K tiles
-    ((4096, 4096, 2560), "NT", (128, 256, 64), 1, False, False),  # K over 2048
-    ((2048, 4096, 2048), "TN", (128, 256, 64), 1, False, False),  # 256 tiles: under 2 waves
+@pytest.mark.parametrize("size, layout, tile, stages, staged, persistent", [
+    ((4096, 4096, 4096), "TT", (128, 256, 64), 4, True, False),   # 512 tiles of 128x256
+    ((8192, 8192, 8192), "NN", (128, 256, 64), 4, True, False),
+    ((2048, 2048, 4096), "NT", (128, 256, 64), 4, True, False),   # 128: 7/8 of the SMs
+    ((1024, 2048, 4096), "NT", (128, 128, 64), 6, False, False),  # 64 wide tiles; 128
+    ((1024, 2048, 50304), "TT", (128, 128, 64), 6, True, False),  # K over 4096: staged
+    ((1024, 1024, 4096), "TN", (64, 128, 64), 8, False, False),   # 64 of 128x128: half
+    ((512, 1024, 4096), "TN", (64, 64, 64), 8, False, False),     # 64 of 64x128: half
+    ((8192, 3072, 768), "TN", (128, 256, 64), 3, True, True),     # 768 tiles, 12 K tiles
+    ((8192, 2048, 2048), "TT", (128, 256, 64), 3, True, True),    # 512 tiles, 32 K tiles
+    ((4096, 4096, 2560), "NT", (128, 256, 64), 4, True, False),   # K over 2048
+    ((2048, 4096, 2048), "TN", (128, 256, 64), 4, True, False),   # 256 tiles: under 2 waves
 ])
-def test_hopper_heuristic_takes_wgmma_and_tma(size, layout, tile, splitk, staged,
+def test_hopper_heuristic_takes_wgmma_and_tma(size, layout, tile, stages, staged,
                                               persistent):
-    """The tile, split and stages by the SMs; the output staged through shared memory
-    where K is over 4096, else stored from the registers; persistent where K is at most
-    2048 and the 128x256 tiles make two waves or more (as measured: docs/perf.md)."""
+    """The tile and stages by the SMs, unsplit: 128x256 where those tiles give 7/8 of
+    the SMs one, else 128x128, else (those filling at most half the SMs) 64 rows; the
+    output staged through shared memory on 128x256 tiles and where K is over 4096, else
+    stored from the registers; persistent where K is at most 2048 and the 128x256 tiles
+    make two waves or more, its staged tile its own (as measured: docs/perf.md)."""
     reasons = []
     p = matmul_heuristic(*size, layout=layout, reasons=reasons)
     assert p.hopper and p.instruction_tile == (64, tile[1], 16)
     assert (p.cta_tile, p.warp_tile, p.splitk_factor, p.splitk_mode, p.stages) == \
-        (tile, (64, tile[1], 64), splitk, "serial", 4)
-    assert p.use_smem_epilogue == p.promote_prologue_smem_reuse == staged
+        (tile, (64, tile[1], 64), 1, "serial", stages)
+    assert p.use_smem_epilogue == staged
+    assert p.promote_prologue_smem_reuse == (staged and not persistent)
     assert p.persistent == persistent
     assert "the Hopper path (wgmma, TMA, a producer warp group)" in reasons[0]
     assert ("the output staged through shared memory" if staged else

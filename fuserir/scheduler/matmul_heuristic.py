@@ -24,7 +24,20 @@ if TYPE_CHECKING:
     from ..dtypes import DataType
 
 TWO_KERNEL_SPLITS = 8          # the heuristic's most serial splits
-HOPPER_STAGES = 4
+# Unsplit tiles: as many stages as fit, at most this (128x256: 4; 128x128: 6, where 4 left
+# time on the table: H100, TN f16, us: 1024x2048x4096 36.3 -> 32.3, 1024x1536x4096 33.9 ->
+# 30.4, 2048x2048x4096 66.6 -> 64.3; docs/perf.md)
+HOPPER_STAGES = 6
+COPIED_STAGES = 4     # ... where the producer copies an operand element-wise (as measured)
+# Tiles of 128x256 where they give at least this share of the SMs one (H100, TN,
+# 2048x2048x4096: 128 tiles of 128x256 57.4 us, 256 of 128x128 64.3-66.6; docs/perf.md)
+WIDE_FILL = 7 / 8
+# Where 128x128 tiles would fill at most half the SMs (a serial split-K before): unsplit
+# tiles of 64 rows in one consumer warp group, 8 stages, 128 wide where those give at
+# least half the SMs one, else 64 (H100, TN f16, us, serial split -> 64-row tiles:
+# 1024x1024x4096 29.0 -> 23.7, 768x1024x4096 26.9 -> 23.3, 1024x1024x2048 21.5 -> 15.8,
+# 512x1024x4096 30.7 -> 18.8 on 64x64 (22.4 on 64x128), 1024x1024x8192 42.1 -> 41.4)
+HALF_ROW_STAGES = 8
 PARALLEL_STAGES = 6   # the parallel split-K's streaming: more bytes in flight per SM
 # ... and its fewest K tiles per split: 4 for 128-row tiles (128x128x16384 on the H100:
 # 16 splits of 16 K tiles 20.1 us, 64 of 4 18.6 us; docs/perf.md), 16 for 64-row ones
@@ -45,9 +58,11 @@ FILLED_PARALLEL_TILE, FILLED_PRODUCER_REGISTERS = (128, 192), 40
 # 67.6-68.9 in TT, TN and NT; docs/perf.md)
 FILLED_STAGES = 4
 # The output from the registers (a pair of elements a store) where K is at most this, else
-# staged through shared memory (H100, TN, 128x256 tiles, us staged / registers: 4096^3
-# 218.2 / 213.2, 3072^3 128.1 / 119.2, 8192x3072x768 116.9 / 106.3; but 6144^3 706.6 /
-# 763.8, 8192^3 1824.6 / 1865.8: docs/perf.md)
+# staged through shared memory (H100, TN, 128x128 tiles, us staged / registers, when the
+# staged tile was written element by element: 1024x2048x4096 36.9 / 35.5; docs/perf.md);
+# 128x256 tiles are staged at every K since the staged tile is written by stmatrix
+# (H100, TN, us staged / registers: 4096^3 195.0 / 209.4, 4096x14336x4096 683.1 / 720.6,
+# 8192x3072x768 persistent 86.6 / 98.3; docs/perf.md)
 REGISTER_OUTPUT_MAX_K = 4096
 # A persistent kernel (one CTA per SM walking the tiles) where K is at most this and the
 # 128x256 tiles make at least this many waves (H100, TN, us: 8192x3072x768 106.3 -> 98.2,
@@ -216,13 +231,16 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       copies at 4096x4096x4097: docs/perf.md), an operand TMA can read still by TMA;
       an operand whose stored rows are one element long (a decode matmul's M = 1 with
       A stored K x M) is contiguous along K: staged along K, read by TMA;
-    * CTA tile 128x256 (two consumer warp groups of 64x256) when those tiles give every
-      SM one, else 128x128 (two of 64x128); K tile 64; 4 stages; the output stored from
-      the registers where K is at most REGISTER_OUTPUT_MAX_K, else staged through shared
-      memory over the operand stages where it fits; persistent (one CTA per SM walking
-      the tiles) where the 128x256 tiles make PERSISTENT_MIN_WAVES waves or more and K is
-      at most PERSISTENT_MAX_K (a short K loop, whose pipeline fill and epilogue the
-      walk overlaps with the next tile's loads, as measured); else, unsplit, the tiles
+    * CTA tile 128x256 (two consumer warp groups of 64x256) when those tiles give at
+      least WIDE_FILL of the SMs one, else 128x128 (two of 64x128); K tile 64; as many
+      stages as fit, at most HOPPER_STAGES (4 of 128x256, 6 of 128x128; COPIED_STAGES
+      where the producer copies element-wise); the output staged through shared memory
+      over the operand stages on 128x256 tiles (its tile written by stmatrix) and where K
+      is over REGISTER_OUTPUT_MAX_K, else stored from the registers; persistent (one CTA
+      per SM walking the tiles) where the 128x256 tiles make PERSISTENT_MIN_WAVES waves
+      or more and K is at most PERSISTENT_MAX_K (a short K loop, whose pipeline fill and
+      epilogue the walk overlaps with the next tile's loads, as measured), its output
+      staged through a tile of its own beside the stages; else, unsplit, the tiles
       walked TILE_GROUP rows of tiles down a column at a time where the rows of tiles are
       a multiple of it (L2 shares the operand panels: 12% at 16384x4096x4096 on the
       H100); for M of at most 64
@@ -243,8 +261,13 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       they stay that few, as many splits as K tiles, at most CLUSTER_MAX, on a device
       model with cluster_split and deterministic (H100: 64x64x16384 13.2 -> 10.4 us,
       128x128x2048 36.6 -> 9.7, docs/perf.md);
-    * else serial split-K where the tiles fill at most half the SMs: as many splits as
-      fill them, at most 8;
+    * where 128x128 tiles would fill at most half the SMs and K needs no more than 8
+      splits to fill them, unsplit tiles of 64 rows (one consumer warp group), 128 wide
+      where those still give half the SMs one, else 64, in HALF_ROW_STAGES stages, the
+      output from the registers (both operands read by TMA; H100: 1024x1024x4096 29.0 ->
+      23.7 us against two serial splits of 128x128 tiles);
+    * else (a tile fitted to a small side, or the producer's copies) serial split-K where
+      the tiles fill at most half the SMs: as many splits as fill them, at most 8;
     * where that would chain more than 8 serial splits (a skinny output and a long K:
       memory bound), the parallel split-K (arrival counters, the sum spread over the
       CTAs, deterministic): of the tiles 128x64, 64x128 and 64x192 the one that streams
@@ -298,15 +321,16 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
         ceil_div(k, tk) // PARALLEL_K_TILES > TWO_KERNEL_SPLITS
     narrow = m <= NARROW_ROWS or cluster is not None or few
     swap = fitted == "M" and narrow
-    wide = not narrow and ceil_div(m, 128) * ceil_div(n, 256) >= sms
+    wide = not narrow and ceil_div(m, 128) * ceil_div(n, 256) >= WIDE_FILL * sms
     tm, tn = (64, 64) if narrow else (128, 256) if wide else (128, 128)
     if narrow:                             # the tile's columns fitted to the small side
         tn = (cluster or _narrow_tiling(m, n, fitted, staged))[0]
     rows, columns = (n, m) if swap else (m, n)     # along the tile's rows, its columns
     tiles = ceil_div(rows, tm) * ceil_div(columns, tn)
     k_tiles = ceil_div(k, tk)
-    splitk, mode, most = 1, "serial", NARROW_STAGES if narrow else HOPPER_STAGES
-    producer = None
+    splitk, mode, most = 1, "serial", NARROW_STAGES if narrow else \
+        HOPPER_STAGES if tma else COPIED_STAGES
+    producer, half_rows = None, False
     # split K where the tiles fill at most half the SMs; narrow tiles, a quarter (64 of
     # them streamed 16x4096x4096 unsplit as fast as split in two: docs/perf.md)
     fill = 4 if narrow else 2
@@ -328,6 +352,11 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
             mode = "parallel" if device.deterministic else "atomic"
             most = NARROW_STAGES if narrow else \
                 FILLED_STAGES if producer is not None else PARALLEL_STAGES
+        elif not narrow and fitted is None and tma:   # 64-row tiles, unsplit, not serial split
+            tm, splitk, most, half_rows = 64, 1, HALF_ROW_STAGES, True
+            if 2 * ceil_div(rows, tm) * ceil_div(columns, tn) < sms:
+                tn = 64
+            tiles = ceil_div(rows, tm) * ceil_div(columns, tn)
     elif swap:             # a decode step: longer K tiles; split in two where K is long
         tk, most = FITTED_K_TILE, FITTED_STAGES
         k_tiles = ceil_div(k, tk)
@@ -340,10 +369,14 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     def fitting(partials):
         return next((s for s in range(most, 1, -1)
                      if share * (s * stage_bytes + partials) <= limit), None)
+    persistent = wide and splitk == 1 and k <= PERSISTENT_MAX_K and \
+        tiles >= PERSISTENT_MIN_WAVES * sms
     # the cluster split-K's partials in shared memory: an f32 an accumulator element (the
-    # consumers' registers); the arrival counters where they leave no stages
+    # consumers' registers); the arrival counters where they leave no stages. A persistent
+    # kernel's staged output: a tile of its own (the next tile's stages load meanwhile)
     partials = tm * tn * 4 if mode == "cluster" else 0
-    stages = fitting(partials)
+    own_output = tm * tn * out_itemsize if persistent else 0
+    stages = fitting(partials + own_output)
     if stages is None and partials:
         mode, partials = "parallel", 0
         stages = fitting(0)
@@ -354,7 +387,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     why(f"{m}x{n}x{k} on {device.name} ({sms} SMs): the Hopper path (wgmma, "
         f"{'TMA, ' if any(readable) else ''}a producer warp group), CTA tile {tm}x{tn}x{tk} "
         f"in {groups} consumer warp group{'s' if groups > 1 else ''} of 64x{tn}, "
-        + ("tiles of 128x256 fill the SMs" if wide else
+        + (f"tiles of 128x256 give at least {WIDE_FILL:g} of the SMs one" if wide else
            f"{tiles} tiles of {tm}x{tn} (at most {FEW_TILES} tiles of 64 rows, as "
            "narrow as keeps them that few, and K of fewer than "
            f"{(CLUSTER_MAX + 1) * NARROW_K_TILES} K tiles: a split-K through thread-block "
@@ -364,6 +397,9 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
            if m <= NARROW_ROWS else
            f"{tiles} tiles of {tm}x{tn} (at most {FEW_TILES} tiles of 64 rows and K split "
            "across the grid: each CTA's partial sums half a 128-row tile's)" if narrow else
+           f"{tiles} tiles of {tm}x{tn} (tiles of 128x128 would fill at most half the SMs: "
+           f"64 rows, {tn} wide where those still give half the SMs one, unsplit)"
+           if half_rows else
            f"{tiles} tiles of {tm}x{tn} (tiles of 128x256 would leave SMs idle)"))
     if fitted is not None and tn < 64:
         stored = (f"stored with {fitted} contiguous: boxes of rows of {tn * 2} bytes"
@@ -395,16 +431,17 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     # split-K's tile, written by one CTA: at 128x128x262144 on the H100 the plan took
     # 70.4 us staged through shared memory, 68.3 us from the registers, docs/perf.md)
     grid_split = mode in ("parallel", "atomic", "cluster")
-    smem_epilogue = not narrow and not grid_split and k > REGISTER_OUTPUT_MAX_K and \
-        tm * tn * out_itemsize <= stages * stage_bytes
+    smem_epilogue = persistent or tm == 128 and not grid_split and \
+        (wide or k > REGISTER_OUTPUT_MAX_K) and tm * tn * out_itemsize <= stages * stage_bytes
     why(f"{stages} stages of {stage_bytes} bytes"
         + (f" and {partials} bytes of partials" if partials else "")
+        + (f" and a {own_output}-byte output tile" if own_output else "")
         + f" within {limit} bytes of shared memory; "
-        + ("the output staged through shared memory over the operand stages (K over "
-           f"{REGISTER_OUTPUT_MAX_K}: faster than from the registers there, docs/perf.md)"
+        + ("the output staged through shared memory of its own (persistent)" if persistent
+           else "the output staged through shared memory over the operand stages ("
+           + ("tiles of 128x256" if wide else f"K over {REGISTER_OUTPUT_MAX_K}")
+           + ": faster than from the registers there, docs/perf.md)"
            if smem_epilogue else "the output stored from the accumulator registers"))
-    persistent = wide and splitk == 1 and k <= PERSISTENT_MAX_K and \
-        tiles >= PERSISTENT_MIN_WAVES * sms
     if persistent:
         why(f"persistent: {sms} CTAs walk the {tiles} tiles (K of at most "
             f"{PERSISTENT_MAX_K}, {PERSISTENT_MIN_WAVES} waves or more: the producer loads "
@@ -422,7 +459,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
                         splitk_interleaved=grid_split,
                         use_smem_epilogue=smem_epilogue, persistent=persistent,
                         tile_group=group,
-                        promote_prologue_smem_reuse=smem_epilogue,
+                        promote_prologue_smem_reuse=smem_epilogue and not persistent,
                         async_gmem_load_operands=tma if tma or not any(readable)
                         else readable,
                         staged_along_k=along, producer_registers=producer,
