@@ -503,6 +503,19 @@ def test_hopper_heuristic_leaves_rows_cp_async_reads_to_mma_sync(size, device, w
     assert not p.hopper and reasons[0] == why
 
 
+def test_hopper_heuristic_stages_only_a_16_bit_output_on_short_k():
+    """stmatrix writes 16-bit tiles: an f32 output keeps the registers where K is at most
+    4096, a persistent kernel's too (no tile of its own: 4 stages), and is staged over
+    the operand stages past that K as before."""
+    f32 = ("f16", "f16", "f32")
+    for size, persistent, staged, stages in (((4096, 4096, 4096), False, False, 4),
+                                             ((8192, 3072, 768), True, False, 4),
+                                             ((8192, 8192, 8192), False, True, 4)):
+        p = matmul_heuristic(*size, layout="TN", dtypes=f32)
+        assert (p.persistent, p.use_smem_epilogue, p.stages) == (persistent, staged, stages)
+        assert p.promote_prologue_smem_reuse == staged
+
+
 def test_hopper_heuristic_copies_rows_of_an_odd_number_of_elements():
     reasons = []
     p = matmul_heuristic(1000, 900, 1001, layout="TT", reasons=reasons)

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Sequence
 
 from .. import device as devices
 from ..errors import ScheduleError
-from ..instructions import CLUSTER_MAX, CP_ASYNC, MMA_M16N8K16 as MMA, WGMMA, tma_stride_ok
+from ..instructions import (CLUSTER_MAX, CP_ASYNC, MMA_M16N8K16 as MMA, STMATRIX, WGMMA,
+                            tma_stride_ok)
 from ..numerics import ceil_div
 from .matmul_params import HOPPER_K_TILE, MatmulParams
 
@@ -235,12 +236,13 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       least WIDE_FILL of the SMs one, else 128x128 (two of 64x128); K tile 64; as many
       stages as fit, at most HOPPER_STAGES (4 of 128x256, 6 of 128x128; COPIED_STAGES
       where the producer copies element-wise); the output staged through shared memory
-      over the operand stages on 128x256 tiles (its tile written by stmatrix) and where K
-      is over REGISTER_OUTPUT_MAX_K, else stored from the registers; persistent (one CTA
-      per SM walking the tiles) where the 128x256 tiles make PERSISTENT_MIN_WAVES waves
-      or more and K is at most PERSISTENT_MAX_K (a short K loop, whose pipeline fill and
-      epilogue the walk overlaps with the next tile's loads, as measured), its output
-      staged through a tile of its own beside the stages; else, unsplit, the tiles
+      over the operand stages on 128x256 tiles where it is 16-bit (its tile written by
+      stmatrix) and where K is over REGISTER_OUTPUT_MAX_K, else stored from the
+      registers; persistent (one CTA per SM walking the tiles) where the 128x256 tiles
+      make PERSISTENT_MIN_WAVES waves or more and K is at most PERSISTENT_MAX_K (a short K
+      loop, whose pipeline fill and epilogue the walk overlaps with the next tile's loads,
+      as measured), a 16-bit output staged through a tile of its own beside the stages;
+      else, unsplit, the tiles
       walked TILE_GROUP rows of tiles down a column at a time where the rows of tiles are
       a multiple of it (L2 shares the operand panels: 12% at 16384x4096x4096 on the
       H100); for M of at most 64
@@ -371,11 +373,12 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
                      if share * (s * stage_bytes + partials) <= limit), None)
     persistent = wide and splitk == 1 and k <= PERSISTENT_MAX_K and \
         tiles >= PERSISTENT_MIN_WAVES * sms
+    stmatrix = out_itemsize == STMATRIX.element_bytes   # a 16-bit tile: staged by stmatrix
     # the cluster split-K's partials in shared memory: an f32 an accumulator element (the
     # consumers' registers); the arrival counters where they leave no stages. A persistent
     # kernel's staged output: a tile of its own (the next tile's stages load meanwhile)
     partials = tm * tn * 4 if mode == "cluster" else 0
-    own_output = tm * tn * out_itemsize if persistent else 0
+    own_output = tm * tn * out_itemsize if persistent and stmatrix else 0
     stages = fitting(partials + own_output)
     if stages is None and partials:
         mode, partials = "parallel", 0
@@ -431,15 +434,17 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     # split-K's tile, written by one CTA: at 128x128x262144 on the H100 the plan took
     # 70.4 us staged through shared memory, 68.3 us from the registers, docs/perf.md)
     grid_split = mode in ("parallel", "atomic", "cluster")
-    smem_epilogue = persistent or tm == 128 and not grid_split and \
-        (wide or k > REGISTER_OUTPUT_MAX_K) and tm * tn * out_itemsize <= stages * stage_bytes
+    smem_epilogue = persistent and stmatrix or tm == 128 and not grid_split and \
+        (wide and stmatrix or k > REGISTER_OUTPUT_MAX_K) and \
+        tm * tn * out_itemsize <= stages * stage_bytes
     why(f"{stages} stages of {stage_bytes} bytes"
         + (f" and {partials} bytes of partials" if partials else "")
         + (f" and a {own_output}-byte output tile" if own_output else "")
         + f" within {limit} bytes of shared memory; "
-        + ("the output staged through shared memory of its own (persistent)" if persistent
+        + ("the output staged through shared memory of its own (persistent)" if own_output
            else "the output staged through shared memory over the operand stages ("
-           + ("tiles of 128x256" if wide else f"K over {REGISTER_OUTPUT_MAX_K}")
+           + ("16-bit tiles of 128x256" if wide and stmatrix
+              else f"K over {REGISTER_OUTPUT_MAX_K}")
            + ": faster than from the registers there, docs/perf.md)"
            if smem_epilogue else "the output stored from the accumulator registers"))
     if persistent:
