@@ -5,6 +5,7 @@
                                  [--no-smem-epilogue] [--repeat 50]
                                  [--stress RUNS] [--determinism RUNS]
                                  [--drop-syncs sync2 --no-verify] [--once] [--json out.json]
+    python3 benchmarks/matmul.py --sweep [--layouts TT,NT,TN] [--dtypes f16,bf16] [...]
 
 Each shape is C[M, N] = A[K, M]^T B[K, N] (NT, f16 in, f32 accumulation, f16 out), the
 fusion of examples/splitk_matmul.fz scheduled by fuserir.scheduler.schedule_matmul with
@@ -28,6 +29,10 @@ kernel serves every shape (sizes and the split factor are kernel arguments).
 * --hopper: the seed configuration on the Hopper path (wgmma on TMA-loaded tiles, a
   producer warp group): CTA tile 128x128x64 (or --cta-tile MxNx64), two consumer warp
   groups of 64xN, --stages, --splitk, the shared-memory epilogue unless told not to.
+* --sweep [options]: the compute-bound sweep instead, every option after it
+  benchmarks/matmul_sweep.py's: transformer layers' shapes, f16 and bf16, layouts TT, NT
+  and TN, through the user's path against cuBLAS and the persistent Triton baseline
+  (times, TFLOP/s, ratios) in one command.
 * --once: one launch at the first shape and exit (for compute-sanitizer on a small grid).
 * --matrix: the seed benchmark matrix (every layout, 4 or 8 warps, 3-5 stages,
   shared-memory epilogue or not, at the seed shapes with split-K 2..6): 48 kernels
@@ -447,6 +452,10 @@ def run_user_path(args, bench):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--sweep"]:
+        from benchmarks import matmul_sweep
+        return matmul_sweep.main(argv[1:])
     args = parse_args(argv)
     common.require_gpu()
     import cupy as cp

@@ -143,8 +143,9 @@ def summary(points):
     return min(ratios), math.exp(sum(map(math.log, ratios)) / len(ratios))
 
 
-def plot(points, path):
-    """cuBLAS time / fuserir time per point, a panel per dtype, one mark per layout."""
+def plot(points, path, title="split-K sweep", floor=0.95):
+    """cuBLAS time / fuserir time per point, a panel per dtype, one mark per layout, a
+    line at 1 and a dashed one at `floor` (the target)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -166,10 +167,10 @@ def plot(points, path):
                     ys.append(p["cublas_us"] / p["fuserir_us"])
             ax.scatter(xs, ys, s=12, label=layout)
         ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.axhline(0.95, color="red", linewidth=0.8, linestyle="--")
+        ax.axhline(floor, color="red", linewidth=0.8, linestyle="--")
         ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=6)
         ax.set_ylabel("cuBLAS time / fuserir time")
-        ax.set_title(f"split-K sweep, {dtype}")
+        ax.set_title(f"{title}, {dtype}")
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -251,7 +252,12 @@ def triton_baseline(args):
     return measure
 
 
-def run(args, bench):
+def sweep(args, bench, baseline, device=None, copy_gbps=None):
+    """The points of shapes(args), every layout and dtype of args, through the user's
+    path: each checked once against the float64 product and timed with cuBLAS (and
+    `baseline`, a function of (ta, tb, ref, dtype, sms, bench) giving more fields, where
+    not None) beside it; with copy_gbps, the fraction of that copy rate each reaches.
+    Every size class compiled ahead first. Prints a JSON line per point."""
     import time
     import codegen
     from codegen.launch import device_model
@@ -259,14 +265,11 @@ def run(args, bench):
     torch = bench.torch
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
-    device = device_model().with_(cluster_split=not args.no_cluster_split)
+    device = device or device_model()
     started = time.perf_counter()
     classes = compile_ahead(args, device)
     print(f"{classes} size classes compiled ahead in {time.perf_counter() - started:.0f} s",
           flush=True)
-    copy = bench.copy_bandwidth()
-    print(f"copy bandwidth: {copy['gbps']:.0f} GB/s", flush=True)
-    baseline = triton_baseline(args)
     points = []
     for dtype in args.dtype_list:
         for layout in args.layout_list:
@@ -279,18 +282,29 @@ def run(args, bench):
                 params = matmul_heuristic(m, n, k, layout=layout, dtypes=(dtype, dtype),
                                           device=device)
                 p = {"layout": layout, "dtype": dtype, "shape": f"{m}x{n}x{k}",
+                     "device": device.describe(),
                      "plan": f"{'hopper' if params.hopper else 'mma.sync'} "
                              f"{'x'.join(map(str, params.cta_tile))} "
                              f"{params.splitk_factor} {params.splitk_mode}",
                      "mismatches": int(bad.sum()),
                      "fuserir_us": bench.time(lambda: exe.run({"A": a, "B": b}))["median_us"],
                      "cublas_us": bench.time(lambda: torch.matmul(ta, tb))["median_us"]}
-                p["copy_fraction"] = common.gb_per_s(2 * (m * k + k * n + m * n),
-                                                     p["fuserir_us"]) / copy["gbps"]
+                if copy_gbps:
+                    p["copy_fraction"] = common.gb_per_s(2 * (m * k + k * n + m * n),
+                                                         p["fuserir_us"]) / copy_gbps
                 if baseline:
                     p.update(baseline(ta, tb, ref, dtype, device.sms, bench))
                 points.append(p)
                 print(json.dumps(p), flush=True)
+    return points
+
+
+def run(args, bench):
+    from codegen.launch import device_model
+    device = device_model().with_(cluster_split=not args.no_cluster_split)
+    copy = bench.copy_bandwidth()
+    print(f"copy bandwidth: {copy['gbps']:.0f} GB/s", flush=True)
+    points = sweep(args, bench, triton_baseline(args), device, copy["gbps"])
     print(table(points, device.describe()))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(points, indent=1))

@@ -336,6 +336,66 @@ def test_the_split_k_sweep_summary_table_and_plot_from_a_file(tmp_path, capsys):
         assert status == 0 and png.read_bytes().startswith(b"\x89PNG")
 
 
+# -- benchmarks/matmul_sweep.py ----------------------------------------------------------------
+
+from benchmarks import matmul_sweep  # noqa: E402
+
+
+def test_the_matmul_sweep_covers_transformer_layers_and_the_named_shapes():
+    args = matmul_sweep.parse_args([])
+    points = args.shape_list
+    assert len(points) >= 24 and len(set(points)) == len(points)
+    assert min(m for m, _, _ in points) == 256 and max(m for m, _, _ in points) == 16384
+    assert all(768 <= x <= 16384 for _, n, k in points if k != 50304 for x in (n, k))
+    for named in ("16384x4096x4096", "4096x14336x4096", "4096x4096x14336", "2048x12288x4096",
+                  "512x8192x8192", "8192x2048x2048", "3072x3072x3072", "6144x6144x6144",
+                  "4096x4096x4096", "8192x8192x8192", "1024x2048x50304", "1024x1024x50304",
+                  "1024x2048x4096", "1024x1024x4096"):
+        assert tuple(int(x) for x in named.split("x")) in points
+    assert any(k * 4 <= min(m, n) for m, n, k in points)          # K small beside M, N
+    assert args.layout_list == ["TT", "NT", "TN"] and args.dtype_list == ["f16", "bf16"]
+    assert matmul_sweep.parse_args(["--shapes", "64x64x64"]).shape_list == [(64, 64, 64)]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--layouts", "TX"], "--layouts: unknown layout 'TX'"),
+    (["--dtypes", "f32"], "--dtypes: 'f32' is not f16 or bf16"),
+    (["--from", "x.json"], "--from needs --plot"),
+    (["--shapes", "1x2"], "--shapes: each point is MxNxK, three positive integers"),
+    (["--repeat", "0"], "--repeat must be at least 1"),
+])
+def test_the_matmul_sweep_refuses_bad_arguments(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        matmul_sweep.parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_the_matmul_sweep_table_summary_and_plot_from_a_file(tmp_path, capsys):
+    points = [{"layout": "TN", "dtype": "f16", "shape": "4096x4096x4096", "plan": "p",
+               "mismatches": 0, "fuserir_us": 200.0, "cublas_us": 180.0,
+               "triton_us": 190.0, "mismatches_triton": 0},
+              {"layout": "NT", "dtype": "bf16", "shape": "1024x1024x4096", "plan": "q",
+               "mismatches": 0, "fuserir_us": 20.0, "cublas_us": 22.0}]
+    text = matmul_sweep.table(points, "H100")
+    # 2 * 4096^3 / 200 us = 687 TFLOP/s
+    assert ("| TN | f16 | 4096x4096x4096 | p | 200.0 | 687 | 180.0 | 190.0 | 0.90x | 0.95x | "
+            "0, Triton 0 |") in text
+    assert "| NT | bf16 | 1024x1024x4096 | q | 20.0 | 429 | 22.0 | nan | 1.10x | - | 0 |" \
+        in text
+    assert "slowest point 0.90x cuBLAS, geometric mean 0.99x over 2 points" in text
+    assert "against Triton: slowest 0.95x, geometric mean 0.95x over 1 points" in text
+    source = tmp_path / "points.json"
+    source.write_text(json.dumps(points))
+    png = tmp_path / "sweep.png"
+    status = matmul_bench.main(["--sweep", "--plot", str(png), "--from", str(source)])
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert status == 1 and "no plot: matplotlib is not installed" in capsys.readouterr().err
+    else:
+        assert status == 0 and png.read_bytes().startswith(b"\x89PNG")
+
+
 # -- benchmarks/splitk_stress.py ---------------------------------------------------------------
 
 from benchmarks import splitk_stress  # noqa: E402
@@ -443,9 +503,12 @@ def test_the_plan_comparison_parses_plans():
 def test_the_plan_comparison_names_persistent_staged_and_automatic_plans():
     from benchmarks import matmul_plans
     texts = ["128x256x64x4:1:serial:persistent:c512", "128x256x64x3:1:serial:smem",
-             "192x136x64x3:132:parallel:r40:swap", "128x256x64x4:1:serial:persistent:g8"]
+             "192x136x64x3:132:parallel:r40:swap", "128x256x64x4:1:serial:persistent:g8",
+             "128x256x64x4:1:serial:smem:tmastore"]
     args = matmul_plans.parse_args(["TN", "4096x4096x4096", "auto", *texts])
-    auto, (persistent, ctas), (staged, _), swapped, (grouped, _) = args.params
+    auto, (persistent, ctas), (staged, _), swapped, (grouped, _), (stored, _) = args.params
+    assert (staged.tma_store, stored.tma_store, stored.use_smem_epilogue) == \
+        (False, True, True)
     assert (persistent.tile_group, grouped.tile_group) == (1, 8)
     assert auto == (None, None)           # the heuristic's, chosen on the GPU's device
     assert (persistent.persistent, persistent.use_smem_epilogue, ctas) == (True, False, 512)
@@ -459,7 +522,9 @@ def test_the_plan_comparison_names_persistent_staged_and_automatic_plans():
     (["TT", "8x8x8", "128x64x64:66:parallel"], "TILExSTAGES is four sizes"),
     (["TT", "8x8x8", "128x64x64x6:66"], "expected TILExSTAGES:SPLITS:MODE"),
     (["TT", "8x8x8", "128x64x64x6:66:parallel:fast"],
-     "unknown option 'fast' (rN, swap, persistent, cN, gN or smem)"),
+     "unknown option 'fast' (rN, swap, persistent, cN, gN, smem or tmastore)"),
+    (["TT", "8x8x8", "128x64x64x6:1:serial:tmastore"], "tma_store: TMA stores the Hopper "
+     "path's staged output tile"),
     (["TT", "8x8x8", "128x64x64x6:1:serial:c4"], "cN (the CTAs walking the tiles) needs "
      "persistent"),
     (["TT", "8x8x8", "128x64x64x6:2:serial:persistent"], "persistent: K is not split"),
