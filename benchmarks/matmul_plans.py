@@ -4,8 +4,8 @@ docs/perf.md's comparisons of tiles, stages, split modes and swap_mn ran.
     python3 benchmarks/matmul_plans.py LAYOUT MxNxK PLAN [PLAN ...] [--repeat 30]
                                        [--no-triton]
 
-        PLAN  TILExSTAGES:SPLITS:MODE[:rREGISTERS][:swap][:persistent][:cCTAS][:gG][:smem],
-              or auto (the heuristic's plan for this device and shape), e.g.
+        PLAN  TILExSTAGES:SPLITS:MODE[:rREGISTERS][:swap][:persistent][:cCTAS][:gG][:smem]
+              [:tmastore], or auto (the heuristic's plan for this device and shape), e.g.
               128x192x64x4:66:parallel:r40   (CTA tile 128x192x64, 4 stages, 66 parallel
                                                splits, the producer keeping 40 registers)
               192x136x64x3:132:parallel:r40:swap   (swap_mn: 192 rows of N x 136 of M)
@@ -13,6 +13,8 @@ docs/perf.md's comparisons of tiles, stages, split modes and swap_mn ran.
               128x256x64x4:1:serial:persistent:c512   (512 CTAs walking them)
               128x256x64x4:1:serial:smem   (the output staged through shared memory,
                                             over the operand stages unless persistent)
+              128x256x64x4:1:serial:smem:tmastore   (the staged output stored by TMA,
+                                                     a box per 128 bytes of its rows)
               64x64x64x8:16:cluster   (16 splits, a tile's CTAs one cluster summing
                                        through each other's shared memory)
               128x256x64x4:1:serial:g8   (the tiles walked 8 rows of tiles down a
@@ -20,10 +22,11 @@ docs/perf.md's comparisons of tiles, stages, split modes and swap_mn ran.
 
 Each plan is benchmarks/matmul.py's layout fusion (`out = cast(matmul(A, B), f16)`)
 scheduled with MatmulParams (one consumer warp group per 64 rows, the output from the
-registers unless `smem`, a parallel, atomic or cluster split interleaved), checked against the
-float64 product (benchmarks/matmul.py's tolerance) and timed as its kernels alone (cold
-L2, median); torch.matmul (cuBLAS) on the same arrays in the same process. A plan the
-scheduler or lowering refuses prints its error and the others go on.
+registers unless `smem`, stored by TMA with `tmastore`, a parallel, atomic or cluster
+split interleaved), checked against the float64 product (benchmarks/matmul.py's
+tolerance) and timed as its kernels alone (cold L2, median); torch.matmul (cuBLAS) on the
+same arrays in the same process. A plan the scheduler or lowering refuses prints its error
+and the others go on.
 
 Under cuBLAS, a Triton row: benchmarks/triton_persistent.py (persistent TMA kernel,
 autotuned for this shape and layout, the configuration it chose named) on the same arrays,
@@ -54,7 +57,7 @@ def parse_plan(text):
     fields = text.split(":")
     if len(fields) < 3:
         raise ValueError(f"plan {text!r}: expected TILExSTAGES:SPLITS:MODE[:rN][:swap]"
-                         "[:persistent][:cN][:gN][:smem] or auto")
+                         "[:persistent][:cN][:gN][:smem][:tmastore] or auto")
     try:
         tm, tn, tk, stages = (int(x) for x in fields[0].split("x"))
         splits = int(fields[1])
@@ -63,7 +66,7 @@ def parse_plan(text):
                          "and SPLITS a number") from None
     registers, ctas, group, flags = None, None, 1, set()
     for extra in fields[3:]:
-        if extra in ("swap", "persistent", "smem"):
+        if extra in ("swap", "persistent", "smem", "tmastore"):
             flags.add(extra)
         elif extra.startswith("r") and extra[1:].isdigit():
             registers = int(extra[1:])
@@ -73,7 +76,7 @@ def parse_plan(text):
             group = int(extra[1:])
         else:
             raise ValueError(f"plan {text!r}: unknown option {extra!r} (rN, swap, "
-                             "persistent, cN, gN or smem)")
+                             "persistent, cN, gN, smem or tmastore)")
     if ctas is not None and "persistent" not in flags:
         raise ValueError(f"plan {text!r}: cN (the CTAs walking the tiles) needs persistent")
     mode = fields[2]
@@ -83,7 +86,7 @@ def parse_plan(text):
                         splitk_interleaved=mode in ("parallel", "atomic", "cluster"),
                         producer_registers=registers, swap_mn="swap" in flags,
                         persistent="persistent" in flags, use_smem_epilogue="smem" in flags,
-                        tile_group=group,
+                        tma_store="tmastore" in flags, tile_group=group,
                         promote_prologue_smem_reuse="smem" in flags
                         and "persistent" not in flags), ctas
 
@@ -97,6 +100,7 @@ def plan_text(params, ctas=None):
         text += f":r{params.producer_registers}"
     for flag, on in (("swap", params.swap_mn), ("persistent", params.persistent),
                      (f"c{ctas}", ctas is not None), ("smem", params.use_smem_epilogue),
+                     ("tmastore", params.tma_store),
                      (f"g{params.tile_group}", params.tile_group > 1)):
         text += f":{flag}" if on else ""
     return text

@@ -46,7 +46,8 @@ FACTS = ("fusion", "index_dtype", "vector_caps", "dropped_syncs", "proofs")
 PRODUCTS = {
     "live": "the tensors some output depends on (the others are dead code)",
     "vector_axes": "the axes one instruction moves whole, which are no loops: the vector "
-                   "axes of async and vector copies, the box axes of TMA copies",
+                   "axes of async and vector copies, the box axes of TMA copies (of a "
+                   "TMA store: all its boxes, a statement each)",
     "exact": "the exact map (analysis.build_exact_map)",
     "bound": "{parallel type: the extents bound to it}; the launch spans the largest",
     "grid_reduced": "whether a grid reduction (serial or parallel) combines the CTAs of a tile",

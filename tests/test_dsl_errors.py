@@ -189,7 +189,7 @@ STATEMENTS = [
      "matmul has no parameter 'tiles' (short keys: splitk, smem_epilogue; fields: cta_tile, "
      "warp_tile, instruction_tile, stages, splitk_factor, splitk_mode, splitk_interleaved, "
      "use_smem_epilogue, promote_prologue_smem_reuse, async_gmem_load_operands, "
-     "producer_registers, staged_along_k, swap_mn, persistent, tile_group)"),
+     "producer_registers, staged_along_k, swap_mn, persistent, tma_store, tile_group)"),
     (schedule("matmul(cta_tile=[100, 128, 32])"), 6, 10,
      "MatmulParams: cta_tile M (100) is not a multiple of warp_tile M (64)"),
     (schedule("matmul(stages=x)"), 6, 17, "matmul: stages must be a literal (a number, true/false or a list)"),

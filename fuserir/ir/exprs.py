@@ -127,7 +127,8 @@ class CastOp(Expr):
 class LoadStoreOp(Expr):
     """A copy (`set`); caches are copies into another memory type. `async_copy` asks for
     cp.async (global -> shared), `ldmatrix` for ldmatrix (shared -> mma fragments), `tma`
-    for TMA tensor copies (global -> shared, a box per instruction)."""
+    for TMA tensor copies (global -> shared, or shared -> global: a TMA store; a box per
+    instruction)."""
 
     op = "set"
 

@@ -259,10 +259,12 @@ class TensorView(Val):
                                       consumers)
 
     @_traced
-    def cache_before(self, memory_type: MemoryType | str) -> TensorView:
-        """Compute this tensor into a new one in `memory_type`, then copy it here."""
+    def cache_before(self, memory_type: MemoryType | str, tma: bool = False) -> TensorView:
+        """Compute this tensor into a new one in `memory_type`, then copy it here. tma:
+        shared -> global by TMA stores, the loop axes past the cache's compute-at
+        position the boxes (the two innermost one box per instruction)."""
         from .. import transforms
-        return transforms.cache_before(self, memory_type)
+        return transforms.cache_before(self, memory_type, tma)
 
     @_traced
     def set_memory_type(self, memory_type: MemoryType | str) -> None:

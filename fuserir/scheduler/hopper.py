@@ -19,7 +19,9 @@ group's 128 threads copy each tile, 16 bytes per access where the arrays allow. 
 accumulator lives in the
 registers of the warp group's 128 threads (TIDx: lowering adds it for the instruction),
 the epilogue's pointwise ops run on them, and the output is stored from them or staged
-through shared memory over the operand stages (use_smem_epilogue).
+through shared memory over the operand stages (use_smem_epilogue), swizzled by 128-byte
+rows, and copied out by the consumer threads or, with tma_store, by TMA stores
+(cache_before(shared, tma=True)): the tile laid out as boxes of 128-byte rows.
 """
 
 from ..errors import ScheduleError
@@ -44,6 +46,10 @@ def schedule_hopper_matmul(fusion, params, device, mm, acc, out, fused):
             f"schedule_matmul: the schedule needs {operands} bytes of shared memory "
             f"({params.stages} stages of {tm}x{tk} + {tk}x{tn} operand tiles), over the "
             f"limit of {shared_limit} bytes per block; use fewer stages or smaller tiles")
+    if params.tma_store and (device.cc < (9, 0) or not device.tma):
+        raise ScheduleError(f"schedule_matmul: tma_store: {device.describe()} has no TMA "
+                            "(sm_90's tensor copies) to store the staged tile with; "
+                            "leave tma_store off")
     if params.persistent:
         fusion.declare_scalar(CTAS, device.sms)
     else:

@@ -58,6 +58,11 @@ class MatmulParams:
     # tile's stages while the consumers run this tile's epilogue (staged through shared
     # memory of its own with use_smem_epilogue)
     persistent: bool = False
+    # the Hopper path's staged output (use_smem_epilogue): the tile laid out as TMA boxes
+    # of 128-byte rows and stored by TMA (one thread issues a box per 128 bytes of the
+    # tile's rows, the hardware leaving out what lies past the output's edges) instead of
+    # the consumer threads' copy by rows of 16 bytes
+    tma_store: bool = False
     # the order the output tiles are walked in: G rows of tiles down one column, then the
     # next column, then the next G rows (Triton's grouped order: the CTAs running at once
     # read fewer distinct operand panels, which L2 then serves them); 1: a column of all
@@ -171,6 +176,12 @@ class MatmulParams:
             if self.use_smem_epilogue:
                 bad("splitk_mode 'cluster': each CTA stores the elements it sums from the "
                     "registers (no use_smem_epilogue)")
+        if not isinstance(self.tma_store, bool):
+            bad(f"tma_store must be true or false, got {self.tma_store!r}")
+        if self.tma_store and (not self.hopper or not self.use_smem_epilogue
+                               or self.splitk_mode == "two_kernel"):
+            bad("tma_store: TMA stores the Hopper path's staged output tile "
+                "(use_smem_epilogue with a wgmma instruction tile, split-K not two_kernel)")
         if self.swap_mn and (self.use_smem_epilogue or self.splitk_mode == "two_kernel"):
             bad("swap_mn: the output is stored from the registers (no use_smem_epilogue) "
                 "and split-K, if any, is serial, parallel or atomic (not two_kernel)")

@@ -5,6 +5,7 @@ the tensor-core loops of the matmul tensor, and split-K in two kernels. Written 
 public scheduling transforms only; it sits below both paths, which call it.
 """
 
+from ..errors import ScheduleError
 from ..ir.tensor import MemoryType
 from ..ir.iterdomain import ParallelType
 
@@ -18,11 +19,13 @@ def output_tiles(fusion, params, acc, out, fused, threads):
     """The output as one CTA tile per block, the accumulator and the fused pointwise ops
     in the instruction's fragment layout (`threads`: TIDx, the threads of one
     instruction); with params.use_smem_epilogue, staged through a shared tile (returned)
-    and stored by rows of 16 bytes, else (None) from the registers."""
+    and stored by rows of 16 bytes, or with params.tma_store by TMA, a box per 128 bytes
+    of the tile's rows (tma_boxes); else (None) from the registers."""
     tm, tn, _ = params.cta_tile
     wm, wn, _ = params.warp_tile
     im, in_, _ = params.instruction_tile
-    c_smem = out.cache_before(MemoryType.shared) if params.use_smem_epilogue else None
+    c_smem = out.cache_before(MemoryType.shared, tma=params.tma_store) \
+        if params.use_smem_epilogue else None
     out.split(0, tm)
     out.split(2, tn)
     out.reorder({1: 2, 2: 1})                 # [Mo, No, Mt, Nt]
@@ -44,7 +47,10 @@ def output_tiles(fusion, params, acc, out, fused, threads):
         out.parallelize(0, ParallelType.BIDx)
         out.parallelize(1, ParallelType.BIDy)
     epilogue = c_smem if c_smem is not None else out
-    if c_smem is not None:
+    if params.tma_store:
+        c_smem.compute_at(out, 2)
+        tma_boxes(out)
+    elif c_smem is not None:
         out.merge(2)                          # [Mo, No, Mt*Nt]
         out.split(2, 16 // out.dtype.itemsize)
         out.split(2, threads)
@@ -64,6 +70,24 @@ def output_tiles(fusion, params, acc, out, fused, threads):
         t.parallelize(-2, ParallelType.mma)
         t.parallelize(-1, ParallelType.mma)
     return c_smem
+
+TMA_BOX_ROW_BYTES = 128       # a TMA-stored tile's boxes: rows of 128 bytes (the 128B
+                              # swizzle's), as many rows as the tile has
+
+
+def tma_boxes(out):
+    """[T0, T1, Mt, Nt] -> [T0, T1, Nt / b chunks, Mt, b] (T0, T1: the tile axes): the
+    output tile as the TMA boxes that store it, b elements (128 bytes) of each of its
+    rows a box (its staged tile is laid out so: box after box)."""
+    row = TMA_BOX_ROW_BYTES // out.dtype.itemsize
+    if out.loop[3].extent % row:
+        raise ScheduleError(f"schedule_matmul: tma_store: the tile's rows of "
+                            f"{out.loop[3].extent} x {out.dtype} are no whole number of "
+                            f"TMA boxes of {TMA_BOX_ROW_BYTES} bytes ({row} elements); "
+                            "take a cta_tile N that is a multiple of it")
+    out.split(3, row)                         # [T0, T1, Mt, chunks, b]
+    out.reorder({2: 3, 3: 2})                 # [T0, T1, chunks, Mt, b]
+
 
 def split_k(tv, at, interleaved):
     """Split the K tiles at axis `at` into [rKs splitk, rKtiles]: each split a contiguous

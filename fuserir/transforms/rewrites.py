@@ -243,7 +243,7 @@ def cache_after(tv: TensorView, memory_type: MemoryType | str, async_copy: bool 
     return cache
 
 
-def cache_before(tv: TensorView, memory_type: MemoryType | str) -> TensorView:
+def cache_before(tv: TensorView, memory_type: MemoryType | str, tma: bool = False) -> TensorView:
     """Compute `tv` into a new tensor in `memory_type`, then copy it to `tv`; return the cache.
 
     TensorView.cache_before. The cache (named `<tv>_cache`) takes tv's definition and its
@@ -251,10 +251,18 @@ def cache_before(tv: TensorView, memory_type: MemoryType | str) -> TensorView:
     replayed on fresh axes.
 
       memory_type  a MemoryType or its name: "global", "shared" or "local"
+      tma          copy the shared cache into tv, a global tensor, with TMA stores
+                   (Hopper's tensor copies, shared -> global): tv's loop axes past the
+                   cache's compute-at position are the boxes the copy stores, its two
+                   innermost one box per instruction (the inner one along tv's contiguous
+                   axis), the outer ones the boxes of the tile; the cache is laid out
+                   as those boxes, box after box, one thread issues them all, and the
+                   hardware leaves out the elements past tv's edges
 
     Raises ScheduleError if the memory type is unknown, tv is a fusion input (it has no
     definition: use cache_after), or tv shares loops through compute_at (as producer or
-    consumer): cache it before compute_at.
+    consumer): cache it before compute_at; or if tma is asked for other than from shared
+    memory into a global tensor.
 
     >>> import fuserir
     >>> f = fuserir.parse("fusion f(x: f32[M, N]) { t = exp(x)  y = t * 2  output y }")
@@ -274,8 +282,16 @@ def cache_before(tv: TensorView, memory_type: MemoryType | str) -> TensorView:
         ...
     fuserir.errors.ScheduleError: cache_before: x is a fusion input with no definition to
         cache; use cache_after
+    >>> y.cache_before("local", tma=True)  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
+        ...
+    fuserir.errors.ScheduleError: cache_before: tma stores a shared cache into global
+        memory, not local into global (tensor y)
     """
     mt = _memory("cache_before", memory_type)
+    if tma and (mt is not MemoryType.shared or tv.memory_type is not MemoryType.global_):
+        raise ScheduleError(f"cache_before: tma stores a shared cache into global memory, "
+                            f"not {mt} into {tv.memory_type} (tensor {tv.name})")
     if tv.definition is None:
         raise ScheduleError(f"cache_before: {tv.name} is a fusion input with no definition to "
                             "cache; use cache_after")
@@ -303,5 +319,5 @@ def cache_before(tv: TensorView, memory_type: MemoryType | str) -> TensorView:
     tv.root = list(axis_map.values())
     tv.logical = list(tv.root)
     tv.loop = _rebuild_loop(cache.loop, axis_map)
-    fusion.add_expr(LoadStoreOp(cache, tv))
+    fusion.add_expr(LoadStoreOp(cache, tv, tma=tma))
     return cache

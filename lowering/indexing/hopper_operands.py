@@ -5,7 +5,9 @@ A TMA copy (cache_after(shared, tma=True)) moves a box per instruction: its two 
 loop axes, past its compute-at position. Each must run along one axis of the global tensor
 it caches, as the innermost piece of that axis's splits (so box element b lands at the
 box origin's coordinate + b), the inner one along the axis the global tensor's
-elements are contiguous on: box dimension 0, as the hardware counts them. That axis is
+elements are contiguous on: box dimension 0, as the hardware counts them. A TMA store
+(cache_before(shared, tma=True)) is read the same way off the global tensor's own loop
+axes, past its staged tile's compute-at position, and the tile's swizzle. That axis is
 the tensor's last, or another where the last has one element (a decode matmul's A stored
 K x 1, staged along K); lowering cannot know extents, so the launch checks it: the tensor
 map's dimension 0 has stride 1 there, and a map that does not cover the array exactly is
@@ -36,6 +38,7 @@ from fuserir.instructions import SWIZZLE_BYTES, SWIZZLE_MODE_OF_ROW_BYTES, TMA_B
 from fuserir.ir.iterdomain import ParallelType, Split
 
 from .. import kir
+from ..support.analysis import is_tma_store
 
 def swizzle_mode(tv):
     """The hardware swizzle mode of the shared tile tv: "none", or "32B", "64B" or
@@ -77,17 +80,20 @@ def _innermost_of(axis):
 
 
 def tma_box(tv):
-    """The box of the TMA copy tv (see the module header), or a ScheduleError."""
-    where = f"{tv.name} (a TMA copy)"
-    source = tv.definition.inputs[0]
+    """The box of the TMA copy tv (see the module header): a load's (tv the shared cache)
+    or a store's (tv the global tensor, its staged tile the shared side), or a
+    ScheduleError."""
+    store = is_tma_store(tv)
+    where = f"{tv.name} (a TMA {'store' if store else 'copy'})"
+    source, tile = (tv, tv.definition.inputs[0]) if store else (tv.definition.inputs[0], tv)
     if source.rank != 2:
         raise ScheduleError(f"{where}: TMA boxes of {source.rank}-D tensors are not "
                             "supported; the global tensor must be 2-D")
-    own = tv.ndim - (tv.compute_at_pos or 0)
+    own = tv.ndim - ((tile if store else tv).compute_at_pos or 0)
     if own < 2:
         raise ScheduleError(f"{where}: its two innermost loop axes are the box, but only "
                             f"{own} axis is past its compute-at position")
-    root_map = {c: p for c, p in tv.definition.root_map(source).items()}
+    root_map = {a: a for a in tv.root} if store else tv.definition.root_map(source)
     inner, outer = tv.loop[-1], tv.loop[-2]
     dims = []
     for axis, name in ((inner, "innermost"), (outer, "second innermost")):
@@ -105,7 +111,7 @@ def tma_box(tv):
     if dims[1] is dims[0]:
         raise ScheduleError(f"{where}: the two box axes must run along two different axes "
                             f"of {source.name}")
-    mode = swizzle_mode(tv)
+    mode = swizzle_mode(tile)
     row_bytes = inner.extent * tv.dtype.itemsize
     span = SWIZZLE_BYTES[mode]
     if mode != "none" and row_bytes != span:

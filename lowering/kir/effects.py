@@ -183,6 +183,22 @@ def synchronizes(effects):
             or (effects.order is not None and effects.order.scope != "gpu"))
 
 
+def only_adds_order(effects):
+    """Does it only order (a barrier, a fence of the async proxy) or store by TMA (a bulk
+    group's join, commit or wait: stores whose only shared access is their source), so
+    that whether it runs changes no mbarrier phase, wgmma group or pending load that other
+    statements see? What the async protocol allows under a condition that changes from
+    iteration to iteration (lowering.verify.async_skeleton)."""
+    order, group = effects.order, effects.group
+    if effects.mbarrier is not None or effects.opaque or (
+            group is not None and group.kind != "bulk"):
+        return False
+    if order is not None and not (order.kind == "barrier" or (
+            order.kind == "fence" and order.orders == "proxy")):
+        return False
+    return order is not None or group is not None
+
+
 def carries_phase_state(effects):
     """Does it carry mbarrier-phase or bulk/wgmma group state from one iteration to the
     next (what a run-time loop of the async protocol must not nest)?"""

@@ -7,7 +7,10 @@ global tensor keeps all (inputs and outputs are kernel parameters). Broadcast an
 reduction axes hold no data. The buffer is laid out row-major over the kept loop axes;
 `ctx.layouts` records (loop position, stride) pairs for the indexing pass. A padded shared
 tile (pad_rows) holds `pad` more elements after every row of `row` (the indexing pass
-skips them).
+skips them). The staged tile a TMA store copies out (cache_before(shared, tma=True)) is
+laid out over the store's loop axes past the tile's compute-at position instead of its
+own (analysis.layout_owner): the boxes the store issues, box after box, each as the
+hardware reads it, whatever loops write the tile.
 
 A register tile of tensor-core fragments gets an innermost fragment position (the elements
 one lane holds of the instruction tile), a circular buffer an outermost stage position.
@@ -20,7 +23,7 @@ scratch: 32 partials for one over TIDx (one per warp of a 1024-thread block), 10
 one over TIDy (one per thread).
 
 Shared buffers are placed one after another in the block's shared-memory pool at 16-byte
-aligned byte offsets (1024-byte aligned for the tiles TMA writes and wgmma reads: their
+aligned byte offsets (1024-byte aligned for the tiles TMA and wgmma read or write: their
 swizzle is a function of the pool offset that repeats every 1024 bytes, so a tile starting
 on that boundary is swizzled as its own rows say; the pool itself is 1024-byte aligned); later passes reason on these physical byte ranges (and reuse_shared
 may move a promoted tensor onto dead ones). All allocations sit at the top of the kernel.
@@ -28,7 +31,6 @@ may move a promoted tensor onto dead ones). All allocations sit at the top of th
 
 from fuserir.device import MAX_THREADS_PER_BLOCK
 from fuserir.errors import ScheduleError
-from fuserir.instructions import SWIZZLE_ATOM_BYTES
 from fuserir.ir.exprs import MatmulOp, ReductionOp
 from fuserir.ir.iterdomain import ParallelType
 from fuserir.ir.tensor import MemoryType
@@ -36,7 +38,7 @@ from fuserir.ops import accumulate_dtype
 
 from .. import kir
 from ..support.analysis import (BLOCK_TYPES, LOOP_TYPES, THREAD_TYPES, fragment_size,
-                                is_tma_copy, mma_kind, reduction_thread)
+                                layout_owner, mma_kind, reduction_thread, shared_alignment)
 from ..contract import Pass
 
 SCRATCH_WARPS = 32       # a TIDx reduction keeps one partial per warp
@@ -84,12 +86,6 @@ def _aligned(ctx, nbytes, align=16):
     return ctx.binop("mul", ctx.binop("ceildiv", nbytes, ctx.const(align)), ctx.const(align))
 
 
-def _alignment(tv):
-    """The byte alignment of tv's shared buffer (see the module docstring)."""
-    wgmma_operand = any(mma_kind(c) == "wgmma" for c in tv.fusion.consumers(tv))
-    return SWIZZLE_ATOM_BYTES if is_tma_copy(tv) or wgmma_operand else 16
-
-
 def run(ctx, kernel):
     ctx.buffers = {tv: param.buffer for tv, param in ctx.tensor_params.items()}
     ctx.accumulators, ctx.scratch, ctx.layouts = {}, {}, {}
@@ -118,7 +114,10 @@ def run(ctx, kernel):
         if tv.is_input or tv.is_output or tv not in ctx.live:
             continue
         memory = kir.Memory.shared if tv.memory_type is MemoryType.shared else kir.Memory.local
-        layout, size = _layout(ctx, tv, _kept_positions(ctx, tv), _fragment(tv, memory),
+        owner = layout_owner(tv)
+        kept = _kept_positions(ctx, tv) if owner is tv else \
+            list(range(tv.compute_at_pos or 0, owner.ndim))   # a TMA store's boxes
+        layout, size = _layout(ctx, owner, kept, _fragment(tv, memory),
                                tv.circular_buffer_stages or 1)
         if tv.row_padding is not None:
             row, pad = tv.row_padding       # every started row is followed by its padding
@@ -126,7 +125,7 @@ def run(ctx, kernel):
             size = ctx.binop("add", size, ctx.binop("mul", rows, ctx.const(pad)))
         buffer = kir.Buffer(tv.name, tv.dtype, memory, size, tensor=tv.name, user=True)
         ctx.buffers[tv] = buffer
-        place(buffer, layout, _alignment(tv) if memory is kir.Memory.shared else 16)
+        place(buffer, layout, shared_alignment(tv) if memory is kir.Memory.shared else 16)
     for tv in ctx.fusion.tensors:
         if not isinstance(tv.definition, (ReductionOp, MatmulOp)) or tv not in ctx.live:
             continue

@@ -3,12 +3,14 @@
 The written tensor's element is named by its loop indices: a global tensor is indexed by
 its root indices (loop indices replayed backwards through its splits and merges) times
 its strides; a shared or local buffer by its kept loop indices times the allocation
-layout. A producer is read at the element the consumer's root indices name (through the
-expression's root map and index maps: a slice's start + step * i, a pad's or cat's shift
-clamped into the producer; broadcast axes read index 0): globally through its strides, and
-in a buffer by replaying the producer's own transforms forwards to its loop indices. A pad
-or cat selects the pad value or the input whose range holds the index. All index math is C
-integer arithmetic in the kernel's index type.
+layout (lowering.indexing.buffers; the staged tile of a TMA store by the store's loop
+indices, its root indices replayed forwards through the store's transforms). A producer
+is read at the element the consumer's root indices name (through the expression's root
+map and index maps: a slice's start + step * i, a pad's or cat's shift clamped into the
+producer; broadcast axes read index 0): globally through its strides, and in a buffer by
+replaying the transforms of the tensor that lays it out (its own) forwards to its loop
+indices. A pad or cat selects the pad value or the input whose range holds the index. All
+index math is C integer arithmetic in the kernel's index type.
 
 Values are typed explicitly: f16/bf16 operands are converted to f32 before arithmetic and
 the result is rounded to the output type, as the reference evaluator does. A reduction's
@@ -21,7 +23,11 @@ element, or per vector when its innermost axis is vectorized: 4, 8 or 16 bytes),
 commit and a wait_group 0 after its own loops; sync insertion adds the barriers. Block
 and grid reductions are left to their own passes. Where no cp.async fits (an element of 1 or 2
 bytes, not vectorized), an async cache is an ordinary load and shared store (which the
-predicates pass makes store 0 out of bounds, as cp.async's zero fill does).
+predicates pass makes store 0 out of bounds, as cp.async's zero fill does). A TMA copy is
+lowering.indexing.tma_copies': a cache_after(shared, tma=True) one TmaLoad per box, a
+cache_before(shared, tma=True) the TmaStores of every box of its staged tile and their
+commit, by thread 0 of the block and unguarded (TMA writes only the elements inside the
+tensor); sync insertion orders them.
 
 A copy between global and shared memory whose innermost axis is vectorized (4, 8 or 16
 bytes, such as the matmul epilogue's 16-byte rows from the shared tile to the output)
@@ -61,9 +67,11 @@ from fuserir.instructions import CP_ASYNC, STMATRIX
 
 from .. import kir
 from ..indexing import fragments, hopper_operands
+from ..indexing.buffers import accumulator_index, element_index, global_index, tile_index
+from ..indexing.tma_copies import tma_load, tma_store
 from ..kir import visit as kir_visit
 from ..support.analysis import (StoreInfo, async_vector_bytes, is_async_copy, is_tma_copy,
-                                is_warp_group_tile, mma_kind, mma_positions,
+                                is_tma_store, is_warp_group_tile, mma_kind, mma_positions,
                                 vector_copy_width)
 from ..indexing.arith import addends, known_factor
 from ..contract import Pass
@@ -90,76 +98,6 @@ def combine(op):
     return "max" if op == "max" else "add"
 
 
-def _dot(ctx, terms):
-    index = ctx.const(0)
-    for i, stride in terms:
-        index = ctx.binop("add", index, ctx.binop("mul", i, stride))
-    return index
-
-
-def _position_index(ctx, tv, p, loop_index):
-    if p == "frag":
-        return ctx.frag_offset if ctx.frag_offset is not None else ctx.const(0)
-    if p == "stage":
-        # The circular-buffering pass rewrites the loop index for copies that run ahead.
-        loop = ctx.loop_var(ctx.circular[tv])
-        return ctx.binop("mod", loop, ctx.const(tv.circular_buffer_stages))
-    return loop_index[tv.loop[p]]
-
-
-def swizzled(ctx, tv, index):
-    """The XOR swizzle of tv (transforms.swizzle): in each row of tv.swizzle_row elements,
-    16-byte chunk c moves to chunk c ^ ((row / p) % n), n the row's chunks (at most 8), p
-    = 128 / its bytes (1 for 128 bytes or more): Hopper's 128B, 64B and 32B modes on rows
-    of that many bytes."""
-    if tv.swizzle_row is None:
-        return index
-    chunk_elems = ctx.const(16 // tv.dtype.itemsize)
-    row_elems = ctx.const(tv.swizzle_row)
-    row_bytes = tv.swizzle_row * tv.dtype.itemsize
-    chunks, period = min(row_bytes // 16, 8), max(1, 128 // row_bytes)
-    row = ctx.binop("div", index, row_elems)
-    chunk = ctx.binop("div", ctx.binop("mod", index, row_elems), chunk_elems)
-    phase = row if period == 1 else ctx.binop("div", row, ctx.const(period))
-    moved = ctx.binop("xor", chunk, ctx.binop("mod", phase, ctx.const(chunks)))
-    # row * row_elems + moved chunk * chunk_elems + the element within the chunk
-    return ctx.binop("add", ctx.binop("add", ctx.binop("mul", row, row_elems),
-                                      ctx.binop("mul", moved, chunk_elems)),
-                     ctx.binop("mod", index, chunk_elems))
-
-
-def padded(ctx, tv, index):
-    """The row padding of tv (transforms.pad_rows): after each row of `row` elements,
-    `pad` unused ones, so element i sits at i + (i / row) * pad."""
-    if tv.row_padding is None:
-        return index
-    row, pad = tv.row_padding
-    return ctx.binop("add", index, ctx.binop("mul", ctx.binop("div", index, ctx.const(row)),
-                                             ctx.const(pad)))
-
-
-def buffer_index(ctx, tv, loop_index, swizzle=True):
-    """Index into tv's buffer given {loop axis: index} (the allocation layout), through
-    its swizzle unless `swizzle` is false (TMA and wgmma address logical bytes: the
-    hardware swizzles them), and through its row padding."""
-    buffer = ctx.buffers[tv]
-    index = _dot(ctx, [(_position_index(ctx, tv, p, loop_index), s)
-                       for p, s in ctx.layouts[buffer]])
-    return padded(ctx, tv, swizzled(ctx, tv, index) if swizzle else index)
-
-
-def global_index(ctx, tv, logical_index):
-    param = ctx.tensor_params[tv]
-    return _dot(ctx, [(logical_index.get(a, ctx.const(0)), stride)
-                      for a, stride in zip(tv.shape_axes, param.strides)])
-
-
-def accumulator_index(ctx, tv):
-    acc = ctx.accumulators[tv]
-    return _dot(ctx, [(ctx.loop_index(tv, p) if p != "frag" else
-                       _position_index(ctx, tv, p, None), s) for p, s in ctx.layouts[acc]])
-
-
 def load(ctx, expr, producer, consumer_index):
     """Read `producer` at the element the consumer (expr's output) is computing."""
     consumer = expr.output
@@ -170,7 +108,7 @@ def load(ctx, expr, producer, consumer_index):
     buffer = ctx.buffers[producer]
     if buffer.memory is kir.Memory.global_:
         return kir.Load(buffer, global_index(ctx, producer, logical))
-    index = buffer_index(ctx, producer, ctx.forward_indices(producer, logical))
+    index = tile_index(ctx, producer, logical)
     access = None
     if buffer.memory is kir.Memory.shared:
         access = kir.AccessInfo(producer.name, ctx.owner(consumer, is_write=False))
@@ -259,7 +197,7 @@ def store(ctx, tv, value, index, role):
     if buffer.memory is kir.Memory.global_:
         target = global_index(ctx, tv, index)
     else:
-        target = buffer_index(ctx, tv, {a: ctx.loop_index(tv, i) for i, a in enumerate(tv.loop)})
+        target = element_index(ctx, tv)
     access = None
     if buffer.memory is kir.Memory.shared:
         access = kir.AccessInfo(tv.name, ctx.owner(tv, is_write=True))
@@ -272,7 +210,7 @@ def async_copy(ctx, tv, index):
     """cp.async of tv's element (or vector) from the global tensor it caches."""
     source = load(ctx, tv.definition, tv.definition.inputs[0], index)
     buffer = ctx.buffers[tv]
-    target = buffer_index(ctx, tv, {a: ctx.loop_index(tv, i) for i, a in enumerate(tv.loop)})
+    target = element_index(ctx, tv)
     nbytes = async_vector_bytes(tv)
     if nbytes not in (4, 8, 16):
         # No cp.async moves this size (it moves 4, 8 or 16 bytes): an ordinary load and shared
@@ -365,7 +303,7 @@ def ldmatrix(ctx, tv):
     ctx.lane_index = lane_index
     source = load(ctx, tv.definition, smem, ctx.root_indices(tv))
     ctx.lane_index = {}
-    target = buffer_index(ctx, tv, {a: ctx.loop_index(tv, i) for i, a in enumerate(tv.loop)})
+    target = element_index(ctx, tv)
     return kir.LdMatrix(ctx.buffers[tv], target, ctx.buffers[smem], source.index, num, trans,
                         kir.AccessInfo(smem.name, ctx.owner(tv, is_write=False)))
 
@@ -484,8 +422,7 @@ def fragment_stmatrix(ctx, tv):
             cols = list(lanes)[1]             # fragment_axes': {rows: ..., cols: ...}
             lanes[cols] = ctx.binop("add", lanes[cols], along_row)
         ctx.lane_index, ctx.frag_offset = lanes, j
-        loop = {a: ctx.loop_index(tv, i) for i, a in enumerate(tv.loop)}
-        return buffer_index(ctx, tv, loop), ctx.root_indices(tv)
+        return element_index(ctx, tv), ctx.root_indices(tv)
 
     try:
         registers = kir.Buffer(f"{tv.name}_rows{len(ctx.fragment_vars)}", tv.dtype,
@@ -514,47 +451,6 @@ def fragment_stmatrix(ctx, tv):
     return None
 
 
-def _tensor_map(ctx, source, box):
-    """The tensor map of the global tensor `source` for boxes like `box` (one per tensor
-    and box: copies of the same box share it)."""
-    key = (source, box.extents, box.swizzle)
-    if key not in ctx.tensor_maps:
-        param = ctx.tensor_params[source]
-        axes = source.shape_axes
-        d0, d1 = axes.index(box.dims[0]), axes.index(box.dims[1])
-        name = f"{source.name}_map" + (f"{len(ctx.tensor_maps)}" if any(
-            k[0] is source for k in ctx.tensor_maps) else "")
-        ctx.tensor_maps[key] = kir.TensorMap(name, param, [param.sizes[d0], param.sizes[d1]],
-                                             [param.strides[d1]], box.extents, box.swizzle)
-    return ctx.tensor_maps[key]
-
-
-def tma_load(ctx, tv):
-    """A TMA load of one box of tv from the global tensor it caches: coordinates of the
-    box's first element, destination the tile's first element of the box (the mbarrier
-    it completes on is the circular-buffering pass's)."""
-    box = hopper_operands.tma_box(tv)
-    source = tv.definition.inputs[0]
-    buffer = ctx.buffers[tv]
-    strides = dict(ctx.layouts[buffer])
-    inner, outer = (tv.ndim - 1, tv.ndim - 2)
-    if kir.format_expr(strides.get(inner, ctx.const(0))) != "1" or \
-            kir.format_expr(strides.get(outer, ctx.const(0))) != str(box.extents[0]):
-        raise ScheduleError(f"{tv.name}: a TMA box lands row by row, but the tile's buffer "
-                            "does not keep the box's axes innermost and contiguous")
-    ctx.lane_index = {a: ctx.const(0) for a in box.axes}
-    try:
-        index = ctx.root_indices(tv)
-        target = buffer_index(ctx, tv, {a: ctx.loop_index(tv, i) for i, a in enumerate(tv.loop)},
-                              swizzle=False)
-    finally:
-        ctx.lane_index = {}
-    logical = {p: index[c] for c, p in tv.definition.root_map(source).items()}
-    access = kir.AccessInfo(tv.name, ctx.owner(tv, is_write=True))
-    return kir.TmaLoad(dst=buffer, dst_index=target, map=_tensor_map(ctx, source, box),
-                       c0=logical[box.dims[0]], c1=logical[box.dims[1]], access=access)
-
-
 def _operand_table(ctx, expr, operand, row_axis, k_axis, rows):
     """(start, offsets): the element index in `operand`'s tile of the instruction
     tile's element (0, 0), and the logical byte offset from it of every element (row, k)
@@ -571,8 +467,7 @@ def _operand_table(ctx, expr, operand, row_axis, k_axis, rows):
         try:
             index = ctx.root_indices(tv)
             logical = {p: index[c] for c, p in expr.root_map(operand).items()}
-            return buffer_index(ctx, operand, ctx.forward_indices(operand, logical),
-                                swizzle=False)
+            return tile_index(ctx, operand, logical, swizzle=False)
         finally:
             ctx.lane_index = {}
 
@@ -650,6 +545,8 @@ def lower_part(ctx, part):
     index = ctx.root_indices(tv)
     if role == "compute" and is_async_copy(tv):
         return async_copy(ctx, tv, index)
+    if role == "compute" and is_tma_store(tv):
+        return tma_store(ctx, tv)
     if role == "compute" and is_tma_copy(tv):
         return tma_load(ctx, tv)
     width = vector_copy_width(tv) if role == "compute" else 0

@@ -5,7 +5,8 @@ are dead by the time it is first touched (the matmul's epilogue tile lands on th
 stages). Each shared buffer's live range is the span of statements, in program order, from
 its first access to its last, widened to the whole of every loop around any access (a
 value may be carried around a loop's back edge). A promoted buffer is moved to the lowest
-16-byte aligned offset whose bytes belong to no buffer with an overlapping live range; the
+offset aligned as the allocation pass aligns it (16 bytes, or 1024 for a tile TMA or wgmma
+reads or writes) whose bytes belong to no buffer with an overlapping live range; the
 pool shrinks accordingly. Buffers not promoted keep the allocation pass's offsets.
 
 The accesses are lowering.verify.accesses', and the shared buffers an asynchronous instruction
@@ -27,6 +28,7 @@ from fuserir.numerics import round_up
 from .. import kir
 from ..kir import visit as kir_visit
 from ..contract import Pass
+from ..support.analysis import shared_alignment
 from ..verify.hazards import accesses_of
 
 _WHOLE_KERNEL = (0, float("inf"))
@@ -84,13 +86,14 @@ def _nbytes(buffer):
 
 
 def run(ctx, kernel):
-    promoted = [b for tv, b in ctx.buffers.items() if b.memory is kir.Memory.shared
+    promoted = [(tv, b) for tv, b in ctx.buffers.items() if b.memory is kir.Memory.shared
                 and tv.reuse_shared]
     if not promoted:
         return kernel
     ranges = _live_ranges(kernel)
     shared = [b for b in ranges if b.memory is kir.Memory.shared]
-    for buffer in promoted:
+    for tv, buffer in promoted:
+        align = shared_alignment(tv)
         if buffer not in ranges or _nbytes(buffer) is None:
             continue
         lo, hi = ranges[buffer]
@@ -106,7 +109,7 @@ def run(ctx, kernel):
         for start, end in sorted(taken):
             if offset + _nbytes(buffer) <= start:
                 break
-            offset = max(offset, end)
+            offset = max(offset, round_up(end, align))
         buffer.byte_offset = ctx.const(offset)
     return kernel
 

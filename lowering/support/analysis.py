@@ -18,7 +18,8 @@ from fuserir.ir.exprs import LoadStoreOp, MatmulOp
 from fuserir.ir.graph import ancestors
 from fuserir.ir.tensor import MemoryType, TensorView
 from fuserir.errors import ScheduleError
-from fuserir.instructions import MMA_M16N8K16, WGMMA
+from fuserir.instructions import (MMA_M16N8K16, SWIZZLE_ATOM_BYTES, TMA_STRIDE_ALIGN,
+                                  WGMMA)
 from fuserir.ir.iterdomain import ParallelType, Split, history
 
 THREAD_TYPES = (ParallelType.TIDx, ParallelType.TIDy, ParallelType.TIDz)
@@ -84,13 +85,43 @@ def is_async_copy(tv):
 
 
 def is_tma_copy(tv):
-    """Is tv a cache_after(shared, tma=True) copy (lowered to TMA box loads)?"""
+    """Is tv a TMA copy: a cache_after(shared, tma=True) (lowered to TMA box loads), or a
+    global tensor that its cache_before(shared, tma=True) is copied into (TMA box
+    stores: is_tma_store)?"""
     return isinstance(tv.definition, LoadStoreOp) and tv.definition.tma
 
 
+def is_tma_store(tv):
+    """Is tv a global tensor stored by TMA from its shared cache (cache_before(shared,
+    tma=True))?"""
+    return is_tma_copy(tv) and tv.memory_type is MemoryType.global_
+
+
 def tma_box_axes(tv):
-    """The loop axes of a TMA copy that one instruction moves (its two innermost)."""
+    """The loop axes of a TMA copy that are no loops: a load's box (its two innermost); a
+    store's boxes, every axis past its staged tile's compute-at position (one thread
+    issues them all, a statement per box)."""
+    if is_tma_store(tv):
+        return tv.loop[tv.definition.inputs[0].compute_at_pos or 0:]
     return tv.loop[-2:]
+
+
+def layout_owner(tv):
+    """The tensor whose loop axes lay out tv's buffer: tv itself, or, for the shared tile
+    a TMA store copies out, the store (the tile holds its boxes box after box, as the
+    hardware reads them; its own loops are the ones that write it: the accumulator's
+    fragment layout)."""
+    return next((c for c in tv.fusion.consumers(tv) if is_tma_store(c)
+                 and c.definition.inputs[0] is tv), tv)
+
+
+def shared_alignment(tv):
+    """The byte alignment of tv's shared buffer: a swizzle atom (1024 bytes) for a tile
+    TMA or wgmma reads or writes (their swizzle is a function of the pool offset, which
+    repeats every atom), else 16."""
+    wgmma_operand = any(mma_kind(c) == "wgmma" for c in tv.fusion.consumers(tv))
+    return SWIZZLE_ATOM_BYTES if is_tma_copy(tv) or wgmma_operand or \
+        layout_owner(tv) is not tv else 16
 
 
 def vector_copy_width(tv):
@@ -310,10 +341,49 @@ def check_supported(ctx):
             raise ScheduleError(f"{tv.name}: only async copies (cache_after(shared, "
                                 "async_copy=True) or tma=True) and warp-specialized copies "
                                 "are circular-buffered")
-        if is_tma_copy(tv) and tv.circular_buffer_stages is None:
+        if is_tma_store(tv):
+            _check_tma_store(ctx, tv)
+        elif is_tma_copy(tv) and tv.circular_buffer_stages is None:
             raise ScheduleError(f"{tv.name}: a TMA copy is loaded by a producer warp group: "
                                 "circular-buffer it (circular_buffer(stages, "
                                 "warp_specialize=TIDy))")
+
+
+def _check_tma_store(ctx, tv):
+    """A TMA store's loops past its staged tile's position are the tile's boxes, which one
+    thread issues and the tile holds exactly, box after box: the tile is computed in the
+    store's loops, and those axes are serial loops of constant extents that split the
+    tile evenly. (Each box's own shape: lowering.indexing.hopper_operands.tma_box.)"""
+    tile = tv.definition.inputs[0]
+    pos = tile.compute_at_pos or 0
+    row = tv.shape[-1]
+    if tv.rank > 1 and isinstance(row, int) and row * tv.dtype.itemsize % TMA_STRIDE_ALIGN:
+        raise ScheduleError(
+            f"{tv.name}: its rows of {row} x {tv.dtype} lie {row * tv.dtype.itemsize} bytes "
+            f"apart; a TMA store's tensor map needs rows a multiple of {TMA_STRIDE_ALIGN} "
+            "bytes apart (store it by the threads' copy)")
+    if tile.compute_at_consumer is not tv or tv.ndim - pos < 2:
+        raise ScheduleError(
+            f"{tv.name}: a TMA store copies out the tile it is cached in, box by box: "
+            f"compute {tile.name} at {tv.name} (compute_at), two or more of {tv.name}'s "
+            "loop axes past that position (the boxes, the two innermost one box)")
+    for axis in tv.loop[pos:]:
+        if axis.parallel not in (ParallelType.serial, ParallelType.unroll):
+            raise ScheduleError(
+                f"{tv.name}: its loop axis {axis} is one of the TMA boxes of {tile.name}, "
+                f"which one thread stores; it cannot be bound to {axis.parallel}")
+        if not isinstance(axis.extent, int):
+            raise ScheduleError(f"{tv.name}: its loop axis {axis} is one of the TMA boxes "
+                                f"of {tile.name}; their extents must be constants")
+    shared = {id(t) for t in history(tv.loop[:pos])}
+    for t in history(tv.loop):
+        if isinstance(t, Split) and id(t) not in shared and not (
+                isinstance(t.input.extent, int) and isinstance(t.factor, int)
+                and t.input.extent % t.factor == 0):
+            raise ScheduleError(
+                f"{tv.name}: the TMA boxes of {tile.name} must cover it exactly, but "
+                f"{t.input} is split by {t.factor}: the last box would store elements "
+                "past the tile")
 
 
 

@@ -35,14 +35,22 @@ Ifs, by their condition:
                   to iteration. Proved like a block-uniform if, in two runs: taken in
                   every iteration and in none. That covers the iterations' real mix
                   where what is under it is self-contained:
-                    (a) the only synchronization under it is barriers (no mbarrier,
-                        wgmma, TMA, bulk or cp.async operation, no fence), so whether
-                        it runs changes no protocol state the rest of the kernel sees;
+                    (a) the only synchronization under it is barriers, async-proxy
+                        fences and TMA stores with their bulk groups' commits and
+                        waits (no mbarrier, wgmma, TMA load or cp.async operation:
+                        effects.only_adds_order), so whether it runs changes no
+                        protocol state the rest of the kernel sees: a fence or a wait
+                        only adds order, and a store reads only the if's own buffers
+                        (b), whose pending reads the always-taken run follows from one
+                        execution to the next and to the end of the kernel;
                     (b) the shared buffers it accesses (its own: an epilogue's staging
-                        buffer) are accessed under its then-branch and nowhere else;
+                        buffer), through either proxy, are accessed under its
+                        then-branch and nowhere else;
                     (c) a barrier at the top level of that branch comes before its
-                        first access of its own buffers, or after its last
-                        (`reentries`: a finding otherwise, which sync insertion fixes).
+                        first access of its own buffers, or after its last (a TMA
+                        store's read lasting to the statement that holds its bulk
+                        wait) (`reentries`: a finding otherwise, which sync insertion
+                        fixes).
                   Then the rest of the kernel is proved in the run where the if is never
                   taken (its barriers only add order); registers are per thread, the
                   barriers reached by whole generations and the kernel free of
@@ -68,6 +76,18 @@ from .accesses import register_accesses, shared_accesses
 
 def _synchronizes(stmt):
     return kir.effects.synchronizes(stmt.effects())
+
+
+def _shared_buffers(stmt):
+    """The shared buffers `stmt` accesses itself, through either proxy."""
+    return {a.buffer for a in shared_accesses(stmt)} | {
+        a.buffer for a in kir.effects.async_shared(stmt.effects())}
+
+
+def _bulk_wait(stmt):
+    """Is it a bulk wait (where the reads of earlier TMA stores end)?"""
+    group = stmt.effects().group
+    return group is not None and group.kind == "bulk" and group.op == "wait"
 
 
 def _barrier(stmt):
@@ -194,13 +214,15 @@ class Skeleton:
         if not any(map(_synchronizes, inside)):
             return Condition("either way")
         if not (deps["thread"] or deps["data"]):
-            other = next((x for x in inside if _synchronizes(x) and not _barrier(x)), None)
+            other = next((x for x in inside if _synchronizes(x)
+                          and not kir.effects.only_adds_order(x.effects())), None)
             if other is None:
                 return Condition("iteration-uniform", expr_key(s.cond))
             return Condition("refused", why=f"cannot prove: condition "
                              f"{kir.format_expr(s.cond)} changes from iteration to "
                              f"iteration, and {kir.format_stmt(other)} runs under it (only "
-                             "barriers may: the protocol's state must not depend on it)")
+                             "barriers, proxy fences and TMA stores may: the protocol's "
+                             "state must not depend on it)")
         return Condition("refused", why=f"cannot prove: condition {kir.format_expr(s.cond)} "
                                         f"is neither a function of the thread index and "
                                         f"the loop variables nor uniform over the block, "
@@ -214,9 +236,9 @@ class Skeleton:
                and id(s) in self._conds and self.condition(s).kind == "iteration-uniform"]
         for s in ifs:
             then = {id(x) for x in kir.walk(s.then_body)}
-            mine = {a.buffer for x in kir.walk(s.then_body) for a in shared_accesses(x)}
-            outside = next(((x, a.buffer) for x in kir.walk(body) if id(x) not in then
-                            for a in shared_accesses(x) if a.buffer in mine), None)
+            mine = {b for x in kir.walk(s.then_body) for b in _shared_buffers(x)}
+            outside = next(((x, b) for x in kir.walk(body) if id(x) not in then
+                            for b in _shared_buffers(x) if b in mine), None)
             if outside is None:
                 self.own[id(s)] = mine
                 continue
@@ -245,13 +267,13 @@ class Skeleton:
                     continue
                 mine = self.own[id(s)]
                 touching = [i for i, x in enumerate(s.then_body) if any(
-                    a.buffer in mine for y in kir.walk([x]) for a in shared_accesses(y))]
+                    _shared_buffers(y) & mine or _bulk_wait(y) for y in kir.walk([x]))]
                 barriers = [i for i, x in enumerate(s.then_body) if _barrier(x)]
                 if any(i < touching[0] or i > touching[-1] for i in barriers):
                     continue
                 stmts = [y for x in s.then_body for y in kir.walk([x])
-                         if any(a.buffer in mine for a in shared_accesses(y))]
-                buffer = next(a.buffer for a in shared_accesses(stmts[0]) if a.buffer in mine)
+                         if _shared_buffers(y) & mine]
+                buffer = next(b for b in _shared_buffers(stmts[0]) if b in mine)
                 found.append((stmts[-1], stmts[0], buffer))
         return found
 
