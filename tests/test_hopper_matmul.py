@@ -777,6 +777,24 @@ fusion mm(A: f16[M, K], B: f16[N, K]) {
     assert writes(codegen.compile(f32, backend="interp").kernels[0].kir) == {"Store"}
 
 
+def test_the_heuristics_192x192_tile_in_three_consumer_warp_groups_equals_float64(rng):
+    """The heuristic's square tile (3072^3: two waves of 192x192, not three of 128x256):
+    three consumer warp groups of 64x192, 4 stages, the output staged and written by
+    stmatrix, walked in groups of rows; at a size that leaves partial tiles and partial
+    groups, with a fused bias and relu: equal to float64 in the interpreter."""
+    params = matmul_heuristic(3072, 3072, 3072, layout="TN")
+    assert (params.cta_tile, params.warp_tile, params.stages, params.use_smem_epilogue,
+            params.tile_group) == ((192, 192, 64), (64, 192, 64), 4, True, 8)
+    f = matmul_fusion("TN", "f16", True)
+    schedule_matmul(f, params)
+    exe = codegen.compile(f, backend="interp")
+    (kernel,) = exe.kernels
+    assert kernel.kir.launch.block[1].value == 4           # three consumers, one producer
+    data = integer_inputs(rng, "TN", 200, 392, 64 * 3 + 8, "f16", epilogue=True)
+    expected = np.maximum(reference("TN", data) + data["bias"][None, :], 0)
+    assert np.array_equal(exe.run({**data, "splitk": 1})["out"].astype(np.float64), expected)
+
+
 def _tile_loop(kernel):
     return next(s for s in kernel.body if isinstance(s, kir.ForLoop))
 

@@ -402,26 +402,31 @@ def test_heuristic_fits_the_device_shared_memory():
         matmul_heuristic(1024, 1024, 4096, device=SM80.with_(shared_limit=8192))
 
 
-@pytest.mark.parametrize("size, layout, tile, stages, staged, persistent", [
-    ((4096, 4096, 4096), "TT", (128, 256, 64), 4, True, False),   # 512 tiles of 128x256
-    ((8192, 8192, 8192), "NN", (128, 256, 64), 4, True, False),
-    ((2048, 2048, 4096), "NT", (128, 256, 64), 4, True, False),   # 128: 7/8 of the SMs
-    ((1024, 2048, 4096), "NT", (128, 128, 64), 6, False, False),  # 64 wide tiles; 128
-    ((1024, 2048, 50304), "TT", (128, 128, 64), 6, True, False),  # K over 4096: staged
-    ((1024, 1024, 4096), "TN", (64, 128, 64), 8, False, False),   # 64 of 128x128: half
-    ((512, 1024, 4096), "TN", (64, 64, 64), 8, False, False),     # 64 of 64x128: half
-    ((8192, 3072, 768), "TN", (128, 256, 64), 3, True, True),     # 768 tiles, 12 K tiles
-    ((8192, 2048, 2048), "TT", (128, 256, 64), 3, True, True),    # 512 tiles, 32 K tiles
-    ((4096, 4096, 2560), "NT", (128, 256, 64), 4, True, False),   # K over 2048
-    ((2048, 4096, 2048), "TN", (128, 256, 64), 4, True, False),   # 256 tiles: under 2 waves
+@pytest.mark.parametrize("size, layout, tile, stages, staged, persistent, tma", [
+    ((4096, 4096, 4096), "TT", (128, 256, 64), 4, True, False, True),  # 512 of 128x256
+    ((8192, 8192, 8192), "NN", (128, 256, 64), 4, True, False, True),
+    ((2048, 2048, 4096), "NT", (128, 256, 64), 4, True, False, True),  # 128: 7/8 SMs
+    ((4096, 4100, 4096), "TN", (128, 256, 64), 4, True, False, False),  # rows of 8200 B
+    ((3072, 3072, 3072), "TN", (192, 192, 64), 4, True, False, False),  # 2 waves, not 3
+    ((1024, 2048, 4096), "NT", (128, 128, 64), 6, False, False, False),  # 64 wide; 128
+    ((1024, 2048, 50304), "TT", (128, 128, 64), 6, True, False, False),  # K over 4096
+    ((1024, 1024, 4096), "TN", (64, 128, 64), 8, False, False, False),  # 64 of 128x128
+    ((512, 1024, 4096), "TN", (64, 64, 64), 8, False, False, False),    # 64 of 64x128
+    ((8192, 3072, 768), "TN", (128, 256, 64), 3, True, True, False),    # 768 tiles
+    ((8192, 2048, 2048), "TT", (128, 256, 64), 3, True, True, False),   # 32 K tiles
+    ((4096, 4096, 2560), "NT", (128, 256, 64), 4, True, False, True),   # K over 2048
+    ((2048, 4096, 2048), "TN", (128, 256, 64), 4, True, False, True),   # under 2 waves
 ])
 def test_hopper_heuristic_takes_wgmma_and_tma(size, layout, tile, stages, staged,
-                                              persistent):
+                                              persistent, tma):
     """The tile and stages by the SMs, unsplit: 128x256 where those tiles give 7/8 of
-    the SMs one, else 128x128, else (those filling at most half the SMs) 64 rows; the
-    output staged through shared memory on 128x256 tiles and where K is over 4096, else
-    stored from the registers; persistent where K is at most 2048 and the 128x256 tiles
-    make two waves or more, its staged tile its own (as measured: docs/perf.md)."""
+    the SMs one (192x192 where their waves come to at most 0.8 of the work: fewer waves
+    than a partial last one of 128x256), else 128x128, else (those filling at most half
+    the SMs) 64 rows; the output staged through shared memory on 128x256 and 192x192
+    tiles and where K is over 4096, else stored from the registers, by TMA from staged
+    128x256 tiles whose rows are a multiple of 16 bytes; persistent where K is at most
+    2048 and the 128x256 tiles make two waves or more, its staged tile its own (as
+    measured: docs/perf.md)."""
     reasons = []
     p = matmul_heuristic(*size, layout=layout, reasons=reasons)
     assert p.hopper and p.instruction_tile == (64, tile[1], 16)
@@ -430,10 +435,25 @@ def test_hopper_heuristic_takes_wgmma_and_tma(size, layout, tile, stages, staged
     assert p.use_smem_epilogue == staged
     assert p.promote_prologue_smem_reuse == (staged and not persistent)
     assert p.persistent == persistent
+    assert p.tma_store == tma
     assert "the Hopper path (wgmma, TMA, a producer warp group)" in reasons[0]
     assert ("the output staged through shared memory" if staged else
             "the output stored from the accumulator registers") in reasons[2]
+    assert ("stored by TMA (its rows of" in reasons[2]) == tma
     assert any(r.startswith("persistent: 132 CTAs walk the") for r in reasons) == persistent
+    if tile == (192, 192, 64):
+        assert "256 tiles of 192x192 in 2 waves, against 3 of 128x256 tiles" in reasons[0]
+
+
+@pytest.mark.parametrize("k, tile, splitk", [
+    (4096, (64, 128, 64), 1), (8192, (64, 128, 64), 1),    # 64-row tiles, unsplit
+    (16384, (128, 128, 64), 2), (50304, (128, 128, 64), 2),  # past 8192: 2 serial splits
+])
+def test_hopper_heuristic_splits_128x128_tiles_where_k_is_long(k, tile, splitk):
+    """64 tiles of 128x128 fill half the SMs: 64-row tiles unsplit where K is at most
+    8192, two serial splits of the 128x128 tiles beyond (as measured: docs/perf.md)."""
+    p = matmul_heuristic(1024, 1024, k, layout="TN")
+    assert (p.cta_tile, p.splitk_factor, p.splitk_mode) == (tile, splitk, "serial")
 
 
 @pytest.mark.parametrize("size, tile, splitk, stages", [

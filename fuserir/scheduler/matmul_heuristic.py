@@ -33,12 +33,26 @@ COPIED_STAGES = 4     # ... where the producer copies an operand element-wise (a
 # Tiles of 128x256 where they give at least this share of the SMs one (H100, TN,
 # 2048x2048x4096: 128 tiles of 128x256 57.4 us, 256 of 128x128 64.3-66.6; docs/perf.md)
 WIDE_FILL = 7 / 8
+# ... but tiles of 192x192 (three consumer warp groups of 64x192, the output staged) where
+# their waves (tiles over the SMs, rounded up) times their work come to at most this share
+# of 128x256's: 12.5% more work a tile, fewer tiles, so fewer waves where 128x256 leaves a
+# partial last one (H100, TN f16, us: 3072^3, 3 waves of 128x256 113.4, 2 of 192x192 86.7
+# (98.7 from the registers); 6144^3, 9 waves against 8, 627.6 / 621.9; 4096^3, 4 waves
+# each, 196.3 / 212.9; docs/perf.md)
+SQUARE_TILE, SQUARE_GAIN = (192, 192), 0.8
+# The staged 16-bit output of unsplit, non-persistent 128x256 tiles is stored by TMA
+# (tma_store) where its rows are a multiple of 16 bytes (H100, TN f16, 4096^3: 196.3 ->
+# 191.4 us; docs/perf.md)
+TMA_STORE_ROW_BYTES = 16
 # Where 128x128 tiles would fill at most half the SMs (a serial split-K before): unsplit
 # tiles of 64 rows in one consumer warp group, 8 stages, 128 wide where those give at
 # least half the SMs one, else 64 (H100, TN f16, us, serial split -> 64-row tiles:
 # 1024x1024x4096 29.0 -> 23.7, 768x1024x4096 26.9 -> 23.3, 1024x1024x2048 21.5 -> 15.8,
-# 512x1024x4096 30.7 -> 18.8 on 64x64 (22.4 on 64x128), 1024x1024x8192 42.1 -> 41.4)
-HALF_ROW_STAGES = 8
+# 512x1024x4096 30.7 -> 18.8 on 64x64 (22.4 on 64x128), 1024x1024x8192 42.1 -> 41.4),
+# where K is at most HALF_ROW_MAX_K: beyond, the serial split of 128x128 tiles again
+# (1024x1024x8192 39.4 against 38.9, 1024x1024x16384 62.0 against 70.2, 1024x1024x50304
+# 155.8 against 200.9)
+HALF_ROW_STAGES, HALF_ROW_MAX_K = 8, 8192
 PARALLEL_STAGES = 6   # the parallel split-K's streaming: more bytes in flight per SM
 # ... and its fewest K tiles per split: 4 for 128-row tiles (128x128x16384 on the H100:
 # 16 splits of 16 K tiles 20.1 us, 64 of 4 18.6 us; docs/perf.md), 16 for 64-row ones
@@ -104,6 +118,19 @@ CLUSTER_MIN_K_TILES, CLUSTER_NARROWEST = 16, 16
 # TN, us: 16384x4096x4096 920.7 -> 808.1, 8192^3 1599.8 -> 1521.0 (g16 1508.0), 4096^3
 # 210.5 -> 207.9; docs/perf.md)
 TILE_GROUP = 8
+
+
+def _waves_work(m, n, tile, sms):
+    """The waves of `tile`s an m x n output takes on `sms` SMs (rounded up) times a tile's
+    elements: the time of an unsplit plan where the per-SM rate is the same."""
+    return ceil_div(ceil_div(m, tile[0]) * ceil_div(n, tile[1]), sms) * tile[0] * tile[1]
+
+
+def _persistent_shape(m, n, k, sms):
+    """A short K loop and 128x256 tiles for PERSISTENT_MIN_WAVES waves or more: where a
+    persistent kernel measured faster."""
+    return k <= PERSISTENT_MAX_K and \
+        ceil_div(m, 128) * ceil_div(n, 256) >= PERSISTENT_MIN_WAVES * sms
 
 
 def _fills(size, tile):
@@ -233,12 +260,17 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       an operand whose stored rows are one element long (a decode matmul's M = 1 with
       A stored K x M) is contiguous along K: staged along K, read by TMA;
     * CTA tile 128x256 (two consumer warp groups of 64x256) when those tiles give at
-      least WIDE_FILL of the SMs one, else 128x128 (two of 64x128); K tile 64; as many
+      least WIDE_FILL of the SMs one (192x192 instead, three consumer warp groups of
+      64x192, where its waves come to at most SQUARE_GAIN of 128x256's work and the
+      plan would not be persistent: a partial last wave of 128x256 tiles saved, 3072^3
+      113.4 -> 86.7 us on the H100), else 128x128 (two of 64x128); K tile 64; as many
       stages as fit, at most HOPPER_STAGES (4 of 128x256, 6 of 128x128; COPIED_STAGES
       where the producer copies element-wise); the output staged through shared memory
       over the operand stages on 128x256 tiles where it is 16-bit (its tile written by
-      stmatrix) and where K is over REGISTER_OUTPUT_MAX_K, else stored from the
-      registers; persistent (one CTA per SM walking the tiles) where the 128x256 tiles
+      stmatrix; by TMA stores where the tiles are 128x256 and unsplit, the kernel not
+      persistent, the output's rows a multiple of 16 bytes) and where K is over
+      REGISTER_OUTPUT_MAX_K, else stored from the registers; persistent (one CTA per SM
+      walking the tiles) where the 128x256 tiles
       make PERSISTENT_MIN_WAVES waves or more and K is at most PERSISTENT_MAX_K (a short K
       loop, whose pipeline fill and epilogue the walk overlaps with the next tile's loads,
       as measured), a 16-bit output staged through a tile of its own beside the stages;
@@ -267,7 +299,8 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
       splits to fill them, unsplit tiles of 64 rows (one consumer warp group), 128 wide
       where those still give half the SMs one, else 64, in HALF_ROW_STAGES stages, the
       output from the registers (both operands read by TMA; H100: 1024x1024x4096 29.0 ->
-      23.7 us against two serial splits of 128x128 tiles);
+      23.7 us against two serial splits of 128x128 tiles), where K is at most
+      HALF_ROW_MAX_K (past it the serial split below: 1024x1024x50304 200.9 -> 155.8);
     * else (a tile fitted to a small side, or the producer's copies) serial split-K where
       the tiles fill at most half the SMs: as many splits as fill them, at most 8;
     * where that would chain more than 8 serial splits (a skinny output and a long K:
@@ -324,7 +357,11 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     narrow = m <= NARROW_ROWS or cluster is not None or few
     swap = fitted == "M" and narrow
     wide = not narrow and ceil_div(m, 128) * ceil_div(n, 256) >= WIDE_FILL * sms
-    tm, tn = (64, 64) if narrow else (128, 256) if wide else (128, 128)
+    stmatrix = out_itemsize == STMATRIX.element_bytes   # a 16-bit tile: staged by stmatrix
+    square = wide and tma and stmatrix and not _persistent_shape(m, n, k, sms) and \
+        _waves_work(m, n, SQUARE_TILE, sms) <= SQUARE_GAIN * _waves_work(m, n, (128, 256), sms)
+    tm, tn = (64, 64) if narrow else SQUARE_TILE if square else (128, 256) if wide else \
+        (128, 128)
     if narrow:                             # the tile's columns fitted to the small side
         tn = (cluster or _narrow_tiling(m, n, fitted, staged))[0]
     rows, columns = (n, m) if swap else (m, n)     # along the tile's rows, its columns
@@ -354,7 +391,8 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
             mode = "parallel" if device.deterministic else "atomic"
             most = NARROW_STAGES if narrow else \
                 FILLED_STAGES if producer is not None else PARALLEL_STAGES
-        elif not narrow and fitted is None and tma:   # 64-row tiles, unsplit, not serial split
+        elif not narrow and fitted is None and tma and k <= HALF_ROW_MAX_K:
+            # 64-row tiles, unsplit, not a serial split
             tm, splitk, most, half_rows = 64, 1, HALF_ROW_STAGES, True
             if 2 * ceil_div(rows, tm) * ceil_div(columns, tn) < sms:
                 tn = 64
@@ -371,9 +409,7 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     def fitting(partials):
         return next((s for s in range(most, 1, -1)
                      if share * (s * stage_bytes + partials) <= limit), None)
-    persistent = wide and splitk == 1 and k <= PERSISTENT_MAX_K and \
-        tiles >= PERSISTENT_MIN_WAVES * sms
-    stmatrix = out_itemsize == STMATRIX.element_bytes   # a 16-bit tile: staged by stmatrix
+    persistent = wide and not square and splitk == 1 and _persistent_shape(m, n, k, sms)
     # the cluster split-K's partials in shared memory: an f32 an accumulator element (the
     # consumers' registers); the arrival counters where they leave no stages. A persistent
     # kernel's staged output: a tile of its own (the next tile's stages load meanwhile)
@@ -390,7 +426,10 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     why(f"{m}x{n}x{k} on {device.name} ({sms} SMs): the Hopper path (wgmma, "
         f"{'TMA, ' if any(readable) else ''}a producer warp group), CTA tile {tm}x{tn}x{tk} "
         f"in {groups} consumer warp group{'s' if groups > 1 else ''} of 64x{tn}, "
-        + (f"tiles of 128x256 give at least {WIDE_FILL:g} of the SMs one" if wide else
+        + (f"{tiles} tiles of {tm}x{tn} in {ceil_div(tiles, sms)} waves, against "
+           f"{ceil_div(ceil_div(m, 128) * ceil_div(n, 256), sms)} of 128x256 tiles: at most "
+           f"{SQUARE_GAIN:g} of their waves' work" if square else
+           f"tiles of 128x256 give at least {WIDE_FILL:g} of the SMs one" if wide else
            f"{tiles} tiles of {tm}x{tn} (at most {FEW_TILES} tiles of 64 rows, as "
            "narrow as keeps them that few, and K of fewer than "
            f"{(CLUSTER_MAX + 1) * NARROW_K_TILES} K tiles: a split-K through thread-block "
@@ -434,18 +473,23 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
     # split-K's tile, written by one CTA: at 128x128x262144 on the H100 the plan took
     # 70.4 us staged through shared memory, 68.3 us from the registers, docs/perf.md)
     grid_split = mode in ("parallel", "atomic", "cluster")
-    smem_epilogue = persistent and stmatrix or tm == 128 and not grid_split and \
-        (wide and stmatrix or k > REGISTER_OUTPUT_MAX_K) and \
+    smem_epilogue = persistent and stmatrix or tm in (128, SQUARE_TILE[0]) and \
+        not grid_split and (wide and stmatrix or k > REGISTER_OUTPUT_MAX_K) and \
         tm * tn * out_itemsize <= stages * stage_bytes
+    tma_store = smem_epilogue and wide and not square and not persistent and stmatrix and \
+        n * out_itemsize % TMA_STORE_ROW_BYTES == 0
     why(f"{stages} stages of {stage_bytes} bytes"
         + (f" and {partials} bytes of partials" if partials else "")
         + (f" and a {own_output}-byte output tile" if own_output else "")
         + f" within {limit} bytes of shared memory; "
         + ("the output staged through shared memory of its own (persistent)" if own_output
            else "the output staged through shared memory over the operand stages ("
-           + ("16-bit tiles of 128x256" if wide and stmatrix
+           + (f"16-bit tiles of {tm}x{tn}" if wide and stmatrix
               else f"K over {REGISTER_OUTPUT_MAX_K}")
            + ": faster than from the registers there, docs/perf.md)"
+           + (f", stored by TMA (its rows of {n * out_itemsize} bytes a multiple of "
+              f"{TMA_STORE_ROW_BYTES}: faster than the threads' copy, docs/perf.md)"
+              if tma_store else "")
            if smem_epilogue else "the output stored from the accumulator registers"))
     if persistent:
         why(f"persistent: {sms} CTAs walk the {tiles} tiles (K of at most "
@@ -462,7 +506,8 @@ def _hopper_params(m, n, k, layout, device, why, out_itemsize=2):
                         instruction_tile=WGMMA.shape(tn), stages=stages,
                         splitk_factor=splitk, splitk_mode=mode,
                         splitk_interleaved=grid_split,
-                        use_smem_epilogue=smem_epilogue, persistent=persistent,
+                        use_smem_epilogue=smem_epilogue, tma_store=tma_store,
+                        persistent=persistent,
                         tile_group=group,
                         promote_prologue_smem_reuse=smem_epilogue and not persistent,
                         async_gmem_load_operands=tma if tma or not any(readable)
