@@ -145,16 +145,8 @@ def run(args, bench):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.source:
-        points = json.loads(pathlib.Path(args.source).read_text())
-        print(table(points, "(from " + args.source + ")"))
-        return 0 if splitk_sweep.plot(points, args.plot, "matmul sweep", 0.9) else 1
-    common.require_gpu()
-    bench = common.Bench(args)
-    if bench.torch is None:
-        print("the sweep needs torch (its tensors in, cuBLAS beside)", file=sys.stderr)
-        return 1
-    return run(args, bench)
+    return splitk_sweep.start(args, table, lambda points: splitk_sweep.plot(
+        points, args.plot, "matmul sweep", 0.9), run)
 
 
 if __name__ == "__main__":

@@ -313,18 +313,25 @@ def run(args, bench):
     return 1 if any(p["mismatches"] or p.get("mismatches_triton") for p in points) else 0
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def start(args, table, draw, run):
+    """A sweep's main (this script's and benchmarks/matmul_sweep.py's): with --from, the
+    table of the points of an earlier --json and their plot (draw(points), False where
+    it could not be drawn); else run(args, bench) on the GPU, torch needed."""
     if args.source:
         points = json.loads(pathlib.Path(args.source).read_text())
         print(table(points, "(from " + args.source + ")"))
-        return 0 if plot(points, args.plot) else 1
+        return 0 if draw(points) else 1
     common.require_gpu()
     bench = common.Bench(args)
     if bench.torch is None:
         print("the sweep needs torch (its tensors in, cuBLAS beside)", file=sys.stderr)
         return 1
     return run(args, bench)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    return start(args, table, lambda points: plot(points, args.plot), run)
 
 
 if __name__ == "__main__":

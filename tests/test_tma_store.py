@@ -317,15 +317,7 @@ def test_a_tile_that_is_not_tma_boxes_is_refused(schedule, x, message):
 
 def test_a_box_split_unevenly_is_refused():
     def uneven(y, tile):
-        y.split(0, 32)
-        y.split(2, 96)
-        y.reorder({1: 2, 2: 1})
-        y.parallelize(0, "BIDx")
-        y.parallelize(1, "BIDy")
-        tile.compute_at(y, 2)
-        tile.merge(2)
-        tile.split(2, 128)
-        tile.parallelize(3, "TIDx")
+        tiles(y, tile, box=96, swizzle=0)
         y.split(3, 64)
         y.reorder({2: 3, 3: 2})
         tile.swizzle(64)
