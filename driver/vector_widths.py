@@ -18,6 +18,7 @@ import numpy as np
 
 from fuserir.ir import extent as ext
 from lowering import kir
+from lowering.kir.evaluate import evaluate_scalar
 from lowering.passes.narrow_vectors import ACCESS_BYTES   # 16, 8, 4: what copies move
 
 
@@ -101,13 +102,17 @@ def vector_caps(step, values, env):
     """{global tensor name: bytes} for each tensor the step's kernel moves in vectors (a
     cp.async, or a vector load or store) wider than its array allows: its last axis must be
     contiguous with a whole number of vectors per row, and every row start aligned to the
-    vector (driver.vector_widths). The kernel variant for these caps copies those tensors
-    no wider (down to element copies), so every size, stride and alignment runs on the
-    same schedule. An output not allocated yet is taken as run() allocates it: contiguous
+    vector (driver.vector_widths); and each launch-time offset lowering recorded for it
+    (kernel.vector_offsets: a slice's start, a cat's boundary) a multiple of the vector.
+    The kernel variant for these caps copies those tensors no wider (down to element
+    copies), so every size, stride and alignment runs on the same schedule. An output not allocated yet is taken as run() allocates it: contiguous
     and aligned."""
     if step.vectors is None:
         step.vectors = _vector_accesses(step.kernel.kir)
     outputs = {t.name: t for t in step.fusion.outputs}
+    offsets = {}
+    for name, offset in step.kernel.kir.vector_offsets:
+        offsets.setdefault(name, []).append(evaluate_scalar(offset, env))
     caps = {}
     for name, (nbytes, _, _) in step.vectors.items():
         array = values.get(name)
@@ -115,8 +120,18 @@ def vector_caps(step, values, env):
             array = _contiguous_layout(outputs[name], env)
         if array is None or not getattr(array, "shape", None):
             continue
-        allowed = widest_access_bytes(array.shape, array.strides, array.dtype.itemsize,
+        itemsize = array.dtype.itemsize
+        allowed = widest_access_bytes(array.shape, array.strides, itemsize,
                                       address_of(array), most=nbytes)
+        for offset in offsets.get(name, ()):
+            allowed = min(allowed, offset_access_bytes(offset, itemsize, nbytes))
         if allowed < nbytes:
             caps[name] = allowed
     return caps
+
+
+def offset_access_bytes(offset, itemsize, most=16):
+    """The largest of 16, 8 and 4 bytes (at most `most`) that an access at `offset`
+    elements past an aligned one stays aligned to, else `itemsize`."""
+    return max((b for b in ACCESS_BYTES if itemsize <= b <= most and
+                (offset * itemsize) % b == 0), default=itemsize)

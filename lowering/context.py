@@ -19,7 +19,8 @@ Three kinds of state, kept apart:
 * The index arithmetic's own tables, which any pass building index expressions extends
   through the helpers below (loop_var, extent, and the ranges binop simplifies with): loop
   and size variables, value ranges, fragment-loop variables, and the per-lane scope
-  (lane_index, frag_offset) indexing sets while it lowers a tensor-core fragment.
+  (lane_index, frag_offset) indexing sets while it lowers a tensor-core fragment, and the
+  register values a vectorized cat hands to the loads of its inputs' ops (inline_values).
 
 The index helpers turn loop indices into root indices (replaying splits and merges
 backwards) and logical indices into loop indices (forwards), with C integer semantics.
@@ -37,7 +38,8 @@ from fuserir.transforms import concrete_loop
 from . import kir
 from .support.analysis import (BLOCK_TYPES, LOOP_TYPES, MMA, THREAD_TYPES, build_exact_map,
                                instruction_threads, is_async_copy, is_tma_copy,
-                               live_tensors, mma_positions, tma_box_axes, vector_copy_width)
+                               live_tensors, mma_positions, tma_box_axes, vector_cat_width,
+                               vector_copy_width)
 from .indexing.arith import Ranges, simplify_binop
 from .errors import LoweringError
 
@@ -59,6 +61,8 @@ PRODUCTS = {
     "layouts": "{allocated kir.Buffer: ((loop position, stride), ...)}",
     "store_info": "{kir.Store or kir.CpAsync: analysis.StoreInfo}, what predicates need",
     "tensor_maps": "{(global tensor, box, swizzle): kir.TensorMap} of the TMA copies",
+    "vector_offsets": "[(global tensor name, launch-time offset)] that vector accesses need "
+                      "to be multiples of their width (kir.Kernel.vector_offsets)",
 }
 
 
@@ -105,6 +109,8 @@ class LoweringContext:
         self.ranges = Ranges()       # value ranges of index variables (lowering.indexing.arith)
         self.fragment_vars = []      # the loop variables of fragment-element loops
         self.lane_index = {}         # mma axis -> per-lane index, while lowering a fragment
+        self.inline_values = None    # {producer: kir value}, while a vector cat computes
+                                     # its inputs' ops in registers (indexing.values.load)
         self.frag_offset = None      # element of the fragment being lowered (None: 0)
         # Memos of the placed fusion's loop structure, kept from `analyze` on (the fusion no
         # longer changes then): each walks a chain of compute-at consumers, which a long
@@ -168,7 +174,7 @@ class LoweringContext:
         vector_axes = {tv.loop[-1] for tv in self.live
                        if (is_async_copy(tv) and tv.loop and
                            tv.loop[-1].parallel is ParallelType.vectorize)
-                       or vector_copy_width(tv)}
+                       or vector_copy_width(tv) or vector_cat_width(tv)}
         self.vector_axes = vector_axes | {a for tv in self.live if is_tma_copy(tv)
                                           for a in tma_box_axes(tv)}
         self.exact = build_exact_map(self.fusion)

@@ -18,7 +18,7 @@ from codegen import nvrtc
 from codegen.cuda import emit_cuda
 from codegen.errors import RaceError
 from codegen.interp import run_kernel
-from driver.vector_widths import widest_access_bytes
+from driver.vector_widths import offset_access_bytes, widest_access_bytes
 from fuserir.scheduler import MatmulParams, schedule_matmul
 from lowering import kir
 from lowering.verify import bank_conflicts
@@ -338,6 +338,16 @@ def test_widest_access_checks_strides_address_and_the_cap():
     assert widest_access_bytes((1, 8), (3, 2), 2, 0, 16) == 16
     assert widest_access_bytes((8, 1), (2, 7), 2, 0, 16) == 2
     assert widest_access_bytes((), (), 2, 0, 16) == 2
+
+
+def test_an_offset_allows_the_vectors_it_is_a_multiple_of():
+    """An access at a launch-time offset (kernel.vector_offsets: a slice's start, a cat's
+    boundary) past an aligned one keeps the alignment its bytes are a multiple of."""
+    assert offset_access_bytes(256, 2) == 16 and offset_access_bytes(260, 2) == 8
+    assert offset_access_bytes(258, 2) == 4 and offset_access_bytes(257, 2) == 2
+    assert offset_access_bytes(-256, 2) == 16 and offset_access_bytes(0, 4) == 16
+    assert offset_access_bytes(6, 4) == 8 and offset_access_bytes(6, 4, most=4) == 4
+    assert offset_access_bytes(3, 4) == 4 and offset_access_bytes(1, 8) == 8
 
 
 # -- the tensor-core matmul at sizes that need every width ---------------------------------

@@ -324,6 +324,23 @@ class CatOp(Expr):
         k = self.inputs.index(producer)
         return {producer.shape_axes[self.dim]: AxisMap(_negated(self.offsets[k]), 1, True)}
 
+    def input_chain(self, producer):
+        """[producer, .., a fusion input]: the unary ops, casts and slices (of step 1
+        along the cat's axis) from the input `producer` down to one fusion input, each
+        tensor the only use of the one before and no output; None where `producer` is
+        made otherwise. A cat can compute such a chain on a vector of that fusion input
+        loaded at once (the vectorized pointwise schedule does)."""
+        chain = [producer]
+        while not chain[-1].is_input:
+            t = chain[-1]
+            e = t.definition
+            if not isinstance(e, (UnaryOp, CastOp, SliceOp)) or t.is_output or \
+                    len(t.fusion.uses(t)) != 1 or len(e.tensor_inputs) != 1 or \
+                    (isinstance(e, SliceOp) and e.steps[self.dim] != 1):
+                return None
+            chain.append(e.tensor_inputs[0])
+        return chain
+
     def attributes(self):
         return (("dim", self.dim),)
 

@@ -12,7 +12,10 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
   are loaded into registers as vectors (cache_after(local, consumers=...) where a tensor
   also reads one shifted), computed there, and the output stored as a vector (the
   executable runs a narrower variant where an array's rows are no whole number of
-  vectors). Other outputs are flattened, split into blocks of THREADS threads that each
+  vectors); a cat along the rows read at the output's element, whose inputs are unary
+  ops, casts and slices of inputs (a rotary embedding's), is itself vectorized: each
+  vector one load of the input holding it, the ops computed on it in registers. Other
+  outputs are flattened, split into blocks of THREADS threads that each
   handle UNROLL elements a warp-width apart (so every access is coalesced); other reads
   (shifted, transposed, broadcast along the last axis) are element by element in either;
 * transpose: a pointwise fusion with an input contiguous along another axis than its
@@ -127,7 +130,8 @@ _SAME_INDEX = (BinaryOp, BroadcastOp, CastOp, CatOp, LoadStoreOp, PadOp, SliceOp
 
 
 def _read_at_output_index(fusion, out):
-    """{input: the tensors that read it at `out`'s own element index} for the inputs of
+    """({input: the tensors that read it at `out`'s own element index}, the tensors read at
+    it, `out` among them) for the inputs of
     `fusion` that some tensor reads so: through pointwise ops, casts, selects, unshifted
     slices and broadcasts only, its axes some of `out`'s in order, its last `out`'s last,
     of the same extents (a bias of [N] broadcast to [M, N] is read at the output's column,
@@ -158,7 +162,8 @@ def _read_at_output_index(fusion, out):
                     all(a.extent == out.shape_axes[k].extent       # not a size-1 axis
                         for a, k in zip(p.shape_axes, positions)):  # read at index 0
                 readers.setdefault(p, []).append(o)
-    return readers
+    identity = list(range(out.rank))
+    return readers, [t for t, positions in at.items() if positions == identity]
 
 
 def _never_negative(extent):
@@ -191,14 +196,15 @@ def _vector_plan(fusion, sizes):
     out = fusion.outputs[0]
     if out.rank == 0 or out.ndim != out.rank or out.shape_axes[-1].is_broadcast:
         return None
-    readers = _read_at_output_index(fusion, out)
+    readers, same_index = _read_at_output_index(fusion, out)
     width = VECTOR_BYTES // max(t.dtype.itemsize for t in [out, *readers])
     inner = out.shape_axes[-1].extent
     if isinstance(inner, int) and inner % width:
         return None
     if not _never_negative(inner) or _size(inner, sizes or {}) < width * LANES:
         return None         # (lowering could not fold the vector's lane out of the former)
-    return out, readers, width
+    cats = [t for t in same_index if _vector_cat(t, width)]
+    return out, readers, width, cats
 
 
 def _schedule_vectors(fusion, sizes):
@@ -207,7 +213,7 @@ def _schedule_vectors(fusion, sizes):
     plan = _vector_plan(fusion, sizes)
     if plan is None:
         return False
-    out, readers, width = plan
+    out, readers, width, cats = plan
     computed = out.cache_before(MemoryType.local)
     # [.., D] -> [rows, D / (w L), L, w] -> [blocks, VECTOR_ROWS, L, w]
     out.split(-1, width)
@@ -232,8 +238,30 @@ def _schedule_vectors(fusion, sizes):
         vector.compute_at(out, 3)
         vector.vectorize(-1)
     computed.compute_at(out, 3)
-    computed.parallelize(-1, "unroll")
+    if out in cats:                   # (its definition moved to `computed`)
+        computed.vectorize(-1)
+    else:
+        computed.parallelize(-1, "unroll")
+    for cat in cats:
+        if cat is not out:
+            cat.compute_at(out, 3)
+            cat.vectorize(-1)
     return True
+
+
+def _vector_cat(tv, width):
+    """Does tv (read at the output's element) join along its innermost axis inputs each
+    made from one fusion input by unary ops, casts and slices (CatOp.input_chain), each
+    fusion input's vector 4, 8 or 16 bytes? Vectorized, such a cat loads each vector of
+    the one fusion input whose range holds it at once and computes the ops on it in
+    registers (the executable checks that the rows and the offsets, a slice's start or a
+    boundary, allow the vector, and reads element by element where they do not)."""
+    e = tv.definition
+    if not isinstance(e, CatOp) or e.dim != tv.rank - 1:
+        return False
+    chains = [e.input_chain(t) for t in e.inputs]
+    return None not in chains and all(
+        width * c[-1].dtype.itemsize in (4, 8, 16) for c in chains)
 
 
 # -- reductions and normalizations ---------------------------------------------------------

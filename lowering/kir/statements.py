@@ -638,6 +638,11 @@ class Kernel:
     # attribute); None: no clusters. The CTAs of a cluster are resident at once and read
     # each other's shared memory (kir.hopper's ClusterBarrier, ClusterLoad)
     cluster: tuple = None
+    # [(global buffer name, ScalarExpr)]: launch-time offsets that vector accesses of the
+    # buffer need to be multiples of their width (a slice's start, a cat's boundary), which
+    # lowering could not prove: the executable checks them per call and runs a variant
+    # reading the buffer by narrower accesses where they are not (driver.vector_widths)
+    vector_offsets: list = field(default_factory=list)
 
     @property
     def params(self):

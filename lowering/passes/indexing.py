@@ -9,8 +9,10 @@ is read at the element the consumer's root indices name (through the expression'
 map and index maps: a slice's start + step * i, a pad's or cat's shift clamped into the
 producer; broadcast axes read index 0): globally through its strides, and in a buffer by
 replaying the transforms of the tensor that lays it out (its own) forwards to its loop
-indices. A pad or cat selects the pad value or the input whose range holds the index. All
-index math is C integer arithmetic in the kernel's index type.
+indices. A pad or cat selects the pad value or the input whose range holds the index; a
+vectorized cat branches once per vector instead and loads the vector of the fusion input
+under the input holding it (lowering.indexing.vectors). All index math is C integer
+arithmetic in the kernel's index type.
 
 Values are typed explicitly: f16/bf16 operands are converted to f32 before arithmetic and
 the result is rounded to the output type, as the reference evaluator does. A reduction's
@@ -32,10 +34,10 @@ tensor); sync insertion orders them.
 A copy between global and shared memory whose innermost axis is vectorized (4, 8 or 16
 bytes, such as the matmul epilogue's 16-byte rows from the shared tile to the output)
 becomes one vector load and store of the whole vector (`width` 2-16 elements), once
-lowering has proved both sides contiguous and aligned (see vector_copy): lowered once with
-a symbolic lane v, both indices must come out as `base + v` with `base` a multiple of the
-width (lane-aware folds in lowering.indexing.arith: `(g*q + s) / (g*m) -> (g*q) / (g*m)` for
-0 <= s < g), else a ScheduleError.
+lowering has proved both sides contiguous and aligned (lowering.indexing.vectors):
+lowered once with a symbolic lane v, both indices must come out as `base + v` with
+`base` a multiple of the width (lane-aware folds in lowering.indexing.arith:
+`(g*q + s) / (g*m) -> (g*q) / (g*m)` for 0 <= s < g), else a ScheduleError.
 
 Tensor cores: an ldmatrix operand cache becomes `ldmatrix.x4/.x2[.trans]` with per-lane row
 addresses, the matmul's accumulate an `mma.sync`, a tensor in the accumulator layout (the
@@ -54,13 +56,8 @@ pass's choice (unroll_register_loops).
 
 import numpy as np
 
-from fuserir import dtypes, op_table
-from fuserir.dtypes import DataType
-from fuserir.ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp,
-                              FullOp, LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp,
-                              ReshapeOp, SliceOp, SqueezeOp, UnaryOp, WhereOp)
+from fuserir.ir.exprs import MatmulOp, ReductionOp
 from fuserir.ir.iterdomain import roots_of
-from fuserir.ir.tensor import Scalar
 
 from fuserir.errors import ScheduleError
 from fuserir.instructions import CP_ASYNC, STMATRIX
@@ -69,21 +66,13 @@ from .. import kir
 from ..indexing import fragments, hopper_operands
 from ..indexing.buffers import accumulator_index, element_index, global_index, tile_index
 from ..indexing.tma_copies import tma_load, tma_store
+from ..indexing.values import convert, load, pointwise_value, store
+from ..indexing.vectors import base_of, vector_bases, vector_cat, vector_copy
 from ..kir import visit as kir_visit
 from ..support.analysis import (StoreInfo, async_vector_bytes, is_async_copy, is_tma_copy,
                                 is_tma_store, is_warp_group_tile, mma_kind, mma_positions,
-                                vector_copy_width)
-from ..indexing.arith import addends, known_factor
+                                vector_cat_width, vector_copy_width)
 from ..contract import Pass
-
-def convert(value, dtype):
-    """`value` as `dtype` (16-bit floats convert to each other through f32)."""
-    if value.dtype is dtype:
-        return value
-    halves = (DataType.f16, DataType.bf16)
-    if value.dtype in halves and dtype in halves:
-        value = kir.Cast(value, DataType.f32)
-    return kir.Cast(value, dtype)
 
 
 def identity(op, dtype):
@@ -98,112 +87,12 @@ def combine(op):
     return "max" if op == "max" else "add"
 
 
-def load(ctx, expr, producer, consumer_index):
-    """Read `producer` at the element the consumer (expr's output) is computing."""
-    consumer = expr.output
-    logical = ctx.producer_indices(expr, producer, consumer_index)
-    for axis in producer.shape_axes:
-        if axis.is_broadcast or axis not in logical or axis.extent == 1:
-            logical[axis] = ctx.const(0)       # (an expand reads an axis of extent 1 at 0)
-    buffer = ctx.buffers[producer]
-    if buffer.memory is kir.Memory.global_:
-        return kir.Load(buffer, global_index(ctx, producer, logical))
-    index = tile_index(ctx, producer, logical)
-    access = None
-    if buffer.memory is kir.Memory.shared:
-        access = kir.AccessInfo(producer.name, ctx.owner(consumer, is_write=False))
-    return kir.Load(buffer, index, access)
-
-
-def _operand(ctx, expr, v, index, dtype):
-    if isinstance(v, Scalar):
-        if v.is_size:    # a size parameter of the kernel, rounded as a literal would be
-            return convert(convert(ctx.extent(v.value), v.dtype), dtype)
-        return kir.Const(v.value, dtype)
-    return convert(load(ctx, expr, v, index), dtype)
-
-
-def pointwise_value(ctx, expr, index):
-    out = expr.output
-    if isinstance(expr, UnaryOp):
-        # the op table's kernel op, on operands converted as its kind says
-        entry = op_table.UNARY[op_table.kernel_unary(expr.op, expr.approximate)]
-        compute = op_table.fusion_types(entry, expr.inputs[0].dtype)[0].compute
-        x = _operand(ctx, expr, expr.inputs[0], index, compute)
-        return convert(kir.UnOp(entry.name, x, op_table.result_type(entry, compute)),
-                       out.dtype)
-    if isinstance(expr, BinaryOp):
-        a, b = expr.inputs
-        entry = op_table.FUSION_BINARY[expr.op]
-        compute = op_table.fusion_types(entry, dtypes.promote(a.dtype, b.dtype))[0].compute
-        x = _operand(ctx, expr, a, index, compute)
-        y = _operand(ctx, expr, b, index, compute)
-        return convert(kir.BinOp(entry.name, x, y, op_table.result_type(entry, compute)),
-                       out.dtype)
-    if isinstance(expr, WhereOp):
-        cond, a, b = expr.inputs
-        compute = out.dtype.compute
-        value = kir.Select(_operand(ctx, expr, cond, index, DataType.bool),
-                           _operand(ctx, expr, a, index, compute),
-                           _operand(ctx, expr, b, index, compute), compute)
-        return convert(value, out.dtype)
-    if isinstance(expr, CastOp):
-        return convert(load(ctx, expr, expr.inputs[0], index), out.dtype)
-    if isinstance(expr, AxisIndexOp):          # the element's own index, not x's value
-        axis = out.root[expr.dim]
-        return convert(index.get(axis, ctx.const(0)) if not axis.is_broadcast
-                       else ctx.const(0), out.dtype)
-    if isinstance(expr, (LoadStoreOp, BroadcastOp, PermuteOp, SqueezeOp, ExpandOp, SliceOp,
-                         ReshapeOp)):
-        return load(ctx, expr, expr.inputs[0], index)   # a copy or a view: root_map says where
-    if isinstance(expr, PadOp):       # x's element where it lies in x, else the pad value
-        x, fill = expr.inputs
-        inside = None
-        for axis, x_axis, (before, after) in zip(out.root, x.shape_axes, expr.widths):
-            if before == 0 and after == 0:
-                continue
-            i, start = index.get(axis, ctx.const(0)), ctx.extent(before)
-            end = ctx.binop("add", start, ctx.extent(x_axis.extent))
-            here = ctx.binop("and", ctx.binop("ge", i, start), ctx.binop("lt", i, end))
-            inside = here if inside is None else ctx.binop("and", inside, here)
-        compute = out.dtype.compute
-        value = convert(load(ctx, expr, x, index), compute)
-        if inside is not None:
-            value = kir.Select(inside, value, _operand(ctx, expr, fill, index, compute), compute)
-        return convert(value, out.dtype)
-    if isinstance(expr, CatOp):       # the input whose range along dim holds the index
-        i = index.get(out.root[expr.dim], ctx.const(0))
-        value = load(ctx, expr, expr.inputs[-1], index)
-        for k in range(len(expr.inputs) - 2, -1, -1):
-            value = kir.Select(ctx.binop("lt", i, ctx.extent(expr.offsets[k + 1])),
-                               load(ctx, expr, expr.inputs[k], index), value, out.dtype)
-        return value
-    if isinstance(expr, FullOp):
-        return convert(_operand(ctx, expr, expr.inputs[0], index, out.dtype.compute), out.dtype)
-    raise NotImplementedError(type(expr).__name__)   # reductions: lower_part, by role
-
-
 def reduction_operand(ctx, expr, index, dtype):
     if isinstance(expr, MatmulOp):
         a, b = expr.inputs
         return kir.BinOp("mul", convert(load(ctx, expr, a, index), dtype),
                          convert(load(ctx, expr, b, index), dtype), dtype)
     return convert(load(ctx, expr, expr.inputs[0], index), dtype)
-
-
-def store(ctx, tv, value, index, role):
-    """Write `value` to tv's element named by the root/loop `index`."""
-    buffer = ctx.buffers[tv]
-    if buffer.memory is kir.Memory.global_:
-        target = global_index(ctx, tv, index)
-    else:
-        target = element_index(ctx, tv)
-    access = None
-    if buffer.memory is kir.Memory.shared:
-        access = kir.AccessInfo(tv.name, ctx.owner(tv, is_write=True))
-    s = kir.Store(buffer, target, convert(value, buffer.dtype), access)
-    ctx.store_info[s] = StoreInfo(tv, role, index, buffer.memory)
-    return s
 
 
 def async_copy(ctx, tv, index):
@@ -226,74 +115,6 @@ def async_copy(ctx, tv, index):
                        access)
     ctx.store_info[copy] = StoreInfo(tv, "async", index, kir.Memory.shared)
     return copy
-
-
-def _base_of(ctx, index, lane, width):
-    """b where `index` is b + lane with b a known multiple of `width` and free of lane, else
-    None: the proof that a vector's `width` elements are consecutive and aligned."""
-    terms = addends(index)
-    at = [i for i, t in enumerate(terms) if t is lane]
-    rest = terms[:at[0]] + terms[at[0] + 1:] if len(at) == 1 else None
-    if rest is None or any(e is lane for t in rest for e in kir.walk_expr(t)):
-        return None
-    base = ctx.const(0)
-    for t in rest:
-        base = ctx.binop("add", base, t)
-    return base if known_factor(base) % width == 0 else None
-
-
-def _vector_bases(ctx, tv, buffer, index, logical, lane, width):
-    """The lane-free base of each index a vector access of tv's buffer depends on (the
-    buffer index for shared memory; each logical axis index for a global tensor, whose
-    innermost axis holds the lane and whose strides the executable checks), or None."""
-    if buffer.memory is not kir.Memory.global_:
-        return [_base_of(ctx, index, lane, width)]
-    inner = tv.shape_axes[-1]
-    others = [logical.get(a, ctx.const(0)) for a in tv.shape_axes[:-1]]
-    lane_free = all(e is not lane for i in others for e in kir.walk_expr(i))
-    return [_base_of(ctx, logical[inner], lane, width) if lane_free else None]
-
-
-def _copy_at_lane(ctx, tv, lane):
-    """(root indices, load, store) of tv's copy with its vector axis indexed by `lane`."""
-    axis = ctx.concrete_axis(tv, len(tv.loop) - 1)
-    ctx.lane_index[axis] = lane
-    try:
-        index = ctx.root_indices(tv)
-        source = load(ctx, tv.definition, tv.definition.inputs[0], index)
-        return index, source, store(ctx, tv, source, index, "compute")
-    finally:
-        del ctx.lane_index[axis]
-
-
-def vector_copy(ctx, tv, width):
-    """tv's copy of `width` consecutive elements in one load and one store. Lowered once
-    with the vector axis indexed by a symbolic lane v (0 <= v < width), each side's index
-    must come out as base + v with base a multiple of width (lowering.indexing.arith folds the lane
-    out of the splits and swizzles around it): that proves both sides contiguous and
-    aligned. The vector access is then lowered at v = 0. A copy that cannot be proven so
-    is refused."""
-    lane = kir.Var(f"v{len(ctx.loop_vars)}", ctx.index_dtype)
-    ctx.ranges.vars[id(lane)] = (0, width - 1)
-    index, source, copy = _copy_at_lane(ctx, tv, lane)
-    del ctx.store_info[copy]
-    producer = tv.definition.inputs[0]
-    src_logical = {p: index[c] for c, p in tv.definition.root_map(producer).items()}
-    bases = (_vector_bases(ctx, tv, copy.buffer, copy.index, index, lane, width)
-             + _vector_bases(ctx, producer, source.buffer, source.index, src_logical, lane,
-                             width))
-    if None in bases:
-        raise ScheduleError(
-            f"vectorize: {tv.name} copies {width} elements at a time from {producer.name}, "
-            f"but lowering cannot prove them consecutive and {width}-aligned in both "
-            f"({producer.name}[{kir.format_expr(source.index)}] at lane {lane.name}); "
-            "vectorize an axis that is contiguous in the producer's layout too")
-    _, source, copy = _copy_at_lane(ctx, tv, ctx.const(0))
-    vector = kir.Store(copy.buffer, copy.index,
-                       kir.Load(source.buffer, source.index, source.access, width),
-                       copy.access, width=width)
-    ctx.store_info[vector] = ctx.store_info.pop(copy)
-    return vector
 
 
 def ldmatrix(ctx, tv):
@@ -381,7 +202,7 @@ def fragment_pairs(ctx, tv):
             ctx.lane_index, ctx.frag_offset = {}, None
 
     index, _ = element(lane)
-    if None not in _vector_bases(ctx, tv, buffer, None, index, lane, PAIR):
+    if None not in vector_bases(ctx, tv, buffer, None, index, lane, PAIR):
         pair = kir.Buffer(f"{tv.name}_pair{len(ctx.fragment_vars)}", tv.dtype,
                           kir.Memory.local, size=ctx.const(PAIR))
         body = []
@@ -439,7 +260,7 @@ def fragment_stmatrix(ctx, tv):
             j, thread = fragments.stmatrix_row_source(ctx, q)
             lane = kir.Var(f"v{len(ctx.loop_vars) + len(ctx.fragment_vars)}", ctx.index_dtype)
             ctx.ranges.vars[id(lane)] = (0, STMATRIX.matrix - 1)
-            if _base_of(ctx, at(j, thread, lane)[0], lane, STMATRIX.matrix) is not None:
+            if base_of(ctx, at(j, thread, lane)[0], lane, STMATRIX.matrix) is not None:
                 body.append(kir.StMatrix(buffer, at(j, thread)[0], registers, ctx.const(0),
                                          fragments.STMATRIX_NUM, False,
                                          kir.AccessInfo(tv.name, ctx.owner(tv, is_write=True))))
@@ -552,6 +373,9 @@ def lower_part(ctx, part):
     width = vector_copy_width(tv) if role == "compute" else 0
     if width:
         return vector_copy(ctx, tv, width)
+    width = vector_cat_width(tv) if role == "compute" else 0
+    if width:
+        return vector_cat(ctx, tv, width)
     if role == "compute":
         return store(ctx, tv, pointwise_value(ctx, expr, index), index, role)
     acc = ctx.accumulators[tv]
@@ -583,15 +407,16 @@ class _LowerParts(kir_visit.StmtMutator):
 
 
 def run(ctx, kernel):
-    ctx.store_info, ctx.tensor_maps = {}, {}
+    ctx.store_info, ctx.tensor_maps, ctx.vector_offsets = {}, {}, []
     kernel.body = _LowerParts(ctx).mutate(kernel.body)
     kernel.tensor_maps = list(ctx.tensor_maps.values())
+    kernel.vector_offsets = list(ctx.vector_offsets)
     return kernel
 
 
 PASS = Pass("indexing", run, __doc__,
             reads=("kernel", "vector_axes", "exact", "bound", "circular", "tensor_params",
                    "buffers", "accumulators", "layouts"),
-            provides=("store_info", "tensor_maps"),
+            provides=("store_info", "tensor_maps", "vector_offsets"),
             why="needs the allocation layouts; leaves block and grid reductions to the next "
                 "passes")

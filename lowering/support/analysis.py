@@ -14,7 +14,7 @@ tensors, the parallel extents) and the index helpers; it sits between the fusion
 passes so that no pass re-derives them.
 """
 
-from fuserir.ir.exprs import LoadStoreOp, MatmulOp
+from fuserir.ir.exprs import CatOp, LoadStoreOp, MatmulOp
 from fuserir.ir.graph import ancestors
 from fuserir.ir.tensor import MemoryType, TensorView
 from fuserir.errors import ScheduleError
@@ -143,6 +143,50 @@ def vector_copy_width(tv):
     return width if width > 1 and width * tv.dtype.itemsize in (4, 8, 16) else 0
 
 
+def cat_chain(cat, producer):
+    """The tensors a vectorized cat computes itself for its input `producer`
+    (CatOp.input_chain: unary ops, casts and slices down to a fusion input), where none
+    of them has a schedule of its own; else None."""
+    chain = cat.input_chain(producer)
+    if chain is None or any(t.loop != t.root for t in chain[:-1]):
+        return None
+    return chain
+
+
+def vector_cat_width(tv):
+    """Elements per access of a vectorized cat into registers along the innermost axis (a
+    CatOp whose output is local, its innermost loop axis vectorized), lowered as one
+    vector load per global input of the input whose range holds the vector, the unary
+    ops, casts and slices between them computed in registers (cat_chain); 0 where tv is
+    not one: an input is not such a chain, or a vector of some global input is not 4, 8
+    or 16 bytes. The global inputs are what the executable checks: each row a whole
+    number of vectors, and the offsets lowering could not prove multiples of the width
+    (a slice's start, a boundary between computed inputs) checked per call
+    (kernel.vector_offsets), so no vector straddles a boundary."""
+    expr = tv.definition
+    if not isinstance(expr, CatOp) or tv.memory_type is not MemoryType.local or \
+            not tv.loop or tv.loop[-1].parallel is not ParallelType.vectorize or \
+            expr.dim != tv.rank - 1:
+        return 0
+    chains = [cat_chain(expr, t) for t in expr.inputs]
+    width = tv.loop[-1].extent
+    if None in chains or width < 2 or any(
+            width * c[-1].dtype.itemsize not in (4, 8, 16) for c in chains):
+        return 0
+    return width
+
+
+def absorbed_by_vector_cats(fusion):
+    """The tensors vectorized cats compute themselves (their inputs' chains but the global
+    inputs): nothing else reads them, so nothing else computes them."""
+    found = set()
+    for tv in fusion.tensors:
+        if vector_cat_width(tv):
+            found |= {t for x in tv.definition.inputs
+                      for t in cat_chain(tv.definition, x)[:-1]}
+    return found
+
+
 def async_vector_bytes(tv):
     """Bytes one cp.async of tv moves: its vector (innermost vectorized axis) or one
     element."""
@@ -199,11 +243,12 @@ def fragment_size(tv):
 
 
 def live_tensors(fusion):
-    """The tensors some output depends on (others are dead code: nothing computes them)."""
+    """The tensors some output depends on (others are dead code: nothing computes them),
+    less those a vectorized cat computes itself (absorbed_by_vector_cats)."""
     live = set(fusion.outputs)
     for out in fusion.outputs:
         live |= {n for n in ancestors(fusion.graph, out) if isinstance(n, TensorView)}
-    return live
+    return live - absorbed_by_vector_cats(fusion)
 
 
 def _bound_class(ctx, tv, ptype, data_only):

@@ -1,0 +1,243 @@
+"""Vector accesses for the indexing pass: a copy of w consecutive elements in one load
+and store (vector_copy), and a cat along the innermost axis w elements at a time
+(vector_cat), each proved by lowering it once at a symbolic lane: every index it touches
+must come out as base + lane with base a multiple of w (base_of), the launch-time
+offsets lowering cannot prove so recorded for the executable to check per call
+(kernel.vector_offsets).
+
+It sits under lowering.passes.indexing and builds on lowering.indexing.values.
+"""
+
+from fuserir.errors import ScheduleError
+from fuserir.ir.exprs import SliceOp
+
+from .. import kir
+from ..support.analysis import StoreInfo, cat_chain
+from .arith import addends, known_factor
+from .buffers import global_index
+from .values import load, pointwise_value, store
+
+
+def base_of(ctx, index, lane, width):
+    """b where `index` is b + lane with b a known multiple of `width` and free of lane, else
+    None: the proof that a vector's `width` elements are consecutive and aligned."""
+    terms = addends(index)
+    at = [i for i, t in enumerate(terms) if t is lane]
+    rest = terms[:at[0]] + terms[at[0] + 1:] if len(at) == 1 else None
+    if rest is None or any(e is lane for t in rest for e in kir.walk_expr(t)):
+        return None
+    base = ctx.const(0)
+    for t in rest:
+        base = ctx.binop("add", base, t)
+    return base if known_factor(base) % width == 0 else None
+
+
+def vector_bases(ctx, tv, buffer, index, logical, lane, width):
+    """The lane-free base of each index a vector access of tv's buffer depends on (the
+    buffer index for shared memory; each logical axis index for a global tensor, whose
+    innermost axis holds the lane and whose strides the executable checks), or None."""
+    if buffer.memory is not kir.Memory.global_:
+        return [base_of(ctx, index, lane, width)]
+    inner = tv.shape_axes[-1]
+    others = [logical.get(a, ctx.const(0)) for a in tv.shape_axes[:-1]]
+    lane_free = all(e is not lane for i in others for e in kir.walk_expr(i))
+    return [base_of(ctx, logical[inner], lane, width) if lane_free else None]
+
+
+def _copy_at_lane(ctx, tv, lane):
+    """(root indices, load, store) of tv's copy with its vector axis indexed by `lane`."""
+    axis = ctx.concrete_axis(tv, len(tv.loop) - 1)
+    ctx.lane_index[axis] = lane
+    try:
+        index = ctx.root_indices(tv)
+        source = load(ctx, tv.definition, tv.definition.inputs[0], index)
+        return index, source, store(ctx, tv, source, index, "compute")
+    finally:
+        del ctx.lane_index[axis]
+
+
+def vector_copy(ctx, tv, width):
+    """tv's copy of `width` consecutive elements in one load and one store. Lowered once
+    with the vector axis indexed by a symbolic lane v (0 <= v < width), each side's index
+    must come out as base + v with base a multiple of width (lowering.indexing.arith folds the lane
+    out of the splits and swizzles around it): that proves both sides contiguous and
+    aligned. The vector access is then lowered at v = 0. A copy that cannot be proven so
+    is refused."""
+    lane = kir.Var(f"v{len(ctx.loop_vars)}", ctx.index_dtype)
+    ctx.ranges.vars[id(lane)] = (0, width - 1)
+    index, source, copy = _copy_at_lane(ctx, tv, lane)
+    del ctx.store_info[copy]
+    producer = tv.definition.inputs[0]
+    src_logical = {p: index[c] for c, p in tv.definition.root_map(producer).items()}
+    bases = (vector_bases(ctx, tv, copy.buffer, copy.index, index, lane, width)
+             + vector_bases(ctx, producer, source.buffer, source.index, src_logical, lane,
+                             width))
+    if None in bases:
+        raise ScheduleError(
+            f"vectorize: {tv.name} copies {width} elements at a time from {producer.name}, "
+            f"but lowering cannot prove them consecutive and {width}-aligned in both "
+            f"({producer.name}[{kir.format_expr(source.index)}] at lane {lane.name}); "
+            "vectorize an axis that is contiguous in the producer's layout too")
+    _, source, copy = _copy_at_lane(ctx, tv, ctx.const(0))
+    vector = kir.Store(copy.buffer, copy.index,
+                       kir.Load(source.buffer, source.index, source.access, width),
+                       copy.access, width=width)
+    ctx.store_info[vector] = ctx.store_info.pop(copy)
+    return vector
+
+
+def _launch_time(ctx, e):
+    """Is `e` a value fixed at launch (built of constants and scalar parameters, no thread
+    index, loop variable or lane)?"""
+    bound = {id(v) for v in ctx.loop_vars.values()} | set(ctx.ranges.vars)
+    return all(not isinstance(x, (kir.Special, kir.Load)) and
+               not (isinstance(x, kir.Var) and id(x) in bound) for x in kir.walk_expr(e))
+
+
+def _unproven_offset(ctx, base, width):
+    """The sum of `base`'s addends that are not known multiples of `width` (None where
+    there are none), if all of them are launch-time values, else False: what the
+    executable must check to be a multiple of width for base to be one."""
+    rest = [t for t in addends(base) if known_factor(t) % width]
+    if not rest:
+        return None
+    if not all(_launch_time(ctx, t) for t in rest):
+        return False
+    total = ctx.const(0)
+    for t in rest:
+        total = ctx.binop("add", total, t)
+    return total
+
+
+def _cat_input_index(ctx, expr, k, chain, index):
+    """{shape axis: index} of each tensor of input k's chain (cat_chain) read for the
+    cat's output element at root `index`: the cat's shift along its axis without the clamp
+    (the branch that reads it holds the index inside the input), then each slice's map."""
+    at = ctx.producer_indices(expr, chain[0], index)
+    axis = chain[0].shape_axes[expr.dim]
+    shift = expr.index_maps(chain[0])[axis]          # start -offset, step 1, clamped
+    at[axis] = ctx.binop("add", ctx.extent(shift.start),
+                         index.get(expr.output.root[expr.dim], ctx.const(0)))
+    found = [at]
+    for reader, t in zip(chain, chain[1:]):
+        root = {a: found[-1].get(a, ctx.const(0)) for a in reader.root}
+        found.append(ctx.producer_indices(reader.definition, t, root))
+    return found
+
+
+def vector_cat(ctx, tv, width):
+    """tv's cat along its innermost axis, `width` elements at a time: an if per boundary
+    between inputs, and in the branch of the input whose range holds the vector, one
+    vector load of its global input, the unary ops, casts and slices between them
+    (cat_chain) computed on the loaded elements in registers. Lowered once with the
+    vector axis indexed by a symbolic lane, each index must come out as base + lane,
+    base a multiple of width: the cat axis's (the vector's elements consecutive in the
+    output) and each global input's (consecutive and aligned in the input). The addends
+    lowering cannot prove multiples of width must be launch-time values (a slice's start,
+    an input's extent): they go to kernel.vector_offsets, with the boundaries between
+    inputs, for the executable to check per call (where one is not, it runs a variant
+    whose cat reads element by element). Then no vector straddles a boundary, the
+    condition at lane 0 holds for every lane, and no clamp is needed: the branch taken
+    reads inside its input."""
+    expr = tv.definition
+    axis = ctx.concrete_axis(tv, len(tv.loop) - 1)
+    cat_axis = tv.root[expr.dim]
+    lane = kir.Var(f"v{len(ctx.loop_vars)}", ctx.index_dtype)
+    ctx.ranges.vars[id(lane)] = (0, width - 1)
+
+    def indices_at(position):
+        ctx.lane_index[axis] = position
+        try:
+            return ctx.root_indices(tv)
+        finally:
+            del ctx.lane_index[axis]
+
+    def refuse(what, index):
+        raise ScheduleError(
+            f"vectorize: {tv.name} takes {width} elements at a time through its cat, but "
+            f"lowering cannot prove them consecutive and {width}-aligned in {what} "
+            f"({kir.format_expr(index)} at lane {lane.name}); vectorize the innermost "
+            "axis of the cat's axis, with the cat's inputs read at offsets of launch-time "
+            "values")
+
+    def proved(index, of, leaf):
+        """Check `index` is base + lane (base a multiple of width, up to launch-time
+        offsets recorded for `leaf`'s global buffer)."""
+        terms = addends(index)
+        if sum(1 for t in terms if t is lane) != 1 or any(
+                e is lane for t in terms if t is not lane for e in kir.walk_expr(t)):
+            refuse(of, index)
+        base = ctx.const(0)
+        for t in terms:
+            if t is not lane:
+                base = ctx.binop("add", base, t)
+        unproven = _unproven_offset(ctx, base, width)
+        if unproven is False:
+            refuse(of, index)
+        if unproven is not None:
+            offsets.append(unproven)
+
+    chains = [cat_chain(expr, t) for t in expr.inputs]
+    leaves = {c[-1].name for c in chains}
+    offsets = []
+    at_lane = indices_at(lane)
+    proved(at_lane.get(cat_axis, ctx.const(0)), "the cat's axis", None)
+    if any(e is lane for a in tv.root if a is not cat_axis
+           for e in kir.walk_expr(at_lane.get(a, ctx.const(0)))):
+        refuse("the cat's axis", at_lane.get(cat_axis, ctx.const(0)))
+    for k in range(1, len(expr.inputs)):          # the boundaries: multiples of width
+        unproven = _unproven_offset(ctx, ctx.extent(expr.offsets[k]), width)
+        if unproven is False:
+            refuse("the boundaries between its inputs", ctx.extent(expr.offsets[k]))
+        if unproven is not None:
+            offsets.append(unproven)
+    index = indices_at(ctx.const(0))
+    i = index.get(cat_axis, ctx.const(0))
+
+    def vector_of(leaf, logical):
+        return kir.Load(ctx.buffers[leaf], global_index(ctx, leaf, logical), None, width)
+
+    def branch(k):
+        chain = chains[k]
+        leaf = chain[-1]
+        symbolic = _cat_input_index(ctx, expr, k, chain, at_lane)[-1]
+        inner = leaf.shape_axes[-1]
+        proved(symbolic.get(inner, ctx.const(0)), f"{leaf.name}'s rows", leaf)
+        if any(e is lane for a in leaf.shape_axes if a is not inner
+               for e in kir.walk_expr(symbolic.get(a, ctx.const(0)))):
+            refuse(f"{leaf.name}'s rows", symbolic.get(inner, ctx.const(0)))
+        logical = _cat_input_index(ctx, expr, k, chain, index)[-1]
+        if all(isinstance(t.definition, SliceOp) for t in chain[:-1]):   # copied as is
+            copy = store(ctx, tv, kir.Load(ctx.buffers[leaf], ctx.const(0)), index,
+                         "compute")
+            vector = kir.Store(copy.buffer, copy.index, vector_of(leaf, logical),
+                               copy.access, width=width)
+            ctx.store_info[vector] = ctx.store_info.pop(copy)
+            return [vector]
+        loaded = kir.Buffer(f"{tv.name}_{k}_{leaf.name}", leaf.dtype, kir.Memory.local,
+                            ctx.const(width))
+        fill = kir.Store(loaded, ctx.const(0), vector_of(leaf, logical), width=width)
+        ctx.store_info[fill] = StoreInfo(tv, "compute", index, kir.Memory.local)
+        element = kir.Var(f"v{len(ctx.loop_vars)}_{k}", ctx.index_dtype)
+        ctx.ranges.vars[id(element)] = (0, width - 1)
+        value = kir.Load(loaded, element)
+        for t in reversed(chain[:-1]):        # from the global input up to the cat
+            ctx.inline_values = {t.definition.tensor_inputs[0]: value}
+            try:
+                value = pointwise_value(ctx, t.definition, {})
+            finally:
+                ctx.inline_values = None
+        ctx.lane_index[axis] = element
+        try:
+            computed = store(ctx, tv, value, ctx.root_indices(tv), "compute")
+        finally:
+            del ctx.lane_index[axis]
+        return [kir.Allocate(loaded), fill,
+                kir.ForLoop(element, ctx.const(width), [computed], kind="unroll")]
+
+    chosen = branch(len(expr.inputs) - 1)
+    for k in range(len(expr.inputs) - 2, -1, -1):
+        chosen = [kir.IfThenElse(ctx.binop("lt", i, ctx.extent(expr.offsets[k + 1])),
+                                 branch(k), chosen)]
+    ctx.vector_offsets.extend((name, e) for e in offsets for name in sorted(leaves))
+    return chosen
