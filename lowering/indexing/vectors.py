@@ -160,9 +160,9 @@ def vector_cat(ctx, tv, width):
             "axis of the cat's axis, with the cat's inputs read at offsets of launch-time "
             "values")
 
-    def proved(index, of, leaf):
-        """Check `index` is base + lane (base a multiple of width, up to launch-time
-        offsets recorded for `leaf`'s global buffer)."""
+    def proved(index, of):
+        """Check `index` is base + lane, base a multiple of width up to the launch-time
+        offsets it records for the executable."""
         terms = addends(index)
         if sum(1 for t in terms if t is lane) != 1 or any(
                 e is lane for t in terms if t is not lane for e in kir.walk_expr(t)):
@@ -181,7 +181,7 @@ def vector_cat(ctx, tv, width):
     leaves = {c[-1].name for c in chains}
     offsets = []
     at_lane = indices_at(lane)
-    proved(at_lane.get(cat_axis, ctx.const(0)), "the cat's axis", None)
+    proved(at_lane.get(cat_axis, ctx.const(0)), "the cat's axis")
     if any(e is lane for a in tv.root if a is not cat_axis
            for e in kir.walk_expr(at_lane.get(a, ctx.const(0)))):
         refuse("the cat's axis", at_lane.get(cat_axis, ctx.const(0)))
@@ -202,7 +202,7 @@ def vector_cat(ctx, tv, width):
         leaf = chain[-1]
         symbolic = _cat_input_index(ctx, expr, k, chain, at_lane)[-1]
         inner = leaf.shape_axes[-1]
-        proved(symbolic.get(inner, ctx.const(0)), f"{leaf.name}'s rows", leaf)
+        proved(symbolic.get(inner, ctx.const(0)), f"{leaf.name}'s rows")
         if any(e is lane for a in leaf.shape_axes if a is not inner
                for e in kir.walk_expr(symbolic.get(a, ctx.const(0)))):
             refuse(f"{leaf.name}'s rows", symbolic.get(inner, ctx.const(0)))
