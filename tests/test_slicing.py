@@ -412,6 +412,22 @@ def test_a_cat_of_slices_computes_its_inputs_on_whole_vectors(dtype, width, rng)
     assert run(64 * width + 2)[0]["x"] == {1}
 
 
+def test_without_the_offset_check_the_misaligned_vector_is_caught(monkeypatch, rng):
+    """The executable's check of the launch-time offsets is what keeps the vectors
+    aligned: with it taken away, D = 520 (D / 2 = 260 bf16 elements, 8 bytes past a
+    16-byte boundary) runs the whole-vector kernel, and the interpreter refuses its
+    misaligned load."""
+    from codegen.interp.base import InterpError
+    from driver import vector_widths
+    monkeypatch.setattr(vector_widths, "offset_access_bytes",
+                        lambda offset, itemsize, most=16: most)
+    f = fuserir.parse(ROTATE.format(t=D.bf16))
+    x, cos, sin = (rng.standard_normal((2, 520)).astype(D.bf16.numpy) for _ in range(3))
+    with pytest.raises(InterpError, match=r"vector access x\[\d+\] of thread .* is not "
+                                          r"aligned to 8 elements \(16 bytes\)"):
+        codegen.compile(f, backend="interp").run({"x": x, "cos": cos, "sin": sin})
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("program, inputs", [
     (CAT3, {"a": (5, 256), "b": (5, 256), "c": (5, 512)}),
