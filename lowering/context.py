@@ -38,7 +38,7 @@ from fuserir.transforms import concrete_loop
 from . import kir
 from .support.analysis import (BLOCK_TYPES, LOOP_TYPES, MMA, THREAD_TYPES, build_exact_map,
                                instruction_threads, is_async_copy, is_tma_copy,
-                               live_tensors, mma_positions, tma_box_axes, vector_cat_width,
+                               live_tensors, mma_positions, tma_box_axes, vector_select_width,
                                vector_copy_width)
 from .indexing.arith import Ranges, simplify_binop
 from .errors import LoweringError
@@ -174,7 +174,7 @@ class LoweringContext:
         vector_axes = {tv.loop[-1] for tv in self.live
                        if (is_async_copy(tv) and tv.loop and
                            tv.loop[-1].parallel is ParallelType.vectorize)
-                       or vector_copy_width(tv) or vector_cat_width(tv)}
+                       or vector_copy_width(tv) or vector_select_width(tv)}
         self.vector_axes = vector_axes | {a for tv in self.live if is_tma_copy(tv)
                                           for a in tma_box_axes(tv)}
         self.exact = build_exact_map(self.fusion)

@@ -412,6 +412,35 @@ def test_a_cat_of_slices_computes_its_inputs_on_whole_vectors(dtype, width, rng)
     assert run(64 * width + 2)[0]["x"] == {1}
 
 
+@pytest.mark.parametrize("dtype, width", [(D.bf16, 8), (D.f32, 4)])
+def test_a_pad_of_the_rows_fills_and_loads_whole_vectors(dtype, width, rng):
+    """A pad of the rows by launch-time widths, of a negated input: each vector of the
+    output is the pad value or one vector load of x negated in registers; where the
+    widths or x's rows are no whole number of vectors, the element variant. Every run
+    equals numpy."""
+    f = fuserir.parse(f"fusion f(x: {dtype}[M, N]) {{\n"
+                      "  y = pad(-x, [8, N / 2], value=1.5)\n  output y\n}\n")
+    exe = codegen.compile(f, backend="interp")
+    for n, widths in [(64 * width, {width}), (66 * width, {width}), (64 * width + 2, {1})]:
+        x = rng.standard_normal((3, n)).astype(dtype.numpy)
+        inputs = {"x": x}
+        np.testing.assert_array_equal(
+            exe.run(inputs)["y"],
+            np.pad(-x, ((0, 0), (8, n // 2)), constant_values=1.5).astype(dtype.numpy))
+        assert _vector_loads(exe.kernels_for(inputs))["x"] == widths
+    assert "?" not in exe.kernels_for({"x": np.zeros((3, 64 * width), dtype.numpy)}
+                                      )[0].source.split("__global__")[1]
+    # a margin of half a vector: the boundary is no multiple of the vector at any size
+    f = fuserir.parse(f"fusion f(x: {dtype}[M, N]) {{\n"
+                      f"  y = pad(-x, [{width // 2}, 0], value=1.5)\n  output y\n}}\n")
+    exe = codegen.compile(f, backend="interp")
+    x = rng.standard_normal((3, 64 * width)).astype(dtype.numpy)
+    np.testing.assert_array_equal(
+        exe.run({"x": x})["y"],
+        np.pad(-x, ((0, 0), (width // 2, 0)), constant_values=1.5).astype(dtype.numpy))
+    assert _vector_loads(exe.kernels_for({"x": x}))["x"] == {1}
+
+
 def test_without_the_offset_check_the_misaligned_vector_is_caught(monkeypatch, rng):
     """The executable's check of the launch-time offsets is what keeps the vectors
     aligned: with it taken away, D = 520 (D / 2 = 260 bf16 elements, 8 bytes past a

@@ -302,6 +302,17 @@ class PadOp(Expr):
         return {axis: AxisMap(_negated(before), 1, True) for axis, (before, after)
                 in zip(producer.shape_axes, self.widths) if before != 0 or after != 0}
 
+    def regions(self):
+        """[(start along the last axis, x or None: the pad value)], in order, where only the
+        last axis is padded (else None): the vectorized pad's branches
+        (lowering.indexing.vectors)."""
+        if any(w != (0, 0) for w in self.widths[:-1]):
+            return None
+        from . import extent as ext
+        before = self.widths[-1][0]
+        x = self.inputs[0]
+        return [(0, None), (before, x), (ext.add(before, x.shape_axes[-1].extent), None)]
+
     def attributes(self):
         return (("pad_widths", self.pad_widths),)
 
@@ -324,25 +335,31 @@ class CatOp(Expr):
         k = self.inputs.index(producer)
         return {producer.shape_axes[self.dim]: AxisMap(_negated(self.offsets[k]), 1, True)}
 
-    def input_chain(self, producer):
-        """[producer, .., a fusion input]: the unary ops, casts and slices (of step 1
-        along the cat's axis) from the input `producer` down to one fusion input, each
-        tensor the only use of the one before and no output; None where `producer` is
-        made otherwise. A cat can compute such a chain on a vector of that fusion input
-        loaded at once (the vectorized pointwise schedule does)."""
-        chain = [producer]
-        while not chain[-1].is_input:
-            t = chain[-1]
-            e = t.definition
-            if not isinstance(e, (UnaryOp, CastOp, SliceOp)) or t.is_output or \
-                    len(t.fusion.uses(t)) != 1 or len(e.tensor_inputs) != 1 or \
-                    (isinstance(e, SliceOp) and e.steps[self.dim] != 1):
-                return None
-            chain.append(e.tensor_inputs[0])
-        return chain
+    def regions(self):
+        """[(start along dim, the input read from there)], in order: where each input's
+        range begins (the vectorized cat's branches, lowering.indexing.vectors)."""
+        return list(zip(self.offsets, self.inputs))
 
     def attributes(self):
         return (("dim", self.dim),)
+
+
+def view_chain(producer, dim):
+    """[producer, .., a fusion input]: the unary ops, casts and slices (of step 1 along
+    axis `dim`) from `producer` down to one fusion input, each tensor the only use of the
+    one before and no output; None where `producer` is made otherwise. A cat or a pad
+    along `dim` can compute such a chain on a vector of that fusion input loaded at once
+    (the vectorized pointwise schedule does)."""
+    chain = [producer]
+    while not chain[-1].is_input:
+        t = chain[-1]
+        e = t.definition
+        if not isinstance(e, (UnaryOp, CastOp, SliceOp)) or t.is_output or \
+                len(t.fusion.uses(t)) != 1 or len(e.tensor_inputs) != 1 or \
+                (isinstance(e, SliceOp) and e.steps[dim] != 1):
+            return None
+        chain.append(e.tensor_inputs[0])
+    return chain
 
 
 class FullOp(Expr):

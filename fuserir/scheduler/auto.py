@@ -12,9 +12,10 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
   are loaded into registers as vectors (cache_after(local, consumers=...) where a tensor
   also reads one shifted), computed there, and the output stored as a vector (the
   executable runs a narrower variant where an array's rows are no whole number of
-  vectors); a cat along the rows read at the output's element, whose inputs are unary
-  ops, casts and slices of inputs (a rotary embedding's), is itself vectorized: each
-  vector one load of the input holding it, the ops computed on it in registers. Other
+  vectors); a cat or pad along the rows read at the output's element, whose inputs are
+  unary ops, casts and slices of inputs (a rotary embedding's cat), is itself
+  vectorized: each vector one load of the input under the region holding it, the ops
+  computed on it in registers. Other
   outputs are flattened, split into blocks of THREADS threads that each
   handle UNROLL elements a warp-width apart (so every access is coalesced); other reads
   (shifted, transposed, broadcast along the last axis) are element by element in either;
@@ -42,7 +43,7 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
 from ..errors import ScheduleError
 from ..ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, FullOp,
                         LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp, ReshapeOp,
-                        SliceOp, SqueezeOp, UnaryOp, WhereOp)
+                        SliceOp, SqueezeOp, UnaryOp, WhereOp, view_chain)
 from ..ir.tensor import MemoryType
 from .. import ops
 from ..ir import extent as ext
@@ -203,8 +204,8 @@ def _vector_plan(fusion, sizes):
         return None
     if not _never_negative(inner) or _size(inner, sizes or {}) < width * LANES:
         return None         # (lowering could not fold the vector's lane out of the former)
-    cats = [t for t in same_index if _vector_cat(t, width)]
-    return out, readers, width, cats
+    selects = [t for t in same_index if _vector_select(t, width)]
+    return out, readers, width, selects
 
 
 def _schedule_vectors(fusion, sizes):
@@ -213,7 +214,7 @@ def _schedule_vectors(fusion, sizes):
     plan = _vector_plan(fusion, sizes)
     if plan is None:
         return False
-    out, readers, width, cats = plan
+    out, readers, width, selects = plan
     computed = out.cache_before(MemoryType.local)
     # [.., D] -> [rows, D / (w L), L, w] -> [blocks, VECTOR_ROWS, L, w]
     out.split(-1, width)
@@ -238,28 +239,32 @@ def _schedule_vectors(fusion, sizes):
         vector.compute_at(out, 3)
         vector.vectorize(-1)
     computed.compute_at(out, 3)
-    if out in cats:                   # (its definition moved to `computed`)
+    if out in selects:                # (its definition moved to `computed`)
         computed.vectorize(-1)
     else:
         computed.parallelize(-1, "unroll")
-    for cat in cats:
-        if cat is not out:
-            cat.compute_at(out, 3)
-            cat.vectorize(-1)
+    for select in selects:
+        if select is not out:
+            select.compute_at(out, 3)
+            select.vectorize(-1)
     return True
 
 
-def _vector_cat(tv, width):
-    """Does tv (read at the output's element) join along its innermost axis inputs each
-    made from one fusion input by unary ops, casts and slices (CatOp.input_chain), each
-    fusion input's vector 4, 8 or 16 bytes? Vectorized, such a cat loads each vector of
-    the one fusion input whose range holds it at once and computes the ops on it in
-    registers (the executable checks that the rows and the offsets, a slice's start or a
-    boundary, allow the vector, and reads element by element where they do not)."""
+def _vector_select(tv, width):
+    """Is tv (read at the output's element) a cat or pad along its innermost axis whose
+    inputs are each made from one fusion input by unary ops, casts and slices
+    (fuserir.ir.exprs.view_chain), each fusion input's vector 4, 8 or 16 bytes?
+    Vectorized, such a tensor loads each vector of the fusion input under the region
+    holding it at once and computes the ops on it in registers (the executable checks
+    that the rows and the offsets, a slice's start or a boundary, allow the vector, and
+    reads element by element where they do not)."""
     e = tv.definition
-    if not isinstance(e, CatOp) or e.dim != tv.rank - 1:
+    if not isinstance(e, (CatOp, PadOp)) or (isinstance(e, CatOp) and e.dim != tv.rank - 1):
         return False
-    chains = [e.input_chain(t) for t in e.inputs]
+    regions = e.regions()
+    if regions is None:
+        return False
+    chains = [view_chain(t, tv.rank - 1) for _, t in regions if t is not None]
     return None not in chains and all(
         width * c[-1].dtype.itemsize in (4, 8, 16) for c in chains)
 

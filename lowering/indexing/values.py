@@ -35,7 +35,7 @@ def load(ctx, expr, producer, consumer_index):
     """Read `producer` at the element the consumer (expr's output) is computing."""
     consumer = expr.output
     if ctx.inline_values and producer in ctx.inline_values:
-        return ctx.inline_values[producer]      # a value vector_cat computed in registers
+        return ctx.inline_values[producer]   # a value vector_select computed in registers
     logical = ctx.producer_indices(expr, producer, consumer_index)
     for axis in producer.shape_axes:
         if axis.is_broadcast or axis not in logical or axis.extent == 1:
@@ -50,7 +50,8 @@ def load(ctx, expr, producer, consumer_index):
     return kir.Load(buffer, index, access)
 
 
-def _operand(ctx, expr, v, index, dtype):
+def operand_value(ctx, expr, v, index, dtype):
+    """Operand `v` of expr (a tensor read at the element, or a scalar) as `dtype`."""
     if isinstance(v, Scalar):
         if v.is_size:    # a size parameter of the kernel, rounded as a literal would be
             return convert(convert(ctx.extent(v.value), v.dtype), dtype)
@@ -64,23 +65,23 @@ def pointwise_value(ctx, expr, index):
         # the op table's kernel op, on operands converted as its kind says
         entry = op_table.UNARY[op_table.kernel_unary(expr.op, expr.approximate)]
         compute = op_table.fusion_types(entry, expr.inputs[0].dtype)[0].compute
-        x = _operand(ctx, expr, expr.inputs[0], index, compute)
+        x = operand_value(ctx, expr, expr.inputs[0], index, compute)
         return convert(kir.UnOp(entry.name, x, op_table.result_type(entry, compute)),
                        out.dtype)
     if isinstance(expr, BinaryOp):
         a, b = expr.inputs
         entry = op_table.FUSION_BINARY[expr.op]
         compute = op_table.fusion_types(entry, dtypes.promote(a.dtype, b.dtype))[0].compute
-        x = _operand(ctx, expr, a, index, compute)
-        y = _operand(ctx, expr, b, index, compute)
+        x = operand_value(ctx, expr, a, index, compute)
+        y = operand_value(ctx, expr, b, index, compute)
         return convert(kir.BinOp(entry.name, x, y, op_table.result_type(entry, compute)),
                        out.dtype)
     if isinstance(expr, WhereOp):
         cond, a, b = expr.inputs
         compute = out.dtype.compute
-        value = kir.Select(_operand(ctx, expr, cond, index, DataType.bool),
-                           _operand(ctx, expr, a, index, compute),
-                           _operand(ctx, expr, b, index, compute), compute)
+        value = kir.Select(operand_value(ctx, expr, cond, index, DataType.bool),
+                           operand_value(ctx, expr, a, index, compute),
+                           operand_value(ctx, expr, b, index, compute), compute)
         return convert(value, out.dtype)
     if isinstance(expr, CastOp):
         return convert(load(ctx, expr, expr.inputs[0], index), out.dtype)
@@ -104,7 +105,7 @@ def pointwise_value(ctx, expr, index):
         compute = out.dtype.compute
         value = convert(load(ctx, expr, x, index), compute)
         if inside is not None:
-            value = kir.Select(inside, value, _operand(ctx, expr, fill, index, compute), compute)
+            value = kir.Select(inside, value, operand_value(ctx, expr, fill, index, compute), compute)
         return convert(value, out.dtype)
     if isinstance(expr, CatOp):       # the input whose range along dim holds the index
         i = index.get(out.root[expr.dim], ctx.const(0))
@@ -114,7 +115,7 @@ def pointwise_value(ctx, expr, index):
                                load(ctx, expr, expr.inputs[k], index), value, out.dtype)
         return value
     if isinstance(expr, FullOp):
-        return convert(_operand(ctx, expr, expr.inputs[0], index, out.dtype.compute), out.dtype)
+        return convert(operand_value(ctx, expr, expr.inputs[0], index, out.dtype.compute), out.dtype)
     raise NotImplementedError(type(expr).__name__)   # reductions: lower_part, by role
 
 

@@ -1,6 +1,6 @@
 """Vector accesses for the indexing pass: a copy of w consecutive elements in one load
-and store (vector_copy), and a cat along the innermost axis w elements at a time
-(vector_cat), each proved by lowering it once at a symbolic lane: every index it touches
+and store (vector_copy), and a cat or pad along the innermost axis w elements at a time
+(vector_select), each proved by lowering it once at a symbolic lane: every index it touches
 must come out as base + lane with base a multiple of w (base_of), the launch-time
 offsets lowering cannot prove so recorded for the executable to check per call
 (kernel.vector_offsets).
@@ -12,10 +12,10 @@ from fuserir.errors import ScheduleError
 from fuserir.ir.exprs import SliceOp
 
 from .. import kir
-from ..support.analysis import StoreInfo, cat_chain
+from ..support.analysis import StoreInfo, row_regions
 from .arith import addends, known_factor
 from .buffers import global_index
-from .values import load, pointwise_value, store
+from .values import load, operand_value, pointwise_value, store
 
 
 def base_of(ctx, index, lane, width):
@@ -109,39 +109,39 @@ def _unproven_offset(ctx, base, width):
     return total
 
 
-def _cat_input_index(ctx, expr, k, chain, index):
-    """{shape axis: index} of each tensor of input k's chain (cat_chain) read for the
-    cat's output element at root `index`: the cat's shift along its axis without the clamp
-    (the branch that reads it holds the index inside the input), then each slice's map."""
+def _chain_index(ctx, expr, chain, index):
+    """{shape axis: index} of the fusion input under `chain` (a view chain a cat or pad
+    reads) for the output element at root `index`: the expression's shift along its axis
+    without the clamp (the branch that reads it holds the index inside the region), then
+    each slice's map."""
     at = ctx.producer_indices(expr, chain[0], index)
-    axis = chain[0].shape_axes[expr.dim]
+    axis = chain[0].shape_axes[expr.output.rank - 1]
     shift = expr.index_maps(chain[0])[axis]          # start -offset, step 1, clamped
     at[axis] = ctx.binop("add", ctx.extent(shift.start),
-                         index.get(expr.output.root[expr.dim], ctx.const(0)))
-    found = [at]
+                         index.get(expr.output.root[-1], ctx.const(0)))
     for reader, t in zip(chain, chain[1:]):
-        root = {a: found[-1].get(a, ctx.const(0)) for a in reader.root}
-        found.append(ctx.producer_indices(reader.definition, t, root))
-    return found
+        root = {a: at.get(a, ctx.const(0)) for a in reader.root}
+        at = ctx.producer_indices(reader.definition, t, root)
+    return at
 
 
-def vector_cat(ctx, tv, width):
-    """tv's cat along its innermost axis, `width` elements at a time: an if per boundary
-    between inputs, and in the branch of the input whose range holds the vector, one
-    vector load of its global input, the unary ops, casts and slices between them
-    (cat_chain) computed on the loaded elements in registers. Lowered once with the
-    vector axis indexed by a symbolic lane, each index must come out as base + lane,
-    base a multiple of width: the cat axis's (the vector's elements consecutive in the
-    output) and each global input's (consecutive and aligned in the input). The addends
-    lowering cannot prove multiples of width must be launch-time values (a slice's start,
-    an input's extent): they go to kernel.vector_offsets, with the boundaries between
-    inputs, for the executable to check per call (where one is not, it runs a variant
-    whose cat reads element by element). Then no vector straddles a boundary, the
-    condition at lane 0 holds for every lane, and no clamp is needed: the branch taken
-    reads inside its input."""
+def vector_select(ctx, tv, width):
+    """tv's cat or pad along its innermost axis, `width` elements at a time: an if per
+    boundary between its regions (analysis.row_regions), and in the region holding the
+    vector one vector load of the fusion input under it, the unary ops, casts and slices
+    between them computed on the loaded elements in registers (or, in a pad's margins,
+    the pad value). Lowered once with the vector axis indexed by a symbolic lane, each
+    index must come out as base + lane, base a multiple of width: the innermost axis's
+    (the vector's elements consecutive in the output) and each fusion input's
+    (consecutive and aligned there). The addends lowering cannot prove multiples of width
+    must be launch-time values (a slice's start, an input's extent, a pad's width): they
+    go to kernel.vector_offsets, with the boundaries, for the executable to check per
+    call (where one is not, it runs a variant reading element by element). Then no vector
+    straddles a boundary, the condition at lane 0 holds for every lane, and no clamp is
+    needed: the branch taken reads inside its region."""
     expr = tv.definition
     axis = ctx.concrete_axis(tv, len(tv.loop) - 1)
-    cat_axis = tv.root[expr.dim]
+    row_axis = tv.root[-1]
     lane = kir.Var(f"v{len(ctx.loop_vars)}", ctx.index_dtype)
     ctx.ranges.vars[id(lane)] = (0, width - 1)
 
@@ -154,11 +154,11 @@ def vector_cat(ctx, tv, width):
 
     def refuse(what, index):
         raise ScheduleError(
-            f"vectorize: {tv.name} takes {width} elements at a time through its cat, but "
-            f"lowering cannot prove them consecutive and {width}-aligned in {what} "
-            f"({kir.format_expr(index)} at lane {lane.name}); vectorize the innermost "
-            "axis of the cat's axis, with the cat's inputs read at offsets of launch-time "
-            "values")
+            f"vectorize: {tv.name} takes {width} elements at a time through its "
+            f"{expr.op}, but lowering cannot prove them consecutive and {width}-aligned "
+            f"in {what} ({kir.format_expr(index)} at lane {lane.name}); vectorize the "
+            f"innermost axis of the {expr.op}'s axis, with its inputs read at offsets of "
+            "launch-time values")
 
     def proved(index, of):
         """Check `index` is base + lane, base a multiple of width up to the launch-time
@@ -177,67 +177,77 @@ def vector_cat(ctx, tv, width):
         if unproven is not None:
             offsets.append(unproven)
 
-    chains = [cat_chain(expr, t) for t in expr.inputs]
-    leaves = {c[-1].name for c in chains}
+    regions = row_regions(tv)
     offsets = []
     at_lane = indices_at(lane)
-    proved(at_lane.get(cat_axis, ctx.const(0)), "the cat's axis")
-    if any(e is lane for a in tv.root if a is not cat_axis
+    proved(at_lane.get(row_axis, ctx.const(0)), f"{tv.name}'s rows")
+    if any(e is lane for a in tv.root if a is not row_axis
            for e in kir.walk_expr(at_lane.get(a, ctx.const(0)))):
-        refuse("the cat's axis", at_lane.get(cat_axis, ctx.const(0)))
-    for k in range(1, len(expr.inputs)):          # the boundaries: multiples of width
-        unproven = _unproven_offset(ctx, ctx.extent(expr.offsets[k]), width)
+        refuse(f"{tv.name}'s rows", at_lane.get(row_axis, ctx.const(0)))
+    for start, _ in regions[1:]:                   # the boundaries: multiples of width
+        unproven = _unproven_offset(ctx, ctx.extent(start), width)
         if unproven is False:
-            refuse("the boundaries between its inputs", ctx.extent(expr.offsets[k]))
+            refuse("the boundaries between its regions", ctx.extent(start))
         if unproven is not None:
             offsets.append(unproven)
     index = indices_at(ctx.const(0))
-    i = index.get(cat_axis, ctx.const(0))
+    i = index.get(row_axis, ctx.const(0))
 
-    def vector_of(leaf, logical):
-        return kir.Load(ctx.buffers[leaf], global_index(ctx, leaf, logical), None, width)
-
-    def branch(k):
-        chain = chains[k]
-        leaf = chain[-1]
-        symbolic = _cat_input_index(ctx, expr, k, chain, at_lane)[-1]
-        inner = leaf.shape_axes[-1]
-        proved(symbolic.get(inner, ctx.const(0)), f"{leaf.name}'s rows")
-        if any(e is lane for a in leaf.shape_axes if a is not inner
-               for e in kir.walk_expr(symbolic.get(a, ctx.const(0)))):
-            refuse(f"{leaf.name}'s rows", symbolic.get(inner, ctx.const(0)))
-        logical = _cat_input_index(ctx, expr, k, chain, index)[-1]
-        if all(isinstance(t.definition, SliceOp) for t in chain[:-1]):   # copied as is
-            copy = store(ctx, tv, kir.Load(ctx.buffers[leaf], ctx.const(0)), index,
-                         "compute")
-            vector = kir.Store(copy.buffer, copy.index, vector_of(leaf, logical),
-                               copy.access, width=width)
-            ctx.store_info[vector] = ctx.store_info.pop(copy)
-            return [vector]
-        loaded = kir.Buffer(f"{tv.name}_{k}_{leaf.name}", leaf.dtype, kir.Memory.local,
-                            ctx.const(width))
-        fill = kir.Store(loaded, ctx.const(0), vector_of(leaf, logical), width=width)
-        ctx.store_info[fill] = StoreInfo(tv, "compute", index, kir.Memory.local)
-        element = kir.Var(f"v{len(ctx.loop_vars)}_{k}", ctx.index_dtype)
+    def elements(value_at):
+        """tv[j] = value_at(j) for the vector's elements j, in an unrolled loop."""
+        element = kir.Var(f"v{len(ctx.loop_vars)}_{len(elements_made)}", ctx.index_dtype)
+        elements_made.append(element)
         ctx.ranges.vars[id(element)] = (0, width - 1)
-        value = kir.Load(loaded, element)
-        for t in reversed(chain[:-1]):        # from the global input up to the cat
-            ctx.inline_values = {t.definition.tensor_inputs[0]: value}
-            try:
-                value = pointwise_value(ctx, t.definition, {})
-            finally:
-                ctx.inline_values = None
+        value = value_at(element)
         ctx.lane_index[axis] = element
         try:
             computed = store(ctx, tv, value, ctx.root_indices(tv), "compute")
         finally:
             del ctx.lane_index[axis]
-        return [kir.Allocate(loaded), fill,
-                kir.ForLoop(element, ctx.const(width), [computed], kind="unroll")]
+        return kir.ForLoop(element, ctx.const(width), [computed], kind="unroll")
 
-    chosen = branch(len(expr.inputs) - 1)
-    for k in range(len(expr.inputs) - 2, -1, -1):
-        chosen = [kir.IfThenElse(ctx.binop("lt", i, ctx.extent(expr.offsets[k + 1])),
+    def branch(k):
+        chain = regions[k][1]
+        if chain is None:                    # a pad's margin: its value
+            return [elements(lambda _: operand_value(ctx, expr, expr.inputs[1], index,
+                                                     tv.dtype))]
+        leaf = chain[-1]
+        inner = leaf.shape_axes[-1]
+        symbolic = _chain_index(ctx, expr, chain, at_lane)
+        proved(symbolic.get(inner, ctx.const(0)), f"{leaf.name}'s rows")
+        if any(e is lane for a in leaf.shape_axes if a is not inner
+               for e in kir.walk_expr(symbolic.get(a, ctx.const(0)))):
+            refuse(f"{leaf.name}'s rows", symbolic.get(inner, ctx.const(0)))
+        vector = kir.Load(ctx.buffers[leaf],
+                          global_index(ctx, leaf, _chain_index(ctx, expr, chain, index)),
+                          None, width)
+        if all(isinstance(t.definition, SliceOp) for t in chain[:-1]):   # copied as is
+            copy = store(ctx, tv, kir.Load(ctx.buffers[leaf], ctx.const(0)), index,
+                         "compute")
+            moved = kir.Store(copy.buffer, copy.index, vector, copy.access, width=width)
+            ctx.store_info[moved] = ctx.store_info.pop(copy)
+            return [moved]
+        loaded = kir.Buffer(f"{tv.name}_{k}_{leaf.name}", leaf.dtype, kir.Memory.local,
+                            ctx.const(width))
+        fill = kir.Store(loaded, ctx.const(0), vector, width=width)
+        ctx.store_info[fill] = StoreInfo(tv, "compute", index, kir.Memory.local)
+
+        def value_at(element):
+            value = kir.Load(loaded, element)
+            for t in reversed(chain[:-1]):        # from the fusion input up to the region
+                ctx.inline_values = {t.definition.tensor_inputs[0]: value}
+                try:
+                    value = pointwise_value(ctx, t.definition, {})
+                finally:
+                    ctx.inline_values = None
+            return value
+        return [kir.Allocate(loaded), fill, elements(value_at)]
+
+    elements_made = []
+    chosen = branch(len(regions) - 1)
+    for k in range(len(regions) - 2, -1, -1):
+        chosen = [kir.IfThenElse(ctx.binop("lt", i, ctx.extent(regions[k + 1][0])),
                                  branch(k), chosen)]
-    ctx.vector_offsets.extend((name, e) for e in offsets for name in sorted(leaves))
+    leaves = sorted({chain[-1].name for _, chain in regions if chain is not None})
+    ctx.vector_offsets.extend((name, e) for e in offsets for name in leaves)
     return chosen

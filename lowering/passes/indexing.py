@@ -10,8 +10,8 @@ map and index maps: a slice's start + step * i, a pad's or cat's shift clamped i
 producer; broadcast axes read index 0): globally through its strides, and in a buffer by
 replaying the transforms of the tensor that lays it out (its own) forwards to its loop
 indices. A pad or cat selects the pad value or the input whose range holds the index; a
-vectorized cat branches once per vector instead and loads the vector of the fusion input
-under the input holding it (lowering.indexing.vectors). All index math is C integer
+vectorized one branches once per vector instead and loads the vector of the fusion input
+under the region holding it (lowering.indexing.vectors). All index math is C integer
 arithmetic in the kernel's index type.
 
 Values are typed explicitly: f16/bf16 operands are converted to f32 before arithmetic and
@@ -67,11 +67,11 @@ from ..indexing import fragments, hopper_operands
 from ..indexing.buffers import accumulator_index, element_index, global_index, tile_index
 from ..indexing.tma_copies import tma_load, tma_store
 from ..indexing.values import convert, load, pointwise_value, store
-from ..indexing.vectors import base_of, vector_bases, vector_cat, vector_copy
+from ..indexing.vectors import base_of, vector_bases, vector_copy, vector_select
 from ..kir import visit as kir_visit
 from ..support.analysis import (StoreInfo, async_vector_bytes, is_async_copy, is_tma_copy,
                                 is_tma_store, is_warp_group_tile, mma_kind, mma_positions,
-                                vector_cat_width, vector_copy_width)
+                                vector_select_width, vector_copy_width)
 from ..contract import Pass
 
 
@@ -373,9 +373,9 @@ def lower_part(ctx, part):
     width = vector_copy_width(tv) if role == "compute" else 0
     if width:
         return vector_copy(ctx, tv, width)
-    width = vector_cat_width(tv) if role == "compute" else 0
+    width = vector_select_width(tv) if role == "compute" else 0
     if width:
-        return vector_cat(ctx, tv, width)
+        return vector_select(ctx, tv, width)
     if role == "compute":
         return store(ctx, tv, pointwise_value(ctx, expr, index), index, role)
     acc = ctx.accumulators[tv]

@@ -14,7 +14,7 @@ tensors, the parallel extents) and the index helpers; it sits between the fusion
 passes so that no pass re-derives them.
 """
 
-from fuserir.ir.exprs import CatOp, LoadStoreOp, MatmulOp
+from fuserir.ir.exprs import CatOp, LoadStoreOp, MatmulOp, PadOp, view_chain
 from fuserir.ir.graph import ancestors
 from fuserir.ir.tensor import MemoryType, TensorView
 from fuserir.errors import ScheduleError
@@ -143,47 +143,60 @@ def vector_copy_width(tv):
     return width if width > 1 and width * tv.dtype.itemsize in (4, 8, 16) else 0
 
 
-def cat_chain(cat, producer):
-    """The tensors a vectorized cat computes itself for its input `producer`
-    (CatOp.input_chain: unary ops, casts and slices down to a fusion input), where none
-    of them has a schedule of its own; else None."""
-    chain = cat.input_chain(producer)
-    if chain is None or any(t.loop != t.root for t in chain[:-1]):
+def row_regions(tv):
+    """[(start along tv's innermost axis, the chain read from there, or None: a pad's
+    value)] of a cat or a pad along that axis (CatOp.regions, PadOp.regions) whose inputs
+    are view chains (fuserir.ir.exprs.view_chain: unary ops, casts and slices down to a
+    fusion input) none of whose tensors has a schedule of its own; else None."""
+    e = tv.definition
+    if not isinstance(e, (CatOp, PadOp)) or (isinstance(e, CatOp) and e.dim != tv.rank - 1):
         return None
-    return chain
+    regions = e.regions()
+    if regions is None:
+        return None
+    found = []
+    for start, t in regions:
+        chain = None if t is None else view_chain(t, tv.rank - 1)
+        if t is not None and (chain is None or any(c.loop != c.root for c in chain[:-1])):
+            return None
+        found.append((start, chain))
+    return found
 
 
-def vector_cat_width(tv):
-    """Elements per access of a vectorized cat into registers along the innermost axis (a
-    CatOp whose output is local, its innermost loop axis vectorized), lowered as one
-    vector load per global input of the input whose range holds the vector, the unary
-    ops, casts and slices between them computed in registers (cat_chain); 0 where tv is
-    not one: an input is not such a chain, or a vector of some global input is not 4, 8
-    or 16 bytes. The global inputs are what the executable checks: each row a whole
+def vector_select_width(tv):
+    """Elements per access of a vectorized cat or pad along the innermost axis into
+    registers (its output local, its innermost loop axis vectorized; row_regions), lowered
+    as an if per boundary between regions and, in the region holding the vector, one
+    vector load of the fusion input under it with the ops between computed in registers
+    (or the pad value); 0 where tv is not one, or a vector of some fusion input is not 4,
+    8 or 16 bytes. The fusion inputs are what the executable checks: each row a whole
     number of vectors, and the offsets lowering could not prove multiples of the width
-    (a slice's start, a boundary between computed inputs) checked per call
-    (kernel.vector_offsets), so no vector straddles a boundary."""
-    expr = tv.definition
-    if not isinstance(expr, CatOp) or tv.memory_type is not MemoryType.local or \
-            not tv.loop or tv.loop[-1].parallel is not ParallelType.vectorize or \
-            expr.dim != tv.rank - 1:
+    (a slice's start, a boundary) checked per call (kernel.vector_offsets), so no vector
+    straddles a boundary."""
+    if tv.memory_type is not MemoryType.local or not tv.loop or \
+            tv.loop[-1].parallel is not ParallelType.vectorize:
         return 0
-    chains = [cat_chain(expr, t) for t in expr.inputs]
+    regions = row_regions(tv)
     width = tv.loop[-1].extent
-    if None in chains or width < 2 or any(
-            width * c[-1].dtype.itemsize not in (4, 8, 16) for c in chains):
+    if regions is None or width < 2 or any(
+            chain is not None and width * chain[-1].dtype.itemsize not in (4, 8, 16)
+            for _, chain in regions):
         return 0
     return width
 
 
-def absorbed_by_vector_cats(fusion):
-    """The tensors vectorized cats compute themselves (their inputs' chains but the global
-    inputs): nothing else reads them, so nothing else computes them."""
+def select_leaves(tv):
+    """The fusion inputs a vectorized cat or pad loads vectors of."""
+    return [chain[-1] for _, chain in row_regions(tv) if chain is not None]
+
+
+def absorbed_by_vector_selects(fusion):
+    """The tensors vectorized cats and pads compute themselves (their view chains but the
+    fusion inputs): nothing else reads them, so nothing else computes them."""
     found = set()
     for tv in fusion.tensors:
-        if vector_cat_width(tv):
-            found |= {t for x in tv.definition.inputs
-                      for t in cat_chain(tv.definition, x)[:-1]}
+        if vector_select_width(tv):
+            found |= {t for _, chain in row_regions(tv) if chain for t in chain[:-1]}
     return found
 
 
@@ -244,11 +257,11 @@ def fragment_size(tv):
 
 def live_tensors(fusion):
     """The tensors some output depends on (others are dead code: nothing computes them),
-    less those a vectorized cat computes itself (absorbed_by_vector_cats)."""
+    less those a vectorized cat or pad computes itself (absorbed_by_vector_selects)."""
     live = set(fusion.outputs)
     for out in fusion.outputs:
         live |= {n for n in ancestors(fusion.graph, out) if isinstance(n, TensorView)}
-    return live - absorbed_by_vector_cats(fusion)
+    return live - absorbed_by_vector_selects(fusion)
 
 
 def _bound_class(ctx, tv, ptype, data_only):
