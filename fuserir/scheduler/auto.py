@@ -15,9 +15,9 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
   vectors); a cat or pad along the rows read at the output's element, whose inputs are
   unary ops, casts and slices of inputs (a rotary embedding's cat), is itself
   vectorized: each vector one load of the input under the region holding it, the ops
-  computed on it in registers. Other
-  outputs are flattened, split into blocks of THREADS threads that each
-  handle UNROLL elements a warp-width apart (so every access is coalesced); other reads
+  computed on it in registers. Other outputs are flattened, split into blocks of
+  THREADS threads that each handle UNROLL elements a warp-width apart (so every access
+  is coalesced); other reads
   (shifted, transposed, broadcast along the last axis) are element by element in either;
 * transpose: a pointwise fusion with an input contiguous along another axis than its
   output (read through a permute) is tiled on both innermost axes, that input staged
@@ -131,13 +131,12 @@ _SAME_INDEX = (BinaryOp, BroadcastOp, CastOp, CatOp, LoadStoreOp, PadOp, SliceOp
 
 
 def _read_at_output_index(fusion, out):
-    """({input: the tensors that read it at `out`'s own element index}, the tensors read at
-    it, `out` among them) for the inputs of
-    `fusion` that some tensor reads so: through pointwise ops, casts, selects, unshifted
-    slices and broadcasts only, its axes some of `out`'s in order, its last `out`'s last,
-    of the same extents (a bias of [N] broadcast to [M, N] is read at the output's column,
-    a mask [B, D] of [B, S, D] at its batch and column). A vector of `out` then reads a
-    vector of each of them."""
+    """({input: the tensors that read it at `out`'s own element index}, every tensor read
+    at it, `out` among them) for the inputs of `fusion` that some tensor reads so: through
+    pointwise ops, casts, selects, unshifted slices and broadcasts only, its axes some of
+    `out`'s in order, its last `out`'s last, of the same extents (a bias of [N] broadcast
+    to [M, N] is read at the output's column, a mask [B, D] of [B, S, D] at its batch and
+    column). A vector of `out` then reads a vector of each of them."""
     at = {out: list(range(out.rank))}   # tensor -> out's axis of each of its axes, or None
     readers = {}
     for e in reversed(fusion.exprs):
