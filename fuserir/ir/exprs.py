@@ -362,6 +362,24 @@ def view_chain(producer, dim):
     return chain
 
 
+def row_chains(tv):
+    """[(start along tv's innermost axis, the view chain read from there, or None: a pad's
+    value)] where tv is a cat or a pad along its innermost axis (CatOp.regions,
+    PadOp.regions) whose inputs are all view chains; else None. What a vectorized cat or
+    pad computes: the pointwise schedule's choice and lowering's (vector_select)."""
+    e = tv.definition
+    if not isinstance(e, (CatOp, PadOp)) or (isinstance(e, CatOp) and e.dim != tv.rank - 1):
+        return None
+    regions = e.regions()
+    if regions is None:
+        return None
+    found = [(start, None if t is None else view_chain(t, tv.rank - 1))
+             for start, t in regions]
+    if any(t is not None and chain is None for (_, t), (_, chain) in zip(regions, found)):
+        return None
+    return found
+
+
 class FullOp(Expr):
     """A tensor of `value` everywhere, of the output's shape and dtype (nvFuser's full): an
     expression with no tensor input."""

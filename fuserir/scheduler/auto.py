@@ -43,7 +43,7 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
 from ..errors import ScheduleError
 from ..ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, FullOp,
                         LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp, ReshapeOp,
-                        SliceOp, SqueezeOp, UnaryOp, WhereOp, view_chain)
+                        SliceOp, SqueezeOp, UnaryOp, WhereOp, row_chains)
 from ..ir.tensor import MemoryType
 from .. import ops
 from ..ir import extent as ext
@@ -252,20 +252,14 @@ def _schedule_vectors(fusion, sizes):
 def _vector_select(tv, width):
     """Is tv (read at the output's element) a cat or pad along its innermost axis whose
     inputs are each made from one fusion input by unary ops, casts and slices
-    (fuserir.ir.exprs.view_chain), each fusion input's vector 4, 8 or 16 bytes?
+    (fuserir.ir.exprs.row_chains), each fusion input's vector 4, 8 or 16 bytes?
     Vectorized, such a tensor loads each vector of the fusion input under the region
     holding it at once and computes the ops on it in registers (the executable checks
     that the rows and the offsets, a slice's start or a boundary, allow the vector, and
     reads element by element where they do not)."""
-    e = tv.definition
-    if not isinstance(e, (CatOp, PadOp)) or (isinstance(e, CatOp) and e.dim != tv.rank - 1):
-        return False
-    regions = e.regions()
-    if regions is None:
-        return False
-    chains = [view_chain(t, tv.rank - 1) for _, t in regions if t is not None]
-    return None not in chains and all(
-        width * c[-1].dtype.itemsize in (4, 8, 16) for c in chains)
+    regions = row_chains(tv)
+    return regions is not None and all(
+        width * chain[-1].dtype.itemsize in (4, 8, 16) for _, chain in regions if chain)
 
 
 # -- reductions and normalizations ---------------------------------------------------------

@@ -14,7 +14,7 @@ tensors, the parallel extents) and the index helpers; it sits between the fusion
 passes so that no pass re-derives them.
 """
 
-from fuserir.ir.exprs import CatOp, LoadStoreOp, MatmulOp, PadOp, view_chain
+from fuserir.ir.exprs import LoadStoreOp, MatmulOp, row_chains
 from fuserir.ir.graph import ancestors
 from fuserir.ir.tensor import MemoryType, TensorView
 from fuserir.errors import ScheduleError
@@ -144,23 +144,14 @@ def vector_copy_width(tv):
 
 
 def row_regions(tv):
-    """[(start along tv's innermost axis, the chain read from there, or None: a pad's
-    value)] of a cat or a pad along that axis (CatOp.regions, PadOp.regions) whose inputs
-    are view chains (fuserir.ir.exprs.view_chain: unary ops, casts and slices down to a
-    fusion input) none of whose tensors has a schedule of its own; else None."""
-    e = tv.definition
-    if not isinstance(e, (CatOp, PadOp)) or (isinstance(e, CatOp) and e.dim != tv.rank - 1):
+    """fuserir.ir.exprs.row_chains of tv (a cat or pad of the rows over view chains: unary
+    ops, casts and slices down to a fusion input) where none of the chains' tensors has a
+    schedule of its own; else None."""
+    regions = row_chains(tv)
+    if regions is None or any(c.loop != c.root for _, chain in regions if chain
+                              for c in chain[:-1]):
         return None
-    regions = e.regions()
-    if regions is None:
-        return None
-    found = []
-    for start, t in regions:
-        chain = None if t is None else view_chain(t, tv.rank - 1)
-        if t is not None and (chain is None or any(c.loop != c.root for c in chain[:-1])):
-            return None
-        found.append((start, chain))
-    return found
+    return regions
 
 
 def vector_select_width(tv):
