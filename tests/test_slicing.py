@@ -441,6 +441,33 @@ def test_a_pad_of_the_rows_fills_and_loads_whole_vectors(dtype, width, rng):
     assert _vector_loads(exe.kernels_for({"x": x}))["x"] == {1}
 
 
+@pytest.mark.parametrize("dtype, width", [(D.bf16, 8), (D.f32, 4)])
+def test_slices_of_the_rows_load_whole_vectors(dtype, width, rng):
+    """A gated unit's halves (SwiGLU: `a * sigmoid(a) * b`, a and b the halves of x's rows)
+    are read as whole vectors of x, b's at the launch-time offset D / 2; where D / 2 is no
+    whole number of vectors, element reads. A slice at a constant offset that no vector
+    fits (`x[:, 1:] - x[:, :-1]`) keeps its element reads in every variant. Each run equals
+    the reference evaluator bit for bit."""
+    f = fuserir.parse(f"fusion f(x: {dtype}[R, D]) {{\n"
+                      "  a = slice(x, [0, 0], [R, D / 2])\n"
+                      "  b = slice(x, [0, D / 2], [R, 2 * (D / 2)])\n"
+                      "  out = a * sigmoid(a) * b\n  output out\n}\n")
+    exe = codegen.compile(f, backend="interp")
+    for d, widths in [(64 * width, {width}), (66 * width, {width}), (64 * width + 2, {1})]:
+        x = rng.standard_normal((3, d)).astype(dtype.numpy)
+        np.testing.assert_array_equal(exe.run({"x": x})["out"],
+                                      fuserir.evaluate(f, {"x": x})["out"])
+        assert _vector_loads(exe.kernels_for({"x": x}))["x"] == widths
+    f = fuserir.parse(f"fusion f(x: {dtype}[R, D]) {{\n"
+                      "  out = slice(x, [0, 1], [R, D]) - slice(x, [0, 0], [R, D - 1])\n"
+                      "  output out\n}\n")
+    exe = codegen.compile(f, backend="interp")
+    x = rng.standard_normal((3, 64 * width + 1)).astype(dtype.numpy)
+    np.testing.assert_array_equal(exe.run({"x": x})["out"], x[:, 1:] - x[:, :-1])
+    assert 1 in _vector_loads(exe.kernels_for({"x": x}))["x"]
+    assert not exe.kernels_for({"x": x})[0].kir.vector_offsets
+
+
 def test_without_the_offset_check_the_misaligned_vector_is_caught(monkeypatch, rng):
     """The executable's check of the launch-time offsets is what keeps the vectors
     aligned: with it taken away, D = 520 (D / 2 = 260 bf16 elements, 8 bytes past a

@@ -365,16 +365,20 @@ def view_chain(producer, dim):
 def row_chains(tv):
     """[(start along tv's innermost axis, the view chain read from there, or None: a pad's
     value)] where tv is a cat or a pad along its innermost axis (CatOp.regions,
-    PadOp.regions) whose inputs are all view chains; else None. What a vectorized cat or
-    pad computes: the pointwise schedule's choice and lowering's (vector_select)."""
+    PadOp.regions), or a slice of step 1 along the rows (one region), whose inputs are
+    all view chains; else None. What a vectorized cat, pad or slice computes:
+    the pointwise schedule's choice and lowering's (vector_select)."""
     e = tv.definition
-    if not isinstance(e, (CatOp, PadOp)) or (isinstance(e, CatOp) and e.dim != tv.rank - 1):
+    last = tv.rank - 1
+    if isinstance(e, SliceOp) and tv.rank and e.steps[last] == 1:
+        regions = [(0, e.inputs[0])]        # a slice of the rows: one region
+    elif isinstance(e, PadOp) or (isinstance(e, CatOp) and e.dim == last):
+        regions = e.regions()
+    else:
         return None
-    regions = e.regions()
     if regions is None:
         return None
-    found = [(start, None if t is None else view_chain(t, tv.rank - 1))
-             for start, t in regions]
+    found = [(start, None if t is None else view_chain(t, last)) for start, t in regions]
     if any(t is not None and chain is None for (_, t), (_, chain) in zip(regions, found)):
         return None
     return found

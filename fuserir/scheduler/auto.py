@@ -12,10 +12,10 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
   are loaded into registers as vectors (cache_after(local, consumers=...) where a tensor
   also reads one shifted), computed there, and the output stored as a vector (the
   executable runs a narrower variant where an array's rows are no whole number of
-  vectors); a cat or pad along the rows read at the output's element, whose inputs are
-  unary ops, casts and slices of inputs (a rotary embedding's cat), is itself
-  vectorized: each vector one load of the input under the region holding it, the ops
-  computed on it in registers. Other outputs are flattened, split into blocks of
+  vectors); a cat, pad or slice along the rows read at the output's element, whose
+  inputs are unary ops, casts and slices of inputs (a rotary embedding's cat, a gated
+  unit's halves), is itself vectorized: each vector one load of the input under the
+  region holding it, the ops computed on it in registers. Other outputs are flattened, split into blocks of
   THREADS threads that each handle UNROLL elements a warp-width apart (so every access
   is coalesced); other reads
   (shifted, transposed, broadcast along the last axis) are element by element in either;
@@ -250,16 +250,25 @@ def _schedule_vectors(fusion, sizes):
 
 
 def _vector_select(tv, width):
-    """Is tv (read at the output's element) a cat or pad along its innermost axis whose
-    inputs are each made from one fusion input by unary ops, casts and slices
-    (fuserir.ir.exprs.row_chains), each fusion input's vector 4, 8 or 16 bytes?
+    """Is tv (read at the output's element) a cat or pad along its innermost axis, or a
+    slice of the rows, whose inputs are each made from one fusion input by
+    unary ops, casts and slices (fuserir.ir.exprs.row_chains), each fusion input's vector
+    4, 8 or 16 bytes, and no offset a constant that is no multiple of the vector?
     Vectorized, such a tensor loads each vector of the fusion input under the region
     holding it at once and computes the ops on it in registers (the executable checks
     that the rows and the offsets, a slice's start or a boundary, allow the vector, and
     reads element by element where they do not)."""
     regions = row_chains(tv)
-    return regions is not None and all(
-        width * chain[-1].dtype.itemsize in (4, 8, 16) for _, chain in regions if chain)
+    if regions is None:
+        return False
+    offsets = [start for start, _ in regions] + [
+        t.definition.starts[-1] for t in [tv] + [c for _, chain in regions if chain
+                                               for c in chain[:-1]]
+        if isinstance(t.definition, SliceOp)]
+    if any(isinstance(o, int) and o % width for o in offsets):
+        return False        # every call would take the element variant (x[:, 1:], ...)
+    return all(width * chain[-1].dtype.itemsize in (4, 8, 16)
+               for _, chain in regions if chain)
 
 
 # -- reductions and normalizations ---------------------------------------------------------

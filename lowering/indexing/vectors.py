@@ -1,9 +1,9 @@
 """Vector accesses for the indexing pass: a copy of w consecutive elements in one load
-and store (vector_copy), and a cat or pad along the innermost axis w elements at a time
-(vector_select), each proved by lowering it once at a symbolic lane: every index it touches
-must come out as base + lane with base a multiple of w (base_of), the launch-time
-offsets lowering cannot prove so recorded for the executable to check per call
-(kernel.vector_offsets).
+and store (vector_copy), and a cat, pad or slice of the rows w elements at a time
+(vector_select), each proved by lowering it once at a symbolic lane: every index it
+touches must come out as base + lane with base a multiple of w (base_of), the
+launch-time offsets lowering cannot prove so recorded for the executable to check per
+call (kernel.vector_offsets).
 
 It sits under lowering.passes.indexing and builds on lowering.indexing.values.
 """
@@ -110,14 +110,14 @@ def _unproven_offset(ctx, base, width):
 
 
 def _chain_index(ctx, expr, chain, index):
-    """{shape axis: index} of the fusion input under `chain` (a view chain a cat or pad
-    reads) for the output element at root `index`: the expression's shift along its axis
-    without the clamp (the branch that reads it holds the index inside the region), then
-    each slice's map."""
+    """{shape axis: index} of the fusion input under `chain` (a view chain a cat, pad or
+    slice reads) for the output element at root `index`: the expression's shift along its
+    axis without the clamp (the branch that reads it holds the index inside the region),
+    then each slice's map."""
     at = ctx.producer_indices(expr, chain[0], index)
     axis = chain[0].shape_axes[expr.output.rank - 1]
-    shift = expr.index_maps(chain[0])[axis]          # start -offset, step 1, clamped
-    at[axis] = ctx.binop("add", ctx.extent(shift.start),
+    shift = expr.index_maps(chain[0]).get(axis)      # a slice's start, or -offset: step 1
+    at[axis] = ctx.binop("add", ctx.extent(shift.start if shift else 0),
                          index.get(expr.output.root[-1], ctx.const(0)))
     for reader, t in zip(chain, chain[1:]):
         root = {a: at.get(a, ctx.const(0)) for a in reader.root}
@@ -126,8 +126,8 @@ def _chain_index(ctx, expr, chain, index):
 
 
 def vector_select(ctx, tv, width):
-    """tv's cat or pad along its innermost axis, `width` elements at a time: an if per
-    boundary between its regions (analysis.row_regions), and in the region holding the
+    """tv's cat, pad or slice along its innermost axis, `width` elements at a time: an if
+    per boundary between its regions (analysis.row_regions), and in the region holding the
     vector one vector load of the fusion input under it, the unary ops, casts and slices
     between them computed on the loaded elements in registers (or, in a pad's margins,
     the pad value). Lowered once with the vector axis indexed by a symbolic lane, each

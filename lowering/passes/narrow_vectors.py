@@ -3,22 +3,21 @@
 A copy between global and shared memory whose innermost loop axis is vectorized (w
 elements) moves each vector in one access: a cp.async of an async cache (indexing's
 async_copy), or a vector load and store (indexing's vector_copy), and so does a
-vectorized cat or pad (vector_select: a vector of the fusion input under the region
-holding it).
-That needs the global array's rows to be a whole number of vectors, contiguous and
-aligned, which the executable checks at run time (with the launch-time offsets a cat's
-or pad's vectors are read at). For arrays that are not, `lower(..., vector_caps={name:
-bytes})` builds a variant of the kernel whose copies of that global tensor move at most
-that many bytes per access (the executable picks the caps from the actual arrays:
-driver.vector_widths.widest_access_bytes): every vectorized copy or cp.async whose
-global side is the named tensor (a cache reading input X, or an output written from a
-shared tile) has its vector axis of w elements split into [w / c, c] (c = the widest of
-16, 8, 4 bytes within the cap, in elements), the outer part unrolled and the inner part
-vectorized; where no vector fits (c = 1, element copies) both pieces are unrolled. A
-vectorized cat or pad any of whose fusion inputs is capped becomes element reads instead (both
-pieces unrolled, its select per element, its inputs' ops inlined into it again): a
-narrower vector would lay its register tensor out otherwise than the copy that reads
-it. Those are the public
+vectorized cat, pad or slice (vector_select: a vector of the fusion input under the
+region holding it). That needs the global array's rows to be a whole number of vectors,
+contiguous and aligned, which the executable checks at run time (with the launch-time
+offsets the vectors of a cat, pad or slice are read at). For arrays that are not,
+`lower(..., vector_caps={name: bytes})` builds a variant of the kernel whose copies of
+that global tensor move at most that many bytes per access (the executable picks the
+caps from the actual arrays: driver.vector_widths.widest_access_bytes): every vectorized
+copy or cp.async whose global side is the named tensor (a cache reading input X, or an
+output written from a shared tile) has its vector axis of w elements split into
+[w / c, c] (c = the widest of 16, 8, 4 bytes within the cap, in elements), the outer
+part unrolled and the inner part vectorized; where no vector fits (c = 1, element
+copies) both pieces are unrolled. A vectorized cat, pad or slice any of whose fusion
+inputs is capped becomes element reads instead (both pieces unrolled, a select per
+element, its inputs' ops inlined into it again): a narrower vector would lay its
+register tensor out otherwise than the copy that reads it. Those are the public
 transforms (TensorView.split / parallelize / vectorize), applied to lowering's private
 copy of the fusion, never the user's.
 
@@ -55,7 +54,7 @@ ACCESS_BYTES = (16, 8, 4)     # the vector accesses a copy lowers to (cp.async, 
 def global_sides(tv):
     """The global tensors whose elements tv's copy moves by vectors (the input an async or
     vector cache reads, the output a vector copy writes, or the global input under each
-    input of a vectorized cat or pad), or []: tv is not such a copy."""
+    input of a vectorized cat, pad or slice), or []: tv is not such a copy."""
     if vector_select_width(tv):
         return select_leaves(tv)
     expr = tv.definition
@@ -120,7 +119,7 @@ def run(ctx, kernel):
     for tv in list(ctx.fusion.tensors):
         capped = [caps[t.name] for t in global_sides(tv) if t.name in caps]
         if capped and vector_select_width(tv):
-            narrow(tv, tv.dtype.itemsize)   # a cat or pad: elements, a select each
+            narrow(tv, tv.dtype.itemsize)   # a cat, pad, slice: element reads
         elif capped:
             narrow(tv, capped[0])
     return kernel

@@ -144,7 +144,7 @@ def vector_copy_width(tv):
 
 
 def row_regions(tv):
-    """fuserir.ir.exprs.row_chains of tv (a cat or pad of the rows over view chains: unary
+    """fuserir.ir.exprs.row_chains of tv (a cat, pad or slice of the rows over view chains: unary
     ops, casts and slices down to a fusion input) where none of the chains' tensors has a
     schedule of its own; else None."""
     regions = row_chains(tv)
@@ -155,7 +155,7 @@ def row_regions(tv):
 
 
 def vector_select_width(tv):
-    """Elements per access of a vectorized cat or pad along the innermost axis into
+    """Elements per access of a vectorized cat, pad or slice along the innermost axis into
     registers (its output local, its innermost loop axis vectorized; row_regions), lowered
     as an if per boundary between regions and, in the region holding the vector, one
     vector load of the fusion input under it with the ops between computed in registers
@@ -177,7 +177,7 @@ def vector_select_width(tv):
 
 
 def select_leaves(tv):
-    """The fusion inputs a vectorized cat or pad loads vectors of."""
+    """The fusion inputs a vectorized cat, pad or slice loads vectors of."""
     return [chain[-1] for _, chain in row_regions(tv) if chain is not None]
 
 
@@ -248,7 +248,7 @@ def fragment_size(tv):
 
 def live_tensors(fusion):
     """The tensors some output depends on (others are dead code: nothing computes them),
-    less those a vectorized cat or pad computes itself (absorbed_by_vector_selects)."""
+    less those a vectorized cat, pad or slice computes itself (absorbed_by_vector_selects)."""
     live = set(fusion.outputs)
     for out in fusion.outputs:
         live |= {n for n in ancestors(fusion.graph, out) if isinstance(n, TensorView)}
