@@ -11,6 +11,8 @@ dtype, rounded after each as torch eager rounds:
                              halves of x's rows (slices); x, cos, sin [R, D]
   transpose_add_<dtype>_...  out = transpose(x, 0, 1) + y, x [D, R], y and out [R, D]
   cat3_<dtype>_...           out = cat([a, b, c], dim=1), a and b [R, D/4], c [R, D/2]
+  swiglu_<dtype>_...         out = a * sigmoid(a) * b, a and b the halves of x's rows
+                             (a gated MLP's activation); x [R, D], out [R, D/2]
 Target: at least 80% of the copy bandwidth, the bytes being every input read once and
 the output written once; beside it torch eager and, with --torch-compile, torch.compile
 of the same op on the same tensors, in the same process. The method (events, L2 flush,
@@ -50,6 +52,20 @@ def rotary_torch(torch, t):
     x = t["x"]
     half = x.shape[1] // 2
     return x * t["cos"] + torch.cat([-x[:, half:], x[:, :half]], dim=1) * t["sin"]
+
+
+def swiglu_reference(dtype):
+    def reference(xp, v):
+        r = _rounding(xp, dtype)
+        x = v["x"]
+        a, b = x[:, :x.shape[1] // 2], x[:, x.shape[1] // 2:]
+        return {"out": r(r(a * r(1 / (1 + xp.exp(-a)))) * b)}
+    return reference
+
+
+def swiglu_torch(torch, t):
+    a, b = t["x"].chunk(2, dim=1)
+    return a * torch.sigmoid(a) * b
 
 
 def transpose_add_reference(dtype):
@@ -104,6 +120,15 @@ def cases(args):
                          [v["a"], v["b"], v["c"]], axis=1)},
                      torch_op=lambda torch, t: torch.cat([t["a"], t["b"], t["c"]], dim=1),
                      target=TARGET),
+                Case(f"swiglu_{tag}", f"""
+                    fusion swiglu(x: {dtype}[R, D]) {{
+                      a = slice(x, [0, 0], [R, D / 2])
+                      b = slice(x, [0, D / 2], [R, 2 * (D / 2)])
+                      out = a * sigmoid(a) * b
+                      output out
+                    }}""", {"R": rows, "D": cols},
+                     reference=swiglu_reference(dtype), torch_op=swiglu_torch,
+                     target=TARGET, rtol=2 ** -7 if dtype == "bf16" else 1e-6),
             ]
     return made
 

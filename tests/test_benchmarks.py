@@ -78,7 +78,7 @@ def test_fusions_are_unscheduled_and_bytes_are_ideal():
 def test_shape_ops_cases_bytes_and_targets():
     cases = {c.name: c for c in shape_ops.cases(args_of(shape_ops))}
     assert sorted(cases) == sorted(f"{op}_{dtype}_{shape}" for op in
-                                   ("rotary", "transpose_add", "cat3")
+                                   ("rotary", "transpose_add", "cat3", "swiglu")
                                    for dtype in ("bf16", "f32")
                                    for shape in ("8192x4096", "32768x1024"))
     assert all(not c.fusion.trace and c.target == ("copy", 0.80) for c in cases.values())
@@ -86,6 +86,7 @@ def test_shape_ops_cases_bytes_and_targets():
     assert cases["rotary_bf16_8192x4096"].nbytes == 2 * 4 * elements     # x, cos, sin, out
     assert cases["transpose_add_f32_8192x4096"].nbytes == 4 * 3 * elements
     assert cases["cat3_f32_32768x1024"].nbytes == 4 * 2 * 32768 * 1024    # in once, out once
+    assert cases["swiglu_bf16_8192x4096"].nbytes == 2 * 3 * elements // 2  # x, out: half
     assert [c.name for c in shape_ops.cases(args_of(shape_ops, "--quick"))][:3] == \
         ["rotary_bf16_256x512", "transpose_add_bf16_256x512", "cat3_bf16_256x512"]
 
