@@ -347,9 +347,9 @@ class CatOp(Expr):
 def view_chain(producer, dim):
     """[producer, .., a fusion input]: the unary ops, casts and slices (of step 1 along
     axis `dim`) from `producer` down to one fusion input, each tensor the only use of the
-    one before and no output; None where `producer` is made otherwise. A cat or a pad
-    along `dim` can compute such a chain on a vector of that fusion input loaded at once
-    (the vectorized pointwise schedule does)."""
+    one before and no output; None where `producer` is made otherwise. A cat, pad or
+    slice along `dim` can compute such a chain on a vector of that fusion input loaded at
+    once (the vectorized pointwise schedule does: row_chains)."""
     chain = [producer]
     while not chain[-1].is_input:
         t = chain[-1]

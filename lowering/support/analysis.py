@@ -144,9 +144,9 @@ def vector_copy_width(tv):
 
 
 def row_regions(tv):
-    """fuserir.ir.exprs.row_chains of tv (a cat, pad or slice of the rows over view chains: unary
-    ops, casts and slices down to a fusion input) where none of the chains' tensors has a
-    schedule of its own; else None."""
+    """fuserir.ir.exprs.row_chains of tv (a cat, pad or slice of the rows over view
+    chains: unary ops, casts and slices down to a fusion input) where none of the chains'
+    tensors has a schedule of its own; else None."""
     regions = row_chains(tv)
     if regions is None or any(c.loop != c.root for _, chain in regions if chain
                               for c in chain[:-1]):
@@ -182,8 +182,8 @@ def select_leaves(tv):
 
 
 def absorbed_by_vector_selects(fusion):
-    """The tensors vectorized cats and pads compute themselves (their view chains but the
-    fusion inputs): nothing else reads them, so nothing else computes them."""
+    """The tensors vectorized cats, pads and slices compute themselves (their view chains
+    but the fusion inputs): nothing else reads them, so nothing else computes them."""
     found = set()
     for tv in fusion.tensors:
         if vector_select_width(tv):
@@ -248,7 +248,8 @@ def fragment_size(tv):
 
 def live_tensors(fusion):
     """The tensors some output depends on (others are dead code: nothing computes them),
-    less those a vectorized cat, pad or slice computes itself (absorbed_by_vector_selects)."""
+    less those a vectorized cat, pad or slice computes itself
+    (absorbed_by_vector_selects)."""
     live = set(fusion.outputs)
     for out in fusion.outputs:
         live |= {n for n in ancestors(fusion.graph, out) if isinstance(n, TensorView)}
