@@ -18,9 +18,8 @@ from .buffers import global_index
 from .values import load, operand_value, pointwise_value, store
 
 
-def base_of(ctx, index, lane, width):
-    """b where `index` is b + lane with b a known multiple of `width` and free of lane, else
-    None: the proof that a vector's `width` elements are consecutive and aligned."""
+def lane_free_base(ctx, index, lane):
+    """b where `index` is b + lane with b free of lane, else None."""
     terms = addends(index)
     at = [i for i, t in enumerate(terms) if t is lane]
     rest = terms[:at[0]] + terms[at[0] + 1:] if len(at) == 1 else None
@@ -29,7 +28,14 @@ def base_of(ctx, index, lane, width):
     base = ctx.const(0)
     for t in rest:
         base = ctx.binop("add", base, t)
-    return base if known_factor(base) % width == 0 else None
+    return base
+
+
+def base_of(ctx, index, lane, width):
+    """b where `index` is b + lane with b a known multiple of `width` and free of lane, else
+    None: the proof that a vector's `width` elements are consecutive and aligned."""
+    base = lane_free_base(ctx, index, lane)
+    return base if base is not None and known_factor(base) % width == 0 else None
 
 
 def vector_bases(ctx, tv, buffer, index, logical, lane, width):
@@ -160,36 +166,30 @@ def vector_select(ctx, tv, width):
             f"innermost axis of the {expr.op}'s axis, with its inputs read at offsets of "
             "launch-time values")
 
-    def proved(index, of):
-        """Check `index` is base + lane, base a multiple of width up to the launch-time
-        offsets it records for the executable."""
-        terms = addends(index)
-        if sum(1 for t in terms if t is lane) != 1 or any(
-                e is lane for t in terms if t is not lane for e in kir.walk_expr(t)):
-            refuse(of, index)
-        base = ctx.const(0)
-        for t in terms:
-            if t is not lane:
-                base = ctx.binop("add", base, t)
-        unproven = _unproven_offset(ctx, base, width)
-        if unproven is False:
+    def multiple(base, of, index):
+        """Check `base` is a multiple of width, up to the launch-time offsets it records
+        for the executable."""
+        unproven = None if base is None else _unproven_offset(ctx, base, width)
+        if base is None or unproven is False:
             refuse(of, index)
         if unproven is not None:
             offsets.append(unproven)
 
+    def proved(indices, axes, inner, of):
+        """Check the lane runs along `inner` only, its index base + lane with base a
+        multiple of width (up to offsets)."""
+        index = indices.get(inner, ctx.const(0))
+        if any(e is lane for a in axes if a is not inner
+               for e in kir.walk_expr(indices.get(a, ctx.const(0)))):
+            refuse(of, index)
+        multiple(lane_free_base(ctx, index, lane), of, index)
+
     regions = row_regions(tv)
     offsets = []
     at_lane = indices_at(lane)
-    proved(at_lane.get(row_axis, ctx.const(0)), f"{tv.name}'s rows")
-    if any(e is lane for a in tv.root if a is not row_axis
-           for e in kir.walk_expr(at_lane.get(a, ctx.const(0)))):
-        refuse(f"{tv.name}'s rows", at_lane.get(row_axis, ctx.const(0)))
+    proved(at_lane, tv.root, row_axis, f"{tv.name}'s rows")
     for start, _ in regions[1:]:                   # the boundaries: multiples of width
-        unproven = _unproven_offset(ctx, ctx.extent(start), width)
-        if unproven is False:
-            refuse("the boundaries between its regions", ctx.extent(start))
-        if unproven is not None:
-            offsets.append(unproven)
+        multiple(ctx.extent(start), "the boundaries between its regions", ctx.extent(start))
     index = indices_at(ctx.const(0))
     i = index.get(row_axis, ctx.const(0))
 
@@ -214,10 +214,7 @@ def vector_select(ctx, tv, width):
         leaf = chain[-1]
         inner = leaf.shape_axes[-1]
         symbolic = _chain_index(ctx, expr, chain, at_lane)
-        proved(symbolic.get(inner, ctx.const(0)), f"{leaf.name}'s rows")
-        if any(e is lane for a in leaf.shape_axes if a is not inner
-               for e in kir.walk_expr(symbolic.get(a, ctx.const(0)))):
-            refuse(f"{leaf.name}'s rows", symbolic.get(inner, ctx.const(0)))
+        proved(symbolic, leaf.shape_axes, inner, f"{leaf.name}'s rows")
         vector = kir.Load(ctx.buffers[leaf],
                           global_index(ctx, leaf, _chain_index(ctx, expr, chain, index)),
                           None, width)
