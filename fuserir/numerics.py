@@ -18,8 +18,10 @@ of the dividend, a == (a / b) * b + a % b):
   A literal zero divisor is refused when the fusion is built (fuserir.ops).
 Sizes (tiles, grids, bytes) are divided up by ceil_div and rounded up by round_up: the
 one spelling of both on the host (a kernel's ceildiv is kir's op, (a + b - 1) / b).
-Reductions over no elements give the identity: sum -> 0, max -> -inf for floats and the
-type's minimum for integers (matmul over K = 0 is a sum: 0).
+Reductions combine their elements with a binary op (REDUCTIONS: sum adds, prod
+multiplies, max and min keep the larger or smaller and propagate NaN); over no elements
+they give that op's identity: sum -> 0, prod -> 1, max -> -inf for floats and the type's
+minimum for integers, min -> +inf or the type's maximum (matmul over K = 0 is a sum: 0).
 """
 
 import ml_dtypes
@@ -27,7 +29,12 @@ import numpy as np
 
 from .dtypes import DataType
 
-__all__ = ["convert", "float_to_int", "int_div", "int_mod", "identity", "ceil_div", "round_up"]
+__all__ = ["convert", "float_to_int", "int_div", "int_mod", "identity", "ceil_div", "round_up",
+           "REDUCTIONS"]
+
+# reduction -> the binary op (fuserir.op_table's and kernel IR's name) that combines two
+# partials of it
+REDUCTIONS = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}
 
 _F16 = np.dtype(np.float16)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -150,10 +157,17 @@ def round_up(a, b):
 
 
 def identity(op, dtype):
-    """The value a reduction `op` ("sum" or "max") over no elements gives, as a Python
-    number of numpy DataType `dtype`'s kind."""
+    """The value a reduction `op` (a key of REDUCTIONS, or the binary op that combines
+    its partials) over no elements gives, as a Python number of DataType `dtype`'s
+    kind."""
+    op = {combine: reduction for reduction, combine in REDUCTIONS.items()}.get(op, op)
     if op == "sum":
         return 0.0 if dtype.is_float else 0
-    if op == "max":
-        return float("-inf") if dtype.is_float else int(np.iinfo(dtype.numpy).min)
+    if op == "prod":
+        return 1.0 if dtype.is_float else 1
+    if op in ("max", "min"):
+        if dtype.is_float:
+            return float("-inf" if op == "max" else "inf")
+        info = np.iinfo(dtype.numpy)
+        return int(info.min if op == "max" else info.max)
     raise ValueError(f"unknown reduction {op!r}")

@@ -538,8 +538,10 @@ def accumulate_dtype(dtype):
     return dtype.compute
 
 
-def _reduction(op, x, axes):
+def _reduction(op, x, axes, keepdim=False, dtype=None):
     _check_tensor(op, x)
+    if dtype is not None:
+        x = _accumulated_as(op, x, dtype)
     if x.dtype is DataType.bool:
         raise FusionError(f"{op}: operand {x.name} is bool; cast it first")
     axes = _normalize_axes(op, x, axes)
@@ -551,16 +553,46 @@ def _reduction(op, x, axes):
             root.append(IterDomain(a.extent, a.kind))
     out = _new_tensor(x.fusion, x.dtype, root)
     x.fusion.add_expr(ReductionOp(op, x, out, axes))
-    return out
+    return _kept(op, out, axes, keepdim)
 
 
-def sum(x, axes):  # noqa: A001 - the op is called sum
-    return _reduction("sum", x, axes)
+def _accumulated_as(op, x, dtype):
+    """x converted to `dtype` before a reduction with `dtype=` (torch's meaning: the
+    elements are cast, then reduced and accumulated in that type)."""
+    if not isinstance(dtype, DataType):
+        raise FusionError(f"{op}: dtype must be a DataType, got {dtype!r}")
+    return x if x.dtype is dtype else cast(x, dtype)
 
 
-def max(x, axes):  # noqa: A001 - the op is called max
-    return _reduction("max", x, axes)
+def _kept(op, out, axes, keepdim):
+    """`out` with its reduced `axes` back as axes of extent 1 where `keepdim`."""
+    if not isinstance(keepdim, bool):
+        raise FusionError(f"{op}: keepdim must be true or false, got {keepdim!r}")
+    if not keepdim:
+        return out
+    return broadcast(out, [i in axes for i in range(out.rank + len(axes))])
 
+
+def sum(x, axes, keepdim=False, dtype=None):  # noqa: A001 - the op is called sum
+    """The sum of x's elements over `axes`; f16/bf16 accumulate in f32 and round once.
+    `keepdim` keeps the reduced axes (extent 1); `dtype` casts the elements first."""
+    return _reduction("sum", x, axes, keepdim, dtype)
+
+
+def prod(x, axes, keepdim=False, dtype=None):
+    """The product of x's elements over `axes` (1 over none); as sum otherwise."""
+    return _reduction("prod", x, axes, keepdim, dtype)
+
+
+def max(x, axes, keepdim=False):  # noqa: A001 - the op is called max
+    """The largest of x's elements over `axes` (NaN if any is; -inf, or the integer type's
+    minimum, over none): torch.amax."""
+    return _reduction("max", x, axes, keepdim)
+
+
+def min(x, axes, keepdim=False):  # noqa: A001 - the op is called min
+    """The smallest of x's elements over `axes`: torch.amin (as max)."""
+    return _reduction("min", x, axes, keepdim)
 
 
 def matmul(a, b, layout="TT"):
@@ -599,17 +631,23 @@ def matmul(a, b, layout="TT"):
 UNARY = {name: globals()[name] for name in UNARY_OPS}
 # truediv, clamp, threshold, lerp, addcmul (fuserir.composite), slice, pad, cat, full, iota,
 # arange (fuserir.slicing): built of the builders above
-from .composite import addcmul, clamp, lerp, threshold, truediv  # noqa: E402
+from .composite import addcmul, clamp, lerp, linear, threshold, truediv  # noqa: E402
 from .slicing import arange, cat, full, iota, pad, slice  # noqa: E402,A004
 from .reshaping import reshape  # noqa: E402
+from .statistics import log_softmax, mean, softmax, std, var, var_mean  # noqa: E402
 
 BINARY = {**{name: globals()[name] for name in BINARY_OPS}, "truediv": truediv}
 TERNARY = {"clamp": clamp, "lerp": lerp, "addcmul": addcmul, "threshold": threshold}
-REDUCTIONS = {"sum": sum, "max": max}
+REDUCTIONS = {"sum": sum, "prod": prod, "max": max, "min": min}
+MATMULS = {"matmul": matmul, "linear": linear}
 VIEWS = {name: globals()[name] for name in ("permute", "transpose", "squeeze", "unsqueeze",
                                             "expand", "broadcast_in_dim")}
 VIEWS["reshape"] = reshape
 POSITIONS = {name: globals()[name] for name in ("axis_index", "triu", "tril")}
+# mean, var, std, var_mean (two tensors), softmax, log_softmax (fuserir.statistics): built
+# of the reductions and ops above
+STATISTICS = {"mean": mean, "var": var, "std": std, "var_mean": var_mean,
+              "softmax": softmax, "log_softmax": log_softmax}
 
 SLICING = {"slice": slice, "pad": pad, "cat": cat}
 FACTORIES = {"full": full, "iota": iota, "arange": arange}

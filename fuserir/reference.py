@@ -280,6 +280,10 @@ def _accumulator(dtype):
     return DataType.f64 if dtype.is_float else dtype
 
 
+# numpy's reductions propagate NaN, as the kernels' combining ops do (fuserir.numerics)
+_REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+
+
 def _reduction(expr, values, env):
     x = values[expr.inputs[0]]
     out = expr.output
@@ -288,9 +292,8 @@ def _reduction(expr, values, env):
     acc = x.astype(acc_dtype.numpy)
 
     def reduce(a, axis):
-        if expr.op == "sum":
-            return np.sum(a, axis=axis)
-        return np.max(a, axis=axis, initial=identity)
+        with np.errstate(all="ignore"):     # a product may overflow to inf, as on the GPU
+            return _REDUCE[expr.op](a, axis=axis, initial=identity)
 
     if out.logical == out.root:
         # The root says what is reduced: an rfactor producer whose rfactored axes were not

@@ -238,8 +238,30 @@ EVERY_OP["full"] = ("full([M, N], 1.5, f32)", lambda i: np.full((3, 6), 1.5), Da
 EVERY_OP["iota"] = ("iota(N, 1, 2, f32)", lambda i: 1 + 2 * np.arange(6), DataType.f32)
 EVERY_OP["reshape"] = ("reshape(m, [N, M])", lambda i: i["m"].reshape(6, 3), DataType.f32)
 EVERY_OP["arange"] = ("arange(2, N)", lambda i: np.arange(2, 6), DataType.i64)
+
+
+def _softmax(m):
+    e = np.exp(m - m.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+EVERY_OP.update({
+    "prod": ("prod(m, axes=[1])", lambda i: i["m"].prod(axis=1), DataType.f32),
+    "min": ("min(m, axes=[0])", lambda i: i["m"].min(axis=0), DataType.f32),
+    "mean": ("mean(m, axes=[1])", lambda i: i["m"].mean(axis=1), DataType.f32),
+    "var": ("var(m, axes=[1])", lambda i: i["m"].var(axis=1, ddof=1), DataType.f32),
+    "std": ("std(m, 1, correction=0)", lambda i: i["m"].std(axis=1), DataType.f32),
+    # two tensors: `r, r2 = var_mean(...)`, r the variance
+    "var_mean": ("var_mean(m, axes=[0])", lambda i: i["m"].var(axis=0, ddof=1), DataType.f32),
+    "softmax": ("softmax(m, dim=1)", lambda i: _softmax(i["m"]), DataType.f32),
+    "log_softmax": ("log_softmax(m, -1)", lambda i: np.log(_softmax(i["m"])), DataType.f32),
+})
+EVERY_OP["linear"] = ("linear(A, A)", lambda i: i["A"] @ i["A"].T, DataType.f16)
+TWO_TENSORS = ("var_mean",)
 COMPOSED = {"transpose": "permute", "unsqueeze": "broadcast", "broadcast_in_dim": "expand",
-            "size": "div", "triu": "where", "tril": "where", "iota": "add", "arange": "add"}
+            "size": "div", "triu": "where", "tril": "where", "iota": "add", "arange": "add",
+            "mean": "div", "var": "div", "std": "sqrt", "var_mean": "div", "softmax": "div",
+            "log_softmax": "sub", "linear": "cast"}
 # The elementwise ops after the first few (tests/test_ops_elementwise.py tests each in
 # depth); x and y are in [0.5, 4]
 EVERY_OP.update({
@@ -313,12 +335,14 @@ EXTRA_FORMS = [
 def test_every_op_is_callable_from_the_dsl():
     assert set(EVERY_OP) == set(OPS)
     assert set(ops.UNARY) | set(ops.BINARY) | set(ops.TERNARY) | set(ops.VIEWS) | \
-        set(ops.POSITIONS) | set(ops.SLICING) | set(ops.FACTORIES) | {
-        "where", "cast", "set", "broadcast", "sum", "max", "matmul", "size"} == set(OPS)
+        set(ops.POSITIONS) | set(ops.SLICING) | set(ops.FACTORIES) | set(ops.REDUCTIONS) | \
+        set(ops.STATISTICS) | {"where", "cast", "set", "broadcast", "matmul", "linear",
+                               "size"} == set(OPS)
 
 
 def evaluate_expression(expression, rng):
-    f = fuserir.parse(f"fusion f({SIGNATURE}) {{\n  r = {expression}\n  output r\n}}\n")
+    names = "r, r2" if expression.startswith(TWO_TENSORS) else "r"
+    f = fuserir.parse(f"fusion f({SIGNATURE}) {{\n  {names} = {expression}\n  output r\n}}\n")
     inputs = {"x": random_array(rng, DataType.f32, (6,), 0.5, 4.0),
               "y": random_array(rng, DataType.f32, (6,), 0.5, 4.0),
               "c": random_array(rng, DataType.bool, (6,)),

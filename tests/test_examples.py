@@ -202,3 +202,112 @@ def test_rotary_embedding_gallery(rng):
     np.testing.assert_allclose(ref["out"].astype(np.float64), expected, rtol=2 ** -7,
                                atol=1e-6)
     np.testing.assert_array_equal(out["out"], ref["out"])
+
+
+# -- normalizations and losses: statistics written plainly, against numpy in f64 ---------------
+
+def run_fusion(name, inputs, backend="interp"):
+    """Example `name` run by `backend`: (outputs, number of kernels)."""
+    import codegen
+    exe = codegen.compile(load(name + ".fz"), backend=backend)
+    return exe.run(inputs), len(exe.kernels)
+
+
+def near(actual, expected, rtol, name):
+    np.testing.assert_allclose(np.asarray(actual, np.float64), expected, rtol=rtol,
+                               atol=rtol * np.abs(expected).max(), err_msg=name)
+
+
+def norm_inputs(rng, m=6, n=300):
+    import ml_dtypes
+    bf16 = ml_dtypes.bfloat16
+    x, dy = (rng.standard_normal((m, n)).astype(bf16) * 2 + 1 for _ in range(2))
+    w, b = (rng.standard_normal(n).astype(bf16) for _ in range(2))
+    return x, dy, w, b
+
+
+def test_layer_norm_forward_and_backward(rng, backend="interp"):
+    x, dy, w, b = norm_inputs(rng)
+    x64, dy64, w64, b64 = (a.astype(np.float64) for a in (x, dy, w, b))
+    mean = x64.mean(1, keepdims=True)
+    rstd = 1 / np.sqrt(x64.var(1, keepdims=True) + 1e-5)
+    xhat = (x64 - mean) * rstd
+    out, kernels = run_fusion("layer_norm", {"x": x, "w": w, "b": b},
+                              backend)
+    assert kernels == 1              # statistics and normalization: a row in one block
+    near(out["y"], xhat * w64 + b64, 2 ** -7, "y")
+    near(out["mean"], mean, 1e-6, "mean")
+    near(out["rstd"], rstd, 1e-6, "rstd")
+    g = dy64 * w64
+    dx = rstd * (g - g.mean(1, keepdims=True) - xhat * (g * xhat).mean(1, keepdims=True))
+    grads, _ = run_fusion("layer_norm_backward",
+                          {"dy": dy, "x": x, "w": w, "mean": out["mean"],
+                           "rstd": out["rstd"]}, backend)
+    near(grads["dx"], dx, 2 ** -7, "dx")
+    near(grads["dw"], (dy64 * xhat).sum(0), 2 ** -7, "dw")
+    near(grads["db"], dy64.sum(0), 2 ** -7, "db")
+
+
+def test_rms_norm_forward_and_backward(rng, backend="interp"):
+    x, dy, w, _ = norm_inputs(rng)
+    x64, dy64, w64 = (a.astype(np.float64) for a in (x, dy, w))
+    rstd = 1 / np.sqrt((x64 * x64).mean(1, keepdims=True) + 1e-6)
+    out, kernels = run_fusion("rms_norm", {"x": x, "w": w}, backend)
+    assert kernels == 1
+    near(out["y"], x64 * rstd * w64, 2 ** -7, "y")
+    xhat, g = x64 * rstd, dy64 * w64
+    grads, _ = run_fusion("rms_norm_backward",
+                          {"dy": dy, "x": x, "w": w, "rstd": out["rstd"]}, backend)
+    near(grads["dx"], rstd * (g - xhat * (g * xhat).mean(1, keepdims=True)), 2 ** -7, "dx")
+    near(grads["dw"], (dy64 * xhat).sum(0), 2 ** -7, "dw")
+
+
+def test_masked_softmax(rng, backend="interp"):
+    b, s = 3, 9
+    scores = rng.standard_normal((b, s, s)).astype(np.float32) * 3
+    valid = rng.random((b, s)) < 0.6
+    valid[:, 0] = True                   # every query keeps at least its first key
+    keep = np.tril(np.ones((s, s), bool))[None] & valid[:, None, :]
+    masked = np.where(keep, scores.astype(np.float64), -np.inf)
+    e = np.exp(masked - masked.max(2, keepdims=True))
+    out, kernels = run_fusion("masked_softmax",
+                              {"scores": scores, "valid": valid}, backend)
+    assert kernels == 1
+    near(out["probs"], e / e.sum(2, keepdims=True), 1e-6, "probs")
+    assert (out["probs"][~np.broadcast_to(keep, scores.shape)] == 0).all()
+
+
+def test_cross_entropy_loss(rng, backend="interp"):
+    import ml_dtypes
+    m, c = 9, 1000
+    logits = (rng.standard_normal((m, c)) * 2).astype(ml_dtypes.bfloat16)
+    labels = rng.integers(0, c, m)
+    l64 = logits.astype(np.float64)
+    top = l64.max(1)
+    logsumexp = np.log(np.exp(l64 - top[:, None]).sum(1)) + top
+    out, _ = run_fusion("cross_entropy",
+                        {"logits": logits, "labels": labels}, backend)
+    near(out["loss"], (logsumexp - l64[np.arange(m), labels]).mean(), 1e-6, "loss")
+
+
+def test_linear_layer_with_bias_and_gelu(rng, backend="interp"):
+    import math
+    import ml_dtypes
+    bf16 = ml_dtypes.bfloat16
+    x = rng.standard_normal((40, 64)).astype(bf16)
+    w = (rng.standard_normal((24, 64)) / 8).astype(bf16)
+    b = rng.standard_normal(24).astype(bf16)
+    out, kernels = run_fusion("linear_gelu", {"x": x, "w": w, "b": b}, backend)
+    assert kernels == 1 and out["y"].dtype == bf16
+    v = x.astype(np.float64) @ w.astype(np.float64).T + b.astype(np.float64)
+    v = v.astype(bf16).astype(np.float64)      # linear's result is bf16, then the GELU
+    near(out["y"], 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2))), 2 ** -7, "y")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("example", [test_layer_norm_forward_and_backward,
+                                     test_rms_norm_forward_and_backward,
+                                     test_masked_softmax, test_cross_entropy_loss,
+                                     test_linear_layer_with_bias_and_gelu])
+def test_normalizations_and_losses_on_the_gpu(rng, example):
+    example(rng, backend="cuda")

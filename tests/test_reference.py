@@ -428,7 +428,7 @@ def _build_random_fusion(data, m, n, symbolic):
             t = ops.add(a, ops.broadcast(row, [True, False]))
         else:
             axes = data.draw(st.sampled_from([[0], [1], [0, 1]]))
-            r = getattr(ops, data.draw(st.sampled_from(["sum", "max"])))(a, axes)
+            r = getattr(ops, data.draw(st.sampled_from(list(ops.REDUCTIONS))))(a, axes)
             if data.draw(st.booleans(), label="reduction is an output"):
                 outputs.append(r)
             t = ops.add(ops.broadcast(r, [i in axes for i in range(2)]), a)

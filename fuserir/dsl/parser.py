@@ -20,7 +20,8 @@ The grammar knows no names; this module decides what a name means from where it 
 a tensor in an expression, a dtype as cast's second argument, a parallel type as
 parallelize's. Ops and scheduling methods are looked up by name and their parameters read
 from the Python signatures, so the DSL offers exactly what fuserir.ops and TensorView
-offer, under the same keyword names.
+offer, under the same keyword names (fuserir/dsl/parameters.py: the ops by name, and the
+kind of value each parameter takes).
 
 Names of the form t<digits> (the names fuserir.ops gives unnamed intermediates) stay
 unnamed when a fusion statement assigns them. The printer writes an unnamed intermediate
@@ -40,19 +41,15 @@ import sys
 
 from .. import dtypes, ops
 from ..errors import FusionError, LiteralError, ScheduleError
-from ..ir.exprs import LAYOUTS
 from ..ir.fusion import Fusion
-from ..ir.iterdomain import ParallelType
 from ..ir import extent as ext
 from ..ir.extent import Sym
-from ..ir.tensor import MemoryType, Scalar, TensorView
+from ..ir.tensor import Scalar, TensorView
+from .parameters import (CHOICES, CONSTANT_KINDS, MATMUL_BOOL_FIELDS, MATMUL_INT_FIELDS,
+                         MATMUL_PER_OPERAND_FIELDS, OPS, PARAMETER_KINDS, is_int, is_number)
 from .syntax import Source, read_file, syntax_tree
 from .walk import run, walk
 
-OPS = {name: getattr(ops, name) for name in (*ops.UNARY, *ops.BINARY, *ops.TERNARY)
-       + ("where", "cast", "set", "broadcast", "sum", "max", "matmul", "size")
-       + tuple(ops.VIEWS) + tuple(ops.POSITIONS) + tuple(ops.SLICING)
-       + tuple(ops.FACTORIES)}
 # Arithmetic on sizes folds into a size (`D / 2`, `N - 1`: / rounds down), in bounds and
 # wherever a size is a value
 SIZE_ARITHMETIC = {"+": ext.add, "-": ext.sub, "*": None, "/": ext.floordiv}
@@ -69,27 +66,6 @@ ANONYMOUS_NAME = re.compile(r"t\d+")  # how fuserir.ops names unnamed tensors
 RESERVED_NAMES = frozenset({"true", "false", "inf", "nan", "output", "fusion", "schedule"})
 INT64_MAX = 2 ** 63 - 1  # integers in a schedule or a shape: sizes, factors, axes
 
-# The kind of value each parameter of an op or scheduling method takes, by its Python
-# name; a parameter not listed takes an expression (a tensor or a number).
-PARAMETER_KINDS = {
-    "dtype": "dtype", "layout": "layout", "flags": "flags", "axes": "axes",
-    "approximate": "string", "axis": "int", "pos": "int", "stages": "int",
-    "factor": "factor", "inner": "bool", "async_copy": "bool", "ldmatrix": "bool",
-    "tma": "bool", "warp_specialize": "parallel type", "producer_registers": "int",
-    "row": "int", "pad": "int", "mapping": "map",
-    "ptype": "parallel type", "memory_type": "memory type", "consumer": "tensor",
-    "dims": "axes", "dim": "int", "dim0": "int", "dim1": "int", "broadcast_dims": "axes",
-    "shape": "shape", "diagonal": "int",
-    "start_indices": "sizes", "end_indices": "sizes", "strides": "ints",
-    "pad_widths": "sizes", "tensors": "tensors", "length": "size",
-    "consumers": "tensor names",
-}
-_CHOICES = {
-    "dtype": (dtypes.DTYPE_NAMES, dtypes.from_name),
-    "layout": (LAYOUTS, str),
-    "parallel type": (tuple(p.value for p in ParallelType), ParallelType),
-    "memory type": (tuple(m.value for m in MemoryType), MemoryType),
-}
 
 
 def parse(text: str, filename: str = "<string>") -> Fusion | dict[str, Fusion]:
@@ -126,35 +102,7 @@ def _suggestion(name, candidates):
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
-def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 _NOT_CONSTANT = object()  # what `constant` makes of an expression that is not a literal
-
-# The constant arguments: kind -> (what the value must be, a test of the value).
-_CONSTANT_KINDS = {
-    "int": ("an integer", _is_int),
-    "factor": ("an integer or the name of a run-time scalar", _is_int),
-    "bool": ("true or false", lambda v: isinstance(v, bool)),
-    "string": ("a string", lambda v: isinstance(v, str)),
-    "flags": ("a list of true/false",
-              lambda v: isinstance(v, list) and all(isinstance(f, bool) for f in v)),
-    "axes": ("an integer or a list of integers",
-             lambda v: _is_int(v) or (isinstance(v, list) and all(map(_is_int, v)))),
-    "ints": ("a list of integers",
-             lambda v: isinstance(v, list) and all(map(_is_int, v))),
-    "map": ("a map {old: new} of axis numbers",
-            lambda v: isinstance(v, dict) and all(map(_is_int, [*v, *v.values()]))),
-}
-# MatmulParams fields whose value is true/false, and those that are integers.
-_MATMUL_BOOL_FIELDS = ("use_smem_epilogue", "promote_prologue_smem_reuse")
-_MATMUL_INT_FIELDS = ("stages", "splitk_factor")
-_MATMUL_PER_OPERAND_FIELDS = ("async_gmem_load_operands",)    # true/false, or [A, B]
 
 
 def _tensors(fusion):
@@ -176,6 +124,7 @@ class _Builder:
         self.fusions = {}       # name -> Fusion, in file order
         self.scopes = {}        # fusion name -> {name: tensor} its statements bound
         self.fusion = None      # the fusion being built or scheduled
+        self.tuple_call = None  # the call node whose tensors a statement assigns to names
         self.scope = None       # its scope
 
     def error(self, message, node):
@@ -237,20 +186,25 @@ class _Builder:
         with self.located(name):
             self.scope[str(name)] = self.fusion.new_input(str(name), dtype, shape)
 
-    def assign(self, meta, name, expr):
-        if name in self.scope:
-            if self.scope[name].is_input:
-                raise self.error(f"'{name}' is an input of fusion {self.fusion.name} and "
-                                 "cannot be redefined", name)
-            raise self.error(f"duplicate name '{name}'", name)
+    def assign(self, meta, *names_and_expr):
+        *names, expr = names_and_expr
+        for i, name in enumerate(names):
+            if name in self.scope or name in names[:i]:
+                if name in self.scope and self.scope[name].is_input:
+                    raise self.error(f"'{name}' is an input of fusion {self.fusion.name} "
+                                     "and cannot be redefined", name)
+                raise self.error(f"duplicate name '{name}'", name)
         if expr.data == "name":
             other = expr.children[0]
-            raise self.error(f"'{name} = {other}' would only rename {other}; write "
-                             f"'{name} = set({other})' to copy it", expr)
-        value = self.value(expr)
-        if not isinstance(value, TensorView):
-            raise self.error(f"'{name}' must be computed from a tensor, not a constant", expr)
-        self.give_name(value, name, named=not ANONYMOUS_NAME.fullmatch(name))
+            raise self.error(f"'{names[0]} = {other}' would only rename {other}; write "
+                             f"'{names[0]} = set({other})' to copy it", expr)
+        value = self.value(expr, several=len(names))
+        values = value if isinstance(value, tuple) else (value,)
+        for name, v in zip(names, values):
+            if not isinstance(v, TensorView):
+                raise self.error(f"'{name}' must be computed from a tensor, not a constant",
+                                 expr)
+            self.give_name(v, name, named=not ANONYMOUS_NAME.fullmatch(name))
 
     def output(self, meta, *names):
         for name in names:
@@ -312,9 +266,20 @@ class _Builder:
         return int(text)
 
     # -- expressions -----------------------------------------------------------------------
-    def value(self, node):
-        """The value of expression `node`: a TensorView or a Python number."""
-        return walk(node, self.expression_step)
+    def value(self, node, several=1):
+        """The value of expression `node`: a TensorView or a Python number; where `several`
+        names are assigned it, a call giving that many tensors (var_mean) and a tuple."""
+        self.tuple_call = node if node.data == "call" else None
+        value = walk(node, self.expression_step)
+        count = len(value) if isinstance(value, tuple) else 1
+        what = f"{node.children[0]}(...)" if node.data == "call" else "the expression"
+        if count > several:
+            raise self.error(f"{what} gives {count} tensors: assign them to as many names "
+                             f"(`a, b = {what}`)", node)
+        if count < several:
+            raise self.error(f"{several} names are assigned but {what} gives one tensor",
+                             node)
+        return value
 
     def expression_step(self, node):
         return getattr(self, "_" + node.data)(node, *node.children)
@@ -372,7 +337,7 @@ class _Builder:
         b = yield rhs
         sizes = [v for v in (a, b) if isinstance(v, Scalar) and v.is_size]
         if sizes and operator in SIZE_ARITHMETIC and all(
-                _is_int(v) or (isinstance(v, Scalar) and v.is_size) for v in (a, b)):
+                is_int(v) or (isinstance(v, Scalar) and v.is_size) for v in (a, b)):
             return Scalar(self.size_arithmetic(operator, a, b, node), dtypes.DataType.i64)
         with self.located(operator, {"a": lhs, "b": rhs}):
             return OPS[INFIX[operator]](a, b)
@@ -381,10 +346,10 @@ class _Builder:
         """a OPERATOR b of sizes and integers, as a size (extent)."""
         a, b = (v.value if isinstance(v, Scalar) else v for v in (a, b))
         if operator == "*":
-            if not (_is_int(a) or _is_int(b)):
+            if not (is_int(a) or is_int(b)):
                 return ext.mul(a, b)
-            return ext.scale(b, a) if _is_int(a) else ext.scale(a, b)
-        if operator == "/" and (b == 0 or (_is_int(b) and b < 0)):
+            return ext.scale(b, a) if is_int(a) else ext.scale(a, b)
+        if operator == "/" and (b == 0 or (is_int(b) and b < 0)):
             raise self.error(f"size division by {b}: a size is divided by a positive "
                              "integer or a size", node)
         return SIZE_ARITHMETIC[operator](a, b)
@@ -400,7 +365,11 @@ class _Builder:
                 p for n, p in signature.parameters.items() if n != "fusion"])
         positional, keywords, nodes = yield from self.bind(name, signature, args)
         with self.located(name, nodes):
-            return OPS[name](*positional, **keywords, **implicit)
+            result = OPS[name](*positional, **keywords, **implicit)
+        if isinstance(result, tuple) and node is not self.tuple_call:
+            raise self.error(f"{name}(...) gives {len(result)} tensors: assign them to "
+                             f"as many names (`a, b = {name}(...)`) before using them", name)
+        return result
 
     # -- arguments -------------------------------------------------------------------------
     def bind(self, what, signature, args):
@@ -449,8 +418,8 @@ class _Builder:
                 raise self.error(f"{what}: {param} must be a list of tensor names", node)
             return [self.named_tensor(self.bare_name(what, param, item, "a tensor name"))
                     for item in node.children]
-        if kind in _CHOICES:
-            names = ", ".join(_CHOICES[kind][0])
+        if kind in CHOICES:
+            names = ", ".join(CHOICES[kind][0])
             return self.choice(kind, self.bare_name(what, param, node, f"a {kind} ({names})"))
         if kind == "factor" and node.data == "name":
             return str(node.children[0])  # a named run-time scalar
@@ -468,7 +437,7 @@ class _Builder:
                     raise self.error(f"{what}: {param} must be a list of tensors", item)
                 tensors.append(value)
             return tensors
-        description, accepts = _CONSTANT_KINDS[kind]
+        description, accepts = CONSTANT_KINDS[kind]
         value = self.constant(node)
         if value is _NOT_CONSTANT or not accepts(value):
             raise self.error(f"{what}: {param} must be {description}", node)
@@ -488,7 +457,7 @@ class _Builder:
                 value = self.size_expression(what, param, item)
             else:
                 value = str(item.children[0]) if item.data == "name" else self.constant(item)
-            if not (isinstance(value, (str, *ext.EXTENTS)) or _is_int(value)):
+            if not (isinstance(value, (str, *ext.EXTENTS)) or is_int(value)):
                 raise bad(item)
             sizes.append(value)
         return sizes
@@ -551,7 +520,7 @@ class _Builder:
 
     def choice(self, kind, name):
         """The dtype, layout, parallel type or memory type called `name` (a token)."""
-        names, convert = _CHOICES[kind]
+        names, convert = CHOICES[kind]
         if name not in names:
             raise self.error(f"unknown {kind} '{_shown(name)}'; expected one of "
                              f"{', '.join(names)}", name)
@@ -582,7 +551,7 @@ class _Builder:
     @staticmethod
     def _constant_negate(operand):
         value = yield operand
-        return -value if _is_number(value) else _NOT_CONSTANT
+        return -value if is_number(value) else _NOT_CONSTANT
 
     @staticmethod
     def _constant_list(items):
@@ -662,11 +631,11 @@ class _Builder:
             if str(key) in keys:
                 raise self.error(f"matmul got argument '{key}' twice", key)
             field = SHORT_KEYS.get(str(key), str(key))
-            if field in _MATMUL_BOOL_FIELDS and not isinstance(value, bool):
+            if field in MATMUL_BOOL_FIELDS and not isinstance(value, bool):
                 raise self.error(f"matmul: {key} must be true or false", node)
-            if field in _MATMUL_INT_FIELDS and not _is_int(value):
+            if field in MATMUL_INT_FIELDS and not is_int(value):
                 raise self.error(f"matmul: {key} must be an integer", node)
-            if field in _MATMUL_PER_OPERAND_FIELDS and not (
+            if field in MATMUL_PER_OPERAND_FIELDS and not (
                     isinstance(value, bool) or (isinstance(value, list) and len(value) == 2
                                                 and all(isinstance(v, bool) for v in value))):
                 raise self.error(f"matmul: {key} must be true or false, or a pair [A, B] of "

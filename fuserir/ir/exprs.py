@@ -10,13 +10,13 @@ x's extent where the pad value stands instead). Matmul is one expression whose o
 
 from dataclasses import dataclass
 
-from .. import op_table
+from .. import numerics, op_table
 from .tensor import TensorView
 
 # The elementwise ops a fusion can hold, by name (fuserir.op_table defines them)
 UNARY_OPS = tuple(op_table.FUSION_UNARY)
 BINARY_OPS = tuple(op_table.FUSION_BINARY)
-REDUCTION_OPS = ("sum", "max")
+REDUCTION_OPS = tuple(numerics.REDUCTIONS)
 LAYOUTS = ("TT", "TN", "NT", "NN")
 
 

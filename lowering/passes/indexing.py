@@ -56,6 +56,7 @@ pass's choice (unroll_register_loops).
 
 import numpy as np
 
+from fuserir import numerics
 from fuserir.ir.exprs import MatmulOp, ReductionOp
 from fuserir.ir.iterdomain import roots_of
 
@@ -76,15 +77,13 @@ from ..contract import Pass
 
 
 def identity(op, dtype):
-    if op == "max":
-        if dtype.is_float:
-            return kir.Const(float("-inf"), dtype)
-        return kir.Const(int(np.iinfo(dtype.numpy).min), dtype)
-    return kir.Const(0.0 if dtype.is_float else 0, dtype)
+    """What a reduction `op` (or the binary op combining it) starts from (no elements)."""
+    return kir.Const(numerics.identity(op, dtype), dtype)
 
 
 def combine(op):
-    return "max" if op == "max" else "add"
+    """The binary op that combines two partials of reduction `op`."""
+    return numerics.REDUCTIONS[op]
 
 
 def reduction_operand(ctx, expr, index, dtype):

@@ -1,0 +1,136 @@
+"""Statistics and normalizations made of reductions: mean, var, std, var_mean, softmax and
+log_softmax mean what torch's do, and each is a few of fuserir.ops' builders (which
+re-exports them): the IR, the evaluators, the schedulers and CUDA need nothing of their
+own for them, and a fusion prints them as those ops.
+
+f16 and bf16 operands are computed in f32 and rounded once, at the end. The variance is
+two-pass (the mean first, then the squares of the differences from it), as stable as
+Welford's one pass; the automatic schedule keeps a row in one block, so both passes read
+it from registers or shared memory, not twice from global memory.
+"""
+
+from .dtypes import DataType
+from .errors import FusionError
+from .ir import extent as ext
+from .ir.tensor import Scalar
+from .ops import (_check_tensor, _normalize_axes, broadcast, cast, div, exp, log, max,
+                  mul, sqrt, sub, sum)
+from .slicing import _requires
+
+
+def _float_operand(op, x, dtype):
+    """x (cast to `dtype` where given), checked to hold floats: what op computes on."""
+    _check_tensor(op, x)
+    if dtype is not None:
+        if not isinstance(dtype, DataType):
+            raise FusionError(f"{op}: dtype must be a DataType, got {dtype!r}")
+        x = x if x.dtype is dtype else cast(x, dtype)
+    if not x.dtype.is_float:
+        raise FusionError(f"{op}: operand {x.name} is {x.dtype}; {op} computes on floats: "
+                          f"give dtype=f32 or cast it first")
+    return x
+
+
+def _computed(x):
+    """x in the type its arithmetic runs in (f32 for f16 and bf16)."""
+    return x if x.dtype is x.dtype.compute else cast(x, x.dtype.compute)
+
+
+def _rounded(y, dtype):
+    return y if y.dtype is dtype else cast(y, dtype)
+
+
+def _kept(y, axes, rank, keepdim):
+    if not isinstance(keepdim, bool):
+        raise FusionError(f"keepdim must be true or false, got {keepdim!r}")
+    return broadcast(y, [i in axes for i in range(rank)]) if keepdim else y
+
+
+def _count(x, axes):
+    """How many elements of x each reduction over `axes` combines: an integer, or a size
+    (the product of the reduced extents) as a value."""
+    count = 1
+    for a in axes:
+        count = ext.mul(count, x.shape_axes[a].extent)
+    return count
+
+
+def _as_value(extent):
+    return extent if isinstance(extent, int) else Scalar(extent, DataType.i64)
+
+
+def mean(x, axes, keepdim=False, dtype=None):
+    """The mean of x's elements over `axes` (NaN over none), in x's float type (or
+    `dtype`'s: the elements are cast first); keepdim keeps the reduced axes."""
+    x = _float_operand("mean", x, dtype)
+    axes = _normalize_axes("mean", x, axes)
+    y = div(sum(_computed(x), axes), _as_value(_count(x, axes)))
+    return _kept(_rounded(y, x.dtype), axes, x.rank, keepdim)
+
+
+def _variance(op, x, axes, correction):
+    """(the variance over `axes`, the mean), both in x's compute type."""
+    if isinstance(correction, bool) or not isinstance(correction, int) or correction < 0:
+        raise FusionError(f"{op}: correction must be an integer >= 0 (0: the population "
+                          f"variance, 1: Bessel's), got {correction!r}")
+    xc = _computed(x)
+    count = _count(x, axes)
+    m = div(sum(xc, axes), _as_value(count))
+    d = sub(xc, broadcast(m, [i in axes for i in range(x.rank)]))
+    # torch divides by max(count - correction, 0); fuserir asks for count >= correction
+    # (a size class with fewer elements than the correction is refused, never -0)
+    _requires(op, x.fusion, correction, count,
+              f"{x.name}'s reduced axes hold {count} elements, fewer than the correction "
+              f"{correction}", f"{op} of {x.name}: the reduced axes must hold at least "
+              f"the correction's {correction} elements")
+    if isinstance(count, int) and count == correction:
+        raise FusionError(f"{op}: {x.name}'s reduced axes hold {count} elements, as many "
+                          f"as the correction: the variance divides by 0")
+    return div(sum(mul(d, d), axes), _as_value(ext.sub(count, correction))), m
+
+
+def var(x, axes, correction=1, keepdim=False):
+    """The variance of x's elements over `axes`: the squares of their differences from
+    the mean, summed and divided by (count - correction)."""
+    x = _float_operand("var", x, None)
+    axes = _normalize_axes("var", x, axes)
+    v, _ = _variance("var", x, axes, correction)
+    return _kept(_rounded(v, x.dtype), axes, x.rank, keepdim)
+
+
+def std(x, axes, correction=1, keepdim=False):
+    """The standard deviation: sqrt of var."""
+    x = _float_operand("std", x, None)
+    axes = _normalize_axes("std", x, axes)
+    v, _ = _variance("std", x, axes, correction)
+    return _kept(_rounded(sqrt(v), x.dtype), axes, x.rank, keepdim)
+
+
+def var_mean(x, axes, correction=1, keepdim=False):
+    """(var, mean) of x over `axes`, the mean computed once for both (torch.var_mean)."""
+    x = _float_operand("var_mean", x, None)
+    axes = _normalize_axes("var_mean", x, axes)
+    v, m = _variance("var_mean", x, axes, correction)
+    return tuple(_kept(_rounded(y, x.dtype), axes, x.rank, keepdim) for y in (v, m))
+
+
+def _normalized(op, x, dim, dtype):
+    """(x in its compute type, the one axis normalized over, the type of the result)."""
+    x = _float_operand(op, x, dtype)
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise FusionError(f"{op}: dim must be one axis (an integer), got {dim!r}")
+    return _computed(x), _normalize_axes(op, x, [dim]), x.dtype
+
+
+def softmax(x, dim, dtype=None):
+    """exp(x - max) / the sum of those along `dim` (torch.softmax; `dtype` casts x first)."""
+    xc, axes, result = _normalized("softmax", x, dim, dtype)
+    e = exp(sub(xc, max(xc, axes, keepdim=True)))
+    return _rounded(div(e, sum(e, axes, keepdim=True)), result)
+
+
+def log_softmax(x, dim, dtype=None):
+    """x - max - log(the sum of exp(x - max)) along `dim` (torch.log_softmax)."""
+    xc, axes, result = _normalized("log_softmax", x, dim, dtype)
+    shifted = sub(xc, max(xc, axes, keepdim=True))
+    return _rounded(sub(shifted, log(sum(exp(shifted), axes, keepdim=True))), result)
