@@ -634,7 +634,8 @@ UNARY = {name: globals()[name] for name in UNARY_OPS}
 from .composite import addcmul, clamp, lerp, linear, threshold, truediv  # noqa: E402
 from .slicing import arange, cat, full, iota, pad, slice  # noqa: E402,A004
 from .reshaping import reshape  # noqa: E402
-from .statistics import log_softmax, mean, softmax, std, var, var_mean  # noqa: E402
+from .statistics import (argmax, argmin, log_softmax, mean, softmax, std, var,  # noqa: E402
+                         var_mean)
 
 BINARY = {**{name: globals()[name] for name in BINARY_OPS}, "truediv": truediv}
 TERNARY = {"clamp": clamp, "lerp": lerp, "addcmul": addcmul, "threshold": threshold}
@@ -644,10 +645,11 @@ VIEWS = {name: globals()[name] for name in ("permute", "transpose", "squeeze", "
                                             "expand", "broadcast_in_dim")}
 VIEWS["reshape"] = reshape
 POSITIONS = {name: globals()[name] for name in ("axis_index", "triu", "tril")}
-# mean, var, std, var_mean (two tensors), softmax, log_softmax (fuserir.statistics): built
-# of the reductions and ops above
+# mean, var, std, var_mean (two tensors), softmax, log_softmax, argmax, argmin
+# (fuserir.statistics): built of the reductions and ops above
 STATISTICS = {"mean": mean, "var": var, "std": std, "var_mean": var_mean,
-              "softmax": softmax, "log_softmax": log_softmax}
+              "softmax": softmax, "log_softmax": log_softmax, "argmax": argmax,
+              "argmin": argmin}
 
 SLICING = {"slice": slice, "pad": pad, "cat": cat}
 FACTORIES = {"full": full, "iota": iota, "arange": arange}

@@ -1,21 +1,24 @@
-"""Statistics and normalizations made of reductions: mean, var, std, var_mean, softmax and
-log_softmax mean what torch's do, and each is a few of fuserir.ops' builders (which
-re-exports them): the IR, the evaluators, the schedulers and CUDA need nothing of their
-own for them, and a fusion prints them as those ops.
+"""Statistics and normalizations made of reductions: mean, var, std, var_mean, softmax,
+log_softmax, argmax and argmin mean what torch's do, and each is a few of fuserir.ops'
+builders (which re-exports them): the IR, the evaluators, the schedulers and CUDA need
+nothing of their own for them, and a fusion prints them as those ops.
 
 f16 and bf16 operands are computed in f32 and rounded once, at the end. The variance is
 two-pass (the mean first, then the squares of the differences from it), as stable as
 Welford's one pass; the automatic schedule keeps a row in one block, so both passes read
-it from registers or shared memory, not twice from global memory.
+it from registers or shared memory, not twice from global memory. argmax is two
+reductions of the row too: its max, then the least index holding it.
 """
 
 from .dtypes import DataType
 from .errors import FusionError
 from .ir import extent as ext
 from .ir.tensor import Scalar
-from .ops import (_check_tensor, _normalize_axes, broadcast, cast, div, exp, log, max,
-                  mul, sqrt, sub, sum)
+from .ops import (_check_tensor, _normalize_axes, axis_index, broadcast, cast, div, eq, exp,
+                  isnan, log, logical_or, max, min, mul, sqrt, sub, sum, where)
 from .slicing import _requires
+
+INT64_MAX = 2 ** 63 - 1     # an index no row reaches: what min over no hit gives
 
 
 def _float_operand(op, x, dtype):
@@ -134,3 +137,33 @@ def log_softmax(x, dim, dtype=None):
     xc, axes, result = _normalized("log_softmax", x, dim, dtype)
     shifted = sub(xc, max(xc, axes, keepdim=True))
     return _rounded(sub(shifted, log(sum(exp(shifted), axes, keepdim=True))), result)
+
+
+def _arg_extreme(op, pick, x, dim, keepdim):
+    """The index along `dim` of the first element equal to the row's `pick` (max or min),
+    or of its first NaN (torch's argmax/argmin: NaN counts as the extreme), as i64."""
+    _check_tensor(op, x)
+    if x.dtype is DataType.bool:
+        raise FusionError(f"{op}: operand {x.name} is bool; cast it first")
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise FusionError(f"{op}: dim must be one axis (an integer), got {dim!r}")
+    axes = _normalize_axes(op, x, [dim])
+    extent = x.shape_axes[axes[0]].extent
+    _requires(op, x.fusion, 1, extent, f"axis {dim} of {x.name} has no elements",
+              f"{op} of {x.name}: axis {dim} must hold at least one element")
+    hit = eq(x, pick(x, axes, keepdim=True))
+    if x.dtype.is_float:
+        hit = logical_or(hit, isnan(x))
+    first = min(where(hit, axis_index(x, axes[0]), INT64_MAX), axes)
+    return _kept(first, axes, x.rank, keepdim)
+
+
+def argmax(x, dim, keepdim=False):
+    """The index (i64) of the largest element along `dim`, the first where several are
+    (torch.argmax; a NaN is the largest)."""
+    return _arg_extreme("argmax", max, x, dim, keepdim)
+
+
+def argmin(x, dim, keepdim=False):
+    """The index (i64) of the smallest element along `dim` (torch.argmin)."""
+    return _arg_extreme("argmin", min, x, dim, keepdim)

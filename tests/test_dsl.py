@@ -255,13 +255,15 @@ EVERY_OP.update({
     "var_mean": ("var_mean(m, axes=[0])", lambda i: i["m"].var(axis=0, ddof=1), DataType.f32),
     "softmax": ("softmax(m, dim=1)", lambda i: _softmax(i["m"]), DataType.f32),
     "log_softmax": ("log_softmax(m, -1)", lambda i: np.log(_softmax(i["m"])), DataType.f32),
+    "argmax": ("argmax(m, dim=1)", lambda i: i["m"].argmax(axis=1), DataType.i64),
+    "argmin": ("argmin(m, 0)", lambda i: i["m"].argmin(axis=0), DataType.i64),
 })
 EVERY_OP["linear"] = ("linear(A, A)", lambda i: i["A"] @ i["A"].T, DataType.f16)
 TWO_TENSORS = ("var_mean",)
 COMPOSED = {"transpose": "permute", "unsqueeze": "broadcast", "broadcast_in_dim": "expand",
             "size": "div", "triu": "where", "tril": "where", "iota": "add", "arange": "add",
             "mean": "div", "var": "div", "std": "sqrt", "var_mean": "div", "softmax": "div",
-            "log_softmax": "sub", "linear": "cast"}
+            "log_softmax": "sub", "linear": "cast", "argmax": "min", "argmin": "min"}
 # The elementwise ops after the first few (tests/test_ops_elementwise.py tests each in
 # depth); x and y are in [0.5, 4]
 EVERY_OP.update({

@@ -272,9 +272,44 @@ def test_statistics_on_the_gpu(rng, dtype, host, rtol):
   p = softmax(x, dim=1)
   lo = min(x, axes=[0])
   pr = prod(x, axes=[1], dtype=f32)
-  output v, mu, p, lo, pr
+  am = argmax(x, dim=1)
+  output v, mu, p, lo, pr, am
 }}"""
     ref, out = run_both(text, {"x": x}, backend="cuda")
+    np.testing.assert_array_equal(out["am"], ref["am"])
     for name in ("v", "mu", "p", "lo"):
         close(out[name], ref[name].astype(np.float64), rtol, atol=1e-7, name=name)
     close(out["pr"], ref["pr"].astype(np.float64), 1e-4, name="pr")
+
+
+# -- argmax and argmin --------------------------------------------------------------------------
+
+def test_argmax_and_argmin_take_the_first_extreme_and_count_nan_as_the_max(rng):
+    x = rng.standard_normal((5, 130)).astype(np.float32)
+    x[1, [40, 20]] = np.nan                      # the first NaN wins, as in torch
+    x[3, [7, 90]] = x[3].max() + 1               # a tie: the first index
+    i = rng.integers(-3, 3, (5, 130)).astype(np.int32)
+    text = """fusion f(x: f32[M, N], i: i32[M, N]) {
+  a = argmax(x, dim=1)
+  b = argmin(x, 0, keepdim=true)
+  c = argmax(i, -1)
+  output a, b, c
+}"""
+    fusion = fuserir.parse(text)
+    exe = codegen.compile(fusion, backend="interp")
+    out, ref = exe.run({"x": x, "i": i}), fuserir.evaluate(fusion, {"x": x, "i": i})
+    nan_first = np.where(np.isnan(x).any(1), np.isnan(x).argmax(1), np.argmax(x, 1))
+    assert out["a"][1] == 20 and out["a"][3] == 7
+    want = {"a": nan_first, "b": np.argmin(x, 0, keepdims=True),
+            "c": np.argmax(i, 1)}
+    for name, expected in want.items():
+        assert out[name].dtype == np.int64
+        np.testing.assert_array_equal(out[name], expected, err_msg=name)
+        np.testing.assert_array_equal(ref[name], expected, err_msg=name)
+
+
+def test_argmax_of_a_row_of_no_elements_is_refused_where_the_sizes_bind():
+    fusion = fuserir.parse("fusion f(x: f32[M, N]) {\n  a = argmax(x, 1)\n  output a\n}")
+    with pytest.raises(EvaluationError, match="argmax of x: axis 1 must hold at least one "
+                                              "element: needs 1 <= N, but N = 0 here"):
+        codegen.compile(fusion, backend="interp").run({"x": np.zeros((2, 0), np.float32)})
