@@ -9,6 +9,8 @@ counted are the input read once and the output written once:
   sum_rows  sum(x, axes=[1]) over f32[16384, 16384]   target: >= 75% of copy bandwidth
   sum_cols  sum(x, axes=[0]) of the same
   max_rows  max(x, axes=[1]) of the same
+  sum_few_rows  sum(x, axes=[1]) over f32[8, 16384 * 16384 / 8]: too few rows for the
+            SMs, each row split over CTAs     target: >= 75% of copy bandwidth
   softmax   over the last axis of f32[8192, 8192], written with max/exp/sum/div
                                                      target: within 1.5x of torch.softmax
 The method (events, L2 flush, median) is in benchmarks/common.py and docs/perf.md.
@@ -24,6 +26,7 @@ from benchmarks import common  # noqa: E402
 from benchmarks.common import Case  # noqa: E402
 
 TITLE = "fuserir reduction benchmarks"
+FEW_ROWS = 8
 SIZES = {"rows": (16384, 1024), "cols": (16384, 1024),
          "softmax_rows": (8192, 512), "softmax_cols": (8192, 512)}
 
@@ -55,6 +58,9 @@ def cases(args):
                   target=("copy", 0.75)),
         reduction("sum_cols", "sum", 0, sizes, lambda torch, t: t["x"].sum(dim=0)),
         reduction("max_rows", "max", 1, sizes, lambda torch, t: t["x"].amax(dim=1)),
+        reduction("sum_few_rows", "sum", 1, {"M": FEW_ROWS,
+                                             "N": args.rows * args.cols // FEW_ROWS},
+                  lambda torch, t: t["x"].sum(dim=1), target=("copy", 0.75)),
         Case("softmax", """
             fusion softmax(x: f32[M, N]) {
               m = max(x, axes=[1])

@@ -1,12 +1,21 @@
 """Segmentation: a fusion that no single automatic schedule fits becomes several kernels.
 
 `plan(fusion)` first tries the whole fusion as one kernel (fuserir.scheduler.auto plus
-lowering). Where that is refused, it walks the expressions in topological order and grows
-a segment while the segment still schedules and lowers, starting a new one where it stops.
-Tensors that cross a segment boundary become global intermediates: outputs of the kernel
-that computes them and inputs of the kernels that read them; the executor allocates them.
-Each segment is a fusion of its own, rebuilt with the same operations, so every kernel
-still comes out of scheduling and lowering a fusion.
+lowering). Where that is refused, it groups the fusion's outputs: each output's cone (the
+expressions it needs, back to the fusion's inputs or to tensors an earlier kernel
+already writes) joins the first kernel it still schedules and lowers with, or else
+starts a kernel of its own. Pointwise work two cones share is computed in each kernel
+that needs it, not written to global memory and read back: a layer norm's backward is
+one normalization kernel for the input gradient and one column reduction for the weight
+and bias gradients, each recomputing the normalized input from x. A cone that no
+kernel fits alone (a loss: a sum along the rows, then a mean down them) has its first
+reduction placed first, as an output of its own (a row of sums crosses to the next kernel,
+not the full-size work around it), and is placed again; one with no reduction left to
+place is cut by growing a kernel along its expressions in topological order and starting
+the next where it stops. The tensors that cross from one kernel to another become global
+intermediates, outputs of the kernel that computes them and inputs of the kernels that
+read them (the executor allocates them). Each kernel is a fusion of its own, rebuilt with the same operations,
+so every kernel still comes out of scheduling and lowering a fusion.
 
 `cut(fusion)` does the same for a fusion with an explicit schedule that put intermediates
 in global memory (the matmul's two-kernel split-K puts its f32 partial sums there): one
@@ -20,6 +29,7 @@ from dataclasses import dataclass
 
 from fuserir.errors import FuserirError, ScheduleError
 from fuserir.ir import extent as ext
+from fuserir.ir.exprs import MatmulOp, ReductionOp
 from fuserir.ir.fusion import Fusion
 from fuserir.ir.iterdomain import IterDomain
 from fuserir.ir.tensor import MemoryType, TensorView
@@ -39,9 +49,10 @@ class Segment:
     kernels: list = None    # plan(): the trial lowering's kernel of each of cut(fusion)
 
 
-def extract(fusion, exprs, name):
+def extract(fusion, exprs, name, outputs=None):
     """A new fusion computing `exprs` (in order) of `fusion`; reads from outside become
-    inputs, results used outside (or fusion outputs) become outputs."""
+    inputs; `outputs` (default: the results used outside, and fusion outputs) become
+    outputs."""
     sub = Fusion(name)
     made = {}
     inside = {e.output for e in exprs}
@@ -62,16 +73,17 @@ def extract(fusion, exprs, name):
         out = apply_like(e, [made.get(v, v) for v in e.inputs], sub)
         sub.rename(out, e.output.name, named=e.output.is_named)
         made[e.output] = out
-    later = {v for e in fusion.exprs if e not in exprs for v in e.tensor_inputs}
-    outputs = [e.output for e in exprs if e.output.is_output or e.output in later]
+    if outputs is None:
+        later = {v for e in fusion.exprs if e not in exprs for v in e.tensor_inputs}
+        outputs = [e.output for e in exprs if e.output.is_output or e.output in later]
     for t in outputs:
         sub.add_output(made[t])
     return Segment(sub, [t.name for t in sub.inputs], [t.name for t in outputs])
 
 
-def _schedulable(fusion, exprs, name, persistent, sizes, device):
+def _schedulable(fusion, exprs, name, persistent, sizes, device, outputs=None):
     try:
-        segment = extract(fusion, exprs, name)
+        segment = extract(fusion, exprs, name, outputs)
         schedule_auto(segment.fusion, persistent, sizes, device)
         # a trial (a schedule may make several kernels): no instrument, no dumps; the
         # kernels serve the build where it would lower them the same way
@@ -90,23 +102,101 @@ def plan(fusion, persistent=True, sizes=None, device=None):
     whole = _schedulable(fusion, exprs, fusion.name, persistent, sizes, device)
     if whole is not None:
         return [whole]
-    segments, current, best = [], [], None
-    for expr in exprs:
-        trial = _schedulable(fusion, current + [expr], f"{fusion.name}_{len(segments)}",
-                             persistent, sizes, device)
-        if trial is not None:
-            current, best = current + [expr], trial
-            continue
-        if best is None:
-            raise FuserirError(f"no automatic schedule fits {expr} of fusion {fusion.name}")
-        segments.append(best)
-        current = [expr]
-        best = _schedulable(fusion, current, f"{fusion.name}_{len(segments)}", persistent,
-                            sizes, device)
-        if best is None:
-            raise FuserirError(f"no automatic schedule fits {expr} of fusion {fusion.name}")
-    segments.append(best)
-    return segments
+    return _Grouping(fusion, exprs, persistent, sizes, device).segments()
+
+
+class _Grouping:
+    """The kernels of a fusion no one kernel fits, grown output cone by output cone (see
+    the module docstring)."""
+
+    def __init__(self, fusion, exprs, persistent, sizes, device):
+        self.fusion, self.exprs = fusion, exprs
+        self.settings = (persistent, sizes, device)
+        self.order = {e: i for i, e in enumerate(exprs)}
+        self.groups = []            # [exprs of a kernel, its trial Segment]
+        self.written = {}           # tensor -> index of the kernel that writes it
+
+    def segments(self):
+        for out in sorted({t for t in self.fusion.outputs if not t.is_input},
+                          key=lambda t: self.order[t.definition]):
+            if out not in self.written:
+                self.place(out)
+        return [segment for _, segment in self.groups]
+
+    def cone(self, out):
+        """The expressions `out` needs, back to inputs and tensors a kernel writes."""
+        found, todo = set(), [out]
+        while todo:
+            t = todo.pop()
+            if t.is_input or t in self.written or t.definition in found:
+                continue
+            found.add(t.definition)
+            todo.extend(t.definition.tensor_inputs)
+        return sorted(found, key=self.order.get)
+
+    def reads(self, exprs):
+        inside = {e.output for e in exprs}
+        return {v for e in exprs for v in e.tensor_inputs
+                if v not in inside and not v.is_input}
+
+    def trial(self, exprs, k, outputs):
+        return _schedulable(self.fusion, exprs, f"{self.fusion.name}_{k}", *self.settings,
+                            outputs=outputs)
+
+    def outputs_of(self, k, extra=()):
+        return [t for t, g in self.written.items() if g == k] + list(extra)
+
+    def place(self, out):
+        cone = self.cone(out)
+        for k, (exprs, _) in enumerate(self.groups):
+            # only a kernel that runs after every kernel the cone reads from
+            if any(self.written[v] > k for v in self.reads(cone)):
+                continue
+            merged = sorted(set(exprs) | set(cone), key=self.order.get)
+            segment = self.trial(merged, k, self.outputs_of(k, [out]))
+            if segment is not None:
+                self.groups[k] = [merged, segment]
+                self.written[out] = k
+                return
+        segment = self.trial(cone, len(self.groups), [out])
+        if segment is not None:
+            self.written[out] = len(self.groups)
+            self.groups.append([cone, segment])
+            return
+        # No kernel fits the cone: its first reduction is written by a kernel (a row of
+        # sums, not the full-size work around it), and the rest placed again
+        inner = [e.output for e in cone if isinstance(e, (ReductionOp, MatmulOp))
+                 and e.output is not out]
+        if inner:
+            self.place(inner[0])
+            self.place(out)
+            return
+        self.cut_cone(cone, out)
+
+    def cut_cone(self, cone, out):
+        """Kernels grown along the cone's expressions in order, each as long as it still
+        schedules; what one computes and a later one reads is written by the first."""
+        parts, current = [], []
+        for expr in cone:
+            if current and self.trial(current + [expr], len(self.groups), None) is None:
+                parts.append(current)
+                current = []
+            if not current and self.trial([expr], len(self.groups), None) is None:
+                raise FuserirError(f"no automatic schedule fits {expr} of fusion "
+                                   f"{self.fusion.name}")
+            current.append(expr)
+        parts.append(current)
+        for i, part in enumerate(parts):
+            k = len(self.groups)
+            later = {v for p in parts[i + 1:] for e in p for v in e.tensor_inputs}
+            for e in part:
+                if e.output in later or e.output is out:
+                    self.written[e.output] = k
+            segment = self.trial(part, k, self.outputs_of(k))
+            if segment is None:
+                raise FuserirError(f"no automatic schedule fits {part[0]} of fusion "
+                                   f"{self.fusion.name} with its outputs")
+            self.groups.append([part, segment])
 
 
 def cut(fusion):

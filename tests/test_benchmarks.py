@@ -17,9 +17,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import common, pointwise, reduction, shape_ops  # noqa: E402
+from benchmarks import common, normalization, pointwise, reduction, shape_ops  # noqa: E402
 
-SCRIPTS = {"pointwise": pointwise, "reduction": reduction, "shape_ops": shape_ops}
+SCRIPTS = {"pointwise": pointwise, "reduction": reduction, "shape_ops": shape_ops,
+           "normalization": normalization}
 
 
 def args_of(module, *argv):
@@ -48,7 +49,8 @@ def test_bad_arguments_exit(argv, capsys):
 
 def test_select_cases():
     cases = reduction.cases(args_of(reduction, "--quick"))
-    assert [c.name for c in cases] == ["sum_rows", "sum_cols", "max_rows", "softmax"]
+    assert [c.name for c in cases] == ["sum_rows", "sum_cols", "max_rows", "sum_few_rows",
+                                       "softmax"]
     assert [c.name for c in common.select(cases, "softmax,sum_rows")] == \
         ["softmax", "sum_rows"]
     with pytest.raises(SystemExit, match="unknown case.*nope"):
@@ -68,6 +70,8 @@ def test_fusions_are_unscheduled_and_bytes_are_ideal():
     assert cases["gelu_bf16"].nbytes == 2 * (2 * m * n + n)
     assert cases["sum_rows"].nbytes == 4 * (m * n + m)
     assert cases["sum_cols"].nbytes == 4 * (m * n + n)
+    assert cases["sum_few_rows"].nbytes == 4 * (m * n + 8)
+    assert cases["sum_few_rows"].target == ("copy", 0.75)
     assert cases["softmax"].nbytes == 4 * 2 * 8 * 32
     assert cases["gelu_bf16"].dtypes == "bf16"
     assert cases["add"].target == ("copy", 0.85)
@@ -91,6 +95,23 @@ def test_shape_ops_cases_bytes_and_targets():
         ["rotary_bf16_256x512", "transpose_add_bf16_256x512", "cat3_bf16_256x512"]
 
 
+def test_normalization_cases_bytes_and_targets():
+    cases = {c.name: c for c in normalization.cases(args_of(normalization))}
+    ops = ("layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward", "softmax",
+           "cross_entropy")
+    assert sorted(cases) == sorted(f"{op}_{dtype}_{shape}" for op in ops
+                                   for dtype in ("bf16", "f32")
+                                   for shape in ("8192x4096", "32768x1024"))
+    assert all(not c.fusion.trace and c.target == ("copy", 0.80) for c in cases.values())
+    r, d = 8192, 4096
+    # x, w, b in; y out; mean and rstd (f32, one a row) out
+    assert cases["layer_norm_bf16_8192x4096"].nbytes == 2 * (2 * r * d + 2 * d) + 4 * 2 * r
+    # dy, x, w, mean, rstd in; dx, dw, db out
+    assert cases["layer_norm_backward_f32_8192x4096"].nbytes == \
+        4 * (3 * r * d + 3 * d + 2 * r)
+    assert cases["cross_entropy_bf16_8192x4096"].nbytes == 2 * r * d + 8 * r + 4
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--dtypes", "f16"], "--dtypes: each of bf16 and f32, not 'f16'"),
     (["--shapes", "8192x4096x2"], "--shapes: each point is RxD, positive, D a multiple of 4"),
@@ -108,7 +129,8 @@ def tiny_cases():
                                     "--elements", "300"))
             + reduction.cases(args_of(reduction, "--rows", "6", "--cols", "50",
                                       "--softmax-rows", "4", "--softmax-cols", "33"))
-            + shape_ops.cases(args_of(shape_ops, "--shapes", "6x20,3x8")))
+            + shape_ops.cases(args_of(shape_ops, "--shapes", "6x20,3x8"))
+            + normalization.cases(args_of(normalization, "--shapes", "6x40")))
 
 
 @pytest.mark.parametrize("case", tiny_cases(), ids=lambda c: c.name)

@@ -240,9 +240,10 @@ def test_layer_norm_forward_and_backward(rng, backend="interp"):
     near(out["rstd"], rstd, 1e-6, "rstd")
     g = dy64 * w64
     dx = rstd * (g - g.mean(1, keepdims=True) - xhat * (g * xhat).mean(1, keepdims=True))
-    grads, _ = run_fusion("layer_norm_backward",
+    grads, kernels = run_fusion("layer_norm_backward",
                           {"dy": dy, "x": x, "w": w, "mean": out["mean"],
                            "rstd": out["rstd"]}, backend)
+    assert kernels == 2              # dx along the rows; dw and db down the columns
     near(grads["dx"], dx, 2 ** -7, "dx")
     near(grads["dw"], (dy64 * xhat).sum(0), 2 ** -7, "dw")
     near(grads["db"], dy64.sum(0), 2 ** -7, "db")
@@ -256,8 +257,9 @@ def test_rms_norm_forward_and_backward(rng, backend="interp"):
     assert kernels == 1
     near(out["y"], x64 * rstd * w64, 2 ** -7, "y")
     xhat, g = x64 * rstd, dy64 * w64
-    grads, _ = run_fusion("rms_norm_backward",
+    grads, kernels = run_fusion("rms_norm_backward",
                           {"dy": dy, "x": x, "w": w, "rstd": out["rstd"]}, backend)
+    assert kernels == 2
     near(grads["dx"], rstd * (g - xhat * (g * xhat).mean(1, keepdims=True)), 2 ** -7, "dx")
     near(grads["dw"], (dy64 * xhat).sum(0), 2 ** -7, "dw")
 
@@ -285,8 +287,9 @@ def test_cross_entropy_loss(rng, backend="interp"):
     l64 = logits.astype(np.float64)
     top = l64.max(1)
     logsumexp = np.log(np.exp(l64 - top[:, None]).sum(1)) + top
-    out, _ = run_fusion("cross_entropy",
+    out, kernels = run_fusion("cross_entropy",
                         {"logits": logits, "labels": labels}, backend)
+    assert kernels == 2              # the rows' losses, then their mean
     near(out["loss"], (logsumexp - l64[np.arange(m), labels]).mean(), 1e-6, "loss")
 
 

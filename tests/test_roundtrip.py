@@ -405,3 +405,18 @@ def test_reparsed_fusion_lowers_to_the_same_kernel(name):
     first = codegen.compile(fusion, backend="interp").kernels
     second = codegen.compile(again, backend="interp").kernels
     assert [k.source for k in first] == [k.source for k in second]
+
+
+@pytest.mark.parametrize("text, printed", [
+    # an input named like one of its sizes: the size is written through that input
+    ("fusion f(N: f32[M, N]) {\n  y = mean(N, axes=[1])\n  output y\n}",
+     "  y = sum(N, axes=[1]) / size(N, 1)"),
+    # a tensor defined later under a size's name: the size is written through the input
+    ("fusion f(x: f32[M, N]) {\n  a = sum(x, axes=[0, 1]) / (M*N)\n  M = x * 2\n"
+     "  output a, M\n}", "  a = sum(x, axes=[0, 1]) / (size(x, 0)*N)"),
+])
+def test_a_size_named_like_a_tensor_prints_as_size_of_an_input(text, printed):
+    fusion = fuserir.parse(text)
+    again = fuserir.print_fusion(fusion)
+    assert again.splitlines()[1] == printed
+    assert first_difference(fusion, fuserir.parse(again)) is None

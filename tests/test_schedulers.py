@@ -297,3 +297,103 @@ def test_a_broadcast_along_a_middle_axis_is_read_as_vectors():
         np.testing.assert_array_equal(exe.run({"x": x, "v": v})["y"], x + v[:, None, :])
 
 
+
+
+# -- segmentation: kernels grown output cone by output cone --------------------------------------
+
+def test_two_column_sums_of_one_product_compute_it_in_their_kernel():
+    """dw and db of a layer norm's backward read the same cast of dy: each sum's loop nest
+    computes it (no buffer of a row per thread), in one kernel."""
+    text = """fusion f(dy: bf16[M, N], x: bf16[M, N], rstd: f32[M, 1]) {
+  dyf = cast(dy, f32)
+  dw = sum(dyf * (cast(x, f32) * rstd), axes=[0])
+  db = sum(dyf, axes=[0])
+  output dw, db
+}"""
+    exe = codegen.compile(fuserir.parse(text), backend="interp")
+    assert len(exe.kernels) == 1
+    rng = np.random.default_rng(3)
+    dy = rng.standard_normal((37, 70)).astype(ml_dtypes.bfloat16)
+    x = rng.standard_normal((37, 70)).astype(ml_dtypes.bfloat16)
+    rstd = rng.random((37, 1)).astype(np.float32)
+    out = exe.run({"dy": dy, "x": x, "rstd": rstd})
+    dy64 = dy.astype(np.float64)
+    np.testing.assert_allclose(out["dw"], (dy64 * x.astype(np.float64) * rstd).sum(0),
+                               rtol=1e-5)
+    np.testing.assert_allclose(out["db"], dy64.sum(0), rtol=1e-5)
+
+
+def test_outputs_reducing_different_axes_each_get_a_kernel_that_recomputes_what_they_share():
+    """A row normalization and a column sum of the same centred input: two kernels; the
+    second reads the inputs and the first's row sums (one value a row), and recomputes
+    the centred row, never stored."""
+    text = """fusion f(x: f32[M, N], w: f32[N]) {
+  c = x - broadcast(mean(x, axes=[1]), [false, true])
+  y = c * rsqrt(mean(c * c, axes=[1], keepdim=true) + 0.001)
+  cw = sum(c * broadcast(w, [true, false]), axes=[0])
+  output y, cw
+}"""
+    exe = codegen.compile(fuserir.parse(text), backend="interp")
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((9, 130)).astype(np.float32)
+    w = rng.standard_normal(130).astype(np.float32)
+    out = exe.run({"x": x, "w": w})
+    reads = [{p.buffer.name: len(p.sizes) for p in k.kir.tensor_params if not p.is_output}
+             for k in exe.kernels]
+    assert len(reads) == 2 and reads[0] == {"x": 2}
+    (sums,) = set(reads[1]) - {"x", "w"}
+    assert reads[1] == {"x": 2, "w": 1, sums: 1}
+    x64 = x.astype(np.float64)
+    c = x64 - x64.mean(1, keepdims=True)
+    np.testing.assert_allclose(out["y"], c / np.sqrt((c * c).mean(1, keepdims=True) + 1e-3),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["cw"], (c * w).sum(0), rtol=1e-4, atol=1e-5)
+
+
+# -- rows split over CTAs where they are too few for the SMs ------------------------------------
+
+def eight_sms():
+    """An H200 of 8 SMs: few enough CTAs for the interpreter."""
+    from fuserir.device import H200
+    return H200.with_(sms=8)
+
+
+@pytest.mark.parametrize("text, shape, splits", [
+    ("s = sum(x, axes=[1])\n  output s", (2, 70000), 2),          # 8 // 2 = 4, 70000 // 2^15
+    ("s = sum(x, axes=[0, 1])\n  output s", (3, 40000), 3),       # no rows: 120000 // 2^15
+    ("s = sum(x * 2, axes=[1])\n  out = cast(s * 0.5, f16)\n  output s, out", (3, 99000),
+     2),                                                          # 8 // 3 = 2
+])
+def test_an_inner_reduction_of_few_long_rows_splits_each_over_ctas(text, shape, splits):
+    from fuserir.scheduler.auto import explain, grid_splits
+    fusion = fuserir.parse(f"fusion f(x: f32[M, N]) {{\n  {text}\n}}")
+    sizes = {"M": shape[0], "N": shape[1]}
+    assert grid_splits(fusion, sizes, eight_sms()) == splits
+    assert explain(fusion, sizes, eight_sms()) == [
+        f"the reduction scheduler: each row split over {splits} CTAs (too few rows to fill "
+        "the SMs), combined by a parallel grid reduction"]
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    exe = codegen.compile(fusion, backend="interp", device=eight_sms())
+    (kernel,) = exe.kernels_for({"x": x})
+    assert kernel.kir.launch.grid[2].value == splits
+    got, want = exe.run({"x": x}), fuserir.evaluate(fusion, {"x": x})
+    for name in want:
+        np.testing.assert_allclose(got[name].astype(np.float64), want[name].astype(np.float64),
+                                   rtol=1e-5, atol=1e-3, err_msg=name)
+
+
+@pytest.mark.parametrize("text, shape", [
+    ("s = sum(x, axes=[1])", (8, 70000)),       # a row per SM already
+    ("s = sum(x, axes=[1])", (2, 30000)),       # rows shorter than one CTA's share
+    ("s = sum(x, axes=[0])", (2, 70000)),       # an outer reduction
+    ("s = x - broadcast(max(x, axes=[1]), [false, true])", (2, 70000)),   # a normalization
+    ("s = sum(x, axes=[1])\n  m = min(x, axes=[1])\n  output m", (2, 70000)),  # two
+    ("s = sum(x, axes=[1])\n  y = x * 2\n  output y", (2, 70000)),  # y does not read s
+])
+def test_rows_are_not_split_where_the_sms_are_busy_or_the_rows_short(text, shape):
+    from fuserir.scheduler.auto import explain, grid_splits
+    fusion = fuserir.parse(f"fusion f(x: f32[M, N]) {{\n  {text}\n  output s\n}}")
+    sizes = {"M": shape[0], "N": shape[1]}
+    assert grid_splits(fusion, sizes, eight_sms()) == 1
+    assert explain(fusion, sizes, eight_sms())[0] == \
+        "the reduction scheduler (no row split over CTAs at these sizes)"

@@ -267,7 +267,7 @@ def test_a_reduction_with_a_transpose_keeps_the_reduction_scheduler_and_says_why
   output s
 }"""
     assert explain(fuserir.parse(text)) == [
-        "the reduction scheduler (its schedule does not depend on the sizes)",
+        "the reduction scheduler (no row split over CTAs at these sizes)",
         "the transpose t is not staged through shared memory: the transpose scheduler "
         "takes no reduction"]
     exe = codegen.compile(fuserir.parse(text), backend="interp")

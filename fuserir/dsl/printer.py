@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from typing import TYPE_CHECKING
 from collections import Counter
 from enum import Enum
@@ -85,6 +86,14 @@ class _Definition:
         required = {t for t in self.producer if t.is_named or t.is_output or uses[t] != 1
                     or t in scheduled}
         self.own_statement = _grow_until_in_order(self.exprs, required)
+        # A size named like a tensor (an input `N: f32[M, N]`) reads back as the tensor:
+        # such a size is written size(INPUT, AXIS) instead
+        names = {t.name for t in fusion.inputs} | {e.output.name for e in self.exprs}
+        self.shadowed = {}
+        for t in reversed(fusion.inputs):
+            for axis, extent in enumerate(t.shape):
+                if isinstance(extent, Sym) and extent.name in names:
+                    self.shadowed[extent.name] = f"size({t.name}, {axis})"
 
     def statements(self):
         return [f"{e.output.name} = {walk(e, self.expression)[0]}" for e in self.exprs
@@ -125,6 +134,9 @@ class _Definition:
         nested expression is yielded to the walk."""
         if isinstance(value, Scalar):
             text = _literal(value)
+            if value.is_size:
+                for name in ext.symbols(value.value) & set(self.shadowed):
+                    text = re.sub(rf"\b{name}\b", self.shadowed[name], text)
             level = UNARY if text.startswith("-") else ATOM
         elif value.is_input or value in self.own_statement:
             text, level = value.name, ATOM

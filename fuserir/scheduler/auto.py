@@ -25,7 +25,10 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
   (fuserir.scheduler.transpose; transpose_plan says why not where it does not apply);
 * reduction and normalization: every tensor is viewed as [iteration, reduction] (the
   reduced axes merged into one); for an inner reduction one block handles a row, its
-  threads striding the row and combining through a block reduction; a reduction broadcast
+  threads striding the row and combining through a block reduction (where the fusion's
+  one reduction has too few rows to fill the SMs and long ones, several blocks share a
+  row, each summing a contiguous part, and a parallel grid reduction, the split-K's
+  cross-CTA protocol, combines them: grid_splits); a reduction broadcast
   back into the row (softmax, layer norm) stays in the same block, inputs read by several
   loop nests are cached in shared memory, and cheap intermediates used by several nests
   are recomputed rather than stored; for an outer reduction a block owns 32 neighbouring
@@ -45,7 +48,7 @@ from ..ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, CatOp, Expan
                         LoadStoreOp, MatmulOp, PadOp, PermuteOp, ReductionOp, ReshapeOp,
                         SliceOp, SqueezeOp, UnaryOp, WhereOp, row_chains)
 from ..ir.tensor import MemoryType
-from .. import ops
+from .. import device as devices, ops
 from ..ir import extent as ext
 from .transpose import schedule_transpose, transpose_plan, transposes
 
@@ -55,6 +58,7 @@ VECTOR_BYTES = 16        # vectorized pointwise: bytes a thread loads of each in
 LANES = 32               # ... vectors of one row a warp handles (TIDx) ...
 VECTOR_ROWS = 4          # ... and rows a block handles (TIDy)
 REDUCTION_THREADS = 512
+GRID_MIN_ELEMENTS = 1 << 15  # an inner reduction's row split over CTAs: elements per CTA
 NORMALIZATION_THREADS = 256
 MATMUL_THREADS = 128
 OUTER_COLUMNS = 32       # outer reductions: columns per block (TIDx) ...
@@ -74,7 +78,7 @@ def schedule_auto(fusion, persistent=True, sizes=None, device=None):
         if not (persistent and _schedule_tensor_cores(fusion, sizes, device)):
             _schedule_matmul(fusion)
     elif any(isinstance(e, ReductionOp) for e in exprs):
-        _schedule_reduction(fusion, persistent)
+        _schedule_reduction(fusion, persistent, sizes, device)
     else:
         plan = transpose_plan(fusion)
         if plan is None:
@@ -309,9 +313,25 @@ def _classify(fusion, axes, rank):
 
 
 def _broadcasts_back(t, axes):
-    """Is t a reduction result broadcast back over the reduced axes?"""
+    """Is t a reduction result broadcast back over the reduced axes? (A tensor computed
+    from inputs alone broadcast over them, a column reduction's weight, is not.)"""
     return isinstance(t.definition, BroadcastOp) and \
-        [i for i, new in enumerate(t.definition.flags) if new] == axes
+        [i for i, new in enumerate(t.definition.flags) if new] == axes and \
+        _after_a_reduction(t.definition.inputs[0])
+
+
+def _after_a_reduction(tv):
+    """Is tv computed from the result of a reduction?"""
+    todo, seen = [tv], set()
+    while todo:
+        t = todo.pop()
+        if t in seen or t.definition is None:
+            continue
+        if isinstance(t.definition, ReductionOp):
+            return True
+        seen.add(t)
+        todo.extend(t.definition.tensor_inputs)
+    return False
 
 
 def _to_rows(tv, axes):
@@ -397,22 +417,61 @@ def apply_like(expr, inputs, fusion=None):
     raise ScheduleError(f"cannot rebuild {expr}")
 
 
-def _schedule_reduction(fusion, persistent):
+def grid_splits(fusion, sizes=None, device=None):
+    """How many CTAs share each row of the fusion's inner reduction: 1, unless it is the
+    fusion's one reduction, every output depends on it, and its rows are too few to give
+    every SM one (at `sizes` on `device`) and long enough that each CTA still sums
+    GRID_MIN_ELEMENTS; then the rows are split so that rows x splits CTAs fill the SMs
+    once (all resident: the parallel grid reduction's CTAs wait for one another), and
+    combined by the cross-CTA reduction split-K uses."""
+    axes, rank = _reduced_axes(fusion)
+    if axes != list(range(rank - len(axes), rank)) or any(
+            _broadcasts_back(t, axes) for t in _classify(fusion, axes, rank)[0]):
+        return 1
+    reductions = [e.output for e in fusion.exprs if isinstance(e, ReductionOp)]
+    if len(reductions) > 1 or not all(out is reductions[0] or fusion.depends_on(
+            out, reductions[0]) for out in fusion.outputs):
+        return 1    # a kernel's grid reduction is its one, and only its last CTAs store
+    x = reductions[0].definition.inputs[0]
+    rows, length = 1, 1
+    for i, a in enumerate(x.shape_axes):
+        if i in axes:
+            length *= _size(a.extent, sizes or {})
+        else:
+            rows *= _size(a.extent, sizes or {})
+    sms = devices.resolve(device).sms
+    return max(1, min(sms // max(rows, 1), length // GRID_MIN_ELEMENTS))
+
+
+def _grid_splits_or_1(fusion, sizes, device):
+    """grid_splits, or 1 where no one reduction scheduler's plan fits (the fusion will
+    be segmented, each segment keyed on its own)."""
+    try:
+        return grid_splits(fusion, sizes, device)
+    except ScheduleError:
+        return 1
+
+
+def _schedule_reduction(fusion, persistent, sizes=None, device=None):
     axes, rank = _reduced_axes(fusion)
     inner = axes == list(range(rank - len(axes), rank))
     full, reduced = _classify(fusion, axes, rank)
     broadcasts_back = any(_broadcasts_back(t, axes) for t in full)
+    splits = grid_splits(fusion, sizes, device)
     if broadcasts_back and not (inner and persistent):
         raise ScheduleError(f"{fusion.name} broadcasts a reduction back into its rows: one "
                             "kernel needs the row in a block (inner, persistent)")
+    # a cheap intermediate several loop nests read is computed in each (two sums of one
+    # product, a normalization's centred row): no row of it is stored
+    _recompute_shared_intermediates(fusion, set(reduced))
     if broadcasts_back:
-        _recompute_shared_intermediates(fusion, set(reduced))
         for x in fusion.inputs:
             if len(fusion.uses(x)) > 1 and x.rank == rank:
                 x.cache_after(MemoryType.shared)
-        full = [t for t in fusion.tensors if not t.is_input and len(t.logical) == rank
-                and (t.rank == rank or isinstance(t.definition, ReductionOp))]
-        reduced = [t for t in fusion.tensors if not t.is_input and t not in full]
+    # again: the copies of shared intermediates and the caches of inputs are tensors too
+    full = [t for t in fusion.tensors if not t.is_input and len(t.logical) == rank
+            and (t.rank == rank or isinstance(t.definition, ReductionOp))]
+    reduced = [t for t in fusion.tensors if not t.is_input and t not in full]
     threads = NORMALIZATION_THREADS if broadcasts_back else REDUCTION_THREADS
     for t in full:
         has_rows = _to_rows(t, axes)
@@ -421,6 +480,12 @@ def _schedule_reduction(fusion, persistent):
             if has_rows:
                 t.parallelize(0, "BIDx")
             t.parallelize(-1, "TIDx")
+            if splits > 1:
+                # [.., R / T, T] -> [.., S, R / (T S), T]: CTA z of a row sums its part
+                t.split(-2, splits, inner=False)
+                t.parallelize(-3, "BIDz")
+                if isinstance(t.definition, ReductionOp):
+                    t.parallel_grid_reduction()
         else:
             # [I, R] -> [I/32, 32, R/16, 16]: a warp reads 32 neighbouring columns of a row,
             # 16 rows of threads stride down the reduced rows, then combine over TIDy.
@@ -487,11 +552,13 @@ def schedule_key(fusion, sizes=None, device=None):
     one compiled kernel serves both, each run passing its own scalars (a matmul's split-K
     factor). A matmul's schedule depends on the sizes (and, on Hopper, on whether TMA
     can read its operand arrays: device.tma); a pointwise fusion's on whether its rows
-    are long enough for vectors."""
+    are long enough for vectors; a reduction's on how many CTAs share a row."""
     params = matmul_params(fusion, sizes, device)
     if params is None:
-        if any(isinstance(e, (MatmulOp, ReductionOp)) for e in fusion.exprs):
+        if any(isinstance(e, MatmulOp) for e in fusion.exprs):
             return None, {}
+        if any(isinstance(e, ReductionOp) for e in fusion.exprs):
+            return ("reduction grid splits", _grid_splits_or_1(fusion, sizes, device)), {}
         return ("pointwise vectors", _vector_plan(fusion, sizes) is not None), {}
     from .matmul import SPLITK
     key = tuple((f, getattr(params, f)) for f in params.__dataclass_fields__
@@ -504,7 +571,7 @@ def explain(fusion, sizes=None, device=None):
     why (`fuserir inspect`)."""
     exprs = fusion.exprs
     if not any(isinstance(e, MatmulOp) for e in exprs):
-        return _explain_without_matmul(fusion, sizes)
+        return _explain_without_matmul(fusion, sizes, device)
     reasons = []
     params = matmul_params(fusion, sizes, device, reasons)
     if params is None:
@@ -512,11 +579,15 @@ def explain(fusion, sizes=None, device=None):
     return [f"the tensor-core matmul scheduler: {params}"] + reasons
 
 
-def _explain_without_matmul(fusion, sizes):
+def _explain_without_matmul(fusion, sizes, device):
     same = "its schedule does not depend on the sizes"
     transposed = ", ".join(t.name for t in transposes(fusion))
     if any(isinstance(e, ReductionOp) for e in fusion.exprs):
-        lines = [f"the reduction scheduler ({same})"]
+        splits = _grid_splits_or_1(fusion, sizes, device)
+        lines = ["the reduction scheduler (no row split over CTAs at these sizes)"
+                 if splits == 1 else
+                 f"the reduction scheduler: each row split over {splits} CTAs (too few rows "
+                 "to fill the SMs), combined by a parallel grid reduction"]
         if transposed:
             lines.append(f"the transpose {transposed} is not staged through shared memory: "
                          "the transpose scheduler takes no reduction")

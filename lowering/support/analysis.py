@@ -453,12 +453,12 @@ def _check_grid_reduction(ctx, tv):
         if any(ctx.concrete_axis(other, i).parallel is ParallelType.BIDz
                and id(ctx.concrete_axis(other, i)) not in split_axes
                for i in range(other.ndim)):
-            raise ScheduleError(f"{other.name} binds BIDz, which the serial grid reduction "
-                                f"of {tv.name} uses for its split index")
+            raise ScheduleError(f"{other.name} binds BIDz, which the {tv.grid_reduction} "
+                                f"grid reduction of {tv.name} uses for its split index")
         if other.is_output and not ctx.fusion.depends_on(other, tv):
             raise ScheduleError(f"{other.name} does not depend on {tv.name}: in a kernel "
-                                f"with a serial grid reduction only the last CTA of each "
-                                "tile computes what follows the reduction")
+                                f"with a {tv.grid_reduction} grid reduction only the last "
+                                "CTA of each tile computes what follows the reduction")
 
 
 # Instruction tiles by kind, from the descriptors: the mma's (m, n, k), its A operand
