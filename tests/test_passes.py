@@ -300,15 +300,37 @@ fusion rows(x: f32[M, N]) {
   output s
 }
 schedule rows {
+  s.split(1, 64)
+  s.parallelize(2, TIDx)
+}"""
+    x = np.random.default_rng(4).integers(-20, 20, (3, 150)).astype(np.float32)
+    exe, got, want = run_interp(text, {"x": x})
+    np.testing.assert_array_equal(got["s"], want["s"])
+    reasons = [(r.kind.value, r.loop_carried) for s in kir.walk(exe.kernels[0].kir.body)
+               if isinstance(s, kir.Barrier) for r in s.reasons]
+    assert reasons == [("RAW", False), ("WAR", True)]
+
+
+def test_a_block_reduction_of_one_warp_is_its_shuffles_alone():
+    """blockDim.x of 32: the shuffles leave the row's result in every lane; no scratch,
+    no barrier (the rows loop above needs none either)."""
+    text = """
+fusion rows(x: f32[M, N]) {
+  s = sum(x, axes=[1])
+  output s
+}
+schedule rows {
   s.split(1, 32)
   s.parallelize(2, TIDx)
 }"""
     x = np.random.default_rng(4).integers(-20, 20, (3, 70)).astype(np.float32)
     exe, got, want = run_interp(text, {"x": x})
     np.testing.assert_array_equal(got["s"], want["s"])
-    reasons = [(r.kind.value, r.loop_carried) for s in kir.walk(exe.kernels[0].kir.body)
-               if isinstance(s, kir.Barrier) for r in s.reasons]
-    assert reasons == [("RAW", False), ("WAR", True)]
+    body = list(kir.walk(exe.kernels[0].kir.body))
+    assert not any(isinstance(s, kir.Barrier) for s in body)
+    assert sum(isinstance(e, kir.ShuffleXor) for s in body if isinstance(s, kir.Store)
+               for e in kir.walk_expr(s.value)) == 5
+    assert "s_scratch" not in exe.kernels[0].source
 
 
 @pytest.mark.parametrize("schedule, message", [

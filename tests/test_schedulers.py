@@ -365,10 +365,10 @@ def eight_sms():
      2),                                                          # 8 // 3 = 2
 ])
 def test_an_inner_reduction_of_few_long_rows_splits_each_over_ctas(text, shape, splits):
-    from fuserir.scheduler.auto import explain, grid_splits
+    from fuserir.scheduler.auto import explain, reduction_plan
     fusion = fuserir.parse(f"fusion f(x: f32[M, N]) {{\n  {text}\n}}")
     sizes = {"M": shape[0], "N": shape[1]}
-    assert grid_splits(fusion, sizes, eight_sms()) == splits
+    assert reduction_plan(fusion, sizes, eight_sms()).splits == splits
     assert explain(fusion, sizes, eight_sms()) == [
         f"the reduction scheduler: each row split over {splits} CTAs (too few rows to fill "
         "the SMs), combined by a parallel grid reduction"]
@@ -391,9 +391,69 @@ def test_an_inner_reduction_of_few_long_rows_splits_each_over_ctas(text, shape, 
     ("s = sum(x, axes=[1])\n  y = x * 2\n  output y", (2, 70000)),  # y does not read s
 ])
 def test_rows_are_not_split_where_the_sms_are_busy_or_the_rows_short(text, shape):
-    from fuserir.scheduler.auto import explain, grid_splits
+    from fuserir.scheduler.auto import explain, reduction_plan
     fusion = fuserir.parse(f"fusion f(x: f32[M, N]) {{\n  {text}\n  output s\n}}")
     sizes = {"M": shape[0], "N": shape[1]}
-    assert grid_splits(fusion, sizes, eight_sms()) == 1
+    assert reduction_plan(fusion, sizes, eight_sms()).splits == 1
     assert explain(fusion, sizes, eight_sms())[0] == \
         "the reduction scheduler (no row split over CTAs at these sizes)"
+
+
+# -- short rows: a warp a row -------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    "p = softmax(x, dim=1)\n  output p",
+    "s = sum(x, axes=[1])\n  output s",
+    "v, m = var_mean(x, axes=[1], keepdim=true)\n  y = (x - m) * rsqrt(v + 0.001)\n"
+    "  output y",
+])
+@pytest.mark.parametrize("rows, length", [(37, 300), (8, 1024), (3, 33)])
+def test_short_rows_take_a_warp_each_and_reduce_by_shuffles_alone(text, rows, length):
+    """Rows of at most 1024 elements: blocks of 8 warps, a warp a row; its shuffles
+    combine the row, with no shared scratch and no barrier for the reduction."""
+    from fuserir.scheduler.auto import explain
+    fusion = fuserir.parse(f"fusion f(x: f32[M, N]) {{\n  {text}\n}}")
+    sizes = {"M": rows, "N": length}
+    assert explain(fusion, sizes) == ["the reduction scheduler: a warp a row, 8 rows a block "
+                                      "(rows of at most 1024 elements)"]
+    x = np.random.default_rng(rows).standard_normal((rows, length)).astype(np.float32)
+    exe = codegen.compile(fusion, backend="interp")
+    (kernel,) = exe.kernels_for({"x": x})
+    assert [b.value for b in kernel.kir.launch.block] == [32, 8, 1]
+    assert "_scratch" not in kernel.source and "__syncthreads" not in kernel.source
+    got, want = exe.run({"x": x}), fuserir.evaluate(fusion, {"x": x})
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_rows_longer_than_1024_keep_a_block_each():
+    from fuserir.scheduler.auto import explain, reduction_plan
+    fusion = fuserir.parse("fusion f(x: f32[M, N]) {\n  p = softmax(x, dim=1)\n"
+                           "  output p\n}")
+    assert not reduction_plan(fusion, {"M": 64, "N": 1025}).warp_rows
+    assert not reduction_plan(fusion, {"M": 64}).warp_rows      # N unknown: large
+    assert explain(fusion, {"M": 64, "N": 1025}) == [
+        "the reduction scheduler (no row split over CTAs at these sizes)"]
+
+
+def test_an_input_of_one_value_a_row_is_read_as_it_is_not_cached_in_shared_memory():
+    """A normalization caches the inputs several loop nests read in shared memory, but
+    not one of one value a row (a saved mean): its copy would need a barrier."""
+    text = """fusion f(x: f32[M, N], mean: f32[M, 1]) {
+  c = x - mean
+  y = c / broadcast(sum(c * c, axes=[1]), [false, true])
+  output y
+}"""
+    fusion = fuserir.parse(text)
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((5, 300)).astype(np.float32)
+    mean = rng.standard_normal((5, 1)).astype(np.float32)
+    exe = codegen.compile(fusion, backend="interp")
+    (kernel,) = exe.kernels_for({"x": x, "mean": mean})
+    shared = {s.buffer.name for s in kir.walk(kernel.kir.body)
+              if isinstance(s, kir.Allocate) and s.buffer.memory is kir.Memory.shared}
+    assert shared == {"x_cache"}
+    assert not any(isinstance(s, kir.Barrier) for s in kir.walk(kernel.kir.body))
+    c = x.astype(np.float64) - mean
+    np.testing.assert_allclose(exe.run({"x": x, "mean": mean})["y"],
+                               c / (c * c).sum(1, keepdims=True), rtol=1e-5)

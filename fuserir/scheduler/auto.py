@@ -28,9 +28,12 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
   threads striding the row and combining through a block reduction (where the fusion's
   one reduction has too few rows to fill the SMs and long ones, several blocks share a
   row, each summing a contiguous part, and a parallel grid reduction, the split-K's
-  cross-CTA protocol, combines them: grid_splits); a reduction broadcast
+  cross-CTA protocol, combines them: grid_splits; rows of at most WARP_ROW_MAX elements
+  get a warp each instead, WARP_ROWS rows a block, combined by the warp's shuffles
+  alone: reduction_plan); a reduction broadcast
   back into the row (softmax, layer norm) stays in the same block, inputs read by several
-  loop nests are cached in shared memory, and cheap intermediates used by several nests
+  loop nests are cached in shared memory (not one of one value a row, a saved mean: its
+  copy would cost a barrier), and cheap intermediates used by several nests
   are recomputed rather than stored; for an outer reduction a block owns 32 neighbouring
   outputs (TIDx, so each warp reads a contiguous piece of a row) and 16 rows of threads
   (TIDy) stride down the reduced rows, then combine;
@@ -42,6 +45,8 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
   `persistent=False`, which the executable takes when a kernel would not fit the
   device's shared memory): one thread per output element, K serial.
 """
+
+from dataclasses import dataclass
 
 from ..errors import ScheduleError
 from ..ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, FullOp,
@@ -59,6 +64,9 @@ LANES = 32               # ... vectors of one row a warp handles (TIDx) ...
 VECTOR_ROWS = 4          # ... and rows a block handles (TIDy)
 REDUCTION_THREADS = 512
 GRID_MIN_ELEMENTS = 1 << 15  # an inner reduction's row split over CTAs: elements per CTA
+WARP = 32
+WARP_ROW_MAX = 1024      # inner rows this short get a warp each ...
+WARP_ROWS = 8            # ... and a block holds this many of them
 NORMALIZATION_THREADS = 256
 MATMUL_THREADS = 128
 OUTER_COLUMNS = 32       # outer reductions: columns per block (TIDx) ...
@@ -417,39 +425,59 @@ def apply_like(expr, inputs, fusion=None):
     raise ScheduleError(f"cannot rebuild {expr}")
 
 
-def grid_splits(fusion, sizes=None, device=None):
-    """How many CTAs share each row of the fusion's inner reduction: 1, unless it is the
-    fusion's one reduction, every output depends on it, and its rows are too few to give
-    every SM one (at `sizes` on `device`) and long enough that each CTA still sums
-    GRID_MIN_ELEMENTS; then the rows are split so that rows x splits CTAs fill the SMs
-    once (all resident: the parallel grid reduction's CTAs wait for one another), and
-    combined by the cross-CTA reduction split-K uses."""
+@dataclass(frozen=True)
+class ReductionPlan:
+    """How the reduction scheduler lays out the rows at some sizes on some device."""
+
+    splits: int = 1             # CTAs sharing each row (grid_splits)
+    warp_rows: bool = False     # a warp a row, WARP_ROWS rows a block
+
+
+def reduction_plan(fusion, sizes=None, device=None):
+    """The ReductionPlan of `fusion` at `sizes` ({symbol: int}; unknown: LARGE) on
+    `device`: rows of an inner reduction of at most WARP_ROW_MAX elements get a warp each
+    (a block's 256 threads would hold a few elements each, and its barriers would cost
+    more than the row); few long rows are split over CTAs (grid_splits)."""
     axes, rank = _reduced_axes(fusion)
-    if axes != list(range(rank - len(axes), rank)) or any(
-            _broadcasts_back(t, axes) for t in _classify(fusion, axes, rank)[0]):
-        return 1
-    reductions = [e.output for e in fusion.exprs if isinstance(e, ReductionOp)]
-    if len(reductions) > 1 or not all(out is reductions[0] or fusion.depends_on(
-            out, reductions[0]) for out in fusion.outputs):
-        return 1    # a kernel's grid reduction is its one, and only its last CTAs store
-    x = reductions[0].definition.inputs[0]
+    inner = axes == list(range(rank - len(axes), rank))
+    x = next(e.inputs[0] for e in fusion.exprs if isinstance(e, ReductionOp))
     rows, length = 1, 1
     for i, a in enumerate(x.shape_axes):
         if i in axes:
             length *= _size(a.extent, sizes or {})
         else:
             rows *= _size(a.extent, sizes or {})
+    splits = grid_splits(fusion, rows, length, device) if inner else 1
+    return ReductionPlan(splits, inner and rank > len(axes) and splits == 1
+                         and length <= WARP_ROW_MAX)
+
+
+def grid_splits(fusion, rows, length, device=None):
+    """How many CTAs share each of the `rows` rows of `length` elements of the fusion's
+    inner reduction: 1, unless it is the fusion's one reduction, not broadcast back, every
+    output depends on it, and the rows are too few to give every SM one (on `device`) and
+    long enough that each CTA still sums GRID_MIN_ELEMENTS; then the rows are split so
+    that rows x splits CTAs fill the SMs once (all resident: the parallel grid
+    reduction's CTAs wait for one another), and combined by the cross-CTA reduction
+    split-K uses."""
+    axes, rank = _reduced_axes(fusion)
+    if any(_broadcasts_back(t, axes) for t in _classify(fusion, axes, rank)[0]):
+        return 1
+    reductions = [e.output for e in fusion.exprs if isinstance(e, ReductionOp)]
+    if len(reductions) > 1 or not all(out is reductions[0] or fusion.depends_on(
+            out, reductions[0]) for out in fusion.outputs):
+        return 1    # a kernel's grid reduction is its one, and only its last CTAs store
     sms = devices.resolve(device).sms
     return max(1, min(sms // max(rows, 1), length // GRID_MIN_ELEMENTS))
 
 
-def _grid_splits_or_1(fusion, sizes, device):
-    """grid_splits, or 1 where no one reduction scheduler's plan fits (the fusion will
-    be segmented, each segment keyed on its own)."""
+def _plan_or_default(fusion, sizes, device):
+    """reduction_plan, or the default where no one reduction scheduler's plan fits (the
+    fusion will be segmented, each segment planned on its own)."""
     try:
-        return grid_splits(fusion, sizes, device)
+        return reduction_plan(fusion, sizes, device)
     except ScheduleError:
-        return 1
+        return ReductionPlan()
 
 
 def _schedule_reduction(fusion, persistent, sizes=None, device=None):
@@ -457,7 +485,7 @@ def _schedule_reduction(fusion, persistent, sizes=None, device=None):
     inner = axes == list(range(rank - len(axes), rank))
     full, reduced = _classify(fusion, axes, rank)
     broadcasts_back = any(_broadcasts_back(t, axes) for t in full)
-    splits = grid_splits(fusion, sizes, device)
+    plan = reduction_plan(fusion, sizes, device)
     if broadcasts_back and not (inner and persistent):
         raise ScheduleError(f"{fusion.name} broadcasts a reduction back into its rows: one "
                             "kernel needs the row in a block (inner, persistent)")
@@ -466,7 +494,10 @@ def _schedule_reduction(fusion, persistent, sizes=None, device=None):
     _recompute_shared_intermediates(fusion, set(reduced))
     if broadcasts_back:
         for x in fusion.inputs:
-            if len(fusion.uses(x)) > 1 and x.rank == rank:
+            # (an input of one value a row, a layer norm's saved mean, is read as it is:
+            # a shared copy would cost a barrier to save rereading one cached value)
+            if len(fusion.uses(x)) > 1 and x.rank == rank and not all(
+                    x.shape_axes[a].is_broadcast for a in axes):
                 x.cache_after(MemoryType.shared)
     # again: the copies of shared intermediates and the caches of inputs are tensors too
     full = [t for t in fusion.tensors if not t.is_input and len(t.logical) == rank
@@ -475,14 +506,20 @@ def _schedule_reduction(fusion, persistent, sizes=None, device=None):
     threads = NORMALIZATION_THREADS if broadcasts_back else REDUCTION_THREADS
     for t in full:
         has_rows = _to_rows(t, axes)
-        if inner:
+        if plan.warp_rows:
+            # [I, R] -> [I / W, W, R / 32, 32]: warp y of a block strides row y
+            t.split(-1, WARP)
+            t.split(0, WARP_ROWS)
+            for i, ptype in ((0, "BIDx"), (1, "TIDy"), (3, "TIDx")):
+                t.parallelize(i, ptype)
+        elif inner:
             t.split(-1, threads)
             if has_rows:
                 t.parallelize(0, "BIDx")
             t.parallelize(-1, "TIDx")
-            if splits > 1:
+            if plan.splits > 1:
                 # [.., R / T, T] -> [.., S, R / (T S), T]: CTA z of a row sums its part
-                t.split(-2, splits, inner=False)
+                t.split(-2, plan.splits, inner=False)
                 t.parallelize(-3, "BIDz")
                 if isinstance(t.definition, ReductionOp):
                     t.parallel_grid_reduction()
@@ -498,7 +535,10 @@ def _schedule_reduction(fusion, persistent, sizes=None, device=None):
         if t.ndim == 0:
             continue
         _flatten(t)
-        if not inner:
+        if plan.warp_rows:
+            t.split(0, WARP_ROWS)
+            t.parallelize(1, "TIDy")
+        elif not inner:
             t.split(0, OUTER_COLUMNS)
             t.parallelize(1, "TIDx")
         t.parallelize(0, "BIDx")
@@ -558,7 +598,7 @@ def schedule_key(fusion, sizes=None, device=None):
         if any(isinstance(e, MatmulOp) for e in fusion.exprs):
             return None, {}
         if any(isinstance(e, ReductionOp) for e in fusion.exprs):
-            return ("reduction grid splits", _grid_splits_or_1(fusion, sizes, device)), {}
+            return ("reduction", _plan_or_default(fusion, sizes, device)), {}
         return ("pointwise vectors", _vector_plan(fusion, sizes) is not None), {}
     from .matmul import SPLITK
     key = tuple((f, getattr(params, f)) for f in params.__dataclass_fields__
@@ -583,11 +623,16 @@ def _explain_without_matmul(fusion, sizes, device):
     same = "its schedule does not depend on the sizes"
     transposed = ", ".join(t.name for t in transposes(fusion))
     if any(isinstance(e, ReductionOp) for e in fusion.exprs):
-        splits = _grid_splits_or_1(fusion, sizes, device)
-        lines = ["the reduction scheduler (no row split over CTAs at these sizes)"
-                 if splits == 1 else
-                 f"the reduction scheduler: each row split over {splits} CTAs (too few rows "
-                 "to fill the SMs), combined by a parallel grid reduction"]
+        plan = _plan_or_default(fusion, sizes, device)
+        if plan.splits > 1:
+            how = (f": each row split over {plan.splits} CTAs (too few rows to fill the "
+                   "SMs), combined by a parallel grid reduction")
+        elif plan.warp_rows:
+            how = (f": a warp a row, {WARP_ROWS} rows a block (rows of at most "
+                   f"{WARP_ROW_MAX} elements)")
+        else:
+            how = " (no row split over CTAs at these sizes)"
+        lines = [f"the reduction scheduler{how}"]
         if transposed:
             lines.append(f"the transpose {transposed} is not staged through shared memory: "
                          "the transpose scheduler takes no reduction")

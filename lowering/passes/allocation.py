@@ -19,8 +19,9 @@ the allocated ones.
 
 A reduction accumulates in a local buffer of its accumulation type, which keeps only the
 iteration axes that sit inside its reduction loops. A block reduction gets a shared
-scratch: 32 partials for one over TIDx (one per warp of a 1024-thread block), 1024 for
-one over TIDy (one per thread).
+scratch: 32 partials for one over TIDx (one per warp of a 1024-thread block; none where
+blockDim.x is a warp: its shuffles alone combine the row), 1024 for one over TIDy (one
+per thread).
 
 Shared buffers are placed one after another in the block's shared-memory pool at 16-byte
 aligned byte offsets (1024-byte aligned for the tiles TMA and wgmma read or write: their
@@ -38,7 +39,8 @@ from fuserir.ops import accumulate_dtype
 
 from .. import kir
 from ..support.analysis import (BLOCK_TYPES, LOOP_TYPES, THREAD_TYPES, fragment_size,
-                                layout_owner, mma_kind, reduction_thread, shared_alignment)
+                                layout_owner, mma_kind, reduction_thread, shared_alignment,
+                                warp_reduces_alone)
 from ..contract import Pass
 
 SCRATCH_WARPS = 32       # a TIDx reduction keeps one partial per warp
@@ -138,7 +140,7 @@ def run(ctx, kernel):
         acc = kir.Buffer(f"{tv.name}_acc", dtype, kir.Memory.local, size, tensor=None)
         ctx.accumulators[tv] = acc
         place(acc, layout)
-        if tv in block_reduced:
+        if tv in block_reduced and not warp_reduces_alone(ctx, kernel, tv):
             size = SCRATCH_WARPS if reduction_thread(ctx, tv) is ParallelType.TIDx \
                 else MAX_THREADS_PER_BLOCK    # a TIDy reduction: one per thread
             scratch = kir.Buffer(f"{tv.name}_scratch", dtype, kir.Memory.shared,

@@ -12,7 +12,8 @@ acc = identity; for w: acc = op(acc, scratch[first warp of my row + w])
 
 Every thread ends with the row's result. blockDim.x is a multiple of 32 (the loop-nest
 pass rounds it up) so warps never straddle rows; threads past the axis extent hold the
-identity. A reduction bound to TIDy (an outer reduction whose rows are spread over the
+identity. Where blockDim.x is 32 (a warp a row), the shuffles alone leave the row's
+result in every lane: no scratch, no barrier. A reduction bound to TIDy (an outer reduction whose rows are spread over the
 block's y threads) goes through shared memory alone: every thread writes its partial and
 then folds its column's. The barriers between the scratch writes and reads (and before
 the scratch is written again in a later iteration) are not emitted here: sync insertion
@@ -24,7 +25,7 @@ from fuserir.ir.iterdomain import ParallelType
 
 from .. import kir
 from ..kir import visit as kir_visit
-from ..support.analysis import reduction_thread
+from ..support.analysis import reduction_thread, warp_reduces_alone
 from ..contract import Pass
 from .indexing import accumulator_index, combine, identity
 
@@ -35,7 +36,7 @@ def _parts(ctx, tv):
     """(combining op, accumulator, shared scratch, accumulator index) of tv's reduction."""
     expr = tv.definition
     op = combine(expr.op if isinstance(expr, ReductionOp) else "sum")
-    return op, ctx.accumulators[tv], ctx.scratch[tv], accumulator_index(ctx, tv)
+    return op, ctx.accumulators[tv], ctx.scratch.get(tv), accumulator_index(ctx, tv)
 
 
 def _threads(ctx):
@@ -47,19 +48,11 @@ def _threads(ctx):
             special(D, "y"))
 
 
-def expand(ctx, part):
+def expand(ctx, kernel, part):
     tv = part.tv
     if reduction_thread(ctx, tv) is ParallelType.TIDy:
         return expand_over_y(ctx, tv)
     op, acc, scratch, index = _parts(ctx, tv)
-    tx, ty, tz, dx, dy = _threads(ctx)
-    b = ctx.binop
-    warps_per_row = b("div", dx, ctx.const(WARP))
-    row = b("add", b("mul", tz, dy), ty)
-    first_warp = b("mul", row, warps_per_row)
-    my_warp = b("add", first_warp, b("div", tx, ctx.const(WARP)))
-    owner = tuple((p.value, None) for p in ctx.threads_used())
-    access = kir.AccessInfo(scratch.name, owner)
 
     def partial():
         return kir.Load(acc, index)
@@ -69,6 +62,16 @@ def expand(ctx, part):
         stmts.append(kir.Store(acc, index, kir.BinOp(op, partial(),
                                                      kir.ShuffleXor(partial(), lane_mask),
                                                      acc.dtype)))
+    if warp_reduces_alone(ctx, kernel, tv):
+        return stmts        # a warp a row: the shuffles leave the row's result in every lane
+    tx, ty, tz, dx, dy = _threads(ctx)
+    b = ctx.binop
+    warps_per_row = b("div", dx, ctx.const(WARP))
+    row = b("add", b("mul", tz, dy), ty)
+    first_warp = b("mul", row, warps_per_row)
+    my_warp = b("add", first_warp, b("div", tx, ctx.const(WARP)))
+    owner = tuple((p.value, None) for p in ctx.threads_used())
+    access = kir.AccessInfo(scratch.name, owner)
     is_lane0 = b("eq", b("mod", tx, ctx.const(WARP)), ctx.const(0))
     stmts.append(kir.IfThenElse(is_lane0, [kir.Store(scratch, my_warp, partial(), access)]))
     stmts.append(kir.Store(acc, index, identity(op, acc.dtype)))
@@ -105,15 +108,15 @@ def expand_over_y(ctx, tv):
 
 
 class _Expand(kir_visit.StmtMutator):
-    def __init__(self, ctx):
-        self.ctx = ctx
+    def __init__(self, ctx, kernel):
+        self.ctx, self.kernel = ctx, kernel
 
     def mutate_ExprStmt(self, part):
-        return expand(self.ctx, part) if part.role == "block_reduce" else part
+        return expand(self.ctx, self.kernel, part) if part.role == "block_reduce" else part
 
 
 def run(ctx, kernel):
-    kernel.body = _Expand(ctx).mutate(kernel.body)
+    kernel.body = _Expand(ctx, kernel).mutate(kernel.body)
     return kernel
 
 

@@ -22,6 +22,8 @@ from fuserir.instructions import (MMA_M16N8K16, SWIZZLE_ATOM_BYTES, TMA_STRIDE_A
                                   WGMMA)
 from fuserir.ir.iterdomain import ParallelType, Split, history
 
+from .. import kir
+
 THREAD_TYPES = (ParallelType.TIDx, ParallelType.TIDy, ParallelType.TIDz)
 BLOCK_TYPES = (ParallelType.BIDx, ParallelType.BIDy, ParallelType.BIDz)
 LOOP_TYPES = (ParallelType.serial, ParallelType.unroll, ParallelType.vectorize)
@@ -316,6 +318,14 @@ def reduction_thread(ctx, tv):
         if axis.is_reduction and parallel in THREAD_TYPES:
             return parallel
     return None
+
+
+def warp_reduces_alone(ctx, kernel, tv):
+    """Does tv's block reduction combine one warp only (over TIDx, blockDim.x 32: a warp
+    a row), so that its shuffles leave the result in every lane without a scratch?"""
+    block_x = kernel.launch.block[0]
+    return reduction_thread(ctx, tv) is ParallelType.TIDx and \
+        isinstance(block_x, kir.Const) and block_x.value == WARP
 
 
 class StoreInfo:
