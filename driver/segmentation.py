@@ -14,8 +14,9 @@ not the full-size work around it), and is placed again; one with no reduction le
 place is cut by growing a kernel along its expressions in topological order and starting
 the next where it stops. The tensors that cross from one kernel to another become global
 intermediates, outputs of the kernel that computes them and inputs of the kernels that
-read them (the executor allocates them). Each kernel is a fusion of its own, rebuilt with the same operations,
-so every kernel still comes out of scheduling and lowering a fusion.
+read them (the executor allocates them). Each kernel is a fusion of its own, rebuilt
+with the same operations, so every kernel still comes out of scheduling and lowering a
+fusion.
 
 `cut(fusion)` does the same for a fusion with an explicit schedule that put intermediates
 in global memory (the matmul's two-kernel split-K puts its f32 partial sums there): one

@@ -13,9 +13,9 @@ acc = identity; for w: acc = op(acc, scratch[first warp of my row + w])
 Every thread ends with the row's result. blockDim.x is a multiple of 32 (the loop-nest
 pass rounds it up) so warps never straddle rows; threads past the axis extent hold the
 identity. Where blockDim.x is 32 (a warp a row), the shuffles alone leave the row's
-result in every lane: no scratch, no barrier. A reduction bound to TIDy (an outer reduction whose rows are spread over the
-block's y threads) goes through shared memory alone: every thread writes its partial and
-then folds its column's. The barriers between the scratch writes and reads (and before
+result in every lane: no scratch, no barrier. A reduction bound to TIDy (an outer
+reduction whose rows are spread over the block's y threads) goes through shared memory
+alone: every thread writes its partial and then folds its column's. The barriers between the scratch writes and reads (and before
 the scratch is written again in a later iteration) are not emitted here: sync insertion
 finds them.
 """
