@@ -157,6 +157,44 @@ def parse_args(p, argv=None, sizes=None):
     return args
 
 
+def shapes_parser(description, quick_shape):
+    """parser() with --shapes (R x D points) and --dtypes (bf16, f32): the options of the
+    scripts that time ops over rows at several shapes and dtypes."""
+    p = parser(description)
+    p.add_argument("--shapes", help=f"RxD,... (default 8192x4096,32768x1024; {quick_shape} "
+                                    "quick)")
+    p.add_argument("--dtypes", default="bf16,f32")
+    return p
+
+
+def shape_points(args, multiple=1, why=""):
+    """(dtypes, [(R, D)]) of --dtypes and --shapes, each D a multiple of `multiple` (for
+    the reason `why`); ValueError names what is wrong."""
+    dtypes = [d.strip() for d in args.dtypes.split(",")]
+    if any(d not in ("bf16", "f32") for d in dtypes):
+        raise ValueError(f"--dtypes: each of bf16 and f32, not {args.dtypes!r}")
+    try:
+        shapes = [tuple(int(x) for x in s.lower().split("x")) for s in args.shapes.split(",")]
+    except ValueError:
+        raise ValueError(f"--shapes: RxD points, comma-separated, not {args.shapes!r}") \
+            from None
+    if any(len(s) != 2 or min(s) < 1 or s[1] % multiple for s in shapes):
+        raise ValueError("--shapes: each point is RxD, " + (
+            f"positive, D a multiple of {multiple} ({why})" if multiple > 1 else
+            "both positive"))
+    return dtypes, shapes
+
+
+def parse_shapes_args(p, argv, sizes, multiple=1, why=""):
+    """parse_args, then shape_points' checks: a bad point exits with its message."""
+    args = parse_args(p, argv, sizes)
+    try:
+        shape_points(args, multiple, why)
+    except ValueError as error:
+        p.error(str(error))
+    return args
+
+
 # -- arithmetic and formatting (no GPU) ----------------------------------------------------
 
 def new_result(case, copy_gbps):

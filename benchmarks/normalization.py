@@ -147,21 +147,6 @@ def cross_entropy_torch(torch, t):
 
 # -- the cases ---------------------------------------------------------------------------------
 
-def points(args):
-    """(dtypes, [(R, D)]) of --dtypes and --shapes; ValueError names what is wrong."""
-    dtypes = [d.strip() for d in args.dtypes.split(",")]
-    if any(d not in ("bf16", "f32") for d in dtypes):
-        raise ValueError(f"--dtypes: each of bf16 and f32, not {args.dtypes!r}")
-    try:
-        shapes = [tuple(int(x) for x in s.lower().split("x")) for s in args.shapes.split(",")]
-    except ValueError:
-        raise ValueError(f"--shapes: RxD points, comma-separated, not {args.shapes!r}") \
-            from None
-    if any(len(s) != 2 or min(s) < 1 for s in shapes):
-        raise ValueError("--shapes: each point is RxD, both positive")
-    return dtypes, shapes
-
-
 def _cases_at(dtype, rows, cols):
     tag = f"{dtype}_{rows}x{cols}"
     sizes = {"R": rows, "D": cols}
@@ -226,26 +211,17 @@ def _cases_at(dtype, rows, cols):
 
 
 def cases(args):
-    dtypes, shapes = points(args)
+    dtypes, shapes = common.shape_points(args)
     return [case for dtype in dtypes for rows, cols in shapes
             for case in _cases_at(dtype, rows, cols)]
 
 
 def parser():
-    p = common.parser(__doc__.splitlines()[0])
-    p.add_argument("--shapes", help="RxD,... (default 8192x4096,32768x1024; 256x512 quick)")
-    p.add_argument("--dtypes", default="bf16,f32")
-    return p
+    return common.shapes_parser(__doc__.splitlines()[0], "256x512")
 
 
 def parse_args(argv=None):
-    p = parser()
-    args = common.parse_args(p, argv, SIZES)
-    try:
-        points(args)
-    except ValueError as error:
-        p.error(str(error))
-    return args
+    return common.parse_shapes_args(parser(), argv, SIZES)
 
 
 def main(argv=None):

@@ -73,19 +73,8 @@ def transpose_add_reference(dtype):
 
 
 def points(args):
-    """(dtypes, [(R, D)]) of --dtypes and --shapes; ValueError names what is wrong."""
-    dtypes = [d.strip() for d in args.dtypes.split(",")]
-    if any(d not in ("bf16", "f32") for d in dtypes):
-        raise ValueError(f"--dtypes: each of bf16 and f32, not {args.dtypes!r}")
-    try:
-        shapes = [tuple(int(x) for x in s.lower().split("x")) for s in args.shapes.split(",")]
-    except ValueError:
-        raise ValueError(f"--shapes: RxD points, comma-separated, not {args.shapes!r}") \
-            from None
-    if any(len(s) != 2 or min(s) < 1 or s[1] % 4 for s in shapes):
-        raise ValueError("--shapes: each point is RxD, positive, D a multiple of 4 "
-                         "(cat3's parts)")
-    return dtypes, shapes
+    """(dtypes, [(R, D)]) of --dtypes and --shapes (D a multiple of 4: cat3's parts)."""
+    return common.shape_points(args, 4, "cat3's parts")
 
 
 def cases(args):
@@ -134,20 +123,11 @@ def cases(args):
 
 
 def parser():
-    p = common.parser(__doc__.splitlines()[0])
-    p.add_argument("--shapes", help="RxD,... (default 8192x4096,32768x1024; 256x512 quick)")
-    p.add_argument("--dtypes", default="bf16,f32")
-    return p
+    return common.shapes_parser(__doc__.splitlines()[0], "256x512")
 
 
 def parse_args(argv=None):
-    p = parser()
-    args = common.parse_args(p, argv, SIZES)
-    try:
-        points(args)
-    except ValueError as error:
-        p.error(str(error))
-    return args
+    return common.parse_shapes_args(parser(), argv, SIZES, 4, "cat3's parts")
 
 
 def main(argv=None):

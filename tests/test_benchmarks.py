@@ -124,6 +124,17 @@ def test_shape_ops_refuses_bad_arguments(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--shapes", "0x4096"], "--shapes: each point is RxD, both positive"),
+    (["--dtypes", "bf16,f64"], "--dtypes: each of bf16 and f32, not 'bf16,f64'"),
+])
+def test_normalization_refuses_bad_arguments(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        normalization.parse_args(argv)
+    assert message in capsys.readouterr().err
+    assert normalization.parse_args(["--shapes", "64x30"]).shapes == "64x30"
+
+
 def tiny_cases():
     return (pointwise.cases(args_of(pointwise, "--rows", "5", "--cols", "40",
                                     "--elements", "300"))

@@ -25,10 +25,14 @@ def lane_free_base(ctx, index, lane):
     rest = terms[:at[0]] + terms[at[0] + 1:] if len(at) == 1 else None
     if rest is None or any(e is lane for t in rest for e in kir.walk_expr(t)):
         return None
-    base = ctx.const(0)
-    for t in rest:
-        base = ctx.binop("add", base, t)
-    return base
+    return _sum_of(ctx, rest)
+
+
+def _sum_of(ctx, terms):
+    total = ctx.const(0)
+    for t in terms:
+        total = ctx.binop("add", total, t)
+    return total
 
 
 def base_of(ctx, index, lane, width):
@@ -109,10 +113,7 @@ def _unproven_offset(ctx, base, width):
         return None
     if not all(_launch_time(ctx, t) for t in rest):
         return False
-    total = ctx.const(0)
-    for t in rest:
-        total = ctx.binop("add", total, t)
-    return total
+    return _sum_of(ctx, rest)
 
 
 def _chain_index(ctx, expr, chain, index):
