@@ -14,8 +14,9 @@ from .dtypes import DataType
 from .errors import FusionError
 from .ir import extent as ext
 from .ir.tensor import Scalar
-from .ops import (_check_tensor, _normalize_axes, axis_index, broadcast, cast, div, eq, exp,
-                  isnan, log, logical_or, max, min, mul, sqrt, sub, sum, where)
+from .ops import (_accumulated_as, _check_tensor, _kept, _normalize_axes, axis_index,
+                  broadcast, cast, div, eq, exp, isnan, log, logical_or, max, min, mul, sqrt,
+                  sub, sum, where)
 from .slicing import _requires
 
 INT64_MAX = 2 ** 63 - 1     # an index no row reaches: what min over no hit gives
@@ -25,9 +26,7 @@ def _float_operand(op, x, dtype):
     """x (cast to `dtype` where given), checked to hold floats: what op computes on."""
     _check_tensor(op, x)
     if dtype is not None:
-        if not isinstance(dtype, DataType):
-            raise FusionError(f"{op}: dtype must be a DataType, got {dtype!r}")
-        x = x if x.dtype is dtype else cast(x, dtype)
+        x = _accumulated_as(op, x, dtype)
     if not x.dtype.is_float:
         raise FusionError(f"{op}: operand {x.name} is {x.dtype}; {op} computes on floats: "
                           f"give dtype=f32 or cast it first")
@@ -41,12 +40,6 @@ def _computed(x):
 
 def _rounded(y, dtype):
     return y if y.dtype is dtype else cast(y, dtype)
-
-
-def _kept(y, axes, rank, keepdim):
-    if not isinstance(keepdim, bool):
-        raise FusionError(f"keepdim must be true or false, got {keepdim!r}")
-    return broadcast(y, [i in axes for i in range(rank)]) if keepdim else y
 
 
 def _count(x, axes):
@@ -68,7 +61,7 @@ def mean(x, axes, keepdim=False, dtype=None):
     x = _float_operand("mean", x, dtype)
     axes = _normalize_axes("mean", x, axes)
     y = div(sum(_computed(x), axes), _as_value(_count(x, axes)))
-    return _kept(_rounded(y, x.dtype), axes, x.rank, keepdim)
+    return _kept("mean", _rounded(y, x.dtype), axes, keepdim)
 
 
 def _variance(op, x, axes, correction):
@@ -98,7 +91,7 @@ def var(x, axes, correction=1, keepdim=False):
     x = _float_operand("var", x, None)
     axes = _normalize_axes("var", x, axes)
     v, _ = _variance("var", x, axes, correction)
-    return _kept(_rounded(v, x.dtype), axes, x.rank, keepdim)
+    return _kept("var", _rounded(v, x.dtype), axes, keepdim)
 
 
 def std(x, axes, correction=1, keepdim=False):
@@ -106,7 +99,7 @@ def std(x, axes, correction=1, keepdim=False):
     x = _float_operand("std", x, None)
     axes = _normalize_axes("std", x, axes)
     v, _ = _variance("std", x, axes, correction)
-    return _kept(_rounded(sqrt(v), x.dtype), axes, x.rank, keepdim)
+    return _kept("std", _rounded(sqrt(v), x.dtype), axes, keepdim)
 
 
 def var_mean(x, axes, correction=1, keepdim=False):
@@ -114,7 +107,7 @@ def var_mean(x, axes, correction=1, keepdim=False):
     x = _float_operand("var_mean", x, None)
     axes = _normalize_axes("var_mean", x, axes)
     v, m = _variance("var_mean", x, axes, correction)
-    return tuple(_kept(_rounded(y, x.dtype), axes, x.rank, keepdim) for y in (v, m))
+    return tuple(_kept("var_mean", _rounded(y, x.dtype), axes, keepdim) for y in (v, m))
 
 
 def _normalized(op, x, dim, dtype):
@@ -155,7 +148,7 @@ def _arg_extreme(op, pick, x, dim, keepdim):
     if x.dtype.is_float:
         hit = logical_or(hit, isnan(x))
     first = min(where(hit, axis_index(x, axes[0]), INT64_MAX), axes)
-    return _kept(first, axes, x.rank, keepdim)
+    return _kept(op, first, axes, keepdim)
 
 
 def argmax(x, dim, keepdim=False):
