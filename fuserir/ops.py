@@ -540,6 +540,7 @@ def accumulate_dtype(dtype):
 
 def _reduction(op, x, axes, keepdim=False, dtype=None):
     _check_tensor(op, x)
+    _check_keepdim(op, keepdim)
     if dtype is not None:
         x = _accumulated_as(op, x, dtype)
     if x.dtype is DataType.bool:
@@ -553,7 +554,7 @@ def _reduction(op, x, axes, keepdim=False, dtype=None):
             root.append(IterDomain(a.extent, a.kind))
     out = _new_tensor(x.fusion, x.dtype, root)
     x.fusion.add_expr(ReductionOp(op, x, out, axes))
-    return _kept(op, out, axes, keepdim)
+    return _kept(out, axes, keepdim)
 
 
 def _accumulated_as(op, x, dtype):
@@ -564,10 +565,14 @@ def _accumulated_as(op, x, dtype):
     return x if x.dtype is dtype else cast(x, dtype)
 
 
-def _kept(op, out, axes, keepdim):
-    """`out` with its reduced `axes` back as axes of extent 1 where `keepdim`."""
+def _check_keepdim(op, keepdim):
+    """Refuse a keepdim that is not a bool (before anything is built)."""
     if not isinstance(keepdim, bool):
         raise FusionError(f"{op}: keepdim must be true or false, got {keepdim!r}")
+
+
+def _kept(out, axes, keepdim):
+    """`out` with its reduced `axes` back as axes of extent 1 where `keepdim`."""
     if not keepdim:
         return out
     return broadcast(out, [i in axes for i in range(out.rank + len(axes))])
@@ -629,8 +634,8 @@ def matmul(a, b, layout="TT"):
 
 
 UNARY = {name: globals()[name] for name in UNARY_OPS}
-# truediv, clamp, threshold, lerp, addcmul (fuserir.composite), slice, pad, cat, full, iota,
-# arange (fuserir.slicing): built of the builders above
+# truediv, clamp, threshold, lerp, addcmul, linear (fuserir.composite), slice, pad, cat,
+# full, iota, arange (fuserir.slicing): built of the builders above
 from .composite import addcmul, clamp, lerp, linear, threshold, truediv  # noqa: E402
 from .slicing import arange, cat, full, iota, pad, slice  # noqa: E402,A004
 from .reshaping import reshape  # noqa: E402

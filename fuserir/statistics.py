@@ -14,17 +14,19 @@ from .dtypes import DataType
 from .errors import FusionError
 from .ir import extent as ext
 from .ir.tensor import Scalar
-from .ops import (_accumulated_as, _check_tensor, _kept, _normalize_axes, axis_index,
-                  broadcast, cast, div, eq, exp, isnan, log, logical_or, max, min, mul, sqrt,
-                  sub, sum, where)
+from .ops import (_accumulated_as, _check_keepdim, _check_tensor, _kept, _normalize_axes,
+                  axis_index, broadcast, cast, div, eq, exp, isnan, log, logical_or, max, min,
+                  mul, sqrt, sub, sum, where)
 from .slicing import _requires
 
 INT64_MAX = 2 ** 63 - 1     # an index no row reaches: what min over no hit gives
 
 
-def _float_operand(op, x, dtype):
-    """x (cast to `dtype` where given), checked to hold floats: what op computes on."""
+def _float_operand(op, x, dtype, keepdim=False):
+    """x (cast to `dtype` where given), checked to hold floats: what op computes on (and
+    `keepdim` checked before anything is built)."""
     _check_tensor(op, x)
+    _check_keepdim(op, keepdim)
     if dtype is not None:
         x = _accumulated_as(op, x, dtype)
     if not x.dtype.is_float:
@@ -58,10 +60,10 @@ def _as_value(extent):
 def mean(x, axes, keepdim=False, dtype=None):
     """The mean of x's elements over `axes` (NaN over none), in x's float type (or
     `dtype`'s: the elements are cast first); keepdim keeps the reduced axes."""
-    x = _float_operand("mean", x, dtype)
+    x = _float_operand("mean", x, dtype, keepdim)
     axes = _normalize_axes("mean", x, axes)
     y = div(sum(_computed(x), axes), _as_value(_count(x, axes)))
-    return _kept("mean", _rounded(y, x.dtype), axes, keepdim)
+    return _kept(_rounded(y, x.dtype), axes, keepdim)
 
 
 def _variance(op, x, axes, correction):
@@ -88,26 +90,26 @@ def _variance(op, x, axes, correction):
 def var(x, axes, correction=1, keepdim=False):
     """The variance of x's elements over `axes`: the squares of their differences from
     the mean, summed and divided by (count - correction)."""
-    x = _float_operand("var", x, None)
+    x = _float_operand("var", x, None, keepdim)
     axes = _normalize_axes("var", x, axes)
     v, _ = _variance("var", x, axes, correction)
-    return _kept("var", _rounded(v, x.dtype), axes, keepdim)
+    return _kept(_rounded(v, x.dtype), axes, keepdim)
 
 
 def std(x, axes, correction=1, keepdim=False):
     """The standard deviation: sqrt of var."""
-    x = _float_operand("std", x, None)
+    x = _float_operand("std", x, None, keepdim)
     axes = _normalize_axes("std", x, axes)
     v, _ = _variance("std", x, axes, correction)
-    return _kept("std", _rounded(sqrt(v), x.dtype), axes, keepdim)
+    return _kept(_rounded(sqrt(v), x.dtype), axes, keepdim)
 
 
 def var_mean(x, axes, correction=1, keepdim=False):
     """(var, mean) of x over `axes`, the mean computed once for both (torch.var_mean)."""
-    x = _float_operand("var_mean", x, None)
+    x = _float_operand("var_mean", x, None, keepdim)
     axes = _normalize_axes("var_mean", x, axes)
     v, m = _variance("var_mean", x, axes, correction)
-    return tuple(_kept("var_mean", _rounded(y, x.dtype), axes, keepdim) for y in (v, m))
+    return tuple(_kept(_rounded(y, x.dtype), axes, keepdim) for y in (v, m))
 
 
 def _normalized(op, x, dim, dtype):
@@ -136,6 +138,7 @@ def _arg_extreme(op, pick, x, dim, keepdim):
     """The index along `dim` of the first element equal to the row's `pick` (max or min),
     or of its first NaN (torch's argmax/argmin: NaN counts as the extreme), as i64."""
     _check_tensor(op, x)
+    _check_keepdim(op, keepdim)
     if x.dtype is DataType.bool:
         raise FusionError(f"{op}: operand {x.name} is bool; cast it first")
     if isinstance(dim, bool) or not isinstance(dim, int):
@@ -148,7 +151,7 @@ def _arg_extreme(op, pick, x, dim, keepdim):
     if x.dtype.is_float:
         hit = logical_or(hit, isnan(x))
     first = min(where(hit, axis_index(x, axes[0]), INT64_MAX), axes)
-    return _kept(op, first, axes, keepdim)
+    return _kept(first, axes, keepdim)
 
 
 def argmax(x, dim, keepdim=False):

@@ -257,6 +257,13 @@ def test_builder_refusals():
             ops.var(ops.cast(x, DataType.f32), [0], correction=0.5)
         with pytest.raises(FusionError, match="sum: dtype must be a DataType"):
             ops.sum(x, [0], dtype="f32")
+        before = len(fd.fusion.exprs)
+        for reduce in (ops.max, ops.mean, ops.var, ops.argmax):
+            with pytest.raises(FusionError, match="keepdim must be true or false, got 1"):
+                reduce(ops.cast(x, DataType.f32) if reduce is not ops.max else x, 0,
+                       keepdim=1)
+        # refused before anything was built (the casts above are the only additions)
+        assert len(fd.fusion.exprs) == before + 3
         fd.add_output(ops.sum(x, [0]))
 
 
