@@ -293,40 +293,35 @@ schedule stats {
     assert exe.kernels[0].kir.launch.block[0].value == 64   # rounded to whole warps
 
 
-def test_block_reduction_inside_a_loop_needs_a_loop_carried_war():
-    text = """
-fusion rows(x: f32[M, N]) {
+def row_sums_by_threads(threads, n):
+    """Row sums of integers (exact in f32) over M x n, a row's axis split by `threads`
+    bound to TIDx and its rows a serial loop: (executable, kernel IR statements)."""
+    text = f"""
+fusion rows(x: f32[M, N]) {{
   s = sum(x, axes=[1])
   output s
-}
-schedule rows {
-  s.split(1, 64)
+}}
+schedule rows {{
+  s.split(1, {threads})
   s.parallelize(2, TIDx)
-}"""
-    x = np.random.default_rng(4).integers(-20, 20, (3, 150)).astype(np.float32)
+}}"""
+    x = np.random.default_rng(4).integers(-20, 20, (3, n)).astype(np.float32)
     exe, got, want = run_interp(text, {"x": x})
     np.testing.assert_array_equal(got["s"], want["s"])
-    reasons = [(r.kind.value, r.loop_carried) for s in kir.walk(exe.kernels[0].kir.body)
-               if isinstance(s, kir.Barrier) for r in s.reasons]
+    return exe, list(kir.walk(exe.kernels[0].kir.body))
+
+
+def test_block_reduction_inside_a_loop_needs_a_loop_carried_war():
+    _, body = row_sums_by_threads(64, 150)
+    reasons = [(r.kind.value, r.loop_carried) for s in body if isinstance(s, kir.Barrier)
+               for r in s.reasons]
     assert reasons == [("RAW", False), ("WAR", True)]
 
 
 def test_a_block_reduction_of_one_warp_is_its_shuffles_alone():
     """blockDim.x of 32: the shuffles leave the row's result in every lane; no scratch,
     no barrier (the rows loop above needs none either)."""
-    text = """
-fusion rows(x: f32[M, N]) {
-  s = sum(x, axes=[1])
-  output s
-}
-schedule rows {
-  s.split(1, 32)
-  s.parallelize(2, TIDx)
-}"""
-    x = np.random.default_rng(4).integers(-20, 20, (3, 70)).astype(np.float32)
-    exe, got, want = run_interp(text, {"x": x})
-    np.testing.assert_array_equal(got["s"], want["s"])
-    body = list(kir.walk(exe.kernels[0].kir.body))
+    exe, body = row_sums_by_threads(32, 70)
     assert not any(isinstance(s, kir.Barrier) for s in body)
     assert sum(isinstance(e, kir.ShuffleXor) for s in body if isinstance(s, kir.Store)
                for e in kir.walk_expr(s.value)) == 5
