@@ -154,6 +154,9 @@ STATEMENTS = [
      "'true' is a reserved word and cannot name a tensor"),
     ("fusion f(inf: f32[N]) {\n  y = relu(inf)\n  output y\n}\n", 1, 10,
      "'inf' is a reserved word and cannot name a tensor"),
+    # a size so named would print as the literal in arithmetic on sizes (mean's count)
+    ("fusion f(x: f32[M, false]) {\n  y = mean(x, axes=[1])\n  output y\n}\n", 1, 20,
+     "input x: 'false' is a reserved word and cannot name a size"),
     (HEADER + "  y = x + true\n  output y\n}\n", 2, 11,
      "add: literal true cannot take the dtype f32 of x; write 1 or 0"),
     (HEADER + "  y = relu(x)\n  y = exp(x)\n  output y\n}\n", 3, 3, "duplicate name 'y'"),

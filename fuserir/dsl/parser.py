@@ -181,6 +181,10 @@ class _Builder:
         if name in self.scope:
             raise self.error(f"duplicate input '{name}'", name)
         dtype = self.choice("dtype", dtype_name)
+        for d in dims:
+            if d.type != "INT" and str(d) in RESERVED_NAMES:
+                raise self.error(f"input {name}: '{d}' is a reserved word and cannot name a "
+                                 "size", d)
         shape = [self.int64(d, f"input {name}: dimension") if d.type == "INT" else str(d)
                  for d in dims]
         with self.located(name):
