@@ -64,6 +64,20 @@ def random_array(rng, dtype, shape, low=-4.0, high=4.0, away_from_zero=0.0):
     return values.astype(HOST[dtype])
 
 
+def on_host(outputs, fusion):
+    """A run's outputs ({name: array}) as numpy arrays of their fusion dtypes: a CUDA run's
+    CuPy arrays copied back, bf16 (which CuPy lacks, so it hands back the bit patterns)
+    viewed as ml_dtypes.bfloat16."""
+    dtypes = {t.name: t.dtype for t in fusion.outputs}
+    host = {}
+    for name, array in outputs.items():
+        array = array.get() if hasattr(array, "get") else np.asarray(array)
+        if dtypes.get(name) is DataType.bf16 and array.dtype == np.uint16:
+            array = array.view(HOST[DataType.bf16])
+        host[name] = array
+    return host
+
+
 def as_f64(array):
     return np.asarray(array).astype(np.float64)
 

@@ -13,6 +13,7 @@ import codegen
 import fuserir
 from fuserir import DataType, DslError, EvaluationError, FusionError
 from fuserir import ops
+from conftest import on_host
 
 BF16 = ml_dtypes.bfloat16
 
@@ -20,8 +21,8 @@ BF16 = ml_dtypes.bfloat16
 def run_both(text, inputs, backend="interp"):
     """The fusion's outputs from the reference evaluator and from `backend`."""
     fusion = fuserir.parse(text)
-    return fuserir.evaluate(fusion, inputs), codegen.compile(fusion, backend=backend).run(
-        inputs)
+    outputs = codegen.compile(fusion, backend=backend).run(inputs)
+    return fuserir.evaluate(fusion, inputs), on_host(outputs, fusion)
 
 
 def close(actual, expected, rtol, atol=0.0, name=""):
