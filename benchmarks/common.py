@@ -61,6 +61,7 @@ class Case:
     target: tuple = None               # ("copy", min fraction) or ("torch", max ratio)
     rtol: float = 1e-6
     atol: float = 1e-6
+    atol_of_max: bool = False          # atol a fraction of each output's largest |value|
     fusion: object = field(init=False, repr=False)
 
     def __post_init__(self):
@@ -401,7 +402,8 @@ class Bench:
                                    f"{ref.shape}")
             diff = cupy.abs(got - ref)
             worst.append(float(diff.max()))          # NaN where an output holds NaN
-            r["ok"] &= bool(cupy.all(diff <= case.atol + case.rtol * cupy.abs(ref)))
+            atol = case.atol * (float(cupy.abs(ref).max()) if case.atol_of_max else 1)
+            r["ok"] &= bool(cupy.all(diff <= atol + case.rtol * cupy.abs(ref)))
         r["max_abs_error"] = max(worst, key=lambda e: (e != e, e))
         del outs, want
         r["fuserir"] = self.time(lambda: exe.run(inputs))

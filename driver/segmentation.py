@@ -19,9 +19,11 @@ with the same operations, so every kernel still comes out of scheduling and lowe
 fusion.
 
 `cut(fusion)` does the same for a fusion with an explicit schedule that put intermediates
-in global memory (the matmul's two-kernel split-K puts its f32 partial sums there): one
-kernel per such tensor, in order, then one for the outputs, each a copy of the scheduled
-fusion that computes its targets and reads earlier ones as inputs.
+in global memory (the matmul's two-kernel split-K and a column reduction split over CTAs
+put their f32 partial sums there): one kernel per such tensor, in order (those of one
+launch that do not depend on one another share one), then one for the outputs, each a
+copy of the scheduled fusion that computes its targets and reads earlier ones as
+inputs.
 """
 
 import copy
@@ -30,7 +32,8 @@ from dataclasses import dataclass
 
 from fuserir.errors import FuserirError, ScheduleError
 from fuserir.ir import extent as ext
-from fuserir.ir.exprs import MatmulOp, ReductionOp
+from fuserir.ir.exprs import (AxisIndexOp, BinaryOp, CastOp, MatmulOp, ReductionOp, UnaryOp,
+                              WhereOp)
 from fuserir.ir.fusion import Fusion
 from fuserir.ir.iterdomain import IterDomain
 from fuserir.ir.tensor import MemoryType, TensorView
@@ -40,6 +43,10 @@ from lowering.errors import HazardError
 from lowering.pipeline import lower
 
 from .proofs import PROOFS
+
+
+# what a matmul's epilogue may compute from its product (fuserir.scheduler.matmul)
+EPILOGUE = (UnaryOp, BinaryOp, CastOp, WhereOp, AxisIndexOp)
 
 
 @dataclass
@@ -169,10 +176,35 @@ class _Grouping:
         inner = [e.output for e in cone if isinstance(e, (ReductionOp, MatmulOp))
                  and e.output is not out]
         if inner:
-            self.place(inner[0])
+            first = inner[0]
+            if isinstance(first.definition, MatmulOp):
+                # the matmul with its pointwise epilogue, where that schedules (a bare
+                # f32 product is not a tensor-core schedule's output)
+                end = self.epilogue_end(cone, first)
+                if end is not first and self.trial(self.cone(end), len(self.groups),
+                                                   [end]) is not None:
+                    first = end
+            self.place(first)
             self.place(out)
             return
         self.cut_cone(cone, out)
+
+    def epilogue_end(self, cone, product):
+        """The last tensor of the pointwise chain the cone computes from a matmul's
+        `product` before a non-pointwise expression reads it (a scaled, masked score
+        before its softmax), or `product` itself."""
+        chain, end = {product}, product
+        for e in cone[cone.index(product.definition) + 1:]:
+            reads = [v for v in e.tensor_inputs if v in chain]
+            if not reads:
+                continue
+            others = [v for v in e.tensor_inputs if v not in chain]
+            if not isinstance(e, EPILOGUE) or any(
+                    self.fusion.depends_on(v, product) for v in others):
+                return max(reads, key=lambda v: self.order[v.definition])
+            chain.add(e.output)
+            end = e.output
+        return end
 
     def cut_cone(self, cone, out):
         """Kernels grown along the cone's expressions in order, each as long as it still
@@ -210,7 +242,7 @@ def cut(fusion):
         return [Segment(fusion, [t.name for t in fusion.inputs],
                         [t.name for t in fusion.outputs])]
     segments = []
-    for k, targets in enumerate([[c] for c in cuts] + [list(fusion.outputs)]):
+    for k, targets in enumerate(_kernels_of(fusion, cuts) + [list(fusion.outputs)]):
         part = copy.deepcopy(fusion)
         part.name = f"{fusion.name}_{k}"
         wanted = [part.tensor(t.name) for t in targets]
@@ -233,6 +265,26 @@ def cut(fusion):
         segments.append(Segment(part, [t.name for t in part.inputs],
                                 [t.name for t in part.outputs]))
     return segments
+
+
+def _kernels_of(fusion, cuts):
+    """The global intermediates grouped into kernels, in order: one that neither depends
+    on the kernel's others nor runs in other loops (its loop axes' extents and parallel
+    types) joins it, so that the partial sums of two column reductions are one kernel
+    reading the inputs once."""
+    kernels = []
+    for c in cuts:
+        last = kernels[-1] if kernels else None
+        if last and _launch(c) == _launch(last[0]) and not any(
+                fusion.depends_on(c, t) for t in last):
+            last.append(c)
+        else:
+            kernels.append([c])
+    return kernels
+
+
+def _launch(tv):
+    return [(str(a.extent), a.parallel) for a in tv.loop if a.parallel.value != "serial"]
 
 
 def _make_input(fusion, tv):

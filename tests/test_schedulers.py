@@ -1,6 +1,8 @@
 """Automatic schedules: fusions without a schedule compile and run, in the interpreter,
 equal to the reference; the plan (how many kernels, which scheduler) is what we expect."""
 
+import pathlib
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -10,6 +12,8 @@ import fuserir
 from fuserir.errors import ScheduleError
 from fuserir.scheduler.auto import schedule_auto
 from lowering import kir
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 
 CASES = {
     # name: (DSL text, sizes, number of kernels)
@@ -365,7 +369,8 @@ def eight_sms():
      2),                                                          # 8 // 3 = 2
 ])
 def test_an_inner_reduction_of_few_long_rows_splits_each_over_ctas(text, shape, splits):
-    from fuserir.scheduler.auto import explain, reduction_plan
+    from fuserir.scheduler.auto import explain
+    from fuserir.scheduler.reduction_plans import reduction_plan
     fusion = fuserir.parse(f"fusion f(x: f32[M, N]) {{\n  {text}\n}}")
     sizes = {"M": shape[0], "N": shape[1]}
     assert reduction_plan(fusion, sizes, eight_sms()).splits == splits
@@ -391,7 +396,8 @@ def test_an_inner_reduction_of_few_long_rows_splits_each_over_ctas(text, shape, 
     ("s = sum(x, axes=[1])\n  y = x * 2\n  output y", (2, 70000)),  # y does not read s
 ])
 def test_rows_are_not_split_where_the_sms_are_busy_or_the_rows_short(text, shape):
-    from fuserir.scheduler.auto import explain, reduction_plan
+    from fuserir.scheduler.auto import explain
+    from fuserir.scheduler.reduction_plans import reduction_plan
     fusion = fuserir.parse(f"fusion f(x: f32[M, N]) {{\n  {text}\n  output s\n}}")
     sizes = {"M": shape[0], "N": shape[1]}
     assert reduction_plan(fusion, sizes, eight_sms()).splits == 1
@@ -427,7 +433,8 @@ def test_short_rows_take_a_warp_each_and_reduce_by_shuffles_alone(text, rows, le
 
 
 def test_rows_longer_than_1024_keep_a_block_each():
-    from fuserir.scheduler.auto import explain, reduction_plan
+    from fuserir.scheduler.auto import explain
+    from fuserir.scheduler.reduction_plans import reduction_plan
     fusion = fuserir.parse("fusion f(x: f32[M, N]) {\n  p = softmax(x, dim=1)\n"
                            "  output p\n}")
     assert not reduction_plan(fusion, {"M": 64, "N": 1025}).warp_rows
@@ -457,3 +464,51 @@ def test_an_input_of_one_value_a_row_is_read_as_it_is_not_cached_in_shared_memor
     c = x.astype(np.float64) - mean
     np.testing.assert_allclose(exe.run({"x": x, "mean": mean})["y"],
                                c / (c * c).sum(1, keepdims=True), rtol=1e-5)
+
+
+# -- few columns: each strip of columns split over CTAs -----------------------------------------
+
+COLUMN_SUMS = """fusion f(dy: f32[R, D], x: f32[R, D]) {
+  dw = sum(dy * x, axes=[0])
+  db = sum(dy, axes=[0])
+  output dw, db
+}"""
+
+
+def test_few_column_strips_split_their_rows_over_ctas_and_sum_the_partials_after():
+    """A weight gradient's column sums over many rows: too few strips of 32 columns to
+    give every SM four blocks, so each strip's rows are split over CTAs writing f32
+    partial sums (both sums' partials one kernel), which a second kernel adds in order."""
+    from fuserir.scheduler.auto import explain, schedule_key
+    from fuserir.scheduler.reduction_plans import reduction_plan
+    fusion = fuserir.parse(COLUMN_SUMS)
+    # 32 strips on 132 SMs: 17 CTAs a strip give 4 blocks an SM
+    assert reduction_plan(fusion, {"R": 32768, "D": 1024}).column_splits == 17
+    assert explain(fusion, {"R": 32768, "D": 1024}) == [
+        "the reduction scheduler: each strip of 32 columns split over 17 CTAs (too few "
+        "strips to fill the SMs), their f32 partial sums added by a second kernel"]
+    # enough strips, or rows too few to share: one CTA a strip
+    assert reduction_plan(fusion, {"R": 32768, "D": 32768}).column_splits == 1
+    assert reduction_plan(fusion, {"R": 300, "D": 64}).column_splits == 1
+    assert schedule_key(fusion, {"R": 32768, "D": 1024}) != \
+        schedule_key(fusion, {"R": 8192, "D": 4096})
+    rng = np.random.default_rng(17)
+    inputs = {n: rng.standard_normal((1000, 40)).astype(np.float32) for n in ("dy", "x")}
+    exe = codegen.compile(fusion, backend="interp")
+    kernels = exe.kernels_for(inputs)
+    assert len(kernels) == 2 and kernels[0].kir.launch.grid[1].value > 1
+    got = exe.run(inputs)
+    dy, x = (inputs[n].astype(np.float64) for n in ("dy", "x"))
+    np.testing.assert_allclose(got["dw"], (dy * x).sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got["db"], dy.sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_the_key_of_a_segmented_fusion_tells_its_reductions_size_classes_apart():
+    """A fusion no one plan fits is segmented, each reduction planned in its own kernel:
+    its schedule key changes where one of those plans would (a row for a warp or a block,
+    column strips split or not), so one size class never reuses another's kernels."""
+    from fuserir.scheduler.auto import schedule_key
+    fusion = fuserir.parse((EXAMPLES / "layer_norm_backward.fz").read_text())
+    keys = {schedule_key(fusion, {"M": m, "N": n})[0]
+            for m, n in ((32768, 1024), (8192, 4096), (8192, 2048), (64, 4096))}
+    assert len(keys) == 4

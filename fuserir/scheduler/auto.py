@@ -46,7 +46,7 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
   device's shared memory): one thread per output element, K serial.
 """
 
-from dataclasses import dataclass
+import math
 
 from ..errors import ScheduleError
 from ..ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, CatOp, ExpandOp, FullOp,
@@ -55,6 +55,9 @@ from ..ir.exprs import (AxisIndexOp, BinaryOp, BroadcastOp, CastOp, CatOp, Expan
 from ..ir.tensor import MemoryType
 from .. import device as devices, ops
 from ..ir import extent as ext
+from .reduction_plans import (OUTER_COLUMNS, WARP_ROW_MAX, WARP_ROWS, classify,
+                              is_broadcast_back, plan_or_default, reduced_axes,
+                              reduction_classes, reduction_plan, size_at)
 from .transpose import schedule_transpose, transpose_plan, transposes
 
 POINTWISE_THREADS = 128
@@ -63,13 +66,10 @@ VECTOR_BYTES = 16        # vectorized pointwise: bytes a thread loads of each in
 LANES = 32               # ... vectors of one row a warp handles (TIDx) ...
 VECTOR_ROWS = 4          # ... and rows a block handles (TIDy)
 REDUCTION_THREADS = 512
-GRID_MIN_ELEMENTS = 1 << 15  # an inner reduction's row split over CTAs: elements per CTA
+REDUCTION_UNROLL = 8     # elements of a row a thread loads in one unrolled step
 WARP = 32
-WARP_ROW_MAX = 1024      # inner rows this short get a warp each ...
-WARP_ROWS = 8            # ... and a block holds this many of them
 NORMALIZATION_THREADS = 256
 MATMUL_THREADS = 128
-OUTER_COLUMNS = 32       # outer reductions: columns per block (TIDx) ...
 OUTER_ROWS = 16          # ... and rows reduced in parallel (TIDy)
 
 
@@ -213,7 +213,7 @@ def _vector_plan(fusion, sizes):
     inner = out.shape_axes[-1].extent
     if isinstance(inner, int) and inner % width:
         return None
-    if not _never_negative(inner) or _size(inner, sizes or {}) < width * LANES:
+    if not _never_negative(inner) or size_at(inner, sizes or {}) < width * LANES:
         return None         # (lowering could not fold the vector's lane out of the former)
     selects = [t for t in same_index if _vector_select(t, width)]
     return out, readers, width, selects
@@ -284,62 +284,6 @@ def _vector_select(tv, width):
 
 
 # -- reductions and normalizations ---------------------------------------------------------
-
-
-def _reduced_axes(fusion):
-    """The axes (of the full shape) that every reduction of the fusion reduces."""
-    found = set()
-    rank = None
-    for e in fusion.exprs:
-        if isinstance(e, ReductionOp):
-            found.add(tuple(e.axes))
-            rank = e.inputs[0].rank
-    if len(found) != 1:
-        raise ScheduleError(f"the reductions of {fusion.name} reduce different axes")
-    return list(found.pop()), rank
-
-
-def _classify(fusion, axes, rank):
-    """Split the non-input tensors into full-shape ones (including reductions, whose root
-    is full-shape) and reduced-shape ones; anything else does not fit one kernel."""
-    full, reduced = [], []
-    for t in fusion.tensors:
-        if t.is_input:
-            continue
-        if len(t.logical) == rank and (t.rank == rank or isinstance(t.definition, ReductionOp)):
-            full.append(t)
-        elif t.rank == rank - len(axes):
-            reduced.append(t)
-        else:
-            raise ScheduleError(f"{t.name} has neither the full nor the reduced shape")
-    for t in full:
-        if isinstance(t.definition, BroadcastOp):
-            flags = [i for i, new in enumerate(t.definition.flags) if new]
-            if flags != axes and set(flags) & set(axes):
-                raise ScheduleError(f"{t.name} broadcasts some but not all reduced axes")
-    return full, reduced
-
-
-def _broadcasts_back(t, axes):
-    """Is t a reduction result broadcast back over the reduced axes? (A tensor computed
-    from inputs alone broadcast over them, a column reduction's weight, is not.)"""
-    return isinstance(t.definition, BroadcastOp) and \
-        [i for i, new in enumerate(t.definition.flags) if new] == axes and \
-        _after_a_reduction(t.definition.inputs[0])
-
-
-def _after_a_reduction(tv):
-    """Is tv computed from the result of a reduction?"""
-    todo, seen = [tv], set()
-    while todo:
-        t = todo.pop()
-        if t in seen or t.definition is None:
-            continue
-        if isinstance(t.definition, ReductionOp):
-            return True
-        seen.add(t)
-        todo.extend(t.definition.tensor_inputs)
-    return False
 
 
 def _to_rows(tv, axes):
@@ -425,66 +369,11 @@ def apply_like(expr, inputs, fusion=None):
     raise ScheduleError(f"cannot rebuild {expr}")
 
 
-@dataclass(frozen=True)
-class ReductionPlan:
-    """How the reduction scheduler lays out the rows at some sizes on some device."""
-
-    splits: int = 1             # CTAs sharing each row (grid_splits)
-    warp_rows: bool = False     # a warp a row, WARP_ROWS rows a block
-
-
-def reduction_plan(fusion, sizes=None, device=None):
-    """The ReductionPlan of `fusion` at `sizes` ({symbol: int}; unknown: LARGE) on
-    `device`: rows of an inner reduction of at most WARP_ROW_MAX elements get a warp each
-    (a block's 256 threads would hold a few elements each, and its barriers would cost
-    more than the row); few long rows are split over CTAs (grid_splits)."""
-    axes, rank = _reduced_axes(fusion)
-    inner = axes == list(range(rank - len(axes), rank))
-    x = next(e.inputs[0] for e in fusion.exprs if isinstance(e, ReductionOp))
-    rows, length = 1, 1
-    for i, a in enumerate(x.shape_axes):
-        if i in axes:
-            length *= _size(a.extent, sizes or {})
-        else:
-            rows *= _size(a.extent, sizes or {})
-    splits = grid_splits(fusion, rows, length, device) if inner else 1
-    return ReductionPlan(splits, inner and rank > len(axes) and splits == 1
-                         and length <= WARP_ROW_MAX)
-
-
-def grid_splits(fusion, rows, length, device=None):
-    """How many CTAs share each of the `rows` rows of `length` elements of the fusion's
-    inner reduction: 1, unless it is the fusion's one reduction, not broadcast back, every
-    output depends on it, and the rows are too few to give every SM one (on `device`) and
-    long enough that each CTA still sums GRID_MIN_ELEMENTS; then the rows are split so
-    that rows x splits CTAs fill the SMs once (all resident: the parallel grid
-    reduction's CTAs wait for one another), and combined by the cross-CTA reduction
-    split-K uses."""
-    axes, rank = _reduced_axes(fusion)
-    if any(_broadcasts_back(t, axes) for t in _classify(fusion, axes, rank)[0]):
-        return 1
-    reductions = [e.output for e in fusion.exprs if isinstance(e, ReductionOp)]
-    if len(reductions) > 1 or not all(out is reductions[0] or fusion.depends_on(
-            out, reductions[0]) for out in fusion.outputs):
-        return 1    # a kernel's grid reduction is its one, and only its last CTAs store
-    sms = devices.resolve(device).sms
-    return max(1, min(sms // max(rows, 1), length // GRID_MIN_ELEMENTS))
-
-
-def _plan_or_default(fusion, sizes, device):
-    """reduction_plan, or the default where no one reduction scheduler's plan fits (the
-    fusion will be segmented, each segment planned on its own)."""
-    try:
-        return reduction_plan(fusion, sizes, device)
-    except ScheduleError:
-        return ReductionPlan()
-
-
 def _schedule_reduction(fusion, persistent, sizes=None, device=None):
-    axes, rank = _reduced_axes(fusion)
+    axes, rank = reduced_axes(fusion)
     inner = axes == list(range(rank - len(axes), rank))
-    full, reduced = _classify(fusion, axes, rank)
-    broadcasts_back = any(_broadcasts_back(t, axes) for t in full)
+    full, reduced = classify(fusion, axes, rank)
+    broadcasts_back = any(is_broadcast_back(t, axes) for t in full)
     plan = reduction_plan(fusion, sizes, device)
     if broadcasts_back and not (inner and persistent):
         raise ScheduleError(f"{fusion.name} broadcasts a reduction back into its rows: one "
@@ -507,30 +396,51 @@ def _schedule_reduction(fusion, persistent, sizes=None, device=None):
     for t in full:
         has_rows = _to_rows(t, axes)
         if plan.warp_rows:
-            # [I, R] -> [I / W, W, R / 32, 32]: warp y of a block strides row y
+            # [I, R] -> [I / W, W, R / 32 U, U, 32]: warp y of a block strides row y, U
+            # elements of each lane's in one unrolled step (U loads in flight, not one)
             t.split(-1, WARP)
+            t.split(-2, REDUCTION_UNROLL)
             t.split(0, WARP_ROWS)
-            for i, ptype in ((0, "BIDx"), (1, "TIDy"), (3, "TIDx")):
+            for i, ptype in ((0, "BIDx"), (1, "TIDy"), (3, "unroll"), (4, "TIDx")):
                 t.parallelize(i, ptype)
         elif inner:
+            # [.., R] -> [.., R / T U, U, T] (U unrolled, as above)
             t.split(-1, threads)
+            t.split(-2, REDUCTION_UNROLL)
             if has_rows:
                 t.parallelize(0, "BIDx")
             t.parallelize(-1, "TIDx")
+            t.parallelize(-2, "unroll")
             if plan.splits > 1:
-                # [.., R / T, T] -> [.., S, R / (T S), T]: CTA z of a row sums its part
-                t.split(-2, plan.splits, inner=False)
-                t.parallelize(-3, "BIDz")
+                # [.., R / T U, U, T] -> [.., S, R / (T U S), U, T]: CTA z of a row sums
+                # its part
+                t.split(-3, plan.splits, inner=False)
+                t.parallelize(-4, "BIDz")
                 if isinstance(t.definition, ReductionOp):
                     t.parallel_grid_reduction()
         else:
             # [I, R] -> [I/32, 32, R/16, 16]: a warp reads 32 neighbouring columns of a row,
-            # 16 rows of threads stride down the reduced rows, then combine over TIDy.
+            # 16 rows of threads stride down the reduced rows, then combine over TIDy;
+            # with S column splits [I/32, 32, S, R/(16 S), 16], CTA y summing the y-th
+            # part of the rows (rfactored below)
             t.split(0, OUTER_COLUMNS)
-            t.split(2, OUTER_ROWS)
+            split = plan.column_splits > 1
+            if split:
+                t.split(2, plan.column_splits, inner=False)
+                if not isinstance(t.definition, ReductionOp):
+                    t.parallelize(2, "BIDy")
+            t.split(2 + split, OUTER_ROWS)
             t.parallelize(0, "BIDx")
             t.parallelize(1, "TIDx")
-            t.parallelize(3, "TIDy")
+            t.parallelize(3 + split, "TIDy")
+    if plan.column_splits > 1:
+        for t in full:
+            if isinstance(t.definition, ReductionOp):
+                # kernel 1: each CTA's f32 partial sums [I, S]; kernel 2: t sums the S
+                # partials of each column serially, a thread a column
+                partial = t.rfactor([3, 4])
+                partial.set_memory_type(MemoryType.global_)
+                partial.parallelize(2, "BIDy")
     for t in reduced:
         if t.ndim == 0:
             continue
@@ -554,9 +464,6 @@ def _schedule_reduction(fusion, persistent, sizes=None, device=None):
 
 # -- matmul ----------------------------------------------------------------------------------
 
-LARGE = 4096     # the size assumed for a symbolic extent whose value is not known
-
-
 def matmul_params(fusion, sizes=None, device=None, reasons=None):
     """The MatmulParams matmul_heuristic gives the fusion's matmul at `sizes` ({symbol:
     int}; a symbol not given counts as LARGE) on `device`, or None where the fusion has no
@@ -567,23 +474,23 @@ def matmul_params(fusion, sizes=None, device=None, reasons=None):
     if mm is None:
         return None
     sizes = sizes or {}
-    m, n, k = (_size(a.extent, sizes) for a in mm.output.root)
+    *batch_axes, m, n, k = (size_at(a.extent, sizes) for a in mm.output.root)
     out_dtype = fusion.outputs[0].dtype.value if len(fusion.outputs) == 1 else "f32"
+    if len(batch_axes) > 1:
+        # a TMA map has one axis past the box's two (TMA_RANKS): the mma.sync path
+        device = devices.resolve(device).with_(tma=False)
+        if reasons is not None:
+            reasons.append(f"{len(batch_axes)} batch axes: more than TMA's maps hold, so "
+                           "no TMA")
     try:
         return matmul_heuristic(m, n, k, layout=mm.layout,
                                 dtypes=(mm.inputs[0].dtype.value, mm.inputs[1].dtype.value,
-                                        out_dtype), device=device, reasons=reasons)
+                                        out_dtype), device=device, reasons=reasons,
+                                batch=math.prod(batch_axes))
     except ScheduleError as refused:
         if reasons is not None:
             reasons.append(f"no tensor cores: {refused}")
         return None
-
-
-def _size(extent, sizes):
-    try:
-        return ext.evaluate(extent, sizes)
-    except KeyError:
-        return LARGE
 
 
 def schedule_key(fusion, sizes=None, device=None):
@@ -598,7 +505,8 @@ def schedule_key(fusion, sizes=None, device=None):
         if any(isinstance(e, MatmulOp) for e in fusion.exprs):
             return None, {}
         if any(isinstance(e, ReductionOp) for e in fusion.exprs):
-            return ("reduction", _plan_or_default(fusion, sizes, device)), {}
+            return ("reduction", plan_or_default(fusion, sizes, device),
+                    reduction_classes(fusion, sizes, device)), {}
         return ("pointwise vectors", _vector_plan(fusion, sizes) is not None), {}
     from .matmul import SPLITK
     key = tuple((f, getattr(params, f)) for f in params.__dataclass_fields__
@@ -623,10 +531,14 @@ def _explain_without_matmul(fusion, sizes, device):
     same = "its schedule does not depend on the sizes"
     transposed = ", ".join(t.name for t in transposes(fusion))
     if any(isinstance(e, ReductionOp) for e in fusion.exprs):
-        plan = _plan_or_default(fusion, sizes, device)
+        plan = plan_or_default(fusion, sizes, device)
         if plan.splits > 1:
             how = (f": each row split over {plan.splits} CTAs (too few rows to fill the "
                    "SMs), combined by a parallel grid reduction")
+        elif plan.column_splits > 1:
+            how = (f": each strip of {OUTER_COLUMNS} columns split over "
+                   f"{plan.column_splits} CTAs (too few strips to fill the SMs), their f32 "
+                   "partial sums added by a second kernel")
         elif plan.warp_rows:
             how = (f": a warp a row, {WARP_ROWS} rows a block (rows of at most "
                    f"{WARP_ROW_MAX} elements)")
