@@ -560,7 +560,7 @@ class Executable:
         planned.outputs = [(t.name, self._allocation(t, bound.env, bound.poison,
                                                      intermediate=t.name not in final))
                            for t in planned.step.fusion.outputs]
-        planned.scalars = _scalars(kernel, bound.env)
+        planned.scalars = step_scalars(kernel.kir, bound.env, planned.step.fusion)
         check_launch_limits(kernel.kir, bound.device, planned.scalars)
         planned.kernel = kernel
 
@@ -585,8 +585,8 @@ class Executable:
 
     def _fits_shared_memory(self, steps, env):
         limit = device_shared_limit()
-        return all(launch_config(s.kernel.kir, _scalars(s.kernel, env))[2] <= limit
-                   for s in steps)
+        return all(launch_config(s.kernel.kir, step_scalars(s.kernel.kir, env, s.fusion))[2]
+                   <= limit for s in steps)
 
     def _kernel_for(self, step, env, values):
         """The step's kernel for these arrays: 32-bit indices unless some index or bound
@@ -600,8 +600,8 @@ class Executable:
             strides[t.name] = _element_strides(values[t.name] if t.name in values else
                                                self._allocation(t, env, False, intermediate=
                                                                 t.name not in final).layout())
-        index = index_dtype_for(step.kernel.kir, _scalars(step.kernel, env), strides,
-                                INDEX_LIMIT)
+        index = index_dtype_for(step.kernel.kir, step_scalars(step.kernel.kir, env, step.fusion),
+                                strides, INDEX_LIMIT)
         caps = vector_caps(step, values, env)
         if index is DataType.i32 and not caps:
             return step.kernel
@@ -753,5 +753,10 @@ def _block_list(blocks):
     return listed
 
 
-def _scalars(kernel, env):
-    return {p.var.name: int(env[p.var.name]) for p in kernel.kir.scalar_params}
+def step_scalars(kernel_ir, env, fusion):
+    """The values of a kernel's scalar parameters: from `env` (the call's sizes and
+    scalars), else the default its step's `fusion` declares (a segment's own: the CTAs a
+    persistent matmul segment walks with)."""
+    defaults = {n: d for n, d in fusion.scalars.items() if d is not None}
+    return {p.var.name: int(env[p.var.name] if p.var.name in env else defaults[p.var.name])
+            for p in kernel_ir.scalar_params}

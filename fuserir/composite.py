@@ -1,4 +1,4 @@
-"""Ops made of other ops: truediv, clamp, threshold, lerp, addcmul and linear mean what
+"""Ops made of other ops: truediv, clamp, threshold, lerp and addcmul mean what
 torch's do, and each is a few of fuserir.ops' builders (which re-exports them): the IR,
 the evaluators and CUDA need nothing of their own for them (a fusion prints them as those
 ops). Where a chain of arithmetic on f16/bf16 operands would round after every step, it
@@ -11,7 +11,7 @@ from . import dtypes
 from .dtypes import DataType
 from .errors import FusionError
 from .ir.tensor import TensorView
-from .ops import (_check_tensor, _fusion_of, _literal, broadcast, cast, div, le, lt, matmul,
+from .ops import (_check_tensor, _fusion_of, _literal, broadcast, cast, div, le, lt,
                   maximum, minimum, where)
 
 
@@ -104,36 +104,3 @@ def addcmul(x, tensor1, tensor2, value=1):
     if not isinstance(value, TensorView):
         value = _literal("addcmul", value, compute, tensor1.name, "value")
     return _computed_in(x + value * tensor1 * tensor2, dtype)
-
-
-def linear(x, weight, bias=None):
-    """x @ weight^T + bias, as torch.nn.functional.linear: x [M, K] and weight [N, K] of
-    one type, f16 or bf16 (a matmul of layout TN, accumulated in f32); bias [N] (any
-    float type) is added in f32 and the sum rounded once to x's type."""
-    _check_tensor("linear", x, "x")
-    _check_tensor("linear", weight, "weight")
-    for name, t in (("x", x), ("weight", weight)):
-        if t.rank != 2:
-            raise FusionError(f"linear: {name} ({t.name}) must have 2 axes, has {t.rank}"
-                              + ("; reshape its leading axes into one first"
-                                 if name == "x" and t.rank > 2 else ""))
-        if t.dtype not in (DataType.f16, DataType.bf16):
-            raise FusionError(f"linear: {name} ({t.name}) must be f16 or bf16 (the tensor "
-                              f"cores' operands), got {t.dtype}")
-    k, j = x.shape_axes[1].extent, weight.shape_axes[1].extent
-    if k != j:
-        raise FusionError(f"linear: x ({x.name}) has rows of {k} but weight "
-                          f"({weight.name}) rows of {j}: they must be equal (K)")
-    y = matmul(x, weight, layout="TN")
-    if bias is not None:
-        _check_tensor("linear", bias, "bias")
-        n = weight.shape_axes[0].extent
-        if bias.rank != 1 or bias.shape_axes[0].extent != n:
-            shape = ", ".join(str(a.extent) for a in bias.shape_axes)
-            raise FusionError(f"linear: bias ({bias.name}) must be [{n}], one value per "
-                              f"row of weight ({weight.name}), is [{shape}]")
-        if not bias.dtype.is_float:
-            raise FusionError(f"linear: bias ({bias.name}) is {bias.dtype}; it must be a "
-                              "float")
-        y = y + broadcast(_computed_in(bias, DataType.f32), [True, False])
-    return cast(y, x.dtype)

@@ -18,8 +18,8 @@ from . import dtypes, op_table
 from .dtypes import DataType
 from .errors import FusionError, LiteralError
 from .ir import extent as ext
-from .ir.exprs import (BINARY_OPS, LAYOUTS, UNARY_OPS, AxisIndexOp,
-                       BinaryOp, BroadcastOp, CastOp, ExpandOp, LoadStoreOp, MatmulOp,
+from .ir.exprs import (BINARY_OPS, UNARY_OPS, AxisIndexOp,
+                       BinaryOp, BroadcastOp, CastOp, ExpandOp, LoadStoreOp,
                        PermuteOp, ReductionOp, SqueezeOp, UnaryOp, WhereOp)
 from .ir.iterdomain import IterDomain, IterKind
 from .ir.tensor import Scalar, TensorView
@@ -600,43 +600,12 @@ def min(x, axes, keepdim=False):  # noqa: A001 - the op is called min
     return _reduction("min", x, axes, keepdim)
 
 
-def matmul(a, b, layout="TT"):
-    """f32 matmul of f16/bf16 operands stored per layout (TT, TN, NT, NN); see MatmulOp."""
-    _check_tensor("matmul", a, "A")
-    _check_tensor("matmul", b, "B")
-    if layout not in LAYOUTS:
-        raise FusionError(f"matmul: unknown layout {layout!r}; expected one of "
-                          f"{', '.join(LAYOUTS)}")
-    _fusion_of("matmul", [a, b])
-    if b is a:
-        # x^T x: the two operands are cached and read differently (each its own shared
-        # tile and register fragment layout), so B is a copy of A, a tensor of its own
-        b = set(a)
-    for name, t in (("A", a), ("B", b)):
-        if t.rank != 2:
-            raise FusionError(f"matmul: {name} ({t.name}) must have 2 axes, has {t.rank}")
-        if t.dtype not in (DataType.f16, DataType.bf16):
-            raise FusionError(f"matmul: {name} ({t.name}) must be f16 or bf16, got {t.dtype}")
-    if a.dtype is not b.dtype:
-        raise FusionError(f"matmul: A ({a.name}) is {a.dtype} but B ({b.name}) is {b.dtype}")
-    m_axis, ka = (a.shape_axes[0], a.shape_axes[1]) if layout[0] == "T" else \
-        (a.shape_axes[1], a.shape_axes[0])
-    kb, n_axis = (b.shape_axes[0], b.shape_axes[1]) if layout[1] == "T" else \
-        (b.shape_axes[1], b.shape_axes[0])
-    if ka.extent != kb.extent:
-        raise FusionError(f"matmul: K extents differ: {ka.extent} ({a.name}) vs {kb.extent} "
-                          f"({b.name}) for layout {layout}")
-    root = [IterDomain(m_axis.extent), IterDomain(n_axis.extent),
-            IterDomain(ka.extent, IterKind.reduction)]
-    out = _new_tensor(a.fusion, DataType.f32, root)
-    a.fusion.add_expr(MatmulOp(a, b, out, layout))
-    return out
-
-
 UNARY = {name: globals()[name] for name in UNARY_OPS}
-# truediv, clamp, threshold, lerp, addcmul, linear (fuserir.composite), slice, pad, cat,
-# full, iota, arange (fuserir.slicing): built of the builders above
-from .composite import addcmul, clamp, lerp, linear, threshold, truediv  # noqa: E402
+# truediv, clamp, threshold, lerp, addcmul (fuserir.composite), slice, pad, cat, full,
+# iota, arange (fuserir.slicing): built of the builders above; matmul, bmm, linear
+# (fuserir.matmuls)
+from .composite import addcmul, clamp, lerp, threshold, truediv  # noqa: E402
+from .matmuls import bmm, linear, matmul  # noqa: E402
 from .slicing import arange, cat, full, iota, pad, slice  # noqa: E402,A004
 from .reshaping import reshape  # noqa: E402
 from .statistics import (argmax, argmin, log_softmax, mean, softmax, std, var,  # noqa: E402
@@ -645,7 +614,7 @@ from .statistics import (argmax, argmin, log_softmax, mean, softmax, std, var,  
 BINARY = {**{name: globals()[name] for name in BINARY_OPS}, "truediv": truediv}
 TERNARY = {"clamp": clamp, "lerp": lerp, "addcmul": addcmul, "threshold": threshold}
 REDUCTIONS = {"sum": sum, "prod": prod, "max": max, "min": min}
-MATMULS = {"matmul": matmul, "linear": linear}
+MATMULS = {"matmul": matmul, "bmm": bmm, "linear": linear}
 VIEWS = {name: globals()[name] for name in ("permute", "transpose", "squeeze", "unsqueeze",
                                             "expand", "broadcast_in_dim")}
 VIEWS["reshape"] = reshape

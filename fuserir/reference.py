@@ -310,19 +310,20 @@ def _matmul(expr, values, env):
     a_tv, b_tv = expr.inputs
     a = values[a_tv].astype(np.float64)
     b = values[b_tv].astype(np.float64)
-    a = a if expr.layout[0] == "T" else a.T   # [M, K]
-    b = b if expr.layout[1] == "T" else b.T   # [K, N]
+    a = a if expr.layout[0] == "T" else np.swapaxes(a, -1, -2)   # [batch.., M, K]
+    b = b if expr.layout[1] == "T" else np.swapaxes(b, -1, -2)   # [batch.., K, N]
     out = expr.output
     if out.logical == out.root:
-        return _round(a @ b, out.dtype)
+        return _round(np.matmul(a, b), out.dtype)
     pieces = _pieces(out)
     index, valid = _piece_indices(out, pieces, env)
     k_index = next(iter(index.values()))
-    a_g = np.where(valid, a[:, k_index], 0.0)           # [M, *pieces]
-    b_g = np.moveaxis(b[k_index, :], -1, 0)             # [N, *pieces]
+    a_g = np.where(valid, a[..., :, k_index], 0.0)                 # [batch.., M, *pieces]
+    b_g = b[..., k_index, :]                                       # [batch.., *pieces, N]
+    b_g = np.moveaxis(b_g, -1, b_g.ndim - len(pieces) - 1)         # [batch.., N, *pieces]
     letters = "abcdefghijklmnopqrstuvw"[:len(pieces)]
     kept = "".join(c for c, p in zip(letters, pieces) if not p.is_reduction)
-    result = np.einsum(f"y{letters},z{letters}->yz{kept}", a_g, b_g)
+    result = np.einsum(f"...y{letters},...z{letters}->...yz{kept}", a_g, b_g)
     return _round(_to_logical_order(out, result, [p for p in pieces if not p.is_reduction]),
                   out.dtype)
 

@@ -259,11 +259,13 @@ EVERY_OP.update({
     "argmin": ("argmin(m, 0)", lambda i: i["m"].argmin(axis=0), DataType.i64),
 })
 EVERY_OP["linear"] = ("linear(A, A)", lambda i: i["A"] @ i["A"].T, DataType.f16)
+EVERY_OP["bmm"] = ("bmm(broadcast(A, [true, false, false]), broadcast(B, [true, false, false]),"
+                   " layout=NT)", lambda i: (i["A"].T @ i["B"])[None], DataType.f32)
 TWO_TENSORS = ("var_mean",)
 COMPOSED = {"transpose": "permute", "unsqueeze": "broadcast", "broadcast_in_dim": "expand",
             "size": "div", "triu": "where", "tril": "where", "iota": "add", "arange": "add",
             "mean": "div", "var": "div", "std": "sqrt", "var_mean": "div", "softmax": "div",
-            "log_softmax": "sub", "linear": "cast", "argmax": "min", "argmin": "min"}
+            "log_softmax": "sub", "linear": "cast", "bmm": "matmul", "argmax": "min", "argmin": "min"}
 # The elementwise ops after the first few (tests/test_ops_elementwise.py tests each in
 # depth); x and y are in [0.5, 4]
 EVERY_OP.update({
@@ -338,8 +340,8 @@ def test_every_op_is_callable_from_the_dsl():
     assert set(EVERY_OP) == set(OPS)
     assert set(ops.UNARY) | set(ops.BINARY) | set(ops.TERNARY) | set(ops.VIEWS) | \
         set(ops.POSITIONS) | set(ops.SLICING) | set(ops.FACTORIES) | set(ops.REDUCTIONS) | \
-        set(ops.STATISTICS) | {"where", "cast", "set", "broadcast", "matmul", "linear",
-                               "size"} == set(OPS)
+        set(ops.STATISTICS) | {"where", "cast", "set", "broadcast", "matmul", "bmm",
+                               "linear", "size"} == set(OPS)
 
 
 def evaluate_expression(expression, rng):

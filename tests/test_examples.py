@@ -7,6 +7,7 @@ import pytest
 
 import fuserir
 from fuserir.ir.equality import first_difference
+from conftest import on_host
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
 
@@ -209,8 +210,9 @@ def test_rotary_embedding_gallery(rng):
 def run_fusion(name, inputs, backend="interp"):
     """Example `name` run by `backend`: (outputs, number of kernels)."""
     import codegen
-    exe = codegen.compile(load(name + ".fz"), backend=backend)
-    return exe.run(inputs), len(exe.kernels)
+    fusion = load(name + ".fz")
+    exe = codegen.compile(fusion, backend=backend)
+    return on_host(exe.run(inputs), fusion), len(exe.kernels)
 
 
 def near(actual, expected, rtol, name):
@@ -279,6 +281,22 @@ def test_masked_softmax(rng, backend="interp"):
     assert (out["probs"][~np.broadcast_to(keep, scores.shape)] == 0).all()
 
 
+def test_causal_attention_scores(rng, backend="interp"):
+    import ml_dtypes
+    bh, s, d = 3, 150, 32                # two tiles of query rows a head, the last partial
+    q, k = (rng.standard_normal((bh, s, d)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    scale = np.float32(d ** -0.5)
+    scores = q.astype(np.float64) @ np.swapaxes(k.astype(np.float64), 1, 2) * scale
+    future = np.triu(np.ones((s, s), bool), 1)[None]
+    masked = np.where(future, -np.inf, scores)
+    e = np.exp(masked - masked.max(2, keepdims=True))
+    out, kernels = run_fusion("attention_scores", {"q": q, "k": k, "scale": scale}, backend)
+    # the scores with their scale and mask in the batched matmul's epilogue, then the softmax
+    assert kernels == 2 and out["p"].dtype == ml_dtypes.bfloat16
+    near(out["p"], e / e.sum(2, keepdims=True), 2 ** -8, "p")
+    assert (out["p"][np.broadcast_to(future, out["p"].shape)] == 0).all()
+
+
 def test_cross_entropy_loss(rng, backend="interp"):
     import ml_dtypes
     m, c = 9, 1000
@@ -311,6 +329,7 @@ def test_linear_layer_with_bias_and_gelu(rng, backend="interp"):
 @pytest.mark.parametrize("example", [test_layer_norm_forward_and_backward,
                                      test_rms_norm_forward_and_backward,
                                      test_masked_softmax, test_cross_entropy_loss,
-                                     test_linear_layer_with_bias_and_gelu])
+                                     test_linear_layer_with_bias_and_gelu,
+                                     test_causal_attention_scores])
 def test_normalizations_and_losses_on_the_gpu(rng, example):
     example(rng, backend="cuda")

@@ -728,9 +728,13 @@ def test_matmul_errors():
     a32 = f.new_input("a32", D.f32, ["M", "K"])
     bb = f.new_input("bb", D.bf16, ["K", "N"])
     bl = f.new_input("bl", D.f16, ["L", "N"])
-    with pytest.raises(FusionError, match=r"matmul: A \(a3\) must have 2 axes, has 3"):
-        ops.matmul(a3, b)
-    with pytest.raises(FusionError, match=r"matmul: B \(v\) must have 2 axes, has 1"):
+    bl3 = f.new_input("bl3", D.f16, ["L", "N", "K"])
+    with pytest.raises(FusionError, match=r"matmul: batch axis 0 of the result: M \(a3 "
+                                          r"\[M, K, N\]\) vs L \(bl3 \[L, N, K\]\); batch "
+                                          "extents must be equal, or one a broadcast axis"):
+        ops.matmul(a3, bl3)
+    with pytest.raises(FusionError, match=r"matmul: B \(v\) must have at least 2 axes \(a "
+                                          r"matrix, after any batch axes\), has 1"):
         ops.matmul(a, v)
     with pytest.raises(FusionError, match=r"matmul: A \(a32\) must be f16 or bf16, got f32"):
         ops.matmul(a32, b)

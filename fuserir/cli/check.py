@@ -74,7 +74,7 @@ def cmd_check(args):
     for unit in units:
         try:
             grids[unit.kernel.name] = launch_config(unit.kernel,
-                                                    kernel_scalars(unit.kernel, at))[0]
+                                                    kernel_scalars(unit.kernel, at, unit.fusion))[0]
         except (ValueError, KeyError) as error:
             raise UsageError(f"kernel {unit.kernel.name}: launch configuration at "
                              f"{format_sizes(sizes)}: {error}") from None
@@ -83,7 +83,7 @@ def cmd_check(args):
     ranges = {}
     for unit in units:
         if refused is None or unit.kernel.name == refused.kernel_name:
-            scalars = kernel_scalars(unit.kernel, at)
+            scalars = kernel_scalars(unit.kernel, at, unit.fusion)
             for stmt, start, end in shared_ranges(unit.kernel, scalars):
                 ranges.setdefault(stmt.buffer.name, (start, end))
 

@@ -232,9 +232,13 @@ def shared_ranges(kernel, scalars):
     return ranges
 
 
-def kernel_scalars(kernel, sizes):
-    return {p.var.name: int(sizes[p.var.name]) for p in kernel.scalar_params
-            if p.var.name in sizes}
+def kernel_scalars(kernel, sizes, fusion):
+    """The kernel's scalar arguments at `sizes` that have a value, as run() passes them:
+    a scalar its step's `fusion` declares with a default takes that where `sizes` has
+    none (driver.executable.step_scalars)."""
+    known = {**{n: d for n, d in fusion.scalars.items() if d is not None}, **sizes}
+    return {p.var.name: int(known[p.var.name]) for p in kernel.scalar_params
+            if p.var.name in known}
 
 
 def hazard_dict(hazard, source, buffer_bytes=None):

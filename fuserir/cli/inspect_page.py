@@ -89,7 +89,7 @@ def _kernel_page(unit, sizes, arch):
     from codegen.launch import launch_config
     from lowering import kir
     kernel = unit.kernel
-    scalars = kernel_scalars(kernel, sizes)
+    scalars = kernel_scalars(kernel, sizes, unit.fusion)
     try:
         grid, block, shared_total = launch_config(kernel, scalars)
     except (ValueError, KeyError) as error:

@@ -5,7 +5,7 @@ axes (`root_map`). That correspondence is what compute_at replays transforms alo
 lowering will index producers by: the same index on both sides, unless `index_maps` gives
 an axis an affine map (a slice reads x at start + step * i, a pad at i - left, clamped into
 x's extent where the pad value stands instead). Matmul is one expression whose output domain is
-[M, N, rK]: a multiply fused with a sum over K, so split-K is an ordinary split + rfactor.
+[batch.., M, N, rK]: a multiply fused with a sum over K, so split-K is an ordinary split + rfactor.
 """
 
 from dataclasses import dataclass
@@ -175,8 +175,11 @@ class ReductionOp(Expr):
 
 
 class MatmulOp(Expr):
-    """out[m, n] = sum_k A[m, k] * B[k, n] in f32, with A and B stored per `layout`:
-    TT A[M,K] B[K,N]; TN A[M,K] B[N,K]; NT A[K,M] B[K,N]; NN A[K,M] B[N,K]."""
+    """out[.., m, n] = sum_k A[.., m, k] * B[.., k, n] in f32, with A's and B's last two
+    axes stored per `layout`: TT A[M,K] B[K,N]; TN A[M,K] B[N,K]; NT A[K,M] B[K,N];
+    NN A[K,M] B[N,K]. Axes before those are batch axes: the output's root is
+    [batch.., M, N, rK], an operand's batch axes right-aligned with the output's (one
+    with fewer is shared across the rest; fuserir.matmuls builds it)."""
 
     op = "matmul"
 
@@ -184,11 +187,22 @@ class MatmulOp(Expr):
         super().__init__([a, b], output)
         self.layout = layout
 
+    @property
+    def batch_rank(self):
+        """The number of batch axes of the output (0: a plain matmul)."""
+        return len(self.output.root) - 3
+
     def _input_positions(self, index):
-        # output root is [M, N, K]
+        # output root is [batch.., M, N, K]; the operand's own batch axes come first
+        operand = self.inputs[index]
+        own = operand.rank - 2
+        skipped = self.batch_rank - own
+        batch = [i - skipped if i >= skipped else None for i in range(self.batch_rank)]
         if index == 0:
-            return [0, None, 1] if self.layout[0] == "T" else [1, None, 0]
-        return [None, 1, 0] if self.layout[1] == "T" else [None, 0, 1]
+            return batch + ([own, None, own + 1] if self.layout[0] == "T"
+                            else [own + 1, None, own])
+        return batch + ([None, own + 1, own] if self.layout[1] == "T"
+                        else [None, own, own + 1])
 
     def attributes(self):
         return (("layout", self.layout),)

@@ -106,15 +106,15 @@ def _box_layout(smem, along_k=False):
     chunk one box; the box's rows run along the other axis); the elements of a box row,
     which the tile is swizzled by where they are 32, 64 or 128 bytes (a tile fitted to
     a small M or N stored contiguously: rows of 16, 32 or 64 bytes). The contiguous axis
-    is the array's last, or with `along_k` its first (K: the last has one element,
+    is the array's last, or with `along_k` the one before (K: the last has one element,
     MatmulParams.staged_along_k)."""
     pos = smem.compute_at_pos
     broadcasts_first(smem, pos)
     pos += sum(a.is_broadcast for a in smem.loop[pos:])
-    if smem.ndim - pos != 2 or len(smem.root) != 2:
+    if smem.ndim - pos != 2 or len(smem.root) < 2:
         raise ScheduleError(f"schedule_matmul: unexpected loop structure of {smem.name}: "
                             f"{smem.describe()}")
-    contiguous = smem.root[0 if along_k else -1]
+    contiguous = smem.root[-2 if along_k else -1]       # (past any batch axes)
     if contiguous in roots_of(smem.loop[pos]):
         smem.reorder({pos: pos + 1, pos + 1: pos})
     row = SWIZZLE_ROW_BYTES // smem.dtype.itemsize

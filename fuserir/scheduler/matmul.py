@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import device as devices
 from ..errors import ScheduleError
-from ..ir.exprs import BinaryOp, CastOp, MatmulOp, UnaryOp, WhereOp
+from ..ir.exprs import AxisIndexOp, BinaryOp, CastOp, MatmulOp, UnaryOp, WhereOp
 from ..ir.iterdomain import ParallelType, roots_of
 from ..ir.tensor import MemoryType
 from .hopper import schedule_hopper_matmul
@@ -39,7 +39,9 @@ from .matmul_tiles import (SPLITK, broadcasts_first, grid_reduction, output_tile
 if TYPE_CHECKING:
     from ..ir.fusion import Fusion
 
-POINTWISE = (UnaryOp, BinaryOp, CastOp, WhereOp)
+# what the epilogue may compute from the product, on the accumulator's registers (the
+# positions of its elements included: a causal mask)
+POINTWISE = (UnaryOp, BinaryOp, CastOp, WhereOp, AxisIndexOp)
 
 
 def _find_matmul(fusion):

@@ -562,9 +562,12 @@ def splitk_for(m, n, k, cta_tile, sms=devices.DEFAULT.sms):
 def matmul_heuristic(m: int, n: int, k: int, layout: str = "TT",
                      dtypes: Sequence[str | DataType] = ("f16", "f16", "f16"),
                      device: devices.Device | None = None,
-                     reasons: list[str] | None = None) -> MatmulParams:
+                     reasons: list[str] | None = None, batch: int = 1) -> MatmulParams:
     """MatmulParams for an M x N x K matmul (any layout; dtypes: the operands' and
-    optionally the output's). On Hopper (sm_90) the Hopper path's (_hopper_params: wgmma
+    optionally the output's), or `batch` of them (a batched matmul: the tiles of all the
+    batch's matrices one grid, planned as one matmul of batch x M rows, without split-K:
+    on Hopper the Hopper path's plan where it neither splits K nor swaps M and N, its
+    TMA maps of three dimensions; else the mma.sync path's). On Hopper (sm_90) the Hopper path's (_hopper_params: wgmma
     on tiles a producer warp group loads, by TMA or, for rows of an odd number of
     elements, by element copies; a parallel split-K for skinny outputs with a long K),
     unless TMA cannot read rows that cp.async can; otherwise, and below sm_90, the
@@ -611,23 +614,36 @@ def matmul_heuristic(m: int, n: int, k: int, layout: str = "TT",
     if device.fit_tiles:
         return _fitted_params(m, n, k, why, out_itemsize)
     if cc >= divmod(WGMMA.arch, 10):
-        hopper = _hopper_params(m, n, k, layout, device, why, out_itemsize)
+        hopper = _hopper_params(batch * m, n, k, layout, device, why, out_itemsize)
+        if batch > 1 and hopper is not None and (
+                hopper.splitk_factor > 1 or hopper.swap_mn or hopper.staged_along_k != (
+                    False, False)):
+            hopper = None
+            why(f"a batch of {batch}: the Hopper path's plan for its {batch * m} rows "
+                "would split K, swap M and N or stage an operand along K, which a "
+                "batch's tiles do not: the mma.sync path")
+        elif batch > 1 and hopper is not None:
+            why(f"a batch of {batch} matmuls: the tiles of all of them one grid, as "
+                f"{batch * m} rows of tiles (a tile never spans two matrices)")
         if hopper is not None:
             return hopper
+    if batch > 1:
+        why(f"a batch of {batch} matmuls: the mma.sync path, the batch's tiles one grid, "
+            "no split-K")
     tk = 32
     # 8 warps of 64x64 on a 256x128 tile where those tiles alone give every SM one (and 3
     # stages of them fit); else 4 warps on 128x128, two CTAs per SM (splitk_for).
-    wide_tiles = ceil_div(m, 256) * ceil_div(n, 128)
+    wide_tiles = batch * ceil_div(m, 256) * ceil_div(n, 128)
     wide = wide_tiles >= sms and 3 * (256 + 128) * tk * 2 <= limit
     tm, tn = (256, 128) if wide else (128, 128)
-    splitk = splitk_for(m, n, k, (tm, tn, tk), sms)
+    splitk = splitk_for(m, n, k, (tm, tn, tk), sms) if batch == 1 else 1
     # Many splits make the serial turnstile a long chain of CTAs: sum them in a second
     # kernel instead, where every split's partials are written in parallel.
     mode = "two_kernel" if splitk > TWO_KERNEL_SPLITS else "serial"
     stage_bytes = (tm + tn) * tk * 2
     # The most stages (up to 4; up to 6 for a two-kernel split-K's long splits, 6 measured
     # better there) whose buffers fit the CTAs that share an SM, else one CTA.
-    tiles = ceil_div(m, tm) * ceil_div(n, tn)
+    tiles = batch * ceil_div(m, tm) * ceil_div(n, tn)
     per_sm = 2 if tiles < sms < tiles * splitk else 1
     most = 6 if mode == "two_kernel" else 4
     stages = next((s for share in (per_sm, 1) for s in range(most, 1, -1)

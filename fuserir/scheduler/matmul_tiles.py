@@ -26,9 +26,14 @@ def output_tiles(fusion, params, acc, out, fused, threads):
     im, in_, _ = params.instruction_tile
     c_smem = out.cache_before(MemoryType.shared, tma=params.tma_store) \
         if params.use_smem_epilogue else None
-    out.split(0, tm)
-    out.split(2, tn)
-    out.reorder({1: 2, 2: 1})                 # [Mo, No, Mt, Nt]
+    b = int(out.rank > 2)                     # a batched matmul: [B.., M, N]
+    while out.ndim > 3:
+        out.merge(0)                          # [B, M, N]
+    out.split(b, tm)
+    out.split(b + 2, tn)
+    out.reorder({b + 1: b + 2, b + 2: b + 1})  # [B?, Mo, No, Mt, Nt]
+    if b:
+        out.merge(0)                          # [B Mo, No, Mt, Nt]: a tile in one matrix
     group = params.tile_group
     if group > 1:                             # G rows of tiles, column by column
         out.split(0, group)                   # [Mo/G, G, No, Mt, Nt]

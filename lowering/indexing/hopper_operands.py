@@ -11,7 +11,9 @@ axes, past its staged tile's compute-at position, and the tile's swizzle. That a
 the tensor's last, or another where the last has one element (a decode matmul's A stored
 K x 1, staged along K); lowering cannot know extents, so the launch checks it: the tensor
 map's dimension 0 has stride 1 there, and a map that does not cover the array exactly is
-refused (codegen.tensor_maps). Outer axes of its own are loops of boxes.
+refused (codegen.tensor_maps). Outer axes of its own are loops of boxes. A tensor of
+three axes (a batched matmul's operand or output) is a map of three dimensions, the box
+one element deep along the axis it does not run along, at that axis's index.
 The tile's swizzle (transforms.swizzle) is the box's swizzle mode: none, or rows of 128,
 64 or 32 bytes (the 128B, 64B and 32B modes, whose XOR of a row's 16-byte chunks with
 bits 7 .. of the byte offset is exactly the tile's swizzle when the tile starts on a
@@ -34,7 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fuserir.errors import ScheduleError
-from fuserir.instructions import SWIZZLE_BYTES, SWIZZLE_MODE_OF_ROW_BYTES, TMA_BOX_MAX, WGMMA
+from fuserir.instructions import (SWIZZLE_BYTES, SWIZZLE_MODE_OF_ROW_BYTES, TMA_BOX_MAX,
+                                  TMA_RANKS, WGMMA)
 from fuserir.ir.iterdomain import ParallelType, Split
 
 from .. import kir
@@ -61,7 +64,8 @@ def swizzle_mode(tv):
 @dataclass(frozen=True)
 class TmaBox:
     """A TMA copy's box: `axes` (the loop axes of dimensions 0 and 1), `dims` (the global
-    tensor's axes they run along), `extents` (elements per dimension) and the swizzle."""
+    tensor's axes they run along, then its other axis where it has three: a batch axis,
+    one element of the box), `extents` (elements per dimension) and the swizzle."""
 
     axes: tuple
     dims: tuple
@@ -86,9 +90,11 @@ def tma_box(tv):
     store = is_tma_store(tv)
     where = f"{tv.name} (a TMA {'store' if store else 'copy'})"
     source, tile = (tv, tv.definition.inputs[0]) if store else (tv.definition.inputs[0], tv)
-    if source.rank != 2:
+    if source.rank not in TMA_RANKS:
         raise ScheduleError(f"{where}: TMA boxes of {source.rank}-D tensors are not "
-                            "supported; the global tensor must be 2-D")
+                            f"supported; the global tensor must have "
+                            f"{' or '.join(map(str, TMA_RANKS))} axes (one batch axis "
+                            "at most)")
     own = tv.ndim - ((tile if store else tv).compute_at_pos or 0)
     if own < 2:
         raise ScheduleError(f"{where}: its two innermost loop axes are the box, but only "
@@ -121,7 +127,9 @@ def tma_box(tv):
     if row_bytes % 16:
         raise ScheduleError(f"{where}: a box row of {row_bytes} bytes; TMA moves rows of "
                             "a multiple of 16 bytes")
-    return TmaBox((inner, outer), tuple(dims), (inner.extent, outer.extent), mode)
+    batch = [a for a in source.shape_axes if a not in dims]   # a box one element deep
+    return TmaBox((inner, outer), tuple(dims + batch),
+                  (inner.extent, outer.extent) + (1,) * len(batch), mode)
 
 
 def _guesses(table, trans, swizzle, rows):

@@ -41,11 +41,12 @@ def tensor_map(ctx, source, box):
     if key not in ctx.tensor_maps:
         param = ctx.tensor_params[source]
         axes = source.shape_axes
-        d0, d1 = axes.index(box.dims[0]), axes.index(box.dims[1])
+        d = [axes.index(dim) for dim in box.dims]       # innermost first
         name = f"{source.name}_map" + (f"{len(ctx.tensor_maps)}" if any(
             k[0] is source for k in ctx.tensor_maps) else "")
-        ctx.tensor_maps[key] = kir.TensorMap(name, param, [param.sizes[d0], param.sizes[d1]],
-                                             [param.strides[d1]], box.extents, box.swizzle)
+        ctx.tensor_maps[key] = kir.TensorMap(name, param, [param.sizes[i] for i in d],
+                                             [param.strides[i] for i in d[1:]],
+                                             box.extents, box.swizzle)
     return ctx.tensor_maps[key]
 
 
@@ -71,6 +72,12 @@ def _at_box(ctx, tv, tile, fixed):
         ctx.lane_index = {}
 
 
+def _coordinates(box, index):
+    """A TMA statement's coordinates (c0, c1[, c2]): the index of each of the box's
+    dimensions in the global tensor (`index`: {its axis: index})."""
+    return {f"c{i}": index[dim] for i, dim in enumerate(box.dims)}
+
+
 def tma_load(ctx, tv):
     """A TMA load of one box of tv from the global tensor it caches (module header)."""
     box = hopper_operands.tma_box(tv)
@@ -80,8 +87,8 @@ def tma_load(ctx, tv):
     logical = {p: index[c] for c, p in tv.definition.root_map(source).items()}
     access = kir.AccessInfo(tv.name, ctx.owner(tv, is_write=True))
     return kir.TmaLoad(dst=ctx.buffers[tv], dst_index=target,
-                       map=tensor_map(ctx, source, box), c0=logical[box.dims[0]],
-                       c1=logical[box.dims[1]], access=access)
+                       map=tensor_map(ctx, source, box), **_coordinates(box, logical),
+                       access=access)
 
 
 def tma_store(ctx, tv):
@@ -97,8 +104,7 @@ def tma_store(ctx, tv):
     for at in itertools.product(*(range(a.extent) for a in outer)):
         index, source = _at_box(ctx, tv, tile, {a: ctx.const(i) for a, i in zip(outer, at)})
         stores.append(kir.TmaStore(src=buffer, src_index=source, map=tmap,
-                                   c0=index[box.dims[0]], c1=index[box.dims[1]],
-                                   access=access))
+                                   **_coordinates(box, index), access=access))
     elected = None
     for ptype in THREAD_TYPES:
         if ctx.bound[ptype]:

@@ -323,7 +323,7 @@ def wgmma(ctx, tv):
     n = n_axis.extent
     # The instruction's M runs along the output's N where the schedule swapped them
     # (MatmulParams.swap_mn: D^T = B^T A^T): B's tile is then the wgmma's A operand.
-    inputs = expr.inputs[::-1] if tv.root[1] in roots_of(tv.loop[positions[0]]) \
+    inputs = expr.inputs[::-1] if tv.root[-2] in roots_of(tv.loop[positions[0]]) \
         else expr.inputs
     operands = []
     for operand, row_axis in zip(inputs, (m_axis, n_axis)):
