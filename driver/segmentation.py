@@ -32,21 +32,17 @@ from dataclasses import dataclass
 
 from fuserir.errors import FuserirError, ScheduleError
 from fuserir.ir import extent as ext
-from fuserir.ir.exprs import (AxisIndexOp, BinaryOp, CastOp, MatmulOp, ReductionOp, UnaryOp,
-                              WhereOp)
+from fuserir.ir.exprs import MatmulOp, ReductionOp
 from fuserir.ir.fusion import Fusion
 from fuserir.ir.iterdomain import IterDomain
 from fuserir.ir.tensor import MemoryType, TensorView
 from fuserir.scheduler.auto import apply_like, schedule_auto
+from fuserir.scheduler.matmul import EPILOGUE_OPS
 from lowering.support.analysis import live_tensors
 from lowering.errors import HazardError
 from lowering.pipeline import lower
 
 from .proofs import PROOFS
-
-
-# what a matmul's epilogue may compute from its product (fuserir.scheduler.matmul)
-EPILOGUE = (UnaryOp, BinaryOp, CastOp, WhereOp, AxisIndexOp)
 
 
 @dataclass
@@ -199,7 +195,7 @@ class _Grouping:
             if not reads:
                 continue
             others = [v for v in e.tensor_inputs if v not in chain]
-            if not isinstance(e, EPILOGUE) or any(
+            if not isinstance(e, EPILOGUE_OPS) or any(
                     self.fusion.depends_on(v, product) for v in others):
                 return max(reads, key=lambda v: self.order[v.definition])
             chain.add(e.output)

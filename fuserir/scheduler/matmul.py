@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 # what the epilogue may compute from the product, on the accumulator's registers (the
 # positions of its elements included: a causal mask)
-POINTWISE = (UnaryOp, BinaryOp, CastOp, WhereOp, AxisIndexOp)
+EPILOGUE_OPS = (UnaryOp, BinaryOp, CastOp, WhereOp, AxisIndexOp)
 
 
 def _find_matmul(fusion):
@@ -57,7 +57,7 @@ def _find_matmul(fusion):
     # The epilogue: pointwise tensors computed from acc, ending in the one output.
     after = [t for t in fusion.tensors if t is not acc and fusion.depends_on(t, acc)]
     outputs = [t for t in fusion.outputs]
-    bad = [t for t in after if not isinstance(t.definition, POINTWISE)]
+    bad = [t for t in after if not isinstance(t.definition, EPILOGUE_OPS)]
     if acc.is_output or len(outputs) != 1 or not after or outputs[0] not in after or bad \
             or any(fusion.uses(t) == [] and not t.is_output for t in after):
         why = (f"{bad[0].name} is not pointwise" if bad else

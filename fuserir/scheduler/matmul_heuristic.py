@@ -567,10 +567,11 @@ def matmul_heuristic(m: int, n: int, k: int, layout: str = "TT",
     optionally the output's), or `batch` of them (a batched matmul: the tiles of all the
     batch's matrices one grid, planned as one matmul of batch x M rows, without split-K:
     on Hopper the Hopper path's plan where it neither splits K nor swaps M and N, its
-    TMA maps of three dimensions; else the mma.sync path's). On Hopper (sm_90) the Hopper path's (_hopper_params: wgmma
-    on tiles a producer warp group loads, by TMA or, for rows of an odd number of
-    elements, by element copies; a parallel split-K for skinny outputs with a long K),
-    unless TMA cannot read rows that cp.async can; otherwise, and below sm_90, the
+    TMA maps of three dimensions; else the mma.sync path's). On Hopper (sm_90) the
+    Hopper path's (_hopper_params: wgmma on tiles a producer warp group loads, by TMA or,
+    for rows of an odd number of elements, by element copies; a parallel split-K for
+    skinny outputs with a long K), unless TMA cannot read rows that cp.async can;
+    otherwise, and below sm_90, the
     mma.sync path's:
 
     * CTA tile 256x128 (8 warps of 64x64) when that still gives every SM a tile, else
