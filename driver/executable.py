@@ -529,6 +529,10 @@ class Executable:
                 schedule, scalars, steps = self.plan_for(env, model)
                 env.update(scalars)
             for step in steps:
+                # a scalar a step's schedule declared with a default (a persistent
+                # matmul's CTAs): that default, unless given
+                env.update({n: d for n, d in step.fusion.scalars.items()
+                            if d is not None and n not in env})
                 for p in step.kernel.kir.scalar_params:
                     if p.var.name not in env:
                         raise EvaluationError(

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from fuserir.errors import FuserirError, ScheduleError
 from fuserir.ir import extent as ext
-from fuserir.ir.exprs import MatmulOp, ReductionOp
+from fuserir.ir.exprs import CastOp, MatmulOp, ReductionOp
 from fuserir.ir.fusion import Fusion
 from fuserir.ir.iterdomain import IterDomain
 from fuserir.ir.tensor import MemoryType, TensorView
@@ -188,7 +188,8 @@ class _Grouping:
     def epilogue_end(self, cone, product):
         """The last tensor of the pointwise chain the cone computes from a matmul's
         `product` before a non-pointwise expression reads it (a scaled, masked score
-        before its softmax), or `product` itself."""
+        before its softmax), before any cast that widens it (the reader casts: bf16
+        scores cross at half the bytes), or `product` itself."""
         chain, end = {product}, product
         for e in cone[cone.index(product.definition) + 1:]:
             reads = [v for v in e.tensor_inputs if v in chain]
@@ -197,10 +198,10 @@ class _Grouping:
             others = [v for v in e.tensor_inputs if v not in chain]
             if not isinstance(e, EPILOGUE_OPS) or any(
                     self.fusion.depends_on(v, product) for v in others):
-                return max(reads, key=lambda v: self.order[v.definition])
+                return _before_widening(max(reads, key=lambda v: self.order[v.definition]))
             chain.add(e.output)
             end = e.output
-        return end
+        return _before_widening(end)
 
     def cut_cone(self, cone, out):
         """Kernels grown along the cone's expressions in order, each as long as it still
@@ -261,6 +262,14 @@ def cut(fusion):
         segments.append(Segment(part, [t.name for t in part.inputs],
                                 [t.name for t in part.outputs]))
     return segments
+
+
+def _before_widening(tv):
+    """tv, or what a chain of widening casts ending in tv casts from."""
+    while isinstance(tv.definition, CastOp) and \
+            tv.dtype.itemsize > tv.definition.inputs[0].dtype.itemsize:
+        tv = tv.definition.inputs[0]
+    return tv
 
 
 def _kernels_of(fusion, cuts):

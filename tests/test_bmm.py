@@ -233,3 +233,14 @@ def test_a_persistent_matmul_segment_takes_its_own_scalars_default():
     result = cli("inspect", example, "--size", "BH=32,S=2048,D=128")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "grid   (ctas, 1, 1) = (132, 1, 1): 132 block(s)" in result.stdout
+
+
+def test_an_automatic_persistent_plan_binds_its_ctas_default():
+    """A batch planned persistent on the H200 (32 matrices of 2048 x 2048): its kernel
+    takes the CTAs its schedule declared (the SMs), which no input gives."""
+    from fuserir.device import H200
+    fusion = fuserir.parse(scores_text("TN"))
+    exe = codegen.compile(fusion, backend="interp", device=H200)
+    a = np.zeros((32, 2048, 128), BF16)
+    (kernel,) = exe.kernels_for({"a": a, "b": a.copy()})
+    assert "ctas" in {p.var.name for p in kernel.kir.scalar_params}

@@ -512,3 +512,17 @@ def test_the_key_of_a_segmented_fusion_tells_its_reductions_size_classes_apart()
     keys = {schedule_key(fusion, {"M": m, "N": n})[0]
             for m, n in ((32768, 1024), (8192, 4096), (8192, 2048), (64, 4096))}
     assert len(keys) == 4
+
+
+def test_few_long_rows_take_at_most_the_splits_the_cross_cta_proof_enumerates():
+    """Eight rows of 2^25 on 132 SMs would take 16 CTAs a row; the proof of the parallel
+    grid reduction enumerates a constant split factor's interleavings within its bound
+    up to 8: the plan takes 8, and its kernel is built, proved."""
+    from fuserir.device import H200
+    from fuserir.scheduler.reduction_plans import GRID_SPLITS_MAX, reduction_plan
+    fusion = fuserir.parse("fusion f(x: f32[M, N]) {\n  s = sum(x, axes=[1])\n"
+                           "  output s\n}")
+    sizes = {"M": 8, "N": 1 << 25}
+    assert reduction_plan(fusion, sizes, H200).splits == GRID_SPLITS_MAX == 8
+    (kernels,) = codegen.compile(fusion, backend="interp", device=H200).precompile(sizes)
+    assert kernels[0].kir.launch.grid[2].value == 8

@@ -404,20 +404,22 @@ def _schedule_reduction(fusion, persistent, sizes=None, device=None):
             for i, ptype in ((0, "BIDx"), (1, "TIDy"), (3, "unroll"), (4, "TIDx")):
                 t.parallelize(i, ptype)
         elif inner:
-            # [.., R] -> [.., R / T U, U, T] (U unrolled, as above)
             t.split(-1, threads)
-            t.split(-2, REDUCTION_UNROLL)
             if has_rows:
                 t.parallelize(0, "BIDx")
             t.parallelize(-1, "TIDx")
-            t.parallelize(-2, "unroll")
             if plan.splits > 1:
-                # [.., R / T U, U, T] -> [.., S, R / (T U S), U, T]: CTA z of a row sums
-                # its part
-                t.split(-3, plan.splits, inner=False)
-                t.parallelize(-4, "BIDz")
+                # [.., R / T, T] -> [.., S, R / (T S), T]: CTA z of a row sums its part
+                # (not unrolled: the cross-CTA proof's interleavings of its semaphore
+                # operations grow past its bound at 16 splits)
+                t.split(-2, plan.splits, inner=False)
+                t.parallelize(-3, "BIDz")
                 if isinstance(t.definition, ReductionOp):
                     t.parallel_grid_reduction()
+            else:
+                # [.., R / T U, U, T] (U unrolled, as above)
+                t.split(-2, REDUCTION_UNROLL)
+                t.parallelize(-2, "unroll")
         else:
             # [I, R] -> [I/32, 32, R/16, 16]: a warp reads 32 neighbouring columns of a row,
             # 16 rows of threads stride down the reduced rows, then combine over TIDy;

@@ -14,6 +14,9 @@ from ..ir import extent as ext
 from ..ir.exprs import BroadcastOp, ReductionOp
 
 GRID_MIN_ELEMENTS = 1 << 15  # an inner reduction's row split over CTAs: elements per CTA
+GRID_SPLITS_MAX = 8      # ... and at most this many CTAs a row: the cross-CTA proof
+                         # enumerates the semaphore operations' interleavings of a
+                         # constant split factor, within its bound up to 8 (not 12)
 WARP_ROW_MAX = 1024      # inner rows this short get a warp each ...
 WARP_ROWS = 8            # ... and a block holds this many of them
 OUTER_COLUMNS = 32       # outer reductions: columns per block (TIDx) ...
@@ -136,9 +139,9 @@ def grid_splits(fusion, rows, length, device=None):
     inner reduction: 1, unless it is the fusion's one reduction, not broadcast back, every
     output depends on it, and the rows are too few to give every SM one (on `device`) and
     long enough that each CTA still sums GRID_MIN_ELEMENTS; then the rows are split so
-    that rows x splits CTAs fill the SMs once (all resident: the parallel grid
-    reduction's CTAs wait for one another), and combined by the cross-CTA reduction
-    split-K uses."""
+    that rows x splits CTAs fill the SMs once at most (all resident: the parallel grid
+    reduction's CTAs wait for one another), at most GRID_SPLITS_MAX a row, and combined
+    by the cross-CTA reduction split-K uses."""
     axes, rank = reduced_axes(fusion)
     if any(is_broadcast_back(t, axes) for t in classify(fusion, axes, rank)[0]):
         return 1
@@ -147,7 +150,7 @@ def grid_splits(fusion, rows, length, device=None):
             out, reductions[0]) for out in fusion.outputs):
         return 1    # a kernel's grid reduction is its one, and only its last CTAs store
     sms = devices.resolve(device).sms
-    return max(1, min(sms // max(rows, 1), length // GRID_MIN_ELEMENTS))
+    return max(1, min(sms // max(rows, 1), length // GRID_MIN_ELEMENTS, GRID_SPLITS_MAX))
 
 
 def reduction_classes(fusion, sizes, device):
