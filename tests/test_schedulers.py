@@ -526,3 +526,33 @@ def test_few_long_rows_take_at_most_the_splits_the_cross_cta_proof_enumerates():
     assert reduction_plan(fusion, sizes, H200).splits == GRID_SPLITS_MAX == 8
     (kernels,) = codegen.compile(fusion, backend="interp", device=H200).precompile(sizes)
     assert kernels[0].kir.launch.grid[2].value == 8
+
+
+def test_a_weight_cast_before_its_broadcast_keeps_the_normalization_one_kernel():
+    """A layer norm backward as users write it, the weight cast before its broadcast over
+    the rows: the scheduler moves the cast after the broadcast (the same values), so the
+    cast weight is of the full shape and dx is one kernel, not one per row mean."""
+    text = """fusion f(dy: bf16[R, D], x: bf16[R, D], w: bf16[D], mean: f32[R, 1],
+                       rstd: f32[R, 1]) {
+  xhat = (cast(x, f32) - mean) * rstd
+  g = cast(dy, f32) * broadcast(cast(w, f32), [true, false])
+  dx = cast(rstd * (g - mean(g, axes=[1], keepdim=true)
+                    - xhat * mean(g * xhat, axes=[1], keepdim=true)), bf16)
+  db = cast(sum(cast(dy, f32), axes=[0]), bf16)
+  output dx, db
+}"""
+    fusion = fuserir.parse(text)
+    rng = np.random.default_rng(21)
+    bf16 = ml_dtypes.bfloat16
+    inputs = {"dy": rng.standard_normal((6, 300)).astype(bf16),
+              "x": rng.standard_normal((6, 300)).astype(bf16),
+              "w": rng.standard_normal(300).astype(bf16),
+              "mean": rng.standard_normal((6, 1)).astype(np.float32),
+              "rstd": rng.uniform(0.5, 2, (6, 1)).astype(np.float32)}
+    exe = codegen.compile(fusion, backend="interp")
+    assert len(exe.kernels_for(inputs)) == 2          # dx along the rows; db down them
+    got, want = exe.run(inputs), fuserir.evaluate(fusion, inputs)
+    for name in ("dx", "db"):
+        np.testing.assert_allclose(got[name].astype(np.float64),
+                                   want[name].astype(np.float64), rtol=2 ** -7, atol=1e-2,
+                                   err_msg=name)

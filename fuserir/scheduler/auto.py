@@ -369,7 +369,33 @@ def apply_like(expr, inputs, fusion=None):
     raise ScheduleError(f"cannot rebuild {expr}")
 
 
+def _broadcast_before_casts(fusion):
+    """broadcast(cast(w)) -> cast(broadcast(w)) (and other unary ops), until no broadcast
+    reads one: a layer norm's weight cast before its broadcast over the rows is a tensor
+    of the reduced rank running along the reduced axis, which the reduction scheduler
+    would take for one value a row; cast after the broadcast, it is of the full shape,
+    computed where it is read. The same values: a unary op commutes with a broadcast."""
+    changed = True
+    while changed:
+        changed = False
+        for e in list(fusion.exprs):
+            source = e.inputs[0] if isinstance(e, BroadcastOp) else None
+            if source is None or source.is_input or source.is_output or e.output.is_output \
+                    or not isinstance(source.definition, (UnaryOp, CastOp)) \
+                    or len(fusion.uses(source)) != 1:
+                continue
+            op = source.definition
+            moved = apply_like(op, [ops.broadcast(op.inputs[0], list(e.flags))])
+            for use in list(fusion.uses(e.output)):
+                fusion.replace_input(use, e.output, moved)
+            for node in (e, e.output, op, source):
+                fusion.remove_node(node)
+            changed = True
+            break
+
+
 def _schedule_reduction(fusion, persistent, sizes=None, device=None):
+    _broadcast_before_casts(fusion)
     axes, rank = reduced_axes(fusion)
     inner = axes == list(range(rank - len(axes), rank))
     full, reduced = classify(fusion, axes, rank)
