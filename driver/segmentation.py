@@ -273,19 +273,26 @@ def _before_widening(tv):
 
 
 def _kernels_of(fusion, cuts):
-    """The global intermediates grouped into kernels, in order: one that neither depends
-    on the kernel's others nor runs in other loops (its loop axes' extents and parallel
-    types) joins it, so that the partial sums of two column reductions are one kernel
-    reading the inputs once."""
+    """The global intermediates grouped into kernels, in order: the partial sums of a
+    reduction (an rfactor producer) that neither depends on the kernel's others nor runs
+    in other loops (its loop axes' extents and parallel types) joins the kernel of the
+    partials before it, so that two column reductions' partials are one kernel reading
+    the inputs once; any other intermediate is a kernel of its own."""
     kernels = []
     for c in cuts:
         last = kernels[-1] if kernels else None
-        if last and _launch(c) == _launch(last[0]) and not any(
-                fusion.depends_on(c, t) for t in last):
+        if last and _partial_sums(c) and all(map(_partial_sums, last)) and \
+                _launch(c) == _launch(last[0]) and not any(
+                    fusion.depends_on(c, t) for t in last):
             last.append(c)
         else:
             kernels.append([c])
     return kernels
+
+
+def _partial_sums(tv):
+    """Is tv the partial result of a reduction split by rfactor?"""
+    return isinstance(tv.definition, ReductionOp) and tv.logical != tv.root
 
 
 def _launch(tv):

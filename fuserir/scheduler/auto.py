@@ -36,7 +36,10 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
   copy would cost a barrier), and cheap intermediates used by several nests
   are recomputed rather than stored; for an outer reduction a block owns 32 neighbouring
   outputs (TIDx, so each warp reads a contiguous piece of a row) and 16 rows of threads
-  (TIDy) stride down the reduced rows, then combine;
+  (TIDy) stride down the reduced rows, then combine (where those strips are too few
+  for the SMs, each strip's rows are split over CTAs writing f32 partial sums that a
+  second kernel adds: reduction_plans.column_splits); a row's serial loop is unrolled
+  by REDUCTION_UNROLL;
 * a matmul: the tensor-core scheduler (fuserir.scheduler.matmul) with the parameters of
   matmul_heuristic (fuserir.scheduler.matmul_heuristic) for the sizes and device it will run on (the executable schedules per
   size class at run(): schedule_key says which size classes share a schedule; arrays too
@@ -70,7 +73,8 @@ REDUCTION_UNROLL = 8     # elements of a row a thread loads in one unrolled step
 WARP = 32
 NORMALIZATION_THREADS = 256
 MATMUL_THREADS = 128
-OUTER_ROWS = 16          # ... and rows reduced in parallel (TIDy)
+OUTER_ROWS = 16          # outer reductions: rows of threads (TIDy) striding down the
+                         # reduced rows, beside OUTER_COLUMNS columns (TIDx)
 
 
 def schedule_auto(fusion, persistent=True, sizes=None, device=None):

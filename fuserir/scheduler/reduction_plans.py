@@ -107,16 +107,23 @@ def reduction_plan(fusion, sizes=None, device=None):
     axes, rank = reduced_axes(fusion)
     inner = axes == list(range(rank - len(axes), rank))
     x = next(e.inputs[0] for e in fusion.exprs if isinstance(e, ReductionOp))
+    rows, length = _rows_and_length(x, axes, sizes)
+    splits = grid_splits(fusion, rows, length, device) if inner else 1
+    return ReductionPlan(splits, inner and rank > len(axes) and splits == 1
+                         and length <= WARP_ROW_MAX,
+                         1 if inner else column_splits(rows, length, device))
+
+
+def _rows_and_length(x, axes, sizes):
+    """(rows, elements a row) of a reduction of x over `axes` at `sizes`: the product of
+    the kept axes' extents and of the reduced ones'."""
     rows, length = 1, 1
     for i, a in enumerate(x.shape_axes):
         if i in axes:
             length *= size_at(a.extent, sizes or {})
         else:
             rows *= size_at(a.extent, sizes or {})
-    splits = grid_splits(fusion, rows, length, device) if inner else 1
-    return ReductionPlan(splits, inner and rank > len(axes) and splits == 1
-                         and length <= WARP_ROW_MAX,
-                         1 if inner else column_splits(rows, length, device))
+    return rows, length
 
 
 def column_splits(columns, length, device=None):
@@ -164,15 +171,11 @@ def reduction_classes(fusion, sizes, device):
         if not isinstance(e, ReductionOp):
             continue
         x = e.inputs[0]
-        rows, length = 1, 1
-        for i, a in enumerate(x.shape_axes):
-            if i in e.axes:
-                length *= size_at(a.extent, sizes or {})
-            else:
-                rows *= size_at(a.extent, sizes or {})
+        rows, length = _rows_and_length(x, e.axes, sizes)
         if list(e.axes) == list(range(x.rank - len(e.axes), x.rank)):
             classes.append(("inner", length <= WARP_ROW_MAX,
-                            max(1, min(sms // max(rows, 1), length // GRID_MIN_ELEMENTS))))
+                            max(1, min(sms // max(rows, 1), length // GRID_MIN_ELEMENTS,
+                                       GRID_SPLITS_MAX))))
         else:
             classes.append(("outer", column_splits(rows, length, device)))
     return tuple(classes)
