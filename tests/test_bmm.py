@@ -1,7 +1,8 @@
-"""Batched matmuls (matmul with batch axes, bmm) and linear over any leading axes: what
-they mean against numpy in f64 (the reference evaluator), their kernels in the interpreter
-(a tile grid over every matrix of the batch, several tiles a matrix), the heuristic's
-plan, each refusal named and located, and each on the GPU where there is one."""
+"""Batched matmuls (matmul with batch axes, bmm) and linear (x @ W^T + b, over any
+leading axes of x): what they are made of and mean against numpy in f64 (the reference
+evaluator), their kernels in the interpreter (a tile grid over every matrix of the
+batch, several tiles a matrix), the heuristic's plan, each refusal named and located,
+and each on the GPU where there is one."""
 
 import ml_dtypes
 import numpy as np
@@ -79,6 +80,17 @@ def test_batch_axes_broadcast_as_torch_matmul(rng):
 }"""
     a, b, product = batched_inputs(rng, "TT", b_batch=())
     near(fuserir.evaluate(fuserir.parse(text), {"a": a, "b": b})["c"], product, 2 ** -8)
+
+
+def test_linear_is_a_tn_matmul_with_the_bias_added_in_f32_and_rounded_once():
+    fusion = fuserir.parse("fusion f(x: bf16[M, K], w: bf16[N, K], b: bf16[N]) {\n"
+                           "  y = linear(x, w, b)\n  output y\n}")
+    assert fuserir.print_fusion(fusion).splitlines()[1] == \
+        "  y = cast(matmul(x, w, layout=TN) + broadcast(cast(b, f32), [true, false]), bf16)"
+    fusion = fuserir.parse("fusion f(x: f16[M, K], w: f16[N, K]) {\n"
+                           "  y = linear(x, w)\n  output y\n}")
+    assert fuserir.print_fusion(fusion).splitlines()[1] == \
+        "  y = cast(matmul(x, w, layout=TN), f16)"
 
 
 def test_linear_takes_any_leading_axes_of_x(rng):
@@ -197,8 +209,24 @@ def test_a_batch_stored_by_tma_or_walked_by_persistent_ctas_equals_float64(rng, 
      "bmm: batch extents differ: B (a) vs C (b)"),
     ("a: bf16[B, M, K], b: bf16[B, N, K]", "bmm(a, b)",
      "matmul: K extents differ: K (a) vs N (b) for layout TT"),
+    ("x: bf16[M, K], w: bf16[N, K], b: bf16[M]", "linear(x, w, b)",
+     "linear: bias (b) must be [N], one value per row of weight (w), is [M]"),
+    ("x: bf16[M, K], w: bf16[N, K], b: i32[N]", "linear(x, w, b)",
+     "linear: bias (b) is i32; it must be a float"),
+    ("x: bf16[K], w: bf16[N, K]", "linear(x, w)",
+     "linear: x (x) must have at least 2 axes, has 1"),
+    ("x: bf16[M, K], w: bf16[K]", "linear(x, w)",
+     "linear: weight (w) must have 2 axes, has 1"),
+    ("x: bf16[B, M, K], w: bf16[B, N, K]", "linear(x, w)",
+     "linear: weight (w) must have 2 axes, has 3"),
+    ("x: bf16[M, K], w: bf16[N, J]", "linear(x, w)",
+     "linear: x (x) has rows of K but weight (w) rows of J: they must be equal (K)"),
+    ("x: f32[M, K], w: f32[N, K]", "linear(x, w)",
+     "linear: x (x) must be f16 or bf16 (the tensor cores' operands), got f32"),
+    ("x: bf16[M, K], w: f16[N, K]", "linear(x, w)",
+     "matmul: A (x) is bf16 but B (w) is f16"),
 ])
-def test_batched_matmul_refusals(params, call, message):
+def test_matmul_bmm_and_linear_refusals(params, call, message):
     with pytest.raises(DslError) as caught:
         fuserir.parse(f"fusion f({params}) {{\n  c = {call}\n  output c\n}}")
     assert message in str(caught.value)
