@@ -81,6 +81,9 @@ def extract(fusion, exprs, name, outputs=None):
         later = {v for e in fusion.exprs if e not in exprs for v in e.tensor_inputs}
         outputs = [e.output for e in exprs if e.output.is_output or e.output in later]
     for t in outputs:
+        if t.dtype.is_state:
+            raise ScheduleError(f"{fusion.name}: the welford state {t.name} would cross "
+                                "from one kernel to another; what is read of it crosses")
         sub.add_output(made[t])
     return Segment(sub, [t.name for t in sub.inputs], [t.name for t in outputs])
 
@@ -171,6 +174,13 @@ class _Grouping:
         # sums, not the full-size work around it), and the rest placed again
         inner = [e.output for e in cone if isinstance(e, (ReductionOp, MatmulOp))
                  and e.output is not out]
+        if inner and inner[0].dtype.is_state:
+            # a welford state crosses as what is read of it (its mean, its m2)
+            for e in self.fusion.uses(inner[0]):
+                if e in cone:
+                    self.place(e.output)
+            self.place(out)
+            return
         if inner:
             first = inner[0]
             if isinstance(first.definition, MatmulOp):

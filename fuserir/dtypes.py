@@ -3,6 +3,12 @@
 A DataType knows its byte size and its host (numpy) type; bf16 on the host is
 `ml_dtypes.bfloat16`. Promotion follows the usual category order bool < integer < float,
 and within floats the wider type; f16 with bf16 promotes to f32 (neither holds the other).
+
+One type holds no number: `welford`, the running state of a one-pass mean and variance
+(its mean, the sum of squared differences from it, and its count, each f32; 16 bytes).
+A float cast to it is the state of one element; a `welford_merge` reduction merges
+states; welford_mean and welford_m2 read a state (fuserir.numerics says what each means).
+It lives between a fusion's operations only: no input or output holds it.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ class DataType(Enum):
     i32 = "i32"
     i64 = "i64"
     bool = "bool"
+    welford = "welford"
 
     def __repr__(self):
         return self.value
@@ -46,6 +53,11 @@ class DataType(Enum):
         return self in (DataType.i32, DataType.i64)
 
     @property
+    def is_state(self) -> builtins.bool:
+        """A reduction's running state (welford), not a number."""
+        return self is DataType.welford
+
+    @property
     def compute(self) -> DataType:
         """The type arithmetic on this type is carried out in (f16/bf16 compute in f32)."""
         return DataType.f32 if self in (DataType.f16, DataType.bf16) else self
@@ -59,9 +71,13 @@ _NUMPY = {
     DataType.i32: np.dtype(np.int32),
     DataType.i64: np.dtype(np.int64),
     DataType.bool: np.dtype(np.bool_),
+    # 16 bytes, as the CUDA struct (the padding keeps a state one aligned vector)
+    DataType.welford: np.dtype([("mean", np.float32), ("m2", np.float32),
+                                ("count", np.float32), ("pad", np.float32)]),
 }
 
-DTYPE_NAMES = tuple(d.value for d in DataType)
+# the number types (what inputs, outputs and arrays hold); `welford` is a name too
+DTYPE_NAMES = tuple(d.value for d in DataType if not d.is_state)
 
 
 def from_name(name):
@@ -93,9 +109,12 @@ _RANK = {
 
 
 def promote(a, b):
-    """The common type of a binary operation's operands."""
+    """The common type of a binary operation's operands (the ops refuse a welford state
+    beside anything else before they ask)."""
     if a == b:
         return a
+    if a.is_state or b.is_state:
+        return DataType.welford
     if {a, b} == {DataType.f16, DataType.bf16}:
         return DataType.f32
     return a if _RANK[a] > _RANK[b] else b

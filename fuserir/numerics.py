@@ -22,6 +22,14 @@ Reductions combine their elements with a binary op (REDUCTIONS: sum adds, prod
 multiplies, max and min keep the larger or smaller and propagate NaN); over no elements
 they give that op's identity: sum -> 0, prod -> 1, max -> -inf for floats and the type's
 minimum for integers, min -> +inf or the type's maximum (matmul over K = 0 is a sum: 0).
+Welford states (DataType.welford: mean, m2 = the sum of squared differences from the
+mean, count; f32): a float x cast to one is (x, x - x, 1), so m2 is NaN once an infinity
+or NaN is in; welford_merge merges two in f32 as Chan et al.'s parallel update, n = na +
+nb, d = mb - ma, r = nb / n, mean = ma + d r, m2 = m2a + m2b + (d na)(d r) (either side
+empty: the other, exactly); its identity is (0, 0, 0). welford_mean reads NaN where m2 is
+NaN (the data held an infinity or a NaN: the running differences of infinities make
+the mean depend on the order) or the count is 0 (no elements), else the mean; welford_m2 reads m2. A count past 2^24
+is rounded as f32 rounds it.
 """
 
 import ml_dtypes
@@ -30,17 +38,19 @@ import numpy as np
 from .dtypes import DataType
 
 __all__ = ["convert", "float_to_int", "int_div", "int_mod", "identity", "ceil_div", "round_up",
-           "REDUCTIONS"]
+           "REDUCTIONS", "welford_merge", "welford_mean", "welford_reduce"]
 
 # reduction -> the binary op (fuserir.op_table's and kernel IR's name) that combines two
 # partials of it
-REDUCTIONS = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}
+REDUCTIONS = {"sum": "add", "prod": "mul", "max": "max", "min": "min",
+              "welford_merge": "welford_merge"}
 
 _F16 = np.dtype(np.float16)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _BOOL = np.dtype(np.bool_)
+_WELFORD = DataType.welford.numpy
 _HALF = (_F16, _BF16)
 
 
@@ -94,6 +104,8 @@ def convert(value, dtype):
     nt = dtype.numpy
     if src == nt:
         return value
+    if dtype is DataType.welford or src == _WELFORD:
+        return _to_welford(a, src, dtype)
     if dtype is DataType.bool:
         r = (a.astype(_F32) if src in _HALF else a) != 0
     elif src == _BOOL:
@@ -116,6 +128,65 @@ def convert(value, dtype):
         with np.errstate(over="ignore"):
             r = a.astype(nt)                  # widening (exact), f64->f32/f16, f32->f16
     return r[()] if r.ndim == 0 else r
+
+
+def _to_welford(a, src, dtype):
+    """A float's Welford state (x, x - x, 1); a state converts to nothing else."""
+    if dtype is not DataType.welford or src not in (_F16, _BF16, _F32, _F64):
+        raise ValueError(f"no conversion from {src} to {dtype}: a welford state is read "
+                         "with welford_mean or welford_m2, and made of floats")
+    x = convert(a, DataType.f32)
+    state = np.zeros(np.shape(x), _WELFORD)
+    with np.errstate(invalid="ignore"):
+        state["mean"], state["m2"], state["count"] = x, x - x, 1.0
+    return state[()] if state.ndim == 0 else state
+
+
+# -- welford states ---------------------------------------------------------------------------
+
+def welford_merge(a, b):
+    """Two states (arrays or records of DataType.welford) merged, in f32 as the CUDA
+    preamble's welford_merge computes it (the header)."""
+    a, b = np.asarray(a, _WELFORD), np.asarray(b, _WELFORD)
+    na, nb = a["count"], b["count"]
+    with np.errstate(all="ignore"):
+        n = na + nb
+        empty = n == 0
+        d = b["mean"] - a["mean"]
+        r = nb / np.where(empty, np.float32(1), n)
+        out = np.zeros(np.broadcast(a, b).shape, _WELFORD)
+        out["mean"] = np.where(empty, a["mean"], a["mean"] + d * r)
+        out["m2"] = np.where(empty, a["m2"], a["m2"] + b["m2"] + (d * na) * (d * r))
+        out["count"] = np.where(empty, na, n)
+    return out[()] if out.ndim == 0 else out
+
+
+def welford_mean(state):
+    """A state's mean: NaN where its m2 is (the header)."""
+    s = np.asarray(state, _WELFORD)
+    r = np.where(np.isnan(s["m2"]) | (s["count"] == 0), np.float32(np.nan),
+                 s["mean"]).astype(_F32)
+    return r[()] if r.ndim == 0 else r
+
+
+def welford_reduce(states, axes):
+    """States merged over `axes`, exactly (f64) and rounded once to f32: what any order of
+    welford_merge approximates (the reference evaluator's meaning). Over no elements:
+    the identity."""
+    s = np.asarray(states, _WELFORD)
+    axes = tuple(axes)
+    n = s["count"].astype(_F64)
+    total = n.sum(axis=axes, keepdims=True)
+    safe = np.where(total == 0, 1.0, total)
+    with np.errstate(all="ignore"):
+        mean = (n * s["mean"]).sum(axis=axes, keepdims=True) / safe
+        m2 = (s["m2"].astype(_F64) + n * (s["mean"] - mean) ** 2).sum(axis=axes,
+                                                                         keepdims=True)
+    out = np.zeros(np.squeeze(total, axis=axes).shape, _WELFORD)
+    out["mean"] = np.squeeze(np.where(total == 0, 0.0, mean), axis=axes)
+    out["m2"] = np.squeeze(np.where(total == 0, 0.0, m2), axis=axes)
+    out["count"] = np.squeeze(total, axis=axes)
+    return out
 
 
 # -- integer division and remainder -----------------------------------------------------------
@@ -161,6 +232,8 @@ def identity(op, dtype):
     its partials) over no elements gives, as a Python number of DataType `dtype`'s
     kind."""
     op = {combine: reduction for reduction, combine in REDUCTIONS.items()}.get(op, op)
+    if op == "welford_merge":
+        return np.zeros((), _WELFORD)[()]
     if op == "sum":
         return 0.0 if dtype.is_float else 0
     if op == "prod":

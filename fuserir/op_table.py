@@ -31,6 +31,9 @@ TAKES says what it takes):
     integer    shifts and ceildiv: integers only
     float      nextafter: f32 or f64 only, in that type (a step is one of the type's own;
                f16/bf16 have no arithmetic of their own to step in)
+    state      welford_mean, welford_m2 (an f32 of a welford state) and welford_merge
+               (two states: a state), as fuserir.numerics defines them; no other kind
+               takes a state
 
 Computing types, the same in every evaluator: a `math` op (or a predicate) computes in
 float64 and is rounded once to its result type; `exact` and `arith` ops compute in their
@@ -301,6 +304,9 @@ UNARY = {op.name: op for op in (
             preamble={"f32": "isinf(x) && x > 0.0f", "f64": "isinf(x) && x > 0.0"}),
     UnaryOp("signbit", np.signbit, "predicate", fusion="signbit",
             builtin=("signbit", "signbit")),
+    UnaryOp("welford_mean", numerics.welford_mean, "state", fusion="welford_mean"),
+    UnaryOp("welford_m2", lambda s: np.asarray(s, DataType.welford.numpy)["m2"][()], "state",
+            fusion="welford_m2"),
 )}
 
 BINARY = {op.name: op for op in (
@@ -349,6 +355,8 @@ BINARY = {op.name: op for op in (
              preamble=_int_bodies("(b < 0) | (b > {top}) ? 0 : ({t})(({u})a << b)")),
     BinaryOp("shr", "integer", None, _shift_right, fusion="bitwise_right_shift",
              preamble=_int_bodies("a >> ((b < 0) | (b > {top}) ? {top} : b)")),
+    # a reduction's combine only (the welford_merge reduction's; fuserir.numerics)
+    BinaryOp("welford_merge", "state", numerics.welford_merge),
 )}
 
 COMPARISONS = tuple(n for n, op in BINARY.items() if op.kind == "compare")
@@ -359,7 +367,8 @@ FUSION_BINARY = {op.fusion: op for op in BINARY.values() if op.fusion}
 
 # What the operands of a fusion op of each kind may be, where a kind refuses more than
 # bool (exact and arith ops refuse bool only: "cast it first")
-TAKES = {"bitwise": "integers or bool", "integer": "integers", "float": "f32 or f64"}
+TAKES = {"bitwise": "integers or bool", "integer": "integers", "float": "f32 or f64",
+         "state": "a welford state"}
 
 
 def fusion_types(entry, dtype):
@@ -368,7 +377,11 @@ def fusion_types(entry, dtype):
     `.compute` of the first, where that is f16 or bf16). None where the op does not take
     `dtype` (see TAKES)."""
     kind = entry.kind
-    if kind in ("math", "predicate"):
+    if (kind == "state") != dtype.is_state:
+        return None
+    if kind == "state":
+        operand = dtype
+    elif kind in ("math", "predicate"):
         keeps_integers = dtype.is_int and getattr(entry, "integer", None) is not None
         operand = dtype if dtype.is_float or keeps_integers else DataType.f32
     elif kind == "logical":
@@ -390,6 +403,8 @@ def fusion_types(entry, dtype):
 
 def result_type(entry, dtype):
     """The type `entry` gives on operands of `dtype` (as converted: fusion_types)."""
+    if entry.kind == "state":
+        return DataType.f32 if isinstance(entry, UnaryOp) else DataType.welford
     return DataType.bool if entry.kind in ("compare", "logical", "predicate") else dtype
 
 

@@ -34,6 +34,8 @@ def _fusion_of(op, operands):
         if t.fusion is not fusion:
             raise FusionError(f"{op}: operands {tensors[0].name} and {t.name} belong to "
                               "different fusions")
+    for t in tensors:
+        _check_tensor(op, t)
     return fusion
 
 
@@ -92,9 +94,16 @@ def _literal(op, value, dtype, beside, argument):
     return Scalar(float(value), dtype)
 
 
+# The ops that take a welford state (no other computes on one)
+_TAKE_STATES = ("welford_mean", "welford_m2", "welford_merge", "set")
+
+
 def _check_tensor(op, v, what="operand"):
     if not isinstance(v, TensorView):
         raise FusionError(f"{op}: {what} must be a tensor, got {v!r}")
+    if v.dtype.is_state and op not in _TAKE_STATES:
+        raise FusionError(f"{op}: {what} {v.name} is a welford state, not a number: read "
+                          "it with welford_mean or welford_m2")
 
 
 def _pointwise_root(op, tensors):
@@ -254,6 +263,8 @@ def where(cond, a, b):
         raise FusionError(f"where: condition {cond.name} must be bool, got {cond.dtype}")
     cond, a, b = _lift_rank_0([cond, a, b])
     values = [v for v in (a, b) if isinstance(v, TensorView)]
+    for v in values:
+        _check_tensor("where", v)
     if values:
         dtype = values[0].dtype if len(values) == 1 else dtypes.promote(a.dtype, b.dtype)
         beside = values[0].name
@@ -278,6 +289,9 @@ def cast(x, dtype):
             raise FusionError(f"cast: unknown dtype {dtype!r}; expected one of "
                               f"{', '.join(dtypes.DTYPE_NAMES)}")
         dtype = named
+    if dtype.is_state and not x.dtype.is_float:
+        raise FusionError(f"cast: {x.name} is {x.dtype}; a welford state is made of floats "
+                          "(cast it to f32 first)")
     fusion, _, root = _pointwise("cast", [x])
     out = _new_tensor(fusion, dtype, root)
     fusion.add_expr(CastOp(x, out))
@@ -545,6 +559,9 @@ def _reduction(op, x, axes, keepdim=False, dtype=None):
         x = _accumulated_as(op, x, dtype)
     if x.dtype is DataType.bool:
         raise FusionError(f"{op}: operand {x.name} is bool; cast it first")
+    if (op == "welford_merge") != x.dtype.is_state:
+        raise FusionError(f"{op}: operand {x.name} is {x.dtype}; welford_merge merges "
+                          "welford states (cast(x, welford) makes one of a float)")
     axes = _normalize_axes(op, x, axes)
     root = []
     for i, a in enumerate(x.shape_axes):
@@ -600,7 +617,16 @@ def min(x, axes, keepdim=False):  # noqa: A001 - the op is called min
     return _reduction("min", x, axes, keepdim)
 
 
-UNARY = {name: globals()[name] for name in UNARY_OPS}
+def welford_merge(x, axes):
+    """The welford states of x merged over `axes` (fuserir.numerics: Chan's update): the
+    one-pass mean and variance fuserir.statistics.welford is made of."""
+    return _reduction("welford_merge", x, axes)
+
+
+# the ops of numbers; those of welford states (a reduction and its two reads)
+UNARY = {name: globals()[name] for name in UNARY_OPS if not name.startswith("welford_")}
+STATES = {"welford_merge": welford_merge, "welford_mean": globals()["welford_mean"],
+          "welford_m2": globals()["welford_m2"]}
 # truediv, clamp, threshold, lerp, addcmul (fuserir.composite), slice, pad, cat, full,
 # iota, arange (fuserir.slicing): built of the builders above; matmul, bmm, linear
 # (fuserir.matmuls)
@@ -609,11 +635,11 @@ from .matmuls import bmm, linear, matmul  # noqa: E402
 from .slicing import arange, cat, full, iota, pad, slice  # noqa: E402,A004
 from .reshaping import reshape  # noqa: E402
 from .statistics import (argmax, argmin, log_softmax, mean, softmax, std, var,  # noqa: E402
-                         var_mean)
+                         var_mean, welford)
 
 BINARY = {**{name: globals()[name] for name in BINARY_OPS}, "truediv": truediv}
 TERNARY = {"clamp": clamp, "lerp": lerp, "addcmul": addcmul, "threshold": threshold}
-REDUCTIONS = {"sum": sum, "prod": prod, "max": max, "min": min}
+REDUCTIONS = {"sum": sum, "prod": prod, "max": max, "min": min}     # of numbers
 MATMULS = {"matmul": matmul, "bmm": bmm, "linear": linear}
 VIEWS = {name: globals()[name] for name in ("permute", "transpose", "squeeze", "unsqueeze",
                                             "expand", "broadcast_in_dim")}
@@ -622,6 +648,7 @@ POSITIONS = {name: globals()[name] for name in ("axis_index", "triu", "tril")}
 # mean, var, std, var_mean (two tensors), softmax, log_softmax, argmax, argmin
 # (fuserir.statistics): built of the reductions and ops above
 STATISTICS = {"mean": mean, "var": var, "std": std, "var_mean": var_mean,
+              "welford": welford,
               "softmax": softmax, "log_softmax": log_softmax, "argmax": argmax,
               "argmin": argmin}
 

@@ -281,7 +281,9 @@ def _accumulator(dtype):
 
 
 # numpy's reductions propagate NaN, as the kernels' combining ops do (fuserir.numerics)
-_REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+# (welford states merge exactly, rounded once: numerics.welford_reduce)
+_REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min,
+           "welford_merge": lambda a, axis, initial: numerics.welford_reduce(a, axis)}
 
 
 def _reduction(expr, values, env):

@@ -3,10 +3,13 @@ log_softmax, argmax and argmin mean what torch's do, and each is a few of fuseri
 builders (which re-exports them): the IR, the evaluators, the schedulers and CUDA need
 nothing of their own for them, and a fusion prints them as those ops.
 
-f16 and bf16 operands are computed in f32 and rounded once, at the end. The variance is
-two-pass (the mean first, then the squares of the differences from it), as stable as
-Welford's one pass; the automatic schedule keeps a row in one block, so both passes read
-it from registers or shared memory, not twice from global memory. argmax is two
+f16 and bf16 operands are computed in f32 and rounded once, at the end. var, std and
+var_mean are two-pass (the mean first, then the squares of the differences from it); the
+automatic schedule keeps a row in one block, so both passes read it from registers or
+shared memory, not twice from global memory. welford is the one-pass form: each element
+cast to a welford state and the states merged (Chan's update, as stable as two passes),
+one reduction whose partials any thread, block or CTA can merge in any grouping, so a
+row split over CTAs is read once. argmax is two
 reductions of the row too: its max, then the least index holding it.
 """
 
@@ -16,7 +19,7 @@ from .ir import extent as ext
 from .ir.tensor import Scalar
 from .ops import (_accumulated_as, _check_keepdim, _check_tensor, _kept, _normalize_axes,
                   axis_index, broadcast, cast, div, eq, exp, isnan, log, logical_or, max, min,
-                  mul, sqrt, sub, sum, where)
+                  mul, sqrt, sub, sum, welford_m2, welford_mean, welford_merge, where)
 from .slicing import _requires
 
 INT64_MAX = 2 ** 63 - 1     # an index no row reaches: what min over no hit gives
@@ -68,13 +71,22 @@ def mean(x, axes, keepdim=False, dtype=None):
 
 def _variance(op, x, axes, correction):
     """(the variance over `axes`, the mean), both in x's compute type."""
-    if isinstance(correction, bool) or not isinstance(correction, int) or correction < 0:
-        raise FusionError(f"{op}: correction must be an integer >= 0 (0: the population "
-                          f"variance, 1: Bessel's), got {correction!r}")
+    _check_correction(op, correction)
     xc = _computed(x)
     count = _count(x, axes)
     m = div(sum(xc, axes), _as_value(count))
     d = sub(xc, broadcast(m, [i in axes for i in range(x.rank)]))
+    return div(sum(mul(d, d), axes), _divisor(op, x, count, correction)), m
+
+
+def _check_correction(op, correction):
+    if isinstance(correction, bool) or not isinstance(correction, int) or correction < 0:
+        raise FusionError(f"{op}: correction must be an integer >= 0 (0: the population "
+                          f"variance, 1: Bessel's), got {correction!r}")
+
+
+def _divisor(op, x, count, correction):
+    """count - correction as a value, refused where it may be 0 or less."""
     # torch divides by max(count - correction, 0); fuserir asks for count >= correction
     # (a size class with fewer elements than the correction is refused, never -0)
     _requires(op, x.fusion, correction, count,
@@ -84,7 +96,7 @@ def _variance(op, x, axes, correction):
     if isinstance(count, int) and count == correction:
         raise FusionError(f"{op}: {x.name}'s reduced axes hold {count} elements, as many "
                           f"as the correction: the variance divides by 0")
-    return div(sum(mul(d, d), axes), _as_value(ext.sub(count, correction))), m
+    return _as_value(ext.sub(count, correction))
 
 
 def var(x, axes, correction=1, keepdim=False):
@@ -109,6 +121,23 @@ def var_mean(x, axes, correction=1, keepdim=False):
     x = _float_operand("var_mean", x, None, keepdim)
     axes = _normalize_axes("var_mean", x, axes)
     v, m = _variance("var_mean", x, axes, correction)
+    return tuple(_kept(_rounded(y, x.dtype), axes, keepdim) for y in (v, m))
+
+
+def welford(x, axes, correction=1, keepdim=False):
+    """(var, mean) of x over `axes`, as var_mean, in one pass: each element a welford
+    state, merged over the axes (the module docstring). f16, bf16 and f32 operands
+    (the state is f32). A mean over data holding an infinity is NaN (var_mean's: +-inf)."""
+    x = _float_operand("welford", x, None, keepdim)
+    if x.dtype is DataType.f64:
+        raise FusionError(f"welford: operand {x.name} is f64; a welford state is f32 "
+                          "(var_mean computes in f64)")
+    axes = _normalize_axes("welford", x, axes)
+    _check_correction("welford", correction)
+    count = _count(x, axes)
+    divisor = _divisor("welford", x, count, correction)
+    merged = welford_merge(cast(x, DataType.welford), axes)
+    v, m = div(welford_m2(merged), divisor), welford_mean(merged)
     return tuple(_kept(_rounded(y, x.dtype), axes, keepdim) for y in (v, m))
 
 

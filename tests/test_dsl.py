@@ -261,11 +261,23 @@ EVERY_OP.update({
 EVERY_OP["linear"] = ("linear(A, A)", lambda i: i["A"] @ i["A"].T, DataType.f16)
 EVERY_OP["bmm"] = ("bmm(broadcast(A, [true, false, false]), broadcast(B, [true, false, false]),"
                    " layout=NT)", lambda i: (i["A"].T @ i["B"])[None], DataType.f32)
-TWO_TENSORS = ("var_mean",)
+EVERY_OP.update({
+    # r, r2 = welford(...): r the variance
+    "welford": ("welford(m, axes=[1], correction=0)", lambda i: i["m"].var(axis=1),
+                DataType.f32),
+    "welford_merge": ("welford_mean(welford_merge(cast(m, welford), axes=[1]))",
+                      lambda i: i["m"].mean(axis=1), DataType.f32),
+    "welford_mean": ("welford_mean(welford_merge(cast(m, welford), [0]))",
+                     lambda i: i["m"].mean(axis=0), DataType.f32),
+    "welford_m2": ("welford_m2(welford_merge(cast(m, welford), [0]))",
+                   lambda i: ((i["m"] - i["m"].mean(axis=0)) ** 2).sum(axis=0), DataType.f32),
+})
+TWO_TENSORS = ("var_mean", "welford")
 COMPOSED = {"transpose": "permute", "unsqueeze": "broadcast", "broadcast_in_dim": "expand",
             "size": "div", "triu": "where", "tril": "where", "iota": "add", "arange": "add",
             "mean": "div", "var": "div", "std": "sqrt", "var_mean": "div", "softmax": "div",
-            "log_softmax": "sub", "linear": "cast", "bmm": "matmul", "argmax": "min", "argmin": "min"}
+            "log_softmax": "sub", "linear": "cast", "bmm": "matmul", "argmax": "min", "argmin": "min",
+            "welford": "div", "welford_merge": "welford_mean"}
 # The elementwise ops after the first few (tests/test_ops_elementwise.py tests each in
 # depth); x and y are in [0.5, 4]
 EVERY_OP.update({
@@ -340,12 +352,12 @@ def test_every_op_is_callable_from_the_dsl():
     assert set(EVERY_OP) == set(OPS)
     assert set(ops.UNARY) | set(ops.BINARY) | set(ops.TERNARY) | set(ops.VIEWS) | \
         set(ops.POSITIONS) | set(ops.SLICING) | set(ops.FACTORIES) | set(ops.REDUCTIONS) | \
-        set(ops.STATISTICS) | {"where", "cast", "set", "broadcast", "matmul", "bmm",
+        set(ops.STATISTICS) | set(ops.STATES) | {"where", "cast", "set", "broadcast", "matmul", "bmm",
                                "linear", "size"} == set(OPS)
 
 
 def evaluate_expression(expression, rng):
-    names = "r, r2" if expression.startswith(TWO_TENSORS) else "r"
+    names = "r, r2" if expression.split("(")[0] in TWO_TENSORS else "r"
     f = fuserir.parse(f"fusion f({SIGNATURE}) {{\n  {names} = {expression}\n  output r\n}}\n")
     inputs = {"x": random_array(rng, DataType.f32, (6,), 0.5, 4.0),
               "y": random_array(rng, DataType.f32, (6,), 0.5, 4.0),

@@ -415,7 +415,7 @@ def _build_random_fusion(data, m, n, symbolic):
     outputs = []
     for _ in range(data.draw(st.integers(1, 5), label="ops")):
         kind = data.draw(st.sampled_from(["unary", "binary", "literal", "row", "reduce",
-                                          "reduce"]))
+                                          "reduce", "welford"]))
         a = data.draw(st.sampled_from(pool))
         if kind == "unary":
             t = getattr(ops, data.draw(st.sampled_from(UNARY)))(a)
@@ -426,6 +426,10 @@ def _build_random_fusion(data, m, n, symbolic):
             t = getattr(ops, data.draw(st.sampled_from(BINARY)))(a, 0.5)
         elif kind == "row":
             t = ops.add(a, ops.broadcast(row, [True, False]))
+        elif kind == "welford":
+            axes = data.draw(st.sampled_from([[0], [1], [0, 1]]))
+            r = ops.welford(a, axes, correction=0)[data.draw(st.integers(0, 1))]
+            t = ops.add(ops.broadcast(r, [i in axes for i in range(2)]), a)
         else:
             axes = data.draw(st.sampled_from([[0], [1], [0, 1]]))
             r = getattr(ops, data.draw(st.sampled_from(list(ops.REDUCTIONS))))(a, axes)

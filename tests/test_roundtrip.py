@@ -13,6 +13,9 @@ from fuserir.errors import FusionError
 from fuserir.ir.equality import first_difference
 from fuserir.ir.exprs import LoadStoreOp
 
+# the types a tensor holds (a welford state only lives between operations)
+NUMBER_TYPES = [d for d in DataType if not d.is_state]
+
 from conftest import random_array
 from test_dsl import EVERY_METHOD
 
@@ -272,7 +275,7 @@ def random_definitions(draw):
             dtype = draw(st.sampled_from([DataType.f16, DataType.bf16]))
             shape = draw(st.sampled_from([["K", "M"], ["M", "K"], ["K", "N"], ["N", "K"]]))
         else:
-            dtype = draw(st.sampled_from(list(DataType)))
+            dtype = draw(st.sampled_from(NUMBER_TYPES))
             shape = draw(st.sampled_from(INPUT_SHAPES))
         f.new_input(f"in{i}", dtype, shape)
     for step in range(draw(st.integers(1, 8))):
@@ -282,7 +285,7 @@ def random_definitions(draw):
             continue
         if draw(st.integers(0, 3)) == 0:
             f.rename(result, f"v{step}")
-    created = [t for t in f.tensors if not t.is_input]
+    created = [t for t in f.tensors if not t.is_input and not t.dtype.is_state]
     if not created:
         created = [ops.set(f.inputs[0])]
     # in a fixed order (a set of tensors iterates in memory order, which differs from run
@@ -298,7 +301,8 @@ def random_op(draw, tensors):
     x = draw(st.sampled_from(tensors))
     like_x = st.sampled_from([t for t in tensors if t.rank == x.rank])
     kind = draw(st.sampled_from(["unary", "binary", "binary", "literal", "literal", "where",
-                                 "cast", "set", "broadcast", "reduce", "matmul"]))
+                                 "cast", "set", "broadcast", "reduce", "welford",
+                                 "matmul"]))
     if kind == "unary":
         return ops.UNARY[draw(st.sampled_from(sorted(ops.UNARY)))](x)
     if kind in ("binary", "literal"):
@@ -311,14 +315,19 @@ def random_op(draw, tensors):
         return ops.where(draw(st.sampled_from(conditions)), draw(st.one_of(like_x, LITERALS)),
                          draw(like_x))
     if kind == "cast":
-        return ops.cast(x, draw(st.sampled_from(list(DataType))))
+        return ops.cast(x, draw(st.sampled_from(NUMBER_TYPES)))
     if kind == "set":
         return ops.set(x)
     if kind == "broadcast":
         flags = [False] * x.rank
         flags.insert(draw(st.integers(0, x.rank)), True)
         return ops.broadcast(x, flags)
-    if kind == "reduce":
+    if kind == "welford" and x.rank and x.dtype in (DataType.f16, DataType.bf16,
+                                                    DataType.f32):
+        axes = draw(st.lists(st.integers(-x.rank, x.rank - 1), min_size=1, max_size=2,
+                             unique=True))
+        return ops.welford(x, axes, correction=0)[draw(st.integers(0, 1))]
+    if kind in ("reduce", "welford"):
         axes = draw(st.lists(st.integers(-x.rank, max(x.rank - 1, 0)), min_size=1,
                              max_size=2))
         return ops.REDUCTIONS[draw(st.sampled_from(list(ops.REDUCTIONS)))](x, axes)

@@ -112,7 +112,7 @@ class ExpressionEmitter:
     def type_of(self, dtype):
         if dtype not in C_TYPES:
             raise self.error(f"unknown dtype {dtype!r}")
-        if dtype in _HALF:
+        if dtype in _HALF or dtype.is_state:
             self.need(dtype.value)
         return C_TYPES[dtype]
 
@@ -168,7 +168,7 @@ class ExpressionEmitter:
             return f"__shfl_xor_sync(0xffffffffu, {_bare(v)}, {mask})"
         if t is DataType.bool:
             return f"(__shfl_xor_sync(0xffffffffu, (i32){v}, {mask}) != 0)"
-        self.need(f"shfl_{t.value}")
+        self.need(f"shfl_{t.value}" if t in _HALF else self.type_of(t))
         return f"shfl_xor_{t.value}({_bare(v)}, {mask})"
 
     def e_UnOp(self, e):
@@ -181,6 +181,9 @@ class ExpressionEmitter:
             raise self.error(f"{op} of a {operand} operand is typed {t} (lowering must "
                              f"Cast): {_where(e)}")
         x = self.expr(a)
+        if entry.kind == "state":
+            self.type_of(operand)
+            return f"{op}({_bare(x)})"
         if entry.kind == "logical":
             if operand is not DataType.bool:
                 raise self.error(f"not on {operand} (only bool): {_where(e)}")
@@ -231,6 +234,9 @@ class ExpressionEmitter:
             return f"({self.expr(a)} {_INFIX[op]} {self.expr(b)})"
         if operand is not t:
             raise self.error(f"{op} of {operand} operands is typed {t}: {_where(e)}")
+        if entry.kind == "state":
+            self.type_of(t)
+            return f"{op}({_bare(self.expr(a))}, {_bare(self.expr(b))})"
         if entry.kind == "bitwise" and t is DataType.bool:   # 0 or 1, as an int
             return f"({self.expr(a)} {_INFIX[op]} {self.expr(b)})"
         if t not in _ARITH:
@@ -273,6 +279,13 @@ class ExpressionEmitter:
             return x
         self.type_of(src)
         self.type_of(dst)
+        if src.is_state or (dst.is_state and src not in (*_HALF, *_FLOAT)):
+            raise self.error(f"no cast from {src} to {dst} (a welford state is made of a "
+                             f"float, read by welford_mean and welford_m2): {_where(e)}")
+        if dst.is_state:
+            if src in _HALF:
+                x = f"{src.value}_to_f32({_bare(x)})"
+            return f"f32_to_welford({_bare(x) if src is not DataType.f64 else f'(f32){x}'})"
         if src in _HALF:                       # exact in f32, then onwards
             x = f"{src.value}_to_f32({_bare(x)})"
             src = DataType.f32

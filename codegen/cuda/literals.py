@@ -16,6 +16,11 @@ from .names import _FLOAT, _HALF, _INT
 
 
 def _literal(value, dtype, emitter):
+    if dtype is DataType.welford:
+        emitter.type_of(dtype)
+        fields = (float(np.asarray(value, dtype.numpy)[f]) for f in ("mean", "m2", "count"))
+        return "welford{" + ", ".join(_float_literal(v, DataType.f32) for v in fields) + \
+            ", 0.0f}"
     if isinstance(value, np.generic):
         value = value.item()
     if dtype is DataType.bool:

@@ -26,7 +26,7 @@ from .preamble import preamble_names
 
 C_TYPES = {DataType.f16: "f16", DataType.bf16: "bf16", DataType.f32: "f32",
            DataType.f64: "f64", DataType.i32: "i32", DataType.i64: "i64",
-           DataType.bool: "bool"}
+           DataType.bool: "bool", DataType.welford: "welford"}
 
 _ARITH = (DataType.i32, DataType.i64, DataType.f32, DataType.f64)
 _FLOAT = (DataType.f32, DataType.f64)

@@ -97,6 +97,35 @@ __device__ __forceinline__ bf16 shfl_xor_bf16(bf16 v, int mask) {
 }
 """, deps=("bf16",))
 
+_snippet("welford", r"""
+// welford: a one-pass mean and variance's running state (fuserir.numerics): the mean, the
+// sum of squared differences from it, the count; 16 bytes, one aligned vector. Merged
+// with Chan's update, every operation rounded on its own (no contraction into an fma),
+// as the interpreter computes it.
+struct __align__(16) welford { f32 mean, m2, count, pad; };
+__device__ __forceinline__ welford f32_to_welford(f32 x) {
+  return welford{x, __fsub_rn(x, x), 1.0f, 0.0f};
+}
+__device__ __forceinline__ welford welford_merge(welford a, welford b) {
+  f32 n = __fadd_rn(a.count, b.count);
+  if (n == 0.0f) return a;
+  f32 d = __fsub_rn(b.mean, a.mean), r = __fdiv_rn(b.count, n);
+  f32 spread = __fmul_rn(__fmul_rn(d, a.count), __fmul_rn(d, r));
+  return welford{__fadd_rn(a.mean, __fmul_rn(d, r)),
+                 __fadd_rn(__fadd_rn(a.m2, b.m2), spread), n, 0.0f};
+}
+__device__ __forceinline__ f32 welford_mean(welford s) {
+  return s.m2 != s.m2 || s.count == 0.0f ? __int_as_float(0x7fffffff) : s.mean;
+}
+__device__ __forceinline__ f32 welford_m2(welford s) { return s.m2; }
+__device__ __forceinline__ welford shfl_xor_welford(welford s, int mask) {
+  s.mean = __shfl_xor_sync(0xffffffffu, s.mean, mask);
+  s.m2 = __shfl_xor_sync(0xffffffffu, s.m2, mask);
+  s.count = __shfl_xor_sync(0xffffffffu, s.count, mask);
+  return s;
+}
+""", deps=("types",))
+
 _snippet("vectors", r"""
 // Vector copies: 4, 8 or 16 bytes moved by one load and one store (kernel IR's Store and
 // Load of width > 1), through these aligned word types.

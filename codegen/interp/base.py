@@ -47,6 +47,8 @@ def _const(value, dtype):
         if not info.min <= v <= info.max:
             raise InterpError(f"constant {value} does not fit {dtype}")
         return dtype.numpy.type(v)
+    if dtype.is_state:
+        return np.asarray(value, dtype.numpy)[()]
     return convert(np.float64(value), dtype)
 
 

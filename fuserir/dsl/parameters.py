@@ -11,7 +11,7 @@ from ..ir.tensor import MemoryType
 
 OPS = {name: getattr(ops, name) for name in (*ops.UNARY, *ops.BINARY, *ops.TERNARY)
        + ("where", "cast", "set", "broadcast", "size") + tuple(ops.MATMULS)
-       + tuple(ops.REDUCTIONS) + tuple(ops.STATISTICS) + tuple(ops.VIEWS)
+       + tuple(ops.REDUCTIONS) + tuple(ops.STATISTICS) + tuple(ops.STATES) + tuple(ops.VIEWS)
        + tuple(ops.POSITIONS) + tuple(ops.SLICING) + tuple(ops.FACTORIES)}
 
 # The kind of value each parameter of an op or scheduling method takes, by its Python
@@ -30,7 +30,8 @@ PARAMETER_KINDS = {
     "consumers": "tensor names",
 }
 CHOICES = {
-    "dtype": (dtypes.DTYPE_NAMES, dtypes.from_name),
+    "dtype": (dtypes.DTYPE_NAMES + ("welford",), dtypes.from_name),   # cast's, a reduction's
+    "tensor dtype": (dtypes.DTYPE_NAMES, dtypes.from_name),           # an input's
     "layout": (LAYOUTS, str),
     "parallel type": (tuple(p.value for p in ParallelType), ParallelType),
     "memory type": (tuple(m.value for m in MemoryType), MemoryType),

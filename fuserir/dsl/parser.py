@@ -180,7 +180,7 @@ class _Builder:
         self.check_not_reserved(name)
         if name in self.scope:
             raise self.error(f"duplicate input '{name}'", name)
-        dtype = self.choice("dtype", dtype_name)
+        dtype = self.choice("tensor dtype", dtype_name, "dtype")
         for d in dims:
             if d.type != "INT" and str(d) in RESERVED_NAMES:
                 raise self.error(f"input {name}: '{d}' is a reserved word and cannot name a "
@@ -522,11 +522,12 @@ class _Builder:
             raise self.error(f"{what}: {param} must be {description}", node)
         return node.children[0]
 
-    def choice(self, kind, name):
-        """The dtype, layout, parallel type or memory type called `name` (a token)."""
+    def choice(self, kind, name, label=None):
+        """The dtype, layout, parallel type or memory type called `name` (a token);
+        `label` names the kind in the error (the kind's name by default)."""
         names, convert = CHOICES[kind]
         if name not in names:
-            raise self.error(f"unknown {kind} '{_shown(name)}'; expected one of "
+            raise self.error(f"unknown {label or kind} '{_shown(name)}'; expected one of "
                              f"{', '.join(names)}", name)
         return convert(str(name))
 

@@ -124,6 +124,9 @@ class Fusion:
         from .tensor import MemoryType
         if not name.isidentifier():
             raise FusionError(f"'{name}' is not a valid tensor name")
+        if dtype.is_state:
+            raise FusionError(f"input {name}: a welford state is not a tensor type; inputs "
+                              "hold numbers")
         root = []
         for d in dims:
             if isinstance(d, bool) or not isinstance(d, (int, str)):
@@ -155,6 +158,9 @@ class Fusion:
             raise FusionError(f"{tv.name} is already an output of fusion {self.name}")
         if tv.is_input:
             raise FusionError(f"{tv.name} is a fusion input and cannot also be an output")
+        if tv.dtype.is_state:
+            raise FusionError(f"output {tv.name}: a welford state is not a tensor type; read "
+                              "it with welford_mean or welford_m2")
         self.outputs.append(tv)
         from .tensor import MemoryType
         tv.memory_type = MemoryType.global_

@@ -336,7 +336,7 @@ def apply_like(expr, inputs, fusion=None):
     if isinstance(expr, UnaryOp):
         if expr.op == "gelu":
             return ops.gelu(inputs[0], expr.approximate)
-        return ops.UNARY[expr.op](inputs[0])
+        return {**ops.UNARY, **ops.STATES}[expr.op](inputs[0])
     if isinstance(expr, BinaryOp):
         return ops.BINARY[expr.op](*inputs)
     if isinstance(expr, WhereOp):
@@ -367,7 +367,7 @@ def apply_like(expr, inputs, fusion=None):
         return ops.full([a.extent for a in expr.output.root], inputs[0], expr.output.dtype,
                         fusion or expr.output.fusion)
     if isinstance(expr, ReductionOp):
-        return ops.REDUCTIONS[expr.op](inputs[0], list(expr.axes))
+        return {**ops.REDUCTIONS, **ops.STATES}[expr.op](inputs[0], list(expr.axes))
     if isinstance(expr, MatmulOp):
         return ops.matmul(inputs[0], inputs[1], expr.layout)
     raise ScheduleError(f"cannot rebuild {expr}")
@@ -378,7 +378,8 @@ def _broadcast_before_casts(fusion):
     reads one: a layer norm's weight cast before its broadcast over the rows is a tensor
     of the reduced rank running along the reduced axis, which the reduction scheduler
     would take for one value a row; cast after the broadcast, it is of the full shape,
-    computed where it is read. The same values: a unary op commutes with a broadcast."""
+    computed where it is read. The same values: a unary op commutes with a broadcast.
+    (Not a read of a welford state: a state is never broadcast.)"""
     changed = True
     while changed:
         changed = False
@@ -386,6 +387,7 @@ def _broadcast_before_casts(fusion):
             source = e.inputs[0] if isinstance(e, BroadcastOp) else None
             if source is None or source.is_input or source.is_output or e.output.is_output \
                     or not isinstance(source.definition, (UnaryOp, CastOp)) \
+                    or source.definition.inputs[0].dtype.is_state \
                     or len(fusion.uses(source)) != 1:
                 continue
             op = source.definition

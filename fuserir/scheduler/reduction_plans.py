@@ -103,7 +103,8 @@ def reduction_plan(fusion, sizes=None, device=None):
     """The ReductionPlan of `fusion` at `sizes` ({symbol: int}; unknown: LARGE) on
     `device`: rows of an inner reduction of at most WARP_ROW_MAX elements get a warp each
     (a block's 256 threads would hold a few elements each, and its barriers would cost
-    more than the row); few long rows are split over CTAs (grid_splits)."""
+    more than the row); few long rows are split over CTAs (grid_splits). Column strips of
+    welford states are not split (their partials would cross kernels as states)."""
     axes, rank = reduced_axes(fusion)
     inner = axes == list(range(rank - len(axes), rank))
     x = next(e.inputs[0] for e in fusion.exprs if isinstance(e, ReductionOp))
@@ -111,7 +112,8 @@ def reduction_plan(fusion, sizes=None, device=None):
     splits = grid_splits(fusion, rows, length, device) if inner else 1
     return ReductionPlan(splits, inner and rank > len(axes) and splits == 1
                          and length <= WARP_ROW_MAX,
-                         1 if inner else column_splits(rows, length, device))
+                         1 if inner or x.dtype.is_state else
+                         column_splits(rows, length, device))
 
 
 def _rows_and_length(x, axes, sizes):
@@ -177,7 +179,8 @@ def reduction_classes(fusion, sizes, device):
                             max(1, min(sms // max(rows, 1), length // GRID_MIN_ELEMENTS,
                                        GRID_SPLITS_MAX))))
         else:
-            classes.append(("outer", column_splits(rows, length, device)))
+            classes.append(("outer", 1 if x.dtype.is_state else
+                            column_splits(rows, length, device)))
     return tuple(classes)
 
 

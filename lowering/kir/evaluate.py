@@ -174,6 +174,8 @@ def lane_constant(value, dtype):
         return np.bool_(bool(value))
     if dtype.is_int:
         return dtype.numpy.type(_wrap_int(value, dtype))
+    if dtype.is_state:
+        return np.asarray(value, dtype.numpy)[()]
     return convert(np.float64(value), dtype)
 
 
@@ -249,6 +251,10 @@ class LaneEvaluator:
         b = self.ev(e.b, act)
         if entry.kind == "logical":
             return entry.meaning(truth(a), truth(b))
+        if entry.kind == "state":
+            if self.indices_only:
+                self._refuse(e, f"operator {op} on {dt}")
+            return entry.meaning(a, b)
         if entry.kind == "compare":
             if a.dtype in _HALF:
                 a = a.astype(np.float32)
@@ -308,6 +314,8 @@ class LaneEvaluator:
             return convert(entry.meaning(truth(a)), dt)
         if self.indices_only and not (dt.is_int and entry.kind in ("exact", "bitwise")):
             self._refuse(e, f"{op} on {dt}")
+        if entry.kind == "state":
+            return entry.meaning(a)
         if entry.kind == "predicate":
             return op_table.math_unary(op, a)
         if entry.kind == "bitwise":

@@ -156,6 +156,8 @@ class _Grid:
             set(ctx.fusion.scalars)
         self.op = combine(tv.definition.op if isinstance(tv.definition, ReductionOp)
                           else "sum")
+        # positions a lane sums side by side, read as one vector (the two parallel forms)
+        self.vector = max(1, min(SUM_VECTOR, SUM_VECTOR_BYTES // self.acc.dtype.itemsize))
 
     def workspace(self, kernel, suffix, dtype, size, zeroed=False):
         ctx = self.ctx
@@ -216,6 +218,7 @@ WARP = 32
 # split-K's tail": 4, 8 and 16 reads in flight measured the same)
 SUM_GROUPS = 8     # a slice's splits summed by 8 groups of a warp's lanes, combined by shuffles
 SUM_VECTOR = 4     # each lane sums 4 neighbouring positions, read 16 bytes at a time
+SUM_VECTOR_BYTES = 16   # (of wider elements, as many as 16 bytes hold: an f64 2, a welford 1)
 SUM_LOADS = 8
 # Stored where summed is taken where the accumulator's registers, live through the sum,
 # and SUM_REGISTERS more fit a thread's share (ptxas, sm_90a: 128x64 tiles, 32 elements,
@@ -396,9 +399,9 @@ def _sum_own_elements(ctx, g, work, partial, first, end):
     each half-warp), combines the groups by shuffles (xor 4, 8, 16: every lane then holds
     its vector's sums), and hands each thread its own sum through one more shuffle from
     the lane that holds it (xor 0-3)."""
-    acc, op, binop, const = g.acc, g.op, ctx.binop, ctx.const
-    lanes = WARP // SUM_GROUPS                      # vectors a half-warp: 4
-    halves = WARP // (lanes * SUM_VECTOR)           # 2
+    acc, op, binop, const, vector = g.acc, g.op, ctx.binop, ctx.const, g.vector
+    lanes = WARP // SUM_GROUPS                      # vectors a half-warp (of 4 f32): 4
+    halves = WARP // (lanes * vector)               # 2 (of 4 f32)
     r, j = g.fresh_var("r"), g.fresh_var("j")
     lane = binop("mod", g.thread, const(WARP))
     group, column = binop("div", lane, const(lanes)), binop("mod", lane, const(lanes))
@@ -409,26 +412,26 @@ def _sum_own_elements(ctx, g, work, partial, first, end):
     total, loaded, swap, own = (
         kir.Buffer(_fresh(f"{g.tv.name}_{name}", g.taken), acc.dtype, kir.Memory.local,
                    size=const(n))
-        for name, n in (("sums", halves * SUM_VECTOR), ("loaded", halves * SUM_VECTOR),
+        for name, n in (("sums", halves * vector), ("loaded", halves * vector),
                         ("swap", lanes), ("own", 1)))
     ident = identity(op, acc.dtype)
 
     def at(h, v):
-        return const(h * SUM_VECTOR + v)
+        return const(h * vector + v)
 
     def fold(h, v, value):
         return kir.Store(total, at(h, v), kir.BinOp(op, kir.Load(total, at(h, v)), value,
                                                     acc.dtype))
 
-    cells = [(h, v) for h in range(halves) for v in range(SUM_VECTOR)]
+    cells = [(h, v) for h in range(halves) for v in range(vector)]
 
     def add_split(s, checked):
         split = binop("add", binop("mul", s, const(SUM_GROUPS)), group)
         read = binop("min", split, g.last) if checked else split
         loads = [kir.Store(loaded, at(h, 0), kir.Load(work, partial(read, binop(
-            "add", base, binop("add", const(h * lanes * SUM_VECTOR),
-                               binop("mul", column, const(SUM_VECTOR))))), width=SUM_VECTOR),
-            width=SUM_VECTOR) for h in range(halves)]
+            "add", base, binop("add", const(h * lanes * vector),
+                               binop("mul", column, const(vector))))), width=vector),
+            width=vector) for h in range(halves)]
         return loads + [fold(h, v, kir.Select(binop("lt", split, g.splits), kir.Load(
             loaded, at(h, v)), ident, acc.dtype) if checked else kir.Load(loaded, at(h, v)))
             for h, v in cells]
@@ -444,15 +447,15 @@ def _sum_own_elements(ctx, g, work, partial, first, end):
     # lane l's own sum sits in lane (l % 16) / 4 (+ 4 k) of its half at vector element
     # l % 4; lane l ^ m sends the element its partner wants, m = 0..3
     sums = [kir.Load(total, at(h, v)) for h, v in cells]
-    half = binop("div", lane, const(lanes * SUM_VECTOR))
+    half = binop("div", lane, const(lanes * vector))
     send = [kir.Store(swap, const(m), pick(binop("add", binop(
-        "mul", half, const(SUM_VECTOR)), binop("mod", binop("xor", lane, const(m)),
-                                               const(SUM_VECTOR))), sums))
+        "mul", half, const(vector)), binop("mod", binop("xor", lane, const(m)),
+                                               const(vector))), sums))
         for m in range(lanes)]
     receive = [kir.Store(swap, const(m), kir.ShuffleXor(kir.Load(swap, const(m)), m))
                for m in range(1, lanes)]
-    partner = binop("xor", column, binop("div", binop("mod", lane, const(lanes * SUM_VECTOR)),
-                                         const(SUM_VECTOR)))
+    partner = binop("xor", column, binop("div", binop("mod", lane, const(lanes * vector)),
+                                         const(vector)))
     # the thread's own sum, picked once: inside each element's select below, NVRTC
     # evaluated the pick lazily, a branch or two an element (75 a round: docs/perf.md)
     mine = kir.Store(own, const(0), pick(partner, [kir.Load(swap, const(m))
@@ -471,12 +474,12 @@ def _sum_own_elements(ctx, g, work, partial, first, end):
 def _gathered(ctx, kernel, g, rest, threads):
     """Each CTA sums a slice of the tile's positions into the tile's sums; the last CTA
     waits for every slice, reads the sums and runs `rest`."""
-    acc, op, binop, const = g.acc, g.op, ctx.binop, ctx.const
+    acc, op, binop, const, vector = g.acc, g.op, ctx.binop, ctx.const, g.vector
     per_split = binop("mul", acc.size, g.threads)               # E T: one CTA's partials
-    # A round: each warp sums 32 / SUM_GROUPS positions x 4 (vectors) over its groups of
-    # splits.
+    # A round: each warp sums 32 / SUM_GROUPS positions x `vector` (4 f32) over its
+    # groups of splits.
     lanes = WARP // SUM_GROUPS
-    per_round = const(threads // WARP * lanes * SUM_VECTOR)
+    per_round = const(threads // WARP * lanes * vector)
     rounds = binop("ceildiv", binop("ceildiv", per_split, g.splits), per_round)
     slice_len = binop("mul", rounds, per_round)
     # a split's row: the slices end to end (>= E T, the positions past it never touched),
@@ -505,15 +508,15 @@ def _gathered(ctx, kernel, g, rest, threads):
     column = binop("add", binop("mul", binop("div", g.thread, const(WARP)), const(lanes)),
                    binop("mod", lane, const(lanes)))
     position = binop("add", binop("mul", g.z, slice_len), binop(
-        "add", binop("mul", r, per_round), binop("mul", column, const(SUM_VECTOR))))
+        "add", binop("mul", r, per_round), binop("mul", column, const(vector))))
     total = kir.Buffer(_fresh(f"{g.tv.name}_slice", g.taken), acc.dtype, kir.Memory.local,
-                       size=const(SUM_VECTOR))
+                       size=const(vector))
     loaded = kir.Buffer(_fresh(f"{g.tv.name}_loaded", g.taken), acc.dtype, kir.Memory.local,
-                        size=const(SUM_VECTOR))
+                        size=const(vector))
     zero = const(0)
 
     def each(body):
-        return kir.ForLoop(v, const(SUM_VECTOR), body, "unroll")
+        return kir.ForLoop(v, const(vector), body, "unroll")
 
     def fold(value):
         return kir.Store(total, v, kir.BinOp(op, kir.Load(total, v), value, acc.dtype))
@@ -525,7 +528,7 @@ def _gathered(ctx, kernel, g, rest, threads):
         read = binop("min", split, g.last) if checked else split
         value = kir.Load(loaded, v)
         return [kir.Store(loaded, zero, kir.Load(work, partial(read, position),
-                                                 width=SUM_VECTOR), width=SUM_VECTOR),
+                                                 width=vector), width=vector),
                 each([fold(kir.Select(binop("lt", split, g.splits), value,
                                       identity(op, acc.dtype), acc.dtype)
                            if checked else value)])]
@@ -538,7 +541,7 @@ def _gathered(ctx, kernel, g, rest, threads):
         *combine_groups,
         kir.IfThenElse(binop("and", in_tile, binop("eq", group, zero)), [
             kir.Store(sums, binop("add", binop("mul", g.tile, row), position),
-                      kir.Load(total, zero, width=SUM_VECTOR), width=SUM_VECTOR)])])
+                      kir.Load(total, zero, width=vector), width=vector)])])
     read = kir.ForLoop(e, acc.size, [kir.Store(acc, e, kir.Load(
         sums, binop("add", binop("mul", g.tile, row), mine)))], "unroll")
     several = binop("gt", g.last, zero)
