@@ -645,7 +645,7 @@ VIEWS = {name: globals()[name] for name in ("permute", "transpose", "squeeze", "
                                             "expand", "broadcast_in_dim")}
 VIEWS["reshape"] = reshape
 POSITIONS = {name: globals()[name] for name in ("axis_index", "triu", "tril")}
-# mean, var, std, var_mean (two tensors), softmax, log_softmax, argmax, argmin
+# mean, var, std, var_mean and welford (two tensors each), softmax, log_softmax, argmax, argmin
 # (fuserir.statistics): built of the reductions and ops above
 STATISTICS = {"mean": mean, "var": var, "std": std, "var_mean": var_mean,
               "welford": welford,

@@ -66,7 +66,7 @@ def _run(case, serial):
 def test_every_name_in_every_role_compiles_and_runs(monkeypatch):
     """Every case gives the reference's answer in the interpreter and its CUDA compiles
     with NVRTC. The sources are compiled as one program (each case has its own entry
-    point, and their preambles are the same typedefs), which saves NVRTC's cost per call,
+    point, and its preamble a namespace of its own), which saves NVRTC's cost per call,
     and with ptxas at -O0 (names clash in the front end and in PTX symbols, not in the
     optimizer): one call instead of one per case. Where it fails, each source alone names
     the failing cases. (They are not left to the session's end, which would compile them
@@ -80,7 +80,10 @@ def test_every_name_in_every_role_compiles_and_runs(monkeypatch):
             failures.append(f"{case}: {type(error).__name__}: {error}")
     assert not failures, "\n".join(failures)
     assert len(CASES) > 120
-    program = "\n".join(s for case in CASES for s in sources[case])
+    # each source in a namespace of its own: its preamble's structs (vector words, ...)
+    # are defined once there; the entry points are extern "C", named apart
+    program = "\n".join(f"namespace case{i} {{\n{s}\n}}" for i, s in enumerate(
+        s for case in CASES for s in sources[case]))
     fast = ("-Xptxas", "-O0")
     try:
         assert nvrtc.compile_to_cubin(program, "names", "sm_90", fast)[:4] == b"\x7fELF"

@@ -466,6 +466,81 @@ def test_an_input_of_one_value_a_row_is_read_as_it_is_not_cached_in_shared_memor
                                c / (c * c).sum(1, keepdims=True), rtol=1e-5)
 
 
+# -- rows as vectors ---------------------------------------------------------------------------
+
+def _vector_widths(kernel):
+    """{(destination buffer, source buffer): access widths} of the kernel's copies."""
+    widths = {}
+    for s in kir.walk(kernel.kir.body):
+        if isinstance(s, kir.Store) and isinstance(s.value, kir.Load):
+            key = (s.buffer.name, s.value.buffer.name)
+            widths.setdefault(key, set()).add(s.width)
+    return widths
+
+
+@pytest.mark.parametrize("length, width", [(1024, 8), (1000, 8), (1002, 2)])
+def test_a_normalization_moves_its_rows_as_vectors(length, width):
+    """A bf16 layer norm: x copied into shared memory 16 bytes a lane and out to each
+    reader's registers 16 bytes a lane (no two-byte shared reads, which conflict four
+    ways), w and b read and y written as vectors; rows of 1002 elements (no whole number
+    of 16-byte vectors) take the variant of 4-byte accesses, with the same results."""
+    fusion = fuserir.parse((EXAMPLES / "layer_norm.fz").read_text())
+    rng = np.random.default_rng(length)
+    bf16 = ml_dtypes.bfloat16
+    inputs = {"x": rng.standard_normal((9, length)).astype(bf16),
+              "w": rng.uniform(0.5, 1.5, length).astype(bf16),
+              "b": rng.standard_normal(length).astype(bf16)}
+    exe = codegen.compile(fusion, backend="interp")
+    (kernel,) = exe.kernels_for(inputs)
+    widths = _vector_widths(kernel)
+    assert widths[("x_cache", "x")] == {width}
+    readers = [key for key in widths if key[1] == "x_cache"]
+    assert len(readers) == 3 and all(widths[key] == {width} for key in readers)
+    weights = [key for key in widths if key[1] in ("w", "b")]
+    assert len(weights) == 2 and all(widths[key] == {width} for key in weights)
+    assert widths[("y", "y_cache")] == {width}
+    got, want = exe.run(inputs), fuserir.evaluate(fusion, inputs)
+    for name, rtol in (("y", 2 ** -7), ("mean", 1e-5), ("rstd", 1e-5)):
+        np.testing.assert_allclose(np.asarray(got[name], np.float64),
+                                   want[name].astype(np.float64), rtol=rtol, atol=1e-5,
+                                   err_msg=name)
+
+
+def test_a_row_sum_reads_its_rows_as_vectors_and_merged_axes_element_by_element():
+    rows = fuserir.parse("fusion f(x: f32[M, N]) {\n  s = sum(x, axes=[1])\n  output s\n}")
+    both = fuserir.parse("fusion f(x: f32[M, N]) {\n  s = sum(x, axes=[0, 1])\n"
+                         "  output s\n}")
+    x = np.random.default_rng(3).standard_normal((6, 4096)).astype(np.float32)
+    for fusion, width in ((rows, 4), (both, 1)):
+        exe = codegen.compile(fusion, backend="interp")
+        (kernel,) = exe.kernels_for({"x": x})
+        reads = set().union(*(w for (_, src), w in _vector_widths(kernel).items()
+                              if src == "x"))
+        assert reads == ({width} if width > 1 else set())   # (summed where it is read)
+        np.testing.assert_allclose(exe.run({"x": x})["s"],
+                                   x.astype(np.float64).sum(axis=(1,) if width > 1 else None),
+                                   rtol=1e-5)
+
+
+def test_a_column_sum_has_8_rows_a_thread_in_flight():
+    """An outer reduction's row loop is unrolled by 8: each thread's loads of 8 rows are
+    in flight together (one, before: about 1 KB a block of bf16)."""
+    fusion = fuserir.parse("fusion c(x: bf16[R, D]) {\n  y = sum(x, axes=[0], dtype=f32)\n"
+                           "  output y\n}")
+    x = np.random.default_rng(5).standard_normal((700, 96)).astype(ml_dtypes.bfloat16)
+    exe = codegen.compile(fusion, backend="interp")
+    first = exe.kernels_for({"x": x})[0]         # (the CTAs' partial sums, then their sum)
+    unrolled = [s for s in kir.walk(first.kir.body) if isinstance(s, kir.ForLoop)
+                and s.kind == "unroll" and isinstance(s.extent, kir.Const)
+                and s.extent.value == 8 and any(
+                    isinstance(e, kir.Load) and e.buffer.name == "x"
+                    for t in kir.walk(s.body) for e in kir.expressions(t)
+                    for e in kir.walk_expr(e))]
+    assert unrolled
+    np.testing.assert_allclose(exe.run({"x": x})["y"], x.astype(np.float64).sum(0),
+                               rtol=1e-5, atol=1e-4)
+
+
 # -- few columns: each strip of columns split over CTAs -----------------------------------------
 
 COLUMN_SUMS = """fusion f(dy: f32[R, D], x: f32[R, D]) {

@@ -1125,6 +1125,19 @@ def test_rfactor_after_compute_at_is_refused():
                                             r"s; rfactor s before that compute_at"):
         s2.rfactor([1])
     assert [e.method for e in f2.trace] == ["cache_after", "split", "compute_at"]
+    # a reduction a compute_at of an input's copy gave a loop-only broadcast axis, then
+    # cached: its cache holds the axis with no compute_at of its own (a KeyError before)
+    f3 = Fusion("r3")
+    y3 = f3.new_input("y", D.f32, [1, 1])
+    r3 = ops.sum(ops.relu(y3), [0])
+    out = ops.add(ops.broadcast(ops.relu(r3), [True, False]), y3)
+    f3.add_output(out)
+    y3.cache_after("shared", async_copy=True).compute_at(out, 1)
+    r3.split(1, 2, inner=False)
+    with pytest.raises(ScheduleError, match=r"rfactor: t\d+_cache has loop axes not made of "
+                                            r"its root \(b\{1\}: broadcast axes a compute_at "
+                                            r"added\); rfactor it before that compute_at"):
+        r3.cache_before("shared").rfactor([1])
 
 
 def test_cache_before_after_compute_at_is_refused():

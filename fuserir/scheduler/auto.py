@@ -39,7 +39,9 @@ what the fusion contains and raises ScheduleError when none fits, so that the ca
   (TIDy) stride down the reduced rows, then combine (where those strips are too few
   for the SMs, each strip's rows are split over CTAs writing f32 partial sums that a
   second kernel adds: reduction_plans.column_splits); a row's serial loop is unrolled
-  by REDUCTION_UNROLL;
+  by REDUCTION_UNROLL; an inner reduction over one axis whose rows an input runs along
+  lays each thread's 16 bytes of neighbouring row elements side by side, and reads and
+  writes the rows as vectors (fuserir.scheduler.row_vectors);
 * a matmul: the tensor-core scheduler (fuserir.scheduler.matmul) with the parameters of
   matmul_heuristic (fuserir.scheduler.matmul_heuristic) for the sizes and device it will run on (the executable schedules per
   size class at run(): schedule_key says which size classes share a schedule; arrays too
@@ -61,11 +63,12 @@ from ..ir import extent as ext
 from .reduction_plans import (OUTER_COLUMNS, WARP_ROW_MAX, WARP_ROWS, classify,
                               is_broadcast_back, plan_or_default, reduced_axes,
                               reduction_classes, reduction_plan, size_at)
+from .row_vectors import VECTOR_BYTES, row_vector_width, row_vectors
 from .transpose import schedule_transpose, transpose_plan, transposes
 
 POINTWISE_THREADS = 128
 UNROLL = 4
-VECTOR_BYTES = 16        # vectorized pointwise: bytes a thread loads of each input ...
+# VECTOR_BYTES (row_vectors): vectorized pointwise: bytes a thread loads of each input ...
 LANES = 32               # ... vectors of one row a warp handles (TIDx) ...
 VECTOR_ROWS = 4          # ... and rows a block handles (TIDy)
 REDUCTION_THREADS = 512
@@ -425,16 +428,39 @@ def _schedule_reduction(fusion, persistent, sizes=None, device=None):
             and (t.rank == rank or isinstance(t.definition, ReductionOp))]
     reduced = [t for t in fusion.tensors if not t.is_input and t not in full]
     threads = NORMALIZATION_THREADS if broadcasts_back else REDUCTION_THREADS
+    # (one reduced axis: a vector of merged axes could straddle two of them)
+    width = row_vector_width(fusion, rank) if inner and len(axes) == 1 and plan.splits == 1 \
+        else 1
+    # U elements (or vectors) of a lane's in one unrolled step: loads in flight, not one
+    unroll = max(2, REDUCTION_UNROLL // width) if width > 1 else REDUCTION_UNROLL
+    vectors, placed = row_vectors(fusion, rank, width) if width > 1 else ([], [])
+    full += [c for c, _ in placed if c.rank == rank and c not in full]
     for t in full:
         has_rows = _to_rows(t, axes)
+        if width > 1:
+            # [I, R] -> [I, R / w, w]: a thread's w neighbouring elements of a row, which
+            # the caches of the inputs read as one 16-byte vector
+            t.split(-1, width)
         if plan.warp_rows:
-            # [I, R] -> [I / W, W, R / 32 U, U, 32]: warp y of a block strides row y, U
-            # elements of each lane's in one unrolled step (U loads in flight, not one)
-            t.split(-1, WARP)
-            t.split(-2, REDUCTION_UNROLL)
+            # [I, R (/ w, w)] -> [I / W, W, R / 32 U, U, 32 (, w)]: warp y of a block
+            # strides row y
+            t.split(-1 - (width > 1), WARP)
+            t.split(-2 - (width > 1), unroll)
             t.split(0, WARP_ROWS)
             for i, ptype in ((0, "BIDx"), (1, "TIDy"), (3, "unroll"), (4, "TIDx")):
                 t.parallelize(i, ptype)
+            if width > 1 and t not in vectors:
+                t.parallelize(5, "unroll")
+        elif inner and width > 1:
+            # [I, R / w, w] -> [I, R / T U w, U, T, w]
+            t.split(-2, threads)
+            t.split(-3, unroll)
+            if has_rows:
+                t.parallelize(0, "BIDx")
+            t.parallelize(-3, "unroll")
+            t.parallelize(-2, "TIDx")
+            if t not in vectors:
+                t.parallelize(-1, "unroll")
         elif inner:
             t.split(-1, threads)
             if has_rows:
@@ -453,10 +479,11 @@ def _schedule_reduction(fusion, persistent, sizes=None, device=None):
                 t.split(-2, REDUCTION_UNROLL)
                 t.parallelize(-2, "unroll")
         else:
-            # [I, R] -> [I/32, 32, R/16, 16]: a warp reads 32 neighbouring columns of a row,
-            # 16 rows of threads stride down the reduced rows, then combine over TIDy;
-            # with S column splits [I/32, 32, S, R/(16 S), 16], CTA y summing the y-th
-            # part of the rows (rfactored below)
+            # [I, R] -> [I/32, 32, R/16 U, U, 16]: a warp reads 32 neighbouring columns of
+            # a row, 16 rows of threads stride down the reduced rows, U rows a thread's
+            # in one unrolled step (U loads in flight), then combine over TIDy; with S
+            # column splits [I/32, 32, S, R/(16 U S), U, 16], CTA y summing the y-th part
+            # of the rows (rfactored below)
             t.split(0, OUTER_COLUMNS)
             split = plan.column_splits > 1
             if split:
@@ -464,15 +491,21 @@ def _schedule_reduction(fusion, persistent, sizes=None, device=None):
                 if not isinstance(t.definition, ReductionOp):
                     t.parallelize(2, "BIDy")
             t.split(2 + split, OUTER_ROWS)
+            t.split(2 + split, REDUCTION_UNROLL)
             t.parallelize(0, "BIDx")
             t.parallelize(1, "TIDx")
-            t.parallelize(3 + split, "TIDy")
+            t.parallelize(3 + split, "unroll")
+            t.parallelize(4 + split, "TIDy")
+    for copy, beside in placed:
+        copy.compute_at(beside, beside.ndim - 1)
+    for t in vectors:
+        t.vectorize(-1)
     if plan.column_splits > 1:
         for t in full:
             if isinstance(t.definition, ReductionOp):
                 # kernel 1: each CTA's f32 partial sums [I, S]; kernel 2: t sums the S
                 # partials of each column serially, a thread a column
-                partial = t.rfactor([3, 4])
+                partial = t.rfactor([3, 4, 5])
                 partial.set_memory_type(MemoryType.global_)
                 partial.parallelize(2, "BIDy")
     for t in reduced:

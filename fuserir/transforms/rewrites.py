@@ -99,6 +99,12 @@ def rfactor(tv: TensorView, axes: Sequence[int]) -> TensorView:
     # roots and the reduction's loop pieces, those not rfactored becoming iteration axes.
     root_map = {r: r.clone() for r in tv.root}
     producer_map = replay(history(tv.loop), root_map)
+    loop_only = [str(a) for a in tv.loop if a not in producer_map]
+    if loop_only:
+        # (a loop-only broadcast axis a compute_at gave it, or the tensor it caches)
+        raise ScheduleError(f"rfactor: {tv.name} has loop axes not made of its root "
+                            f"({', '.join(loop_only)}: broadcast axes a compute_at added); "
+                            "rfactor it before that compute_at")
     logical, origin = [], []
     for r in tv.root:
         if not r.is_reduction:

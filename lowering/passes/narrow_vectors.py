@@ -11,7 +11,9 @@ offsets the vectors of a cat, pad or slice are read at). For arrays that are not
 that global tensor move at most that many bytes per access (the executable picks the
 caps from the actual arrays: driver.vector_widths.widest_access_bytes): every vectorized
 copy or cp.async whose global side is the named tensor (a cache reading input X, or an
-output written from a shared tile) has its vector axis of w elements split into
+output written from a shared tile; a copy between shared memory and registers counts the
+global tensor its shared side was copied from, so that a row's register vectors narrow
+with the shared copy that filled them) has its vector axis of w elements split into
 [w / c, c] (c = the widest of 16, 8, 4 bytes within the cap, in elements), the outer
 part unrolled and the inner part vectorized; where no vector fits (c = 1, element
 copies) both pieces are unrolled. A vectorized cat, pad or slice any of whose fusion
@@ -65,7 +67,15 @@ def global_sides(tv):
     if is_async_copy(tv):
         return [producer]
     if vector_copy_width(tv):
-        return [tv if tv.memory_type is MemoryType.global_ else producer]
+        if MemoryType.global_ in (tv.memory_type, producer.memory_type):
+            return [tv if tv.memory_type is MemoryType.global_ else producer]
+        # between shared memory and registers: the global tensor the shared side copies
+        shared = producer if producer.memory_type is MemoryType.shared else tv
+        source = shared.definition
+        if isinstance(source, LoadStoreOp) and \
+                source.inputs[0].memory_type is MemoryType.global_:
+            return [source.inputs[0]]
+        return []
     return []
 
 

@@ -127,20 +127,20 @@ def shared_alignment(tv):
 
 
 def vector_copy_width(tv):
-    """Elements per access of a vectorized copy (a LoadStoreOp from global to shared
-    memory or back, same dtype, innermost loop axis vectorized to 4, 8 or 16 bytes),
-    lowered as one vector load and store; 0 where tv is not one (a vectorized compute op
-    stays an unrolled loop of element accesses). The global side is what the executable
-    checks at run time: a whole number of vectors per row, so no vector straddles the
-    end of a row."""
+    """Elements per access of a vectorized copy (a LoadStoreOp between two memories of
+    global, shared and registers, same dtype, innermost loop axis vectorized to 4, 8 or
+    16 bytes), lowered as one vector load and store; 0 where tv is not one (a vectorized
+    compute op stays an unrolled loop of element accesses). A global side is what the
+    executable checks at run time: a whole number of vectors per row, so no vector
+    straddles the end of a row (a copy between shared memory and registers is narrowed
+    with the global copy that filled its shared side: narrow_vectors)."""
     expr = tv.definition
     if not isinstance(expr, LoadStoreOp) or expr.async_copy or expr.ldmatrix or \
             not tv.loop or tv.loop[-1].parallel is not ParallelType.vectorize:
         return 0
     producer, width = expr.inputs[0], tv.loop[-1].extent
     memories = {tv.memory_type, producer.memory_type}
-    if producer.dtype is not tv.dtype or MemoryType.global_ not in memories or \
-            memories == {MemoryType.global_}:
+    if producer.dtype is not tv.dtype or len(memories) != 2:
         return 0
     return width if width > 1 and width * tv.dtype.itemsize in (4, 8, 16) else 0
 
