@@ -28,8 +28,8 @@ or NaN is in; welford_merge merges two in f32 as Chan et al.'s parallel update, 
 nb, d = mb - ma, r = nb / n, mean = ma + d r, m2 = m2a + m2b + (d na)(d r) (either side
 empty: the other, exactly); its identity is (0, 0, 0). welford_mean reads NaN where m2 is
 NaN (the data held an infinity or a NaN: the running differences of infinities make
-the mean depend on the order) or the count is 0 (no elements), else the mean; welford_m2 reads m2. A count past 2^24
-is rounded as f32 rounds it.
+the mean depend on the order) or the count is 0 (no elements), else the mean;
+welford_m2 reads m2. A count past 2^24 is rounded as f32 rounds it.
 """
 
 import ml_dtypes
@@ -162,7 +162,7 @@ def welford_merge(a, b):
 
 
 def welford_mean(state):
-    """A state's mean: NaN where its m2 is (the header)."""
+    """A state's mean: NaN where its m2 is NaN or its count 0 (the header)."""
     s = np.asarray(state, _WELFORD)
     r = np.where(np.isnan(s["m2"]) | (s["count"] == 0), np.float32(np.nan),
                  s["mean"]).astype(_F32)
@@ -230,7 +230,7 @@ def round_up(a, b):
 def identity(op, dtype):
     """The value a reduction `op` (a key of REDUCTIONS, or the binary op that combines
     its partials) over no elements gives, as a Python number of DataType `dtype`'s
-    kind."""
+    kind (a welford state: the empty state, a numpy record)."""
     op = {combine: reduction for reduction, combine in REDUCTIONS.items()}.get(op, op)
     if op == "welford_merge":
         return np.zeros((), _WELFORD)[()]
