@@ -239,9 +239,27 @@ def test_softmax_over_a_leading_axis_and_with_dtype(rng):
     ("v = sum(x, axes=[1], keepdim=1)", "sum: keepdim must be true or false", 32),
     ("v = min(x, axes=[2])", "min: axis 2 is out of range", 7),
     ("v = prod(b, axes=[0])", "prod: operand b is bool; cast it first", 7),
+    # welford (tests/test_welford.py)
+    ("v = exp(cast(x, welford))",
+     "exp: operand t4 is a welford state, not a number: read it with welford_mean or "
+     "welford_m2", 7),
+    ("v = cast(cast(x, welford), f32)", "cast: operand t4 is a welford state", 7),
+    ("v = cast(i, welford)",
+     "cast: i is i32; a welford state is made of floats (cast it to f32 first)", 7),
+    ("v = welford_merge(x, axes=[1])",
+     "welford_merge: operand x is f32; welford_merge merges welford states", 7),
+    ("v = welford_mean(x)", "welford_mean: operand x is f32; welford_mean takes a welford "
+     "state", 7),
+    ("v, m = welford(d, axes=[1])",
+     "welford: operand d is f64; a welford state is f32 (var_mean computes in f64)", 10),
+    ("v, m = welford(i, axes=[1])", "welford: operand i is i32; welford computes on floats",
+     10),
+    ("v, m = welford(x, axes=[1], correction=-1)",
+     "welford: correction must be an integer >= 0", 10),
 ])
 def test_statistics_refusals_name_the_problem_and_where(statement, message, column):
-    text = (f"fusion f(x: f32[M, N], i: i32[M, N], b: bool[N]) {{\n  {statement}\n"
+    text = (f"fusion f(x: f32[M, N], i: i32[M, N], b: bool[N], d: f64[M, N]) {{\n"
+            f"  {statement}\n"
             f"  output v\n}}")
     with pytest.raises(DslError) as caught:
         fuserir.parse(text)
