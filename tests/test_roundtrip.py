@@ -429,3 +429,12 @@ def test_a_size_named_like_a_tensor_prints_as_size_of_an_input(text, printed):
     again = fuserir.print_fusion(fusion)
     assert again.splitlines()[1] == printed
     assert first_difference(fusion, fuserir.parse(again)) is None
+
+
+@pytest.mark.parametrize("statistic", ["var_mean", "welford"])
+def test_a_count_of_a_constant_times_a_size_round_trips(statistic):
+    """The count a variance divides by over [8, N] is 8 * N: built by the statistic and
+    parsed from its printed `8*N`, one extent (a Mul before, a Linear form after)."""
+    fusion = fuserir.parse(f"fusion f(x: f16[8, N]) {{\n  v, m = {statistic}(x, axes=[0, 1], "
+                           "correction=0)\n  output v, m\n}")
+    assert_round_trips(fusion)

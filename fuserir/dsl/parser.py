@@ -350,9 +350,7 @@ class _Builder:
         """a OPERATOR b of sizes and integers, as a size (extent)."""
         a, b = (v.value if isinstance(v, Scalar) else v for v in (a, b))
         if operator == "*":
-            if not (is_int(a) or is_int(b)):
-                return ext.mul(a, b)
-            return ext.scale(b, a) if is_int(a) else ext.scale(a, b)
+            return ext.mul(a, b)
         if operator == "/" and (b == 0 or (is_int(b) and b < 0)):
             raise self.error(f"size division by {b}: a size is divided by a positive "
                              "integer or a size", node)

@@ -140,12 +140,12 @@ def ceildiv(a, b):
 
 
 def mul(a, b):
-    if isinstance(a, int) and isinstance(b, int):
-        return a * b
-    if a == 1:
-        return b
-    if b == 1:
-        return a
+    """a * b, simplified: an integer factor scales (a Linear form, as `8*N` parses), a
+    product of two sizes is a Mul."""
+    if isinstance(a, int):
+        return scale(b, a)
+    if isinstance(b, int):
+        return scale(a, b)
     return Mul(a, b)
 
 
