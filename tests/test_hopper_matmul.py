@@ -160,11 +160,11 @@ def test_split_k_modes_epilogues_and_tiles(changes, rng):
 
 @pytest.mark.parametrize("params, layout, run_at, scalars, loops", [
     (dict(HOPPER, tile_group=3), "TN", (600, 264, 64 * 2 + 8), {"splitk": 1},
-     "[iBIDy{ceildiv(ceildiv(M, 128), 3)} iBIDx{ceildiv(N, 128)*3} "),
+     "[iBIDy{ceildiv(ceildiv(M, 128), 3)} iBIDx{3*ceildiv(N, 128)} "),
     (dict(HOPPER, tile_group=2, splitk_factor=2), "TT", (264, 392, 64 * 3), {"splitk": 2},
-     "[iBIDy{ceildiv(ceildiv(M, 128), 2)} iBIDx{ceildiv(N, 128)*2} "),
+     "[iBIDy{ceildiv(ceildiv(M, 128), 2)} iBIDx{2*ceildiv(N, 128)} "),
     (dict(PERSISTENT, tile_group=2), "NT", (200, 136, 64 * 3 + 8), {"ctas": 5},
-     "[i{ceildiv(ceildiv(ceildiv(M, 64), 2)*ceildiv(N, 64)*2, ctas)} iBIDx{ctas} "),
+     "[i{ceildiv(2*ceildiv(ceildiv(M, 64), 2)*ceildiv(N, 64), ctas)} iBIDx{ctas} "),
 ])
 def test_tiles_walked_in_groups_of_rows_equal_float64(params, layout, run_at, scalars, loops,
                                                       rng):
